@@ -1,0 +1,28 @@
+# Two commands on a fresh machine: `make quickstart` and `make test`. Each sets itself up.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+
+.PHONY: install test test-slow quickstart lint
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch first, so no dependency range pulls CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+test-slow: install
+	$(PY) -m pytest -m slow
+
+lint: install
+	$(PY) -m ruff check src tests benchmarks
+
+quickstart: install
+	$(VENV)/bin/retromae quickstart

@@ -1,0 +1,85 @@
+"""Shared test fixtures: tiny tokenizers and models built in code, never downloaded."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+WORDS = (
+    "the a of retrieval dense encoder decoder masked token sentence embedding query passage document "
+    "corpus search index vector model training loss gradient batch layer attention neural network learns "
+    "represents meaning text science claim evidence study result protein cell gene patients treatment "
+    "running runner runs jumped jumping happily quickly unbelievable reconstruction pretraining"
+).split()
+
+
+def make_sentences(count: int, seed: int = 0) -> list[str]:
+    """Deterministic pseudo-English sentences over a small vocabulary."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 30))) + "." for _ in range(count)]
+
+
+def build_wordpiece_tokenizer(vocab_size: int = 200) -> PreTrainedTokenizerFast:
+    """A BERT-style uncased WordPiece tokenizer trained on `make_sentences`."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
+    tok.train_from_iterator(make_sentences(500), trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
+    )
+
+
+def tiny_bert_config(vocab_size: int) -> BertConfig:
+    return BertConfig(
+        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, type_vocab_size=2,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    return build_wordpiece_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
+    """A folder holding a tiny BertForMaskedLM and its tokenizer, loadable like a hub checkpoint."""
+    path = tmp_path_factory.mktemp("tiny-bert")
+    model = BertForMaskedLM(tiny_bert_config(len(tiny_tokenizer)))
+    model.save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture()
+def tiny_corpus(tmp_path) -> Path:
+    """A small JSON-lines corpus of 60 documents."""
+    path = tmp_path / "corpus.jsonl"
+    lines = [json.dumps({"id": str(i), "text": " ".join(make_sentences(4, seed=i))}) for i in range(60)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def shared_data(relative: str) -> Path:
+    """A path under ../shared/data, or skip the test with the reason when it is absent."""
+    path = SHARED_DATA / relative
+    if not path.exists():
+        pytest.skip(f"real data not present: {path}")
+    return path
