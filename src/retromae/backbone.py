@@ -1,0 +1,81 @@
+"""The masked-LM backbone used for pre-training: loading, and the generic handles objectives need.
+
+Owns: loading any Hugging Face masked-LM encoder (BERT, RoBERTa, MiniLM, ...) from a checkpoint or from a
+config (scratch) with PyTorch SDPA attention; finding its MLM head and absolute position embeddings through
+public accessors only; the encoder MLM loss computed at masked positions only. Does not own masking, the
+objectives' decoders, inference-time pooling (`retromae.encoder`) or export (`retromae.export`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+
+from retromae.errors import ModelLoadError
+
+IGNORE_INDEX = -100
+
+
+def load_masked_lm(name_or_path: str, from_config: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A masked-LM model and its fast tokenizer; `from_config` builds fresh weights from the config alone."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+        if from_config:
+            config = AutoConfig.from_pretrained(name_or_path)
+            model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+        else:
+            model = AutoModelForMaskedLM.from_pretrained(name_or_path, attn_implementation="sdpa")
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"cannot load model {name_or_path!r}: {error}") from error
+    if not tokenizer.is_fast:
+        raise ModelLoadError(f"{name_or_path!r}: a fast (Rust) tokenizer is required (tokenizer.json)")
+    if tokenizer.mask_token_id is None:
+        raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
+    return model, tokenizer
+
+
+def mlm_head(model: PreTrainedModel) -> nn.Module:
+    """The module mapping hidden states (..., D) to vocabulary logits (..., V): the one child beside the base model."""
+    heads = [child for child in model.children() if child is not model.base_model and _has_parameters(child)]
+    if len(heads) != 1:
+        raise ModelLoadError(f"{type(model).__name__}: expected one MLM head module beside the base model, "
+                             f"found {len(heads)}; this architecture is not supported")
+    return heads[0]
+
+
+def _has_parameters(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def position_embeddings(model: PreTrainedModel, length: int, device: torch.device) -> torch.Tensor:
+    """The absolute position embeddings p_0 .. p_{length-1} of the backbone, shape (length, D)."""
+    embeddings = getattr(model.base_model, "embeddings", None)
+    table = getattr(embeddings, "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        raise ModelLoadError(f"{type(model).__name__}: RetroMAE's decoder needs absolute position embeddings")
+    # RoBERTa-style embeddings number positions from padding_idx + 1.
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    offset = padding_idx + 1 if padding_idx is not None else 0
+    return table(torch.arange(offset, offset + length, device=device))
+
+
+def token_embeddings(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
+    """e(x_i) + p_i (+ token type, LayerNorm, dropout) from the backbone's embedding block, shape (B, L, D)."""
+    return model.base_model.embeddings(input_ids=input_ids)
+
+
+def hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Final hidden states of the backbone, shape (B, L, D)."""
+    return model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy at labelled positions only: the vocabulary projection never runs on the others."""
+    selected = labels != IGNORE_INDEX  # (B, L)
+    if not selected.any():
+        return hidden.sum() * 0.0
+    logits = head(hidden[selected])  # (M, V)
+    return F.cross_entropy(logits.float(), labels[selected])
+

@@ -1,0 +1,69 @@
+"""What a training run leaves behind for its users: the encoder in the formats the field loads.
+
+Owns: `OUTPUT/encoder/` (a plain Hugging Face model + tokenizer + `retromae_encoder.json` naming its pooling),
+`OUTPUT/sentence-transformer/` (the same weights with CLS pooling, loadable by `SentenceTransformer`),
+`OUTPUT/pretrain_head.safetensors` (the objective's MLM head and decoder, so pre-training can continue) and
+`OUTPUT/config.json` (the resolved config). Every folder is written atomically. Does not own training.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from retromae.errors import ModelLoadError
+from retromae.io import atomic_directory, atomic_path, write_text_atomic
+
+ENCODER_METADATA = "retromae_encoder.json"
+HEAD_FILE = "pretrain_head.safetensors"
+
+
+def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path,
+                   pooling: str = "cls", normalize: bool = False) -> None:
+    """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel`."""
+    with atomic_directory(Path(path)) as staging:
+        model.base_model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        metadata = {"pooling": pooling, "normalize": normalize}
+        write_text_atomic(staging / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
+
+
+def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
+    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling."""
+    from sentence_transformers import SentenceTransformer
+    try:
+        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+    transformer = Transformer(str(encoder_dir))
+    modules: list[nn.Module] = [transformer, Pooling(transformer.auto_model.config.hidden_size, pooling)]
+    if normalize:
+        modules.append(Normalize())
+    with atomic_directory(Path(path)) as staging:
+        SentenceTransformer(modules=modules, device="cpu").save(str(staging))
+
+
+def save_head(objective: nn.Module, output: Path) -> None:
+    """The objective's tensors outside the base encoder (MLM head, decoder), for continuing pre-training."""
+    tensors = {name: t.detach().contiguous().cpu() for name, t in objective.head_state_dict().items()}
+    with atomic_path(Path(output) / HEAD_FILE) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+
+
+def load_head(objective: nn.Module, output: Path) -> None:
+    """Load `save_head`'s tensors into an objective of the same kind; names must match exactly."""
+    path = Path(output) / HEAD_FILE
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no pre-training head to continue from")
+    tensors = load_file(str(path))
+    expected = set(objective.head_state_dict())
+    if set(tensors) != expected:
+        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        raise ModelLoadError(f"{path}: head does not match this objective (missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]})")
+    objective.load_state_dict(tensors, strict=False)

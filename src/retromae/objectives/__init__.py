@@ -1,0 +1,27 @@
+"""Pre-training objectives, one module each, and the registry that builds them by name.
+
+Every objective is a `PretrainingObjective`: forward(batch, generator) returns a dict of named losses whose
+"loss" entry is optimised; the training loop logs every entry. Each class builds itself from a pre-training
+config with `from_config`; adding an objective means adding its module and one registry entry.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.mlm import MaskedLanguageModeling
+from retromae.objectives.retromae import RetroMAE
+
+OBJECTIVES: dict[str, type[PretrainingObjective]] = {
+    "retromae": RetroMAE,
+    "mlm": MaskedLanguageModeling,
+}
+
+
+def build_objective(name: str, encoder: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                    config) -> PretrainingObjective:
+    """The objective `name` around `encoder`, configured from a pre-training config."""
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name].from_config(encoder, MaskingSettings.create(tokenizer, config), config)

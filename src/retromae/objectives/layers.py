@@ -1,0 +1,55 @@
+"""Transformer layers for the pre-training decoders (RetroMAE's and SEED-Encoder's).
+
+Owns: a post-LayerNorm transformer layer whose queries and keys/values may come from different streams
+(two-stream attention) and whose attention pattern is a boolean mask, run through PyTorch SDPA. A boolean
+mask, not an additive -inf one, keeps bf16/fp16 free of NaN. Does not own masks or losses.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PretrainedConfig
+
+
+class DecoderLayer(nn.Module):
+    """One BERT-shaped layer: attention(query, context) + residual + LayerNorm, then FFN + residual + LayerNorm."""
+
+    def __init__(self, config: PretrainedConfig):
+        super().__init__()
+        hidden = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.attention_output = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12))
+        self.feed_forward = nn.Sequential(
+            nn.Linear(hidden, config.intermediate_size), nn.GELU(), nn.Linear(config.intermediate_size, hidden)
+        )
+        self.output_norm = nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12))
+        self.dropout = nn.Dropout(getattr(config, "hidden_dropout_prob", 0.1))
+        self.attention_dropout = getattr(config, "attention_probs_dropout_prob", 0.1)
+        self._init_weights(getattr(config, "initializer_range", 0.02))
+
+    def _init_weights(self, std: float) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=std)
+                nn.init.zeros_(module.bias)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, hidden = x.shape
+        return x.view(batch, length, self.num_heads, hidden // self.num_heads).transpose(1, 2)  # (B, H, L, Dh)
+
+    def forward(self, query: torch.Tensor, context: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """query (B, Lq, D), context (B, Lk, D), visible (B, Lq, Lk) or (B, 1, Lk) bool → (B, Lq, D)."""
+        q = self._split_heads(self.query(query))
+        k = self._split_heads(self.key(context))
+        v = self._split_heads(self.value(context))
+        dropout = self.attention_dropout if self.training else 0.0
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None], dropout_p=dropout)
+        attended = attended.transpose(1, 2).flatten(2)  # (B, Lq, D)
+        hidden = self.attention_norm(query + self.dropout(self.attention_output(attended)))
+        return self.output_norm(hidden + self.dropout(self.feed_forward(hidden)))

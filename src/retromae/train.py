@@ -1,0 +1,312 @@
+"""The one training loop, on Accelerate, shared by pre-training and fine-tuning.
+
+Owns: optimiser and schedule (AdamW, linear warmup then linear decay), gradient accumulation and clipping,
+mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the
+progress bar, `metrics.jsonl`, and atomic checkpoints that resume exactly (model, optimiser, scheduler,
+RNG states, data position). Distribution (DDP through `accelerate launch` or `torchrun`; FSDP/DeepSpeed
+through an Accelerate config) comes from Accelerate. Does not own models, losses or data formats: the
+model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, get_linear_schedule_with_warmup
+
+from retromae.config import option, require
+from retromae.errors import DataError
+from retromae.io import write_text_atomic
+
+CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(kw_only=True)
+class TrainingConfig:
+    """Options of the training loop, shared by every command that trains."""
+
+    output: str = option(help="output directory (checkpoints, metrics.jsonl, exported models)")
+    max_steps: int = option(1000, "number of optimiser steps")
+    batch_size: int = option(16, "examples per device per micro-batch")
+    gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step")
+    learning_rate: float = option(1e-4, "peak learning rate of AdamW")
+    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
+    warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly")
+    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)")
+    mixed_precision: str = option("no", "mixed precision", choices=("no", "fp16", "bf16"))
+    gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
+    seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
+    log_every: int = option(10, "log metrics every N steps")
+    save_every: int = option(500, "write a checkpoint every N steps (0: only at the end)")
+    keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
+    resume: bool = option(False, "continue from the latest checkpoint in --output")
+    num_workers: int = option(0, "data loader worker processes")
+
+    def __post_init__(self) -> None:
+        require(self.max_steps > 0, "max_steps", "must be positive")
+        require(self.batch_size > 0, "batch_size", "must be positive")
+        require(self.gradient_accumulation_steps > 0, "gradient_accumulation_steps", "must be positive")
+        require(self.learning_rate > 0, "learning_rate", "must be positive")
+        require(0 <= self.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)")
+        require(self.log_every > 0, "log_every", "must be positive")
+        require(self.save_every >= 0, "save_every", "must be 0 or positive")
+        require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
+
+
+class TrainState:
+    """Counters saved with every checkpoint: optimiser steps done and micro-batches consumed per process."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.micro_batches = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step, "micro_batches": self.micro_batches}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step, self.micro_batches = state["step"], state["micro_batches"]
+
+
+class ResumableBatchSampler:
+    """Seeded, epoch-wise shuffled micro-batches of one process's shard, starting at any position.
+
+    Epoch e is a permutation drawn from `seed + e`; each global batch of `batch_size * world_size` indices is
+    split by rank, so every process sees distinct examples and the order does not depend on restarts.
+    """
+
+    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1, start: int = 0):
+        self.global_batch = batch_size * world_size
+        if size < self.global_batch:
+            raise DataError(f"the data has {size} examples, fewer than one global batch of {self.global_batch}")
+        self.size, self.batch_size, self.seed = size, batch_size, seed
+        self.rank, self.start = rank, start
+        self.batches_per_epoch = size // self.global_batch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        position = self.start
+        while True:
+            epoch, offset = divmod(position, self.batches_per_epoch)
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + epoch))
+            first = offset * self.global_batch + self.rank * self.batch_size
+            yield order[first:first + self.batch_size].tolist()
+            position += 1
+
+
+def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device) -> torch.Generator:
+    """The generator for one micro-batch's masks: a pure function of (seed, rank, micro-batch).
+
+    Resuming therefore needs no generator state, on any number of processes.
+    """
+    generator = torch.Generator(device=device)
+    generator.manual_seed((seed * 1_000_003 + rank * 7_919 + micro_batch) % (2**63))
+    return generator
+
+
+def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (no_decay if parameter.ndim < 2 or "norm" in name.lower() else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.learning_rate)
+
+
+def _launched_without_gpus() -> bool:
+    """True for a multi-process launch (torchrun, accelerate launch) on a machine without CUDA: DDP over gloo."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+
+
+def _enable_gradient_checkpointing(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel) and module.supports_gradient_checkpointing:
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def latest_checkpoint(output: Path) -> Path | None:
+    """The newest complete checkpoint under `output/checkpoints`, or None."""
+    folder = Path(output) / "checkpoints"
+    found = [(int(m.group(1)), p) for p in folder.glob("step-*") if (m := CHECKPOINT_PATTERN.match(p.name))]
+    return max(found)[1] if found else None
+
+
+class MetricsLog:
+    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped."""
+
+    def __init__(self, path: Path, resume_step: int | None):
+        self.path = path
+        if resume_step is not None and path.exists():
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line)["step"] <= resume_step]
+            write_text_atomic(path, "".join(line + "\n" for line in kept))
+        elif resume_step is None:
+            path.unlink(missing_ok=True)
+
+    def append(self, record: dict[str, float]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+class Trainer:
+    """Runs `config.max_steps` optimiser steps of `model` over `dataset`, checkpointing and logging as it goes."""
+
+    def __init__(self, model: nn.Module, dataset: Dataset, collate: Callable, config: TrainingConfig,
+                 count_tokens: Callable[[dict], int] | None = None):
+        self.config = config
+        self.output = Path(config.output)
+        self.accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
+        self.dataset, self.collate = dataset, collate
+        self.count_tokens = count_tokens or (lambda batch: int(batch["attention_mask"].sum()))
+        self.state = TrainState()
+        if config.gradient_checkpointing:
+            _enable_gradient_checkpointing(model)
+        optimizer = _optimizer(model, config)
+        warmup = int(config.warmup_ratio * config.max_steps)
+        self.scheduler = get_linear_schedule_with_warmup(optimizer, warmup, config.max_steps)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.accelerator.register_for_checkpointing(self.scheduler, self.state)
+
+    @property
+    def unwrapped_model(self) -> nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+    def run(self) -> None:
+        """Train to `max_steps` (resuming first when asked); the final checkpoint is always written."""
+        resumed = self._maybe_resume()
+        metrics = MetricsLog(self.output / "metrics.jsonl", resumed) if self.accelerator.is_main_process else None
+        batches = iter(self._data_loader())
+        progress = tqdm(total=self.config.max_steps, initial=self.state.step, desc="training",
+                        disable=not self.accelerator.is_local_main_process, dynamic_ncols=True)
+        window = _Window()
+        while self.state.step < self.config.max_steps:
+            window.add(*self._optimizer_step(batches))
+            self.state.step += 1
+            progress.update(1)
+            if self.state.step % self.config.log_every == 0 or self.state.step == self.config.max_steps:
+                record = self._reduce(window)
+                progress.set_postfix({k: f"{v:.4g}" for k, v in record.items() if k != "step"})
+                if metrics:
+                    metrics.append(record)
+                window = _Window()
+            if self.config.save_every and self.state.step % self.config.save_every == 0:
+                self.save_checkpoint()
+        progress.close()
+        if latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
+            self.save_checkpoint()
+
+    def _optimizer_step(self, batches: Iterator[dict]) -> tuple[dict[str, float], int]:
+        """Accumulate gradients over micro-batches, clip, step; returns summed loss components and tokens."""
+        accumulation = self.config.gradient_accumulation_steps
+        totals: dict[str, float] = {}
+        tokens = 0
+        self.model.train()
+        for micro in range(accumulation):
+            batch = {k: v.to(self.accelerator.device) for k, v in next(batches).items()}
+            generator = mask_generator(self.config.seed, self.accelerator.process_index,
+                                       self.state.micro_batches, self.accelerator.device)
+            self.state.micro_batches += 1
+            with self.accelerator.no_sync(self.model) if micro < accumulation - 1 else contextlib.nullcontext():
+                with self.accelerator.autocast():
+                    losses = self.model(batch, generator)
+                self.accelerator.backward(losses["loss"] / accumulation)
+            for name, value in losses.items():
+                totals[name] = totals.get(name, 0.0) + float(value.detach()) / accumulation
+            tokens += self.count_tokens(batch)
+        if self.config.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return totals, tokens
+
+    def _reduce(self, window: _Window) -> dict[str, float]:
+        """Mean loss components over the window and all processes; tokens/s over all processes."""
+        names = sorted(window.totals)
+        local = torch.tensor([window.totals[n] / window.steps for n in names] + [float(window.tokens)],
+                             device=self.accelerator.device)
+        summed = self.accelerator.reduce(local, reduction="sum")
+        world = self.accelerator.num_processes
+        record: dict[str, float] = {"step": self.state.step}
+        record.update({name: summed[i].item() / world for i, name in enumerate(names)})
+        record["lr"] = self.scheduler.get_last_lr()[0]
+        record["tokens_per_s"] = summed[-1].item() / max(time.perf_counter() - window.started, 1e-9)
+        return record
+
+    def _data_loader(self) -> DataLoader:
+        sampler = ResumableBatchSampler(
+            len(self.dataset), self.config.batch_size, self.config.seed, self.accelerator.process_index,
+            self.accelerator.num_processes, start=self.state.micro_batches,
+        )
+        # A private generator: creating the loader's iterator must not draw from the global RNG restored on resume.
+        return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate,
+                          num_workers=self.config.num_workers, persistent_workers=self.config.num_workers > 0,
+                          generator=torch.Generator().manual_seed(self.config.seed))
+
+    def _checkpoint_path(self, step: int) -> Path:
+        return self.output / "checkpoints" / f"step-{step:07d}"
+
+    def save_checkpoint(self) -> None:
+        """Write model, optimiser, scheduler, RNG states and data position; named only once complete."""
+        final = self._checkpoint_path(self.state.step)
+        staging = final.with_name(final.name + ".tmp")
+        if self.accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(str(staging))
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(staging, final)
+            self._prune_checkpoints()
+        self.accelerator.wait_for_everyone()
+
+    def _prune_checkpoints(self) -> None:
+        folder = self.output / "checkpoints"
+        steps = sorted(p for p in folder.glob("step-*") if CHECKPOINT_PATTERN.match(p.name))
+        for old in steps[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _maybe_resume(self) -> int | None:
+        if not self.config.resume:
+            return None
+        checkpoint = latest_checkpoint(self.output)
+        if checkpoint is None:
+            self.accelerator.print(f"no checkpoint under {self.output / 'checkpoints'}; starting from step 0")
+            return None
+        self.accelerator.load_state(str(checkpoint))
+        self.accelerator.print(f"resumed from {checkpoint} at step {self.state.step}")
+        return self.state.step
+
+
+class _Window:
+    """Loss sums, step count and tokens since the last log line."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.steps = 0
+        self.tokens = 0
+        self.started = time.perf_counter()
+
+    def add(self, totals: dict[str, float], tokens: int) -> None:
+        for name, value in totals.items():
+            self.totals[name] = self.totals.get(name, 0.0) + value
+        self.steps += 1
+        self.tokens += tokens
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch before building models, so decoder initialisation is reproducible."""
+    set_seed(seed)
