@@ -25,7 +25,6 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 BATCH_DOCUMENTS = 1000
+BATCH_CHARACTERS = 2_000_000
 MIN_BLOCK_TOKENS = 8
 MIN_DOCUMENT_TOKENS = 2
 CACHE_ENV = "RETROMAE_CACHE"
@@ -174,8 +174,17 @@ class _StoreWriter:
                 self._write(key, np.concatenate(parts))
 
 
-def _batches(documents: Iterator[Document], size: int) -> Iterator[list[Document]]:
-    while batch := list(islice(documents, size)):
+def document_batches(documents: Iterable[Document]) -> Iterator[list[Document]]:
+    """Batches of up to BATCH_DOCUMENTS documents and about BATCH_CHARACTERS characters (bounds memory)."""
+    batch: list[Document] = []
+    characters = 0
+    for document in documents:
+        batch.append(document)
+        characters += len(document.text)
+        if len(batch) == BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
+            yield batch
+            batch, characters = [], 0
+    if batch:
         yield batch
 
 
@@ -187,7 +196,7 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
     block_tokens = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     with _StoreWriter(directory, block_tokens) as writer, \
             tqdm(desc="tokenising corpus", unit=" docs", disable=not show_progress) as progress:
-        for batch in _batches(iter_corpus(sources), BATCH_DOCUMENTS):
+        for batch in document_batches(iter_corpus(sources)):
             writer.add_batch(backend.encode_batch([doc.text for doc in batch], add_special_tokens=False))
             progress.update(len(batch))
     if writer.num_blocks == 0:
