@@ -1,0 +1,199 @@
+"""Reading pre-training corpora as a stream of documents.
+
+Owns: the corpus formats (.txt, JSON lines, .parquet, a BEIR folder, a Hugging Face dataset) and their errors,
+each naming the file and line (or row). Does not own tokenisation (see `token_store`) and never imports torch.
+Every reader streams: memory does not grow with the size of the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from retromae.errors import DataError
+
+HF_PREFIX = "hf:"
+JSON_SUFFIXES = (".jsonl", ".json")
+PARQUET_BATCH_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: `text` is the title and the body joined with a space when a title exists."""
+
+    doc_id: str
+    text: str
+
+
+def iter_corpus(sources: Sequence[str | Path]) -> Iterator[Document]:
+    """The documents of several sources, one source after the other, in order."""
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    if not sources:
+        raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+    for source in sources:
+        yield from iter_documents(source)
+
+
+def iter_documents(source: str | Path) -> Iterator[Document]:
+    """The documents of one source: a file (.txt, .jsonl/.json, .parquet), a BEIR folder, or `hf:NAME[:CONFIG]`."""
+    if isinstance(source, str) and source.startswith(HF_PREFIX):
+        return _read_hf(source)
+    path = Path(source)
+    if not path.exists():
+        raise DataError(f"{path}: corpus file or folder not found")
+    if path.is_dir():
+        return _read_jsonl(_beir_corpus_file(path))
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
+        return _read_txt(path)
+    if suffix in JSON_SUFFIXES:
+        return _read_jsonl(path)
+    if suffix == ".parquet":
+        return _read_parquet(path)
+    raise DataError(f"{path}: unknown corpus format {suffix or '(no extension)'!r}; use .txt, .jsonl, .json, "
+                    ".parquet, a BEIR folder (with corpus.jsonl) or hf:NAME")
+
+
+def parse_hf_source(source: str) -> tuple[str, str | None]:
+    """Split `hf:NAME` or `hf:NAME:CONFIG` into (NAME, CONFIG); a NAME that is an existing path is kept whole."""
+    rest = source[len(HF_PREFIX):]
+    if not rest:
+        raise DataError(f"{source!r}: give a dataset name or folder after 'hf:'")
+    if Path(rest).exists() or ":" not in rest:
+        return rest, None
+    name, config = rest.rsplit(":", 1)
+    return name, config or None
+
+
+def _beir_corpus_file(folder: Path) -> Path:
+    corpus = folder / "corpus.jsonl"
+    if not corpus.is_file():
+        raise DataError(f"{folder}: a corpus folder must be in BEIR layout and contain corpus.jsonl")
+    return corpus
+
+
+def _join(title: Any, text: str) -> str:
+    """Title and text joined with a space when there is a title."""
+    if isinstance(title, str) and title.strip():
+        return f"{title.strip()} {text}" if text else title.strip()
+    return text
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its end-of-line) for each line, checking UTF-8 line by line."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
+            yield number, line.rstrip("\r\n")
+
+
+def _has_paragraph_break(path: Path) -> bool:
+    """Whether a blank line separates two non-blank lines (then the file holds paragraphs, not lines)."""
+    seen_text, pending_blank = False, False
+    with path.open("rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                if pending_blank and seen_text:
+                    return True
+                seen_text, pending_blank = True, False
+            else:
+                pending_blank = True
+    return False
+
+
+def _read_txt(path: Path) -> Iterator[Document]:
+    """One document per line, or per blank-line separated paragraph when the file has a blank line inside."""
+    lines = _decoded_lines(path)
+    if not _has_paragraph_break(path):
+        for number, line in lines:
+            if line.strip():
+                yield Document(f"{path}:{number}", line.strip())
+        return
+    yield from _paragraphs(path, lines)
+
+
+def _paragraphs(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[Document]:
+    """Group consecutive non-blank lines into one document (lines joined by newlines), id = its first line."""
+    first, buffer = 0, []
+    for number, line in lines:
+        if line.strip():
+            first = first or number
+            buffer.append(line.strip())
+        elif buffer:
+            yield Document(f"{path}:{first}", "\n".join(buffer))
+            first, buffer = 0, []
+    if buffer:
+        yield Document(f"{path}:{first}", "\n".join(buffer))
+
+
+def _read_jsonl(path: Path) -> Iterator[Document]:
+    """JSON lines: one object per line with `text` (required), `title` (optional), `_id` or `id` (optional)."""
+    for number, line in _decoded_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+        yield _record_document(record, where, default_id=where)
+
+
+def _record_document(record: Any, where: str, default_id: str) -> Document:
+    """A Document from one JSON object or table row; `where` names the file and line (or row) for errors."""
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object with a 'text' field, got {type(record).__name__}")
+    if "text" not in record:
+        raise DataError(f"{where}: missing field 'text'")
+    if record["text"] is None:
+        raise DataError(f"{where}: field 'text' is null")
+    text, title = record["text"], record.get("title")
+    if not isinstance(text, str):
+        raise DataError(f"{where}: field 'text' must be a string, got {type(text).__name__}")
+    if title is not None and not isinstance(title, str):
+        raise DataError(f"{where}: field 'title' must be a string, got {type(title).__name__}")
+    doc_id = record.get("_id", record.get("id"))
+    return Document(default_id if doc_id is None else str(doc_id), _join(title, text))
+
+
+def _read_parquet(path: Path) -> Iterator[Document]:
+    """A parquet table with a `text` column (+ `title`, `_id`/`id`), read one batch of rows at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path}: not a readable parquet file ({err})") from None
+    names = set(table.schema_arrow.names)
+    if "text" not in names:
+        raise DataError(f"{path}: missing column 'text' (columns: {', '.join(sorted(names))})")
+    columns = [name for name in ("text", "title", "_id", "id") if name in names]
+    row = 0
+    for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+        for record in batch.to_pylist():
+            yield _record_document(record, f"{path}: row {row}", default_id=f"{path}:{row}")
+            row += 1
+
+
+def _read_hf(source: str) -> Iterator[Document]:
+    """The `train` split of a Hugging Face dataset (hub name or local folder), streamed."""
+    import datasets
+
+    name, config = parse_hf_source(source)
+    try:
+        dataset = datasets.load_dataset(name, config, split="train", streaming=True)
+    except (OSError, ValueError) as err:
+        raise DataError(f"{source}: cannot load the dataset ({err})") from None
+    columns = dataset.column_names
+    if columns is not None and "text" not in columns:
+        raise DataError(f"{source}: missing column 'text' (columns: {', '.join(columns)})")
+    for row, record in enumerate(dataset):
+        yield _record_document(record, f"{source}: row {row}", default_id=f"{source}:{row}")

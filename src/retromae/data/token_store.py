@@ -1,0 +1,277 @@
+"""Tokenise a corpus once into a memory-mapped store of packed blocks, cached and reused by later runs.
+
+Owns: the on-disk token store (format, cache key, atomic build, memory-mapped loading) and the packing rule.
+Does not own reading formats (see `corpus`), special tokens or padding (see `collate`), masking, or models.
+
+Layout of a store folder (all flat little-endian arrays, read with `np.memmap`):
+  ids.int32            token ids of every kept block, back to back, without special tokens
+  word_starts.uint8    1 where the token starts a word (from the fast tokenizer's `word_ids()`)
+  block_offsets.int64  num_blocks + 1 offsets into ids: block i is ids[offsets[i]:offsets[i + 1]]
+  block_documents.int32  the document each block came from (0 .. num_documents - 1, in corpus order)
+  meta.json            sources, tokenizer, max_length, counts, format version (written last)
+
+Packing: each document is cut into consecutive blocks of at most `max_length - num_special_tokens` tokens;
+blocks never cross documents. A cut that would fall inside a word moves back to the word's start (unless
+the word alone is longer than a block), and the first token of every block counts as a word start. The
+last, shorter block of a document is kept when it has at least `MIN_BLOCK_TOKENS` tokens (or the whole
+block length when blocks are shorter), or when it is the whole document and has at least
+`MIN_DOCUMENT_TOKENS`; otherwise its tokens are dropped. Documents with no kept block are not counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerFast
+
+from retromae.config import require
+from retromae.data.corpus import HF_PREFIX, Document, iter_corpus, parse_hf_source
+from retromae.errors import DataError
+from retromae.io import atomic_directory, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+BATCH_DOCUMENTS = 1000
+BATCH_CHARACTERS = 2_000_000
+MIN_BLOCK_TOKENS = 8
+MIN_DOCUMENT_TOKENS = 2
+CACHE_ENV = "RETROMAE_CACHE"
+FILES = {
+    "ids": ("ids.int32", np.int32),
+    "word_starts": ("word_starts.uint8", np.uint8),
+    "offsets": ("block_offsets.int64", np.int64),
+    "documents": ("block_documents.int32", np.int32),
+}
+
+
+def default_cache_dir() -> Path:
+    """$RETROMAE_CACHE, or ~/.cache/retromae."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae")
+
+
+def plain_backend(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
+    """A copy of the fast tokenizer's Rust backend with no truncation, no padding, special strings kept as text."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise TypeError(f"{type(tokenizer).__name__} is not a fast tokenizer; the token store needs one")
+    plain = Tokenizer.from_str(backend.to_str())
+    plain.no_truncation()
+    plain.no_padding()
+    return plain
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
+    """sha256 of the backend tokenizer's JSON (truncation and padding settings left out)."""
+    return hashlib.sha256(plain_backend(tokenizer).to_str().encode("utf-8")).hexdigest()
+
+
+def source_fingerprint(source: str | Path) -> list[Any]:
+    """What identifies a source's content: resolved path, size and mtime of each file, or the hf: name."""
+    if isinstance(source, str) and source.startswith(HF_PREFIX):
+        name, config = parse_hf_source(source)
+        if not Path(name).exists():
+            return [HF_PREFIX + name, config]
+        return [HF_PREFIX, config, *_files_fingerprint(sorted(p for p in Path(name).rglob("*") if p.is_file()))]
+    path = Path(source)
+    if not path.exists():
+        raise DataError(f"{path}: corpus file or folder not found")
+    return _files_fingerprint([path / "corpus.jsonl" if path.is_dir() else path])
+
+
+def _files_fingerprint(paths: Iterable[Path]) -> list[Any]:
+    out: list[Any] = []
+    for path in paths:
+        stat = path.stat()
+        out.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return out
+
+
+def cache_key(sources: Sequence[str | Path], tokenizer: PreTrainedTokenizerFast, max_length: int) -> str:
+    """sha256 over the format version, each source's fingerprint, the tokenizer's fingerprint and max_length."""
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "sources": [source_fingerprint(source) for source in sources],
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "max_length": max_length,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def word_starts_of(word_ids: Sequence[int | None]) -> np.ndarray:
+    """(n,) bool: True where a token's word differs from the previous token's (tokens without a word start one)."""
+    words = np.array([-1 if word is None else word for word in word_ids], dtype=np.int64)  # (n,)
+    starts = np.ones(len(words), dtype=bool)
+    starts[1:] = (words[1:] != words[:-1]) | (words[1:] < 0)
+    return starts
+
+
+def block_ends(word_starts: np.ndarray, block_tokens: int) -> list[int]:
+    """End positions of the kept blocks of one document, following the packing rule in the module docstring."""
+    length, start, ends = len(word_starts), 0, []
+    while length - start > block_tokens:
+        end = start + block_tokens
+        if not word_starts[end]:
+            inside = np.flatnonzero(word_starts[start + 1:end])
+            end = start + 1 + int(inside[-1]) if inside.size else end
+        ends.append(end)
+        start = end
+    tail = length - start
+    if tail >= min(MIN_BLOCK_TOKENS, block_tokens) or (start == 0 and tail >= MIN_DOCUMENT_TOKENS):
+        ends.append(length)
+    return ends
+
+
+class _StoreWriter:
+    """Appends packed blocks to the store's flat files, one tokenised batch at a time."""
+
+    def __init__(self, directory: Path, block_tokens: int) -> None:
+        self.directory, self.block_tokens = directory, block_tokens
+        self.handles: dict[str, BinaryIO] = {}
+        self.num_tokens = self.num_blocks = self.num_documents = self.documents_read = self.dropped_tokens = 0
+
+    def __enter__(self) -> _StoreWriter:
+        self.handles = {key: (self.directory / name).open("wb") for key, (name, _) in FILES.items()}
+        self._write("offsets", np.zeros(1, dtype=np.int64))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for handle in self.handles.values():
+            handle.close()
+
+    def _write(self, key: str, array: np.ndarray) -> None:
+        self.handles[key].write(np.ascontiguousarray(array, dtype=FILES[key][1]).tobytes())
+
+    def add_batch(self, encodings: Sequence[Any]) -> None:
+        """Pack each encoded document into blocks and append them."""
+        ids, starts, offsets, documents = [], [], [], []
+        for encoding in encodings:
+            self.documents_read += 1
+            doc_starts = word_starts_of(encoding.word_ids)
+            ends = block_ends(doc_starts, self.block_tokens)
+            self.dropped_tokens += len(doc_starts) - (ends[-1] if ends else 0)
+            if not ends:
+                continue
+            doc_starts[[0, *ends[:-1]]] = True
+            ids.append(np.asarray(encoding.ids[:ends[-1]], dtype=np.int32))
+            starts.append(doc_starts[:ends[-1]])
+            offsets.append(self.num_tokens + np.asarray(ends, dtype=np.int64))
+            documents.append(np.full(len(ends), self.num_documents, dtype=np.int32))
+            self.num_tokens += ends[-1]
+            self.num_blocks += len(ends)
+            self.num_documents += 1
+        if ids:
+            for key, parts in (("ids", ids), ("word_starts", starts), ("offsets", offsets), ("documents", documents)):
+                self._write(key, np.concatenate(parts))
+
+
+def document_batches(documents: Iterable[Document]) -> Iterator[list[Document]]:
+    """Batches of up to BATCH_DOCUMENTS documents and about BATCH_CHARACTERS characters (bounds memory)."""
+    batch: list[Document] = []
+    characters = 0
+    for document in documents:
+        batch.append(document)
+        characters += len(document.text)
+        if len(batch) == BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
+            yield batch
+            batch, characters = [], 0
+    if batch:
+        yield batch
+
+
+def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrainedTokenizerFast, max_length: int,
+           show_progress: bool) -> dict[str, Any]:
+    """Tokenise every document of `sources` into `directory`; return the counts for meta.json."""
+    backend = plain_backend(tokenizer)
+    backend.encode_special_tokens = True
+    block_tokens = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    with _StoreWriter(directory, block_tokens) as writer, \
+            tqdm(desc="tokenising corpus", unit=" docs", disable=not show_progress) as progress:
+        for batch in document_batches(iter_corpus(sources)):
+            writer.add_batch(backend.encode_batch([doc.text for doc in batch], add_special_tokens=False))
+            progress.update(len(batch))
+    if writer.num_blocks == 0:
+        names = ", ".join(str(source) for source in sources)
+        raise DataError(f"{names}: empty corpus: no document with at least {MIN_DOCUMENT_TOKENS} tokens of text")
+    return {
+        "block_tokens": block_tokens, "num_blocks": writer.num_blocks, "num_tokens": writer.num_tokens,
+        "num_documents": writer.num_documents, "documents_read": writer.documents_read,
+        "dropped_tokens": writer.dropped_tokens,
+    }
+
+
+class TokenStore:
+    """Packed blocks of token ids and word starts, memory-mapped from a store folder (see the module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.meta: dict[str, Any] = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
+        arrays = {key: np.memmap(self.path / name, dtype=dtype, mode="r") for key, (name, dtype) in FILES.items()}
+        self._ids, self._word_starts = arrays["ids"], arrays["word_starts"]
+        self._offsets, self._documents = arrays["offsets"], arrays["documents"]
+        self.num_tokens: int = int(self.meta["num_tokens"])
+        self.num_documents: int = int(self.meta["num_documents"])
+
+    @classmethod
+    def build_or_load(cls, sources: Sequence[str | Path], tokenizer: PreTrainedTokenizerFast, max_length: int,
+                      cache_dir: Path | None = None, show_progress: bool = True) -> TokenStore:
+        """The store for (sources, tokenizer, max_length): loaded from the cache, or built there first."""
+        sources = [sources] if isinstance(sources, (str, Path)) else list(sources)
+        if not sources:
+            raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+        special = tokenizer.num_special_tokens_to_add(pair=False)
+        require(max_length - special >= MIN_DOCUMENT_TOKENS, "max_length",
+                f"must leave room for {MIN_DOCUMENT_TOKENS} tokens besides the {special} special tokens")
+        key = cache_key(sources, tokenizer, max_length)
+        path = Path(cache_dir or default_cache_dir()) / "token_stores" / key
+        if (path / "meta.json").is_file():
+            logger.info("reusing token store %s", path)
+            return cls(path)
+        logger.info("building token store %s", path)
+        with atomic_directory(path) as tmp:
+            counts = _build(tmp, sources, tokenizer, max_length, show_progress)
+            meta = {
+                "format_version": FORMAT_VERSION, "cache_key": key, "sources": [str(s) for s in sources],
+                "tokenizer": tokenizer.name_or_path, "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+                "vocab_size": len(tokenizer), "max_length": max_length, **counts,
+            }
+            write_text_atomic(tmp / "meta.json", json.dumps(meta, indent=2) + "\n")
+        return cls(path)
+
+    def __len__(self) -> int:
+        return len(self._documents)
+
+    def _check(self, index: int) -> int:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"block {index} out of range for a store of {len(self)} blocks")
+        return index % len(self)
+
+    def block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32 (n,), word_starts bool (n,)) of one block, without special tokens; copies, not views."""
+        index = self._check(index)
+        start, end = int(self._offsets[index]), int(self._offsets[index + 1])
+        return np.array(self._ids[start:end]), self._word_starts[start:end].astype(bool)
+
+    def block_document(self, index: int) -> int:
+        """The index of the document block `index` came from; a document's blocks are contiguous and in order."""
+        return int(self._documents[self._check(index)])
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle only the folder (DataLoader workers re-open the memory maps instead of copying the data)."""
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(Path(state["path"]))
+
+    def __repr__(self) -> str:
+        return (f"TokenStore({self.path}, blocks={len(self)}, tokens={self.num_tokens}, "
+                f"documents={self.num_documents}, max_length={self.meta['max_length']})")
