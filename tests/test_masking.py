@@ -241,6 +241,15 @@ def test_decoder_input_mask_whole_words():
     check_whole_words(chosen, ~special, word_starts, 0.5)
 
 
+def test_words_never_cross_special_tokens():
+    candidates = torch.tensor([[False, True, True, False, True, True, False]]).repeat(400, 1)
+    word_starts = torch.tensor([[False, True, False, False, False, False, False]]).repeat(400, 1)
+    chosen = select_positions(candidates, 0.5, generator(16), word_starts)
+    assert torch.equal(chosen[:, 1], chosen[:, 2]) and torch.equal(chosen[:, 4], chosen[:, 5])
+    assert (chosen[:, 1] != chosen[:, 4]).any(), "the token after a special token must start its own word"
+    assert not chosen[:, [0, 3, 6]].any()
+
+
 # whole words from real tokenizers
 
 
