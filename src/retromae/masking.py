@@ -1,0 +1,178 @@
+"""Masks for RetroMAE-style pre-training: pure, seeded, vectorised tensor functions.
+
+Owns: choosing positions to corrupt (token-level or whole-word), BERT's 80/10/10 MLM corruption for the encoder,
+the decoder's [MASK] positions for basic decoding, and the position-specific attention mask of enhanced decoding
+(RetroMAE paper, Sec. 3.1-3.3, Eq. 7), plus a per-row reference of the latter for tests and benchmarks.
+
+Does not own: tokenisation (word starts come from the caller, e.g. a fast tokenizer's `word_ids`), models, losses.
+Every random function takes a `torch.Generator` on the inputs' device and draws from it alone (no global RNG);
+everything is built with tensor ops on that device, so the same code runs on CPU and CUDA. Masks are boolean
+(True = selected / may attend), never float -inf, so a fully hidden row cannot turn into NaN under bf16/fp16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+MASK_SHARE = 0.8
+RANDOM_SHARE = 0.1
+
+
+def _check_ratio(ratio: float) -> None:
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"mask ratio must lie in [0, 1], got {ratio}")
+
+
+def _word_index(candidates: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:
+    """Number each candidate token's word, 1..W per row; a candidate after a non-candidate also starts a word."""
+    after_gap = torch.ones_like(candidates)  # (B, L)
+    after_gap[:, 1:] = ~candidates[:, :-1]
+    starts = candidates & (word_starts.bool() | after_gap)  # (B, L)
+    return starts.long().cumsum(dim=1)  # (B, L)
+
+
+def select_positions(
+    candidates: torch.Tensor,
+    ratio: float,
+    generator: torch.Generator,
+    word_starts: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Choose about `ratio` of the candidate positions of each row, independently (Bernoulli, as in BERT).
+
+    With `word_starts` (True where a word begins, e.g. from a fast tokenizer's `word_ids`), whole words are
+    chosen: a word is a word-start candidate plus the following non-start candidates, and a chosen word selects
+    all its tokens. Words never cross a non-candidate (special/padding) token. Returns a bool tensor (B, L).
+    """
+    _check_ratio(ratio)
+    candidates = candidates.bool()
+    batch, length = candidates.shape
+    if word_starts is None:
+        draws = torch.rand((batch, length), generator=generator, device=candidates.device)  # (B, L)
+        return candidates & (draws < ratio)
+    word_draws = torch.rand((batch, length + 1), generator=generator, device=candidates.device)  # (B, L + 1)
+    token_draws = word_draws.gather(1, _word_index(candidates, word_starts))  # (B, L)
+    return candidates & (token_draws < ratio)
+
+
+def mlm_mask(
+    input_ids: torch.Tensor,
+    special_tokens_mask: torch.Tensor,
+    *,
+    ratio: float,
+    mask_token_id: int,
+    vocab_size: int,
+    generator: torch.Generator,
+    word_starts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masked-LM corruption: select `ratio` of the non-special tokens; of those 80% [MASK], 10% random, 10% kept.
+
+    `special_tokens_mask` is True on special tokens and padding, which are never selected. Returns
+    `(corrupted_ids, labels)`, both (B, L); labels hold the original id at selected positions and -100 elsewhere.
+    """
+    selected = select_positions(~special_tokens_mask.bool(), ratio, generator, word_starts)  # (B, L)
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))  # (B, L)
+    action = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)  # (B, L)
+    random_ids = torch.randint(
+        vocab_size, input_ids.shape, generator=generator, device=input_ids.device, dtype=input_ids.dtype
+    )  # (B, L)
+    to_mask = selected & (action < MASK_SHARE)
+    to_random = selected & (action >= MASK_SHARE) & (action < MASK_SHARE + RANDOM_SHARE)
+    corrupted = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
+    corrupted = torch.where(to_random, random_ids, corrupted)  # (B, L)
+    return corrupted, labels
+
+
+def decoder_input_mask(
+    special_tokens_mask: torch.Tensor,
+    *,
+    ratio: float,
+    generator: torch.Generator,
+    word_starts: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Basic decoding: positions of the decoder input to replace by [MASK] (all of them; no 80/10/10).
+
+    Special tokens and padding (True in `special_tokens_mask`) are never chosen. Returns a bool tensor (B, L).
+    """
+    return select_positions(~special_tokens_mask.bool(), ratio, generator, word_starts)
+
+
+def enhanced_decoding_mask(attention_mask: torch.Tensor, *, ratio: float, generator: torch.Generator) -> torch.Tensor:
+    """Enhanced decoding's position-specific attention mask (Eq. 7), True = row i may attend to column j.
+
+    Draws uniform scores (B, L, L) from `generator` and applies `enhanced_decoding_mask_from_scores`.
+    """
+    batch, length = attention_mask.shape
+    scores = torch.rand((batch, length, length), generator=generator, device=attention_mask.device)  # (B, L, L)
+    return enhanced_decoding_mask_from_scores(attention_mask, scores, ratio)
+
+
+def _hidden_counts(real: torch.Tensor, columns: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: the number of candidates and how many of them to hide, round(ratio * n), keeping one for row 0."""
+    n_candidates = (columns.sum(dim=1, keepdim=True) - columns.long()) * real  # (B, L); row i drops itself
+    n_hidden = torch.round(n_candidates.double() * ratio).long()  # (B, L); float64 + half-to-even = Python round
+    n_hidden[:, 0] = torch.minimum(n_hidden[:, 0], (n_candidates[:, 0] - 1).clamp(min=0))
+    return n_candidates, n_hidden
+
+
+def enhanced_decoding_mask_from_scores(
+    attention_mask: torch.Tensor, scores: torch.Tensor, ratio: float
+) -> torch.Tensor:
+    """Eq. 7 for given scores: row i sees a random sample of the other real tokens, plus column 0 unless i = 0.
+
+    Column 0 holds the sentence embedding ([CLS] position) and counts as real whatever `attention_mask[:, 0]` says.
+    For a real row i, the candidates are the real columns j with j != i and j != 0; the round(ratio * n)
+    candidates with the lowest scores are hidden (ties broken by the lower column index), the rest are visible;
+    scores must be finite.
+    Column 0 is visible in every row but row 0; the diagonal is hidden; padding columns are never visible.
+    No row is empty: row 0 keeps at least one real column visible (or, when it is the only real token, sees
+    itself), and padding rows see column 0 only. Returns a bool tensor (B, L, L).
+    """
+    _check_ratio(ratio)
+    position = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (L,)
+    real = (attention_mask != 0) | (position == 0)  # (B, L)
+    columns = real & (position != 0)  # (B, L): real columns other than column 0
+    candidates = real[:, :, None] & columns[:, None, :]  # (B, L, L)
+    candidates.diagonal(dim1=1, dim2=2).fill_(False)
+    n_candidates, n_hidden = _hidden_counts(real, columns, ratio)
+    order = torch.where(candidates, scores, float("inf")).argsort(dim=-1, stable=True)  # (B, L, L): candidates first
+    kept = (position >= n_hidden[:, :, None]) & (position < n_candidates[:, :, None])  # (B, L, L), in sorted order
+    visible = torch.zeros_like(candidates).scatter_(-1, order, kept)  # (B, L, L)
+    visible[:, 1:, 0] = True
+    visible[:, 0, 0] = n_candidates[:, 0] == 0
+    return visible
+
+
+def reference_enhanced_decoding_mask(
+    attention_mask: torch.Tensor, scores: torch.Tensor, ratio: float
+) -> torch.Tensor:
+    """Straightforward per-row Python loop implementing the rule of `enhanced_decoding_mask_from_scores`.
+
+    For tests (equality with the vectorised version on the same scores) and as the benchmark's baseline;
+    do not use it in training.
+    """
+    _check_ratio(ratio)
+    batch, length = attention_mask.shape
+    mask_rows = (attention_mask != 0).tolist()
+    score_rows = scores.tolist()
+    out = []
+    for b in range(batch):
+        real = [j == 0 or bool(mask_rows[b][j]) for j in range(length)]
+        rows = []
+        for i in range(length):
+            visible = [False] * length
+            if real[i]:
+                candidates = [j for j in range(length) if real[j] and j != i and j != 0]
+                n_hidden = round(ratio * len(candidates))
+                if i == 0:
+                    n_hidden = min(n_hidden, max(len(candidates) - 1, 0))
+                ranked = sorted((score_rows[b][i][j], j) for j in candidates)
+                for _, j in ranked[n_hidden:]:
+                    visible[j] = True
+                if i == 0 and not candidates:
+                    visible[0] = True
+            if i != 0:
+                visible[0] = True
+            rows.append(visible)
+        out.append(rows)
+    return torch.tensor(out, dtype=torch.bool, device=attention_mask.device)
