@@ -107,40 +107,37 @@ def enhanced_decoding_mask(attention_mask: torch.Tensor, *, ratio: float, genera
     return enhanced_decoding_mask_from_scores(attention_mask, scores, ratio)
 
 
-def _hidden_counts(real: torch.Tensor, columns: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row: the number of candidates and how many of them to hide, round(ratio * n), keeping one for row 0."""
-    n_candidates = (columns.sum(dim=1, keepdim=True) - columns.long()) * real  # (B, L); row i drops itself
-    n_hidden = torch.round(n_candidates.double() * ratio).long()  # (B, L); float64 + half-to-even = Python round
-    n_hidden[:, 0] = torch.minimum(n_hidden[:, 0], (n_candidates[:, 0] - 1).clamp(min=0))
-    return n_candidates, n_hidden
-
-
 def enhanced_decoding_mask_from_scores(
     attention_mask: torch.Tensor, scores: torch.Tensor, ratio: float
 ) -> torch.Tensor:
-    """Eq. 7 for given scores: row i sees a random sample of the other real tokens, plus column 0 unless i = 0.
+    """Eq. 7 for given uniform scores: row i sees a random sample of the other real tokens, plus column 0 unless i = 0.
 
     Column 0 holds the sentence embedding ([CLS] position) and counts as real whatever `attention_mask[:, 0]` says.
-    For a real row i, the candidates are the real columns j with j != i and j != 0; the round(ratio * n)
-    candidates with the lowest scores are hidden (ties broken by the lower column index), the rest are visible;
-    scores must be finite.
+    For a real row i, the candidates are the real columns j with j != i and j != 0; candidate j is hidden when
+    scores[b, i, j] < ratio, so each row hides a Binomial(n, ratio) sample, `ratio` of its candidates on average.
     Column 0 is visible in every row but row 0; the diagonal is hidden; padding columns are never visible.
-    No row is empty: row 0 keeps at least one real column visible (or, when it is the only real token, sees
-    itself), and padding rows see column 0 only. Returns a bool tensor (B, L, L).
+    No row is empty: when row 0 would see nothing, its highest-scoring candidate is shown (or, when [CLS] is the
+    only real token, row 0 sees itself); padding rows see column 0 only. Returns a bool tensor (B, L, L).
     """
     _check_ratio(ratio)
     position = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (L,)
     real = (attention_mask != 0) | (position == 0)  # (B, L)
     columns = real & (position != 0)  # (B, L): real columns other than column 0
-    candidates = real[:, :, None] & columns[:, None, :]  # (B, L, L)
-    candidates.diagonal(dim1=1, dim2=2).fill_(False)
-    n_candidates, n_hidden = _hidden_counts(real, columns, ratio)
-    order = torch.where(candidates, scores, float("inf")).argsort(dim=-1, stable=True)  # (B, L, L): candidates first
-    kept = (position >= n_hidden[:, :, None]) & (position < n_candidates[:, :, None])  # (B, L, L), in sorted order
-    visible = torch.zeros_like(candidates).scatter_(-1, order, kept)  # (B, L, L)
+    visible = real[:, :, None] & columns[:, None, :] & (scores >= ratio)  # (B, L, L)
+    visible.diagonal(dim1=1, dim2=2).fill_(False)
     visible[:, 1:, 0] = True
-    visible[:, 0, 0] = n_candidates[:, 0] == 0
+    _keep_first_row_non_empty(visible, columns, scores)
     return visible
+
+
+def _keep_first_row_non_empty(visible: torch.Tensor, columns: torch.Tensor, scores: torch.Tensor) -> None:
+    """Row 0 attends to its best-scoring candidate when its sample came out empty, to itself without candidates."""
+    empty = ~visible[:, 0].any(dim=-1)  # (B,)
+    best = torch.where(columns, scores[:, 0], -1.0).argmax(dim=-1)  # (B,)
+    has_candidates = columns.any(dim=-1)  # (B,)
+    target = torch.where(has_candidates, best, 0)  # (B,)
+    rows = torch.arange(visible.shape[0], device=visible.device)
+    visible[rows, 0, target] |= empty
 
 
 def reference_enhanced_decoding_mask(
@@ -163,14 +160,10 @@ def reference_enhanced_decoding_mask(
             visible = [False] * length
             if real[i]:
                 candidates = [j for j in range(length) if real[j] and j != i and j != 0]
-                n_hidden = round(ratio * len(candidates))
-                if i == 0:
-                    n_hidden = min(n_hidden, max(len(candidates) - 1, 0))
-                ranked = sorted((score_rows[b][i][j], j) for j in candidates)
-                for _, j in ranked[n_hidden:]:
-                    visible[j] = True
-                if i == 0 and not candidates:
-                    visible[0] = True
+                for j in candidates:
+                    visible[j] = score_rows[b][i][j] >= ratio
+                if i == 0 and not any(visible):
+                    visible[max(candidates, key=lambda j: score_rows[b][0][j]) if candidates else 0] = True
             if i != 0:
                 visible[0] = True
             rows.append(visible)
