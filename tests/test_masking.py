@@ -15,6 +15,7 @@ from retromae.masking import (
     enhanced_decoding_mask_from_scores,
     mlm_mask,
     reference_enhanced_decoding_mask,
+    seed_decoder_mask,
     select_positions,
 )
 
@@ -302,3 +303,41 @@ def test_whole_word_masking_with_real_tokenizers(kind, tiny_tokenizer):
     multi_piece = (~special & ~word_starts).sum().item()
     assert multi_piece > 50, "the sentences should contain words split into several tokens"
     assert 0.35 < chosen.sum().item() / (~special).sum().item() < 0.65
+
+
+# --- SEED-Encoder's weak-decoder mask ----------------------------------------------------------------------
+
+
+def reference_seed_mask(attention_mask: torch.Tensor, window: int) -> torch.Tensor:
+    """Per-row loop: row i sees column 0 always, and the real columns j with i - window < j <= i."""
+    batch, length = attention_mask.shape
+    out = torch.zeros(batch, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(length):
+            out[b, i, 0] = True
+            for j in range(max(1, i - window + 1), i + 1):
+                out[b, i, j] = bool(attention_mask[b, j])
+    return out
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 40])
+def test_seed_mask_equals_reference(window):
+    attention = right_padded([12, 3, 1, 7], 12)
+    attention[3, 4] = 0  # a hole inside a row
+    assert torch.equal(seed_decoder_mask(attention, window), reference_seed_mask(attention, window))
+
+
+def test_seed_mask_is_causal_windowed_and_keeps_cls():
+    attention = right_padded([8, 5], 8)
+    visible = seed_decoder_mask(attention, 2)
+    assert not torch.triu(visible, diagonal=1).any()  # never a later column
+    assert visible[:, :, 0].all()  # [CLS] (the encoder embedding) in every row
+    assert visible[0, 5].nonzero().flatten().tolist() == [0, 4, 5]  # previous two positions + [CLS]
+    assert visible[0, 0].nonzero().flatten().tolist() == [0]
+    assert not visible[1, :, 5:].any()  # padding columns never visible
+    assert visible.sum(-1).min() >= 1  # no empty row
+
+
+def test_seed_mask_rejects_an_empty_window():
+    with pytest.raises(ValueError, match="window"):
+        seed_decoder_mask(right_padded([3], 3), 0)

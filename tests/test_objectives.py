@@ -1,4 +1,4 @@
-"""RetroMAE and MLM objectives on tiny models: losses, gradients, determinism, overfitting, head sharing."""
+"""Every objective on tiny models: losses, gradients, determinism, overfitting, head sharing, decoder specifics."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import torch
 from conftest import make_sentences, tiny_bert_config
 from transformers import BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
-from retromae.objectives import build_objective
+from retromae.losses import info_nce
+from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.retromae import RetroMAE
+from retromae.objectives.seed import next_token_labels
 
 
 def settings(**overrides):
     values = dict(encoder_mask_ratio=0.3, decoder_mask_ratio=0.5, whole_word_mask=False,
-                  decoding="enhanced", decoder_layers=1)
+                  decoding="enhanced", decoder_layers=None, attention_window=2, temperature=0.05)
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -46,14 +48,17 @@ def generator(seed: int = 0) -> torch.Generator:
     ("retromae", {"decoding": "basic", "decoder_layers": 2}, {"loss", "encoder_mlm", "decoder"}),
     ("retromae", {"whole_word_mask": True}, {"loss", "encoder_mlm", "decoder"}),
     ("mlm", {}, {"loss", "encoder_mlm"}),
+    ("seed", {}, {"loss", "encoder_mlm", "decoder"}),
+    ("contrastive", {}, {"loss", "contrastive"}),
+    ("retromae+contrastive", {}, {"loss", "encoder_mlm", "decoder", "contrastive"}),
 ])
 def test_losses_are_named_finite_and_reach_the_encoder(tiny_tokenizer, name, overrides, keys):
     objective = build(name, tiny_tokenizer, **overrides)
-    losses = objective(make_batch(tiny_tokenizer), generator())
+    losses = objective(make_batch(tiny_tokenizer), generator())  # 4 rows: 2 pairs for the contrastive objectives
     assert set(losses) == keys
     assert all(torch.isfinite(v) for v in losses.values())
-    if "decoder" in losses:
-        torch.testing.assert_close(losses["loss"].detach(), losses["encoder_mlm"] + losses["decoder"])
+    parts = [value for key, value in losses.items() if key != "loss"]
+    torch.testing.assert_close(losses["loss"].detach(), sum(parts))
     losses["loss"].backward()
     encoder_layer = objective.encoder.base_model.encoder.layer[0].attention.self.query.weight
     assert encoder_layer.grad is not None and encoder_layer.grad.abs().sum() > 0
@@ -66,13 +71,15 @@ def test_decoder_is_one_layer_and_is_trained(tiny_tokenizer):
     assert objective.decoder[0].query.weight.grad.abs().sum() > 0
 
 
-def test_deterministic_under_a_seed(tiny_tokenizer):
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_deterministic_under_a_seed(tiny_tokenizer, name):
     batch = make_batch(tiny_tokenizer)
-    first = build("retromae", tiny_tokenizer).eval()(batch, generator(3))
-    second = build("retromae", tiny_tokenizer).eval()(batch, generator(3))
-    third = build("retromae", tiny_tokenizer).eval()(batch, generator(4))
-    assert torch.equal(first["loss"], second["loss"])
-    assert not torch.equal(first["loss"], third["loss"])
+    first = build(name, tiny_tokenizer).eval()(batch, generator(3))
+    second = build(name, tiny_tokenizer).eval()(batch, generator(3))
+    third = build(name, tiny_tokenizer).eval()(batch, generator(4))
+    assert all(torch.equal(first[key], second[key]) for key in first)
+    # Masks come from the generator; the contrastive objective's clean encoder pass draws nothing.
+    assert torch.equal(first["loss"], third["loss"]) == (name == "contrastive")
 
 
 def test_decoder_shares_embeddings_and_tied_head(tiny_tokenizer):
@@ -94,14 +101,18 @@ def test_vocabulary_projection_runs_only_at_masked_positions(tiny_tokenizer):
     assert 0 < rows[0] < 0.5 * real_tokens
 
 
-@pytest.mark.parametrize("decoding", ["enhanced", "basic"])
-def test_loss_falls_when_overfitting_a_few_blocks(tiny_tokenizer, decoding):
-    objective = build("retromae", tiny_tokenizer, decoding=decoding).eval()  # no dropout: pure memorisation
+@pytest.mark.parametrize("name,decoding,steps,fresh_masks", [
+    ("retromae", "enhanced", 60, True), ("retromae", "basic", 60, True), ("mlm", "enhanced", 25, False),
+    ("seed", "enhanced", 25, False), ("contrastive", "enhanced", 15, False),
+    ("retromae+contrastive", "enhanced", 25, False),
+])
+def test_loss_falls_when_overfitting_a_few_blocks(tiny_tokenizer, name, decoding, steps, fresh_masks):
+    objective = build(name, tiny_tokenizer, decoding=decoding).eval()  # no dropout: pure memorisation
     batch = make_batch(tiny_tokenizer, count=4)
     optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-2)
     losses = []
-    for step in range(60):
-        loss = objective(batch, generator(step))["loss"]
+    for step in range(steps):
+        loss = objective(batch, generator(step if fresh_masks else 0))["loss"]
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -128,3 +139,73 @@ def test_enhanced_decoding_rejects_deeper_decoders(tiny_tokenizer):
     with pytest.raises(ValueError, match="one decoder layer"):
         RetroMAE(BertForMaskedLM(tiny_bert_config(len(tiny_tokenizer))), build("mlm", tiny_tokenizer).masking,
                  decoding="enhanced", decoder_layers=2)
+
+
+# --- SEED-Encoder ------------------------------------------------------------------------------------------
+
+
+def test_seed_decoder_is_three_weak_layers_on_shared_embeddings(tiny_tokenizer):
+    objective = build("seed", tiny_tokenizer)
+    assert len(objective.weak_decoder) == 3 and objective.attention_window == 2
+    objective(make_batch(tiny_tokenizer), generator())["loss"].backward()
+    assert all(layer.query.weight.grad.abs().sum() > 0 for layer in objective.weak_decoder)
+    names = set(objective.head_state_dict())
+    assert any(n.startswith("weak_decoder.2.") for n in names) and any(n.startswith("encoder.cls.") for n in names)
+    assert not any(n.startswith("decoder.") or "word_embeddings" in n for n in names)
+
+
+def test_next_token_labels_skip_special_tokens_and_padding():
+    ids = torch.tensor([[101, 7, 8, 9, 102, 0]])
+    special = torch.tensor([[True, False, False, False, True, True]])
+    assert next_token_labels(ids, special).tolist() == [[7, 8, 9, -100, -100, -100]]
+
+
+@pytest.mark.parametrize("layers,window", [(1, 2), (3, 2), (1, 1)])
+def test_seed_row_sees_cls_and_only_its_window(tiny_tokenizer, layers, window):
+    """Row i (predicting token i + 1) depends on tokens i - r + 1 .. i, r = layers * (window - 1) + 1, not before."""
+    objective = build("seed", tiny_tokenizer, decoder_layers=layers, attention_window=window).eval()
+    batch = make_batch(tiny_tokenizer, count=1)
+    reach, row = layers * (window - 1) + 1, 12
+    cls = torch.randn(1, 1, 32, generator=generator())
+
+    def decoded(ids: torch.Tensor, cls_embedding: torch.Tensor = cls) -> torch.Tensor:
+        return objective.decode({**batch, "input_ids": ids}, cls_embedding)[0, row]
+
+    base = decoded(batch["input_ids"])
+    for position, expect_change in ((row - reach, False), (row - reach + 1, True), (row + 1, False)):
+        changed = batch["input_ids"].clone()
+        changed[0, position] = (changed[0, position] + 1) % len(tiny_tokenizer)
+        assert (not torch.equal(decoded(changed), base)) == expect_change, position  # hidden columns weigh exactly 0
+    assert not torch.equal(decoded(batch["input_ids"], cls + 1.0), base)  # conditioned on [CLS]
+
+
+# --- contrastive objectives --------------------------------------------------------------------------------
+
+
+def test_contrastive_loss_is_info_nce_of_clean_cls_cosines(tiny_tokenizer):
+    objective = build("contrastive", tiny_tokenizer, temperature=0.1).eval()
+    batch = make_batch(tiny_tokenizer, count=6)  # rows 0-2 first views, rows 3-5 their positives
+    hidden = objective.encoder.base_model(input_ids=batch["input_ids"],
+                                          attention_mask=batch["attention_mask"]).last_hidden_state
+    cls = torch.nn.functional.normalize(hidden[:, 0], dim=-1)
+    expected = info_nce(cls[:3], cls[3:], 0.1, torch.arange(3))
+    torch.testing.assert_close(objective(batch, generator())["loss"], expected)
+
+
+def test_contrastive_trains_the_encoder_but_not_the_unused_mlm_head(tiny_tokenizer):
+    objective = build("contrastive", tiny_tokenizer)
+    trainable = {name for name, p in objective.named_parameters() if p.requires_grad}
+    assert "encoder.bert.embeddings.word_embeddings.weight" in trainable  # tied to the MLM decoder, still trained
+    assert not any(name.startswith("encoder.cls.") for name in trainable)
+    assert set(objective.head_state_dict()) == set(build("mlm", tiny_tokenizer).head_state_dict())
+
+
+def test_retromae_contrastive_keeps_retromae_head_names(tiny_tokenizer):
+    assert set(build("retromae+contrastive", tiny_tokenizer).head_state_dict()) == \
+        set(build("retromae", tiny_tokenizer).head_state_dict())
+
+
+@pytest.mark.parametrize("name", ["contrastive", "retromae+contrastive"])
+def test_pair_batches_need_an_even_number_of_rows(tiny_tokenizer, name):
+    with pytest.raises(ValueError, match="even number of rows"):
+        build(name, tiny_tokenizer)(make_batch(tiny_tokenizer, count=3), generator())

@@ -55,15 +55,20 @@ def save_head(objective: nn.Module, output: Path) -> None:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
 
 
-def load_head(objective: nn.Module, output: Path) -> None:
-    """Load `save_head`'s tensors into an objective of the same kind; names must match exactly."""
+def load_head(objective: nn.Module, output: Path, allow_unused: bool = False) -> list[str]:
+    """Load `save_head`'s tensors into an objective of the same kind; names must match exactly.
+
+    With `allow_unused`, tensors the objective has no place for (e.g. a decoder when continuing with plain MLM)
+    are skipped and their names returned; every tensor the objective needs must still be there.
+    """
     path = Path(output) / HEAD_FILE
     if not path.exists():
         raise ModelLoadError(f"{path}: no pre-training head to continue from")
     tensors = load_file(str(path))
     expected = set(objective.head_state_dict())
-    if set(tensors) != expected:
-        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+    if missing or (unexpected and not allow_unused):
         raise ModelLoadError(f"{path}: head does not match this objective (missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]})")
-    objective.load_state_dict(tensors, strict=False)
+    objective.load_state_dict({name: tensors[name] for name in expected}, strict=False)
+    return unexpected

@@ -2,7 +2,8 @@
 
 Owns: choosing positions to corrupt (token-level or whole-word), BERT's 80/10/10 MLM corruption for the encoder,
 the decoder's [MASK] positions for basic decoding, and the position-specific attention mask of enhanced decoding
-(RetroMAE paper, Sec. 3.1-3.3, Eq. 7), plus a per-row reference of the latter for tests and benchmarks.
+(RetroMAE paper, Sec. 3.1-3.3, Eq. 7), plus a per-row reference of the latter for tests and benchmarks, and
+the windowed causal mask of SEED-Encoder's weak decoder (Lu et al., 2021, Eq. 9).
 
 Does not own: tokenisation (word starts come from the caller, e.g. a fast tokenizer's `word_ids`), models, losses.
 Every random function takes a `torch.Generator` on the inputs' device and draws from it alone (no global RNG);
@@ -169,3 +170,21 @@ def reference_enhanced_decoding_mask(
             rows.append(visible)
         out.append(rows)
     return torch.tensor(out, dtype=torch.bool, device=attention_mask.device)
+
+
+def seed_decoder_mask(attention_mask: torch.Tensor, window: int) -> torch.Tensor:
+    """SEED-Encoder's weak-decoder attention (Eq. 9), True = row i may attend to column j; shape (B, L, L).
+
+    The decoder input is shifted: position 0 holds the encoder's [CLS] embedding and position i >= 1 the
+    original token i, and row i predicts token i + 1. So the `window` previous tokens of that target are
+    columns i - window + 1 .. i: row i sees those that are real (`attention_mask`), plus column 0 always.
+    Causal (never j > i), never padding, never empty (column 0); deterministic, no generator.
+    """
+    if window < 1:
+        raise ValueError(f"attention window must be at least 1, got {window}")
+    length = attention_mask.shape[1]
+    position = torch.arange(length, device=attention_mask.device)  # (L,)
+    offset = position[:, None] - position[None, :]  # (L, L): i - j
+    in_window = (offset >= 0) & (offset < window)  # (L, L)
+    real = (attention_mask != 0) | (position == 0)  # (B, L)
+    return (in_window[None] & real[:, None, :]) | (position == 0)[None, None, :]

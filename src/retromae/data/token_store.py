@@ -265,6 +265,11 @@ class TokenStore:
         """The index of the document block `index` came from; a document's blocks are contiguous and in order."""
         return int(self._documents[self._check(index)])
 
+    def document_block_offsets(self) -> np.ndarray:
+        """(num_documents + 1,) int64: document d owns blocks offsets[d] .. offsets[d + 1] - 1."""
+        documents = np.asarray(self._documents)  # (num_blocks,), non-decreasing
+        return np.searchsorted(documents, np.arange(self.num_documents + 1), side="left").astype(np.int64)
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickle only the folder (DataLoader workers re-open the memory maps instead of copying the data)."""
         return {"path": str(self.path)}

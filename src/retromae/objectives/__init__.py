@@ -2,7 +2,8 @@
 
 Every objective is a `PretrainingObjective`: forward(batch, generator) returns a dict of named losses whose
 "loss" entry is optimised; the training loop logs every entry. Each class builds itself from a pre-training
-config with `from_config`; adding an objective means adding its module and one registry entry.
+config with `from_config` and checks its options with `check_config`; adding an objective means adding its
+module and one registry entry.
 """
 
 from __future__ import annotations
@@ -10,12 +11,18 @@ from __future__ import annotations
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.contrastive import Contrastive
 from retromae.objectives.mlm import MaskedLanguageModeling
 from retromae.objectives.retromae import RetroMAE
+from retromae.objectives.retromae_contrastive import RetroMAEContrastive
+from retromae.objectives.seed import SEEDEncoder
 
 OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "retromae": RetroMAE,
     "mlm": MaskedLanguageModeling,
+    "seed": SEEDEncoder,
+    "contrastive": Contrastive,
+    "retromae+contrastive": RetroMAEContrastive,
 }
 
 

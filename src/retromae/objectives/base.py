@@ -1,8 +1,9 @@
 """What every pre-training objective shares: the backbone, its MLM head, the masking settings.
 
 Owns: the `PretrainingObjective` base class (forward(batch, generator) → named losses, "loss" the sum to
-optimise), `MaskingSettings`, and the masked encoder pass used by MLM, RetroMAE and SEED alike.
-Does not own any decoder or objective-specific loss.
+optimise; class attributes saying which data it reads and its decoder's default depth; its config checks),
+`MaskingSettings`, the masked encoder pass used by MLM, RetroMAE and SEED alike, and the decoder input stream
+[h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share. Does not own any decoder or objective-specific loss.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae import backbone
+from retromae.config import require
 from retromae.masking import mlm_mask
 
 
@@ -34,7 +36,15 @@ class MaskingSettings:
 
 
 class PretrainingObjective(nn.Module):
-    """An encoder (a Hugging Face masked LM) plus whatever head the objective trains beside it."""
+    """An encoder (a Hugging Face masked LM) plus whatever head the objective trains beside it.
+
+    `pair_batches`: the objective reads two views per example (a `PairCollator` batch of 2B rows) instead of
+    blocks. `default_decoder_layers`: the decoder depth when `--decoder-layers` is not given; None when the
+    objective has no decoder.
+    """
+
+    pair_batches: bool = False
+    default_decoder_layers: int | None = None
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings):
         super().__init__()
@@ -52,6 +62,12 @@ class PretrainingObjective(nn.Module):
         """Build from a pre-training config; objectives with options of their own override this."""
         return cls(encoder, masking)
 
+    @classmethod
+    def check_config(cls, config) -> None:
+        """Raise ConfigError for options this objective cannot honour; objectives with options extend it."""
+        require(cls.default_decoder_layers is not None or config.decoder_layers is None, "decoder_layers",
+                f"the {config.objective} objective has no decoder")
+
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
@@ -65,6 +81,12 @@ class PretrainingObjective(nn.Module):
         )
         hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
         return hidden, backbone.masked_lm_loss(self.lm_head, hidden, labels)
+
+    def cls_and_token_stream(self, input_ids: torch.Tensor, cls_embedding: torch.Tensor) -> torch.Tensor:
+        """[h_cls, e(x_1)+p_1, ..., e(x_N)+p_N], shape (B, L, D): the sentence embedding (B, 1, D) at position 0, then
+        the shared embeddings of `input_ids` (B, L) from position 1 on."""
+        embedded = backbone.token_embeddings(self.encoder, input_ids)  # (B, L, D)
+        return torch.cat([cls_embedding, embedded[:, 1:]], dim=1)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor outside the encoder's base model (MLM head, decoder), each tied tensor once."""

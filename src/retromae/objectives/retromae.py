@@ -17,6 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from retromae import backbone
+from retromae.config import require
 from retromae.masking import decoder_input_mask, enhanced_decoding_mask
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
@@ -24,6 +25,8 @@ from retromae.objectives.layers import DecoderLayer
 
 class RetroMAE(PretrainingObjective):
     """Encoder MLM plus a decoder that reconstructs the input from the [CLS] embedding."""
+
+    default_decoder_layers = 1
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
                  decoder_layers: int = 1):
@@ -37,20 +40,27 @@ class RetroMAE(PretrainingObjective):
 
     @classmethod
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> RetroMAE:
-        return cls(encoder, masking, decoding=config.decoding, decoder_layers=config.decoder_layers)
+        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
+        return cls(encoder, masking, decoding=config.decoding, decoder_layers=layers)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        require(config.decoding == "basic" or config.decoder_layers in (None, 1), "decoder_layers",
+                "enhanced decoding uses exactly one layer; pass --decoding basic for deeper decoders")
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
-        hidden, encoder_loss = self.encode_masked(batch, generator)
-        cls_embedding = hidden[:, :1]  # (B, 1, D): the sentence embedding h_X
-        decode = self._enhanced_decoding if self.decoding == "enhanced" else self._basic_decoding
-        decoder_loss = decode(batch, cls_embedding, generator)
+        _, encoder_loss, decoder_loss = self.reconstruction_losses(batch, generator)
         return {"loss": encoder_loss + decoder_loss, "encoder_mlm": encoder_loss.detach(),
                 "decoder": decoder_loss.detach()}
 
-    def _context_stream(self, input_ids: torch.Tensor, cls_embedding: torch.Tensor) -> torch.Tensor:
-        """[h_cls, e(x_1)+p_1, ..., e(x_N)+p_N], shape (B, L, D)."""
-        embedded = backbone.token_embeddings(self.encoder, input_ids)  # (B, L, D)
-        return torch.cat([cls_embedding, embedded[:, 1:]], dim=1)
+    def reconstruction_losses(self, batch: dict[str, torch.Tensor],
+                              generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The sentence embeddings h_X (B, D) of the masked input, the encoder MLM loss and the decoder loss."""
+        hidden, encoder_loss = self.encode_masked(batch, generator)
+        cls_embedding = hidden[:, :1]  # (B, 1, D): the sentence embedding h_X
+        decode = self._enhanced_decoding if self.decoding == "enhanced" else self._basic_decoding
+        return cls_embedding[:, 0], encoder_loss, decode(batch, cls_embedding, generator)
 
     def _basic_decoding(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
                         generator: torch.Generator) -> torch.Tensor:
@@ -60,7 +70,7 @@ class RetroMAE(PretrainingObjective):
             word_starts=batch["word_starts"] if self.masking.whole_word_mask else None,
         )  # (B, L) bool
         corrupted = input_ids.masked_fill(masked, self.masking.mask_token_id)
-        hidden = self._context_stream(corrupted, cls_embedding)
+        hidden = self.cls_and_token_stream(corrupted, cls_embedding)
         visible = batch["attention_mask"].bool()[:, None, :]  # (B, 1, L)
         for layer in self.decoder:
             hidden = layer(hidden, hidden, visible)
@@ -73,7 +83,7 @@ class RetroMAE(PretrainingObjective):
         length = input_ids.shape[1]
         positions = backbone.position_embeddings(self.encoder, length, input_ids.device)  # (L, D)
         query = cls_embedding + positions[None]  # (B, L, D)
-        context = self._context_stream(input_ids, cls_embedding)  # (B, L, D)
+        context = self.cls_and_token_stream(input_ids, cls_embedding)  # (B, L, D)
         visible = enhanced_decoding_mask(
             batch["attention_mask"], ratio=self.masking.decoder_mask_ratio, generator=generator
         )  # (B, L, L)
