@@ -1,4 +1,5 @@
-"""Pre-training end to end on a tiny model: outputs, exact resume, errors, CLI, and a 2-process DDP run."""
+"""Pre-training end to end on a tiny model: outputs, exact resume, errors, CLI, a 2-process DDP run, every
+objective's data wiring, and the two-stage workflow (--init-from)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+import retromae.pretrain
 import retromae.train
 from retromae.backbone import load_masked_lm
 from retromae.cli import main
+from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.export import export_encoder, load_head, save_head
 from retromae.objectives import build_objective
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretrain import PretrainConfig, init_head, load_backbone, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,7 +122,8 @@ def test_cli_help_documents_every_option(capsys):
     text = capsys.readouterr().out
     for flag in ("--model", "--corpus", "--output", "--max-steps", "--batch-size", "--max-length", "--decoding",
                  "--encoder-mask-ratio", "--decoder-mask-ratio", "--config", "--from-config", "--resume",
-                 "--mixed-precision", "--gradient-accumulation-steps", "--whole-word-mask"):
+                 "--mixed-precision", "--gradient-accumulation-steps", "--whole-word-mask", "--objective",
+                 "--decoder-layers", "--attention-window", "--temperature", "--pairs", "--init-from"):
         assert flag in text
 
 
@@ -150,3 +154,131 @@ def test_two_process_ddp_run_on_cpu(tiny_model_dir, tiny_corpus, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert [m["step"] for m in read_metrics(output)] == [1, 2, 3]
     assert (output / "encoder" / "config.json").exists()
+
+
+# --- objectives, their data and options -------------------------------------------------------------------
+
+
+def write_pairs(path: Path, count: int = 12) -> Path:
+    from conftest import make_sentences
+
+    lines = [json.dumps({"query": make_sentences(1, seed=i)[0], "pos": make_sentences(2, seed=100 + i)})
+             for i in range(count)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("objective,data,keys", [
+    ("seed", "corpus", {"encoder_mlm", "decoder"}),
+    ("contrastive", "corpus", {"contrastive"}),
+    ("contrastive", "pairs", {"contrastive"}),
+    ("retromae+contrastive", "pairs", {"encoder_mlm", "decoder", "contrastive"}),
+])
+def test_every_objective_pretrains_on_its_data(tiny_model_dir, tiny_corpus, tmp_path, objective, data, keys):
+    sources = {"corpus": [str(tiny_corpus)]} if data == "corpus" else \
+        {"corpus": [], "pairs": str(write_pairs(tmp_path / "pairs.jsonl"))}
+    output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", objective=objective, max_steps=2,
+                             save_every=0, **sources))
+    metrics = read_metrics(output)
+    assert [m["step"] for m in metrics] == [1, 2] and keys | {"loss"} <= set(metrics[0])
+    assert all(np.isfinite(m["loss"]) for m in metrics)
+    assert (output / "encoder" / "config.json").exists() and (output / "pretrain_head.safetensors").exists()
+
+
+@pytest.mark.parametrize("objective,layers", [("retromae", 1), ("seed", 3), ("mlm", None), ("contrastive", None)])
+def test_decoder_layers_default_per_objective(tiny_corpus, tmp_path, objective, layers):
+    settings = PretrainConfig(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path), objective=objective)
+    assert settings.decoder_layers == layers
+
+
+@pytest.mark.parametrize("overrides,flag", [
+    ({"decoder_layers": 2}, "--decoder-layers"),  # enhanced decoding is one layer
+    ({"objective": "mlm", "decoder_layers": 2}, "--decoder-layers"),
+    ({"objective": "seed", "attention_window": 0}, "--attention-window"),
+    ({"objective": "contrastive", "temperature": 0.0}, "--temperature"),
+    ({"pairs": "p.jsonl"}, "--pairs"),  # retromae reads blocks
+    ({"objective": "contrastive", "pairs": "p.jsonl"}, "--pairs"),  # and --corpus too
+    ({"init_from": "previous"}, "--model"),  # both --model and --init-from
+    ({"model": None}, "--model"),
+    ({"model": None, "init_from": "previous", "from_config": True}, "--from-config"),
+])
+def test_bad_objective_options_name_the_option(tiny_corpus, tmp_path, overrides, flag):
+    values = dict(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path))
+    with pytest.raises(ConfigError, match=flag):
+        PretrainConfig(**{**values, **overrides})
+
+
+def test_seed_with_more_layers_is_not_held_to_enhanced_decoding(tiny_corpus, tmp_path):
+    settings = PretrainConfig(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path), objective="seed",
+                              decoder_layers=5)
+    assert (settings.decoder_layers, settings.decoding) == (5, "enhanced")
+
+
+# --- two-stage workflow --------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def stage_one(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
+    """A finished 3-step retromae run, and its trained objective as it was exported."""
+    trained = {}
+    export = retromae.pretrain.export_outputs
+
+    def keep_then_export(objective, tokenizer, output):
+        trained["objective"] = objective
+        export(objective, tokenizer, output)
+
+    monkeypatch.setattr(retromae.pretrain, "export_outputs", keep_then_export)
+    output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "stage1", max_steps=3, save_every=0))
+    monkeypatch.setattr(retromae.pretrain, "export_outputs", export)
+    return output, trained["objective"].eval()
+
+
+def stage_two(stage_one_output: Path, tiny_corpus, **overrides):
+    settings = PretrainConfig(init_from=str(stage_one_output), corpus=[str(tiny_corpus)],
+                              output=str(stage_one_output.parent / "stage2"), **overrides)
+    encoder, tokenizer = load_backbone(settings)
+    objective = build_objective(settings.objective, encoder, tokenizer, settings)
+    return objective, settings
+
+
+def test_stage_two_starts_from_the_stage_one_decoder(stage_one, tiny_corpus, tiny_tokenizer):
+    from test_objectives import make_batch
+
+    output, trained = stage_one
+    batch, generator = make_batch(tiny_tokenizer), lambda: torch.Generator().manual_seed(5)
+    last = trained(batch, generator())
+    continued, settings = stage_two(output, tiny_corpus)
+    fresh = continued.eval()(batch, generator())
+    init_head(continued, settings)
+    first = continued(batch, generator())
+    for key in ("loss", "encoder_mlm", "decoder"):
+        torch.testing.assert_close(first[key], last[key])
+    assert not torch.allclose(fresh["decoder"], last["decoder"])  # a fresh decoder would not continue the run
+
+    combined, settings = stage_two(output, tiny_corpus, objective="retromae+contrastive")
+    init_head(combined, settings)
+    both = combined.eval()(batch, generator())  # the same 4 rows, read as 2 pairs
+    for key in ("encoder_mlm", "decoder"):
+        torch.testing.assert_close(both[key], last[key])
+
+
+def test_stage_two_runs_from_the_cli(stage_one, tiny_corpus, tmp_path):
+    output, _ = stage_one
+    assert main(["pretrain", "--init-from", str(output), "--corpus", str(tiny_corpus), "--output",
+                 str(tmp_path / "stage2"), "--objective", "retromae+contrastive", "--max-steps", "2",
+                 "--batch-size", "4", "--max-length", "32", "--cache-dir", str(tmp_path / "cache")]) == 0
+    resolved = json.loads((tmp_path / "stage2" / "config.json").read_text())
+    assert (resolved["init_from"], resolved["model"]) == (str(output), None)
+    assert {"contrastive", "decoder"} <= set(read_metrics(tmp_path / "stage2")[0])
+
+
+def test_stage_two_rejects_a_head_of_another_objective(stage_one, tiny_corpus, tmp_path):
+    output, _ = stage_one
+    seed, settings = stage_two(output, tiny_corpus, objective="seed")
+    with pytest.raises(ModelLoadError, match="retromae .*does not fit the seed objective"):
+        init_head(seed, settings)
+    deeper, settings = stage_two(output, tiny_corpus, decoding="basic", decoder_layers=2)
+    with pytest.raises(ModelLoadError, match="missing"):
+        init_head(deeper, settings)
+    with pytest.raises(ModelLoadError, match="no encoder/ folder"):
+        stage_two(tmp_path, tiny_corpus)
