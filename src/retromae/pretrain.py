@@ -15,7 +15,7 @@ from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.token_store import TokenStore
 from retromae.export import export_encoder, export_sentence_transformer, save_head
 from retromae.objectives import OBJECTIVES, build_objective
-from retromae.train import Trainer, TrainingConfig, seed_everything
+from retromae.train import Trainer, TrainingConfig, make_accelerator, seed_everything
 
 
 @dataclass(kw_only=True)
@@ -49,13 +49,16 @@ class PretrainConfig(TrainingConfig):
 def pretrain(config: PretrainConfig) -> Path:
     """Run pre-training as configured; returns the output folder."""
     output = Path(config.output)
+    accelerator = make_accelerator(config)
     seed_everything(config.seed)
     encoder, tokenizer = load_masked_lm(config.model, from_config=config.from_config)
     max_length = min(config.max_length, encoder.config.max_position_embeddings)
-    store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
-                                     cache_dir=Path(config.cache_dir) if config.cache_dir else None)
+    with accelerator.main_process_first():  # one process tokenises; the others load its cache
+        store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
+                                         cache_dir=Path(config.cache_dir) if config.cache_dir else None,
+                                         show_progress=accelerator.is_local_main_process)
     objective = build_objective(config.objective, encoder, tokenizer, config)
-    trainer = Trainer(objective, BlockDataset(store), BlockCollator(tokenizer), config)
+    trainer = Trainer(objective, BlockDataset(store), BlockCollator(tokenizer), config, accelerator=accelerator)
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
