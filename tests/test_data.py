@@ -189,12 +189,19 @@ def test_missing_unknown_and_non_beir_sources(tmp_path):
     (tmp_path / "c.csv").write_text("text\nx\n", encoding="utf-8")
     with pytest.raises(DataError, match=rf"{tmp_path / 'c.csv'}: unknown corpus format '.csv'"):
         list(iter_documents(tmp_path / "c.csv"))
-    with pytest.raises(DataError, match=rf"{tmp_path}: a corpus folder must be in BEIR layout"):
+    with pytest.raises(DataError, match=rf"{tmp_path}: no corpus.jsonl \(BEIR layout\) and no .txt"):
         list(iter_documents(tmp_path))
     with pytest.raises(DataError, match="hf:.*cannot load the dataset"):
         list(iter_documents(f"hf:{tmp_path / 'no-such-folder'}/"))
     with pytest.raises(DataError, match="no corpus given"):
         list(iter_corpus([]))
+
+
+def test_folder_of_corpus_files_reads_each_in_name_order(tmp_path):
+    (tmp_path / "b.txt").write_text("second doc\n", encoding="utf-8")
+    (tmp_path / "a.jsonl").write_text('{"text": "first doc"}\n', encoding="utf-8")
+    (tmp_path / "notes.md").write_text("ignored\n", encoding="utf-8")
+    assert [d.text for d in iter_documents(tmp_path)] == ["first doc", "second doc"]
 
 
 def test_missing_file_in_store_build_names_it(tmp_path, tiny_tokenizer):

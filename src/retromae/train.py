@@ -125,6 +125,11 @@ def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimize
     return torch.optim.AdamW(groups, lr=config.learning_rate)
 
 
+def make_accelerator(config: TrainingConfig) -> Accelerator:
+    """The run's Accelerator; create it before any distributed work (e.g. building a data cache on rank 0 first)."""
+    return Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
+
+
 def _launched_without_gpus() -> bool:
     """True for a multi-process launch (torchrun, accelerate launch) on a machine without CUDA: DDP over gloo."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
@@ -164,10 +169,10 @@ class Trainer:
     """Runs `config.max_steps` optimiser steps of `model` over `dataset`, checkpointing and logging as it goes."""
 
     def __init__(self, model: nn.Module, dataset: Dataset, collate: Callable, config: TrainingConfig,
-                 count_tokens: Callable[[dict], int] | None = None):
+                 count_tokens: Callable[[dict], int] | None = None, accelerator: Accelerator | None = None):
         self.config = config
         self.output = Path(config.output)
-        self.accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
+        self.accelerator = accelerator or make_accelerator(config)
         self.dataset, self.collate = dataset, collate
         self.count_tokens = count_tokens or (lambda batch: int(batch["attention_mask"].sum()))
         self.state = TrainState()

@@ -7,6 +7,7 @@ Every reader streams: memory does not grow with the size of the file.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from retromae.errors import DataError
 
 HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
+CORPUS_SUFFIXES = (".txt", *JSON_SUFFIXES, ".parquet")
 PARQUET_BATCH_ROWS = 1024
 
 
@@ -46,7 +48,7 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")
     if path.is_dir():
-        return _read_jsonl(_beir_corpus_file(path))
+        return itertools.chain.from_iterable(iter_documents(file) for file in folder_files(path))
     suffix = path.suffix.lower()
     if suffix == ".txt":
         return _read_txt(path)
@@ -55,7 +57,7 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
     if suffix == ".parquet":
         return _read_parquet(path)
     raise DataError(f"{path}: unknown corpus format {suffix or '(no extension)'!r}; use .txt, .jsonl, .json, "
-                    ".parquet, a BEIR folder (with corpus.jsonl) or hf:NAME")
+                    ".parquet, a folder of such files, a BEIR folder or hf:NAME")
 
 
 def parse_hf_source(source: str) -> tuple[str, str | None]:
@@ -69,11 +71,15 @@ def parse_hf_source(source: str) -> tuple[str, str | None]:
     return name, config or None
 
 
-def _beir_corpus_file(folder: Path) -> Path:
-    corpus = folder / "corpus.jsonl"
-    if not corpus.is_file():
-        raise DataError(f"{folder}: a corpus folder must be in BEIR layout and contain corpus.jsonl")
-    return corpus
+def folder_files(folder: Path) -> list[Path]:
+    """The corpus files of a folder: a BEIR folder's corpus.jsonl, else every .txt/.jsonl/.json/.parquet in it."""
+    beir = folder / "corpus.jsonl"
+    if beir.is_file():
+        return [beir]
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES)
+    if not files:
+        raise DataError(f"{folder}: no corpus.jsonl (BEIR layout) and no {', '.join(CORPUS_SUFFIXES)} files")
+    return files
 
 
 def _join(title: Any, text: str) -> str:

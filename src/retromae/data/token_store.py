@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from retromae.config import require
-from retromae.data.corpus import HF_PREFIX, Document, iter_corpus, parse_hf_source
+from retromae.data.corpus import HF_PREFIX, Document, folder_files, iter_corpus, parse_hf_source
 from retromae.errors import DataError
 from retromae.io import atomic_directory, write_text_atomic
 
@@ -85,7 +85,7 @@ def source_fingerprint(source: str | Path) -> list[Any]:
     path = Path(source)
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")
-    return _files_fingerprint([path / "corpus.jsonl" if path.is_dir() else path])
+    return _files_fingerprint(folder_files(path) if path.is_dir() else [path])
 
 
 def _files_fingerprint(paths: Iterable[Path]) -> list[Any]:

@@ -1,0 +1,42 @@
+"""`retromae index`: an embeddings folder → a faiss (or exact numpy) index folder.
+
+Thin: parse → `IndexConfig` → `retrieval.index.build_index` / `save_index`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from retromae.config import add_config_arguments, build_config, option
+from retromae.retrieval.encode import load_embeddings
+from retromae.retrieval.index import METRICS, build_index, save_index
+
+HELP = "Build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder"
+
+
+@dataclasses.dataclass(kw_only=True)
+class IndexConfig:
+    embeddings: Path = option(help="embeddings folder written by `retromae encode`")
+    output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json)")
+    factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
+                                  "(without faiss only Flat: exact numpy search)")
+    metric: str = option("ip", "similarity: ip (inner product; cosine on normalised vectors) or l2",
+                         choices=METRICS)
+    params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32")
+    seed: int = option(0, "seed of the training sample for IVF/PQ indexes")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser, IndexConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(IndexConfig, args)
+    ids, vectors, encoding = load_embeddings(config.embeddings)
+    index = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
+                        seed=config.seed)
+    save_index(index, config.output, ids, {"factory": config.factory, "params": config.params, "encoder": encoding})
+    print(f"indexed {len(ids)} vectors into {config.output} ({config.factory}, {config.metric})")
+    return 0

@@ -1,0 +1,78 @@
+"""`retromae search`: an index folder + queries (an embeddings folder, or a queries file) → a TREC run file.
+
+Thin: parse → `SearchConfig` → `retrieval.index.search` → `write_trec_run`. A queries file is encoded with the
+model, pooling and normalisation recorded in the index (from `retromae encode`) unless options override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.data.retrieval_sets import load_queries, write_trec_run
+from retromae.encoder import Encoder, EncoderOptions
+from retromae.retrieval.encode import load_embeddings
+from retromae.retrieval.index import load_index, search, set_search_params
+from retromae.retrieval.search import TextOptions, encode_texts, results_to_run
+
+HELP = "Search an index with queries (embeddings folder or queries file) and write the top-k as a TREC run"
+
+
+@dataclasses.dataclass(kw_only=True)
+class SearchConfig(EncoderOptions):
+    model: str | None = option(None, "model that encodes a queries file; default: the one recorded in the index")
+    index: Path = option(help="index folder written by `retromae index`")
+    queries: Path = option(help="queries: an embeddings folder from `retromae encode`, or a queries file "
+                                "(queries.jsonl, queries.tsv) to encode here")
+    output: Path = option(help="TREC run file to write")
+    k: int = option(100, "documents per query")
+    params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
+    query_prefix: str = option("", "text put before every query when encoding a queries file, e.g. 'query: '")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
+    tag: str = option("retromae", "run tag written in the last column")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.k > 0, "k", "must be positive")
+
+
+def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encoder:
+    model = config.model or recorded.get("model")
+    if not model:
+        raise ConfigError("--model: the index records no model; name the one that encoded the corpus")
+    pooling = config.pooling or recorded.get("pooling")
+    normalize = recorded.get("normalize") if config.normalize is None else config.normalize
+    return Encoder.load(model, pooling=pooling, normalize=normalize, device=config.device, dtype=config.dtype)
+
+
+def query_vectors(config: SearchConfig, recorded: dict[str, Any]) -> tuple[list[str], np.ndarray]:
+    """Ids and `(Q, D)` vectors of the queries: read from an embeddings folder, or encoded from a file."""
+    if Path(config.queries).is_dir():
+        ids, vectors, _ = load_embeddings(config.queries)
+        return ids, np.asarray(vectors, dtype=np.float32)
+    queries = load_queries(config.queries)
+    encoder = _load_query_encoder(config, recorded)
+    options = TextOptions(config.query_prefix, config.query_max_length)
+    return list(queries), encode_texts(encoder, list(queries.values()), options, config.batch_size)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser, SearchConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(SearchConfig, args)
+    index, doc_ids, info = load_index(config.index)
+    set_search_params(index, info.get("params", "") if config.params is None else config.params)
+    query_ids, vectors = query_vectors(config, info.get("encoder", {}))
+    if vectors.shape[1] != index.d:
+        raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {index.d}-dimensional index")
+    scores, rows = search(index, vectors, config.k, show_progress=True)
+    write_trec_run(results_to_run(query_ids, doc_ids, scores, rows), config.output, tag=config.tag)
+    print(f"searched {len(query_ids)} queries over {len(doc_ids)} documents; top-{config.k} run in {config.output}")
+    return 0

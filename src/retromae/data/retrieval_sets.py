@@ -1,0 +1,312 @@
+"""Readers and writers for retrieval sets, TREC runs and STS pairs.
+
+Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
+(`collection.tsv`, `queries*.tsv`, `qrels*.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS
+Benchmark file layout; checking them (malformed lines, duplicate ids, dangling judgments).
+Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retromae.errors import DataError
+from retromae.io import write_text_atomic
+
+MAX_IDS_SHOWN = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One document of a retrieval corpus."""
+
+    title: str
+    text: str
+
+    def joined(self) -> str:
+        """Title and text separated by a space, or the text alone when there is no title."""
+        return f"{self.title} {self.text}" if self.title else self.text
+
+
+@dataclass
+class RetrievalSet:
+    """A corpus, the queries of one split and their relevance judgments (qid → docid → grade)."""
+
+    corpus: dict[str, Passage]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, line without its end-of-line) for every non-blank line of a UTF-8 file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}:{number}: not valid UTF-8 ({err.reason})") from None
+            if line.strip():
+                yield number, line
+
+
+def _format(path: Path) -> str:
+    """'jsonl' or 'tsv', from the file name (a trailing .gz ignored)."""
+    suffixes = [s for s in Path(path).suffixes if s != ".gz"]
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if suffix in (".tsv", ".txt"):
+        return "tsv"
+    raise DataError(f"{path}: unknown format; expected .jsonl (BEIR) or .tsv (MS MARCO)")
+
+
+def _json_record(path: Path, number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path}:{number}: expected a JSON object")
+    return record
+
+
+def _json_field(path: Path, number: int, record: dict, *names: str) -> str:
+    """The first of `names` present in `record`, as a string; DataError naming the line when none is."""
+    for name in names:
+        if record.get(name) is not None:
+            return str(record[name])
+    raise DataError(f"{path}:{number}: missing field {' or '.join(repr(n) for n in names)}")
+
+
+def _read_table(path: Path, parse: Callable[[int, str], tuple[str, object]]) -> dict:
+    """Read every line of `path` through `parse(number, line) -> (id, value)`; ids must be non-empty and unique."""
+    table: dict = {}
+    duplicates: dict[str, int] = {}
+    for number, line in _lines(path):
+        key, value = parse(number, line)
+        if not key:
+            raise DataError(f"{path}:{number}: empty id")
+        if key in table:
+            duplicates.setdefault(key, number)
+        else:
+            table[key] = value
+    if duplicates:
+        shown = ", ".join(f"{key!r} (line {line})" for key, line in list(duplicates.items())[:MAX_IDS_SHOWN])
+        raise DataError(f"{path}: {len(duplicates)} duplicate ids: {shown}")
+    return table
+
+
+def load_corpus(path: Path) -> dict[str, Passage]:
+    """A corpus: BEIR `corpus.jsonl` (`_id`, `title`, `text`) or MS MARCO `collection.tsv` (pid, [title,] text)."""
+    path = Path(path)
+    if _format(path) == "jsonl":
+        def parse(number: int, line: str) -> tuple[str, Passage]:
+            record = _json_record(path, number, line)
+            passage = Passage(str(record.get("title") or ""), _json_field(path, number, record, "text"))
+            return _json_field(path, number, record, "_id", "id"), passage
+    else:
+        def parse(number: int, line: str) -> tuple[str, Passage]:
+            fields = line.split("\t")
+            if len(fields) == 2:
+                return fields[0].strip(), Passage("", fields[1])
+            if len(fields) == 3:
+                return fields[0].strip(), Passage(fields[1], fields[2])
+            raise DataError(f"{path}:{number}: expected 'id<TAB>text' or 'id<TAB>title<TAB>text', "
+                            f"found {len(fields)} tab-separated fields")
+    corpus = _read_table(path, parse)
+    if not corpus:
+        raise DataError(f"{path}: the corpus is empty")
+    return corpus
+
+
+def load_queries(path: Path) -> dict[str, str]:
+    """Queries: BEIR `queries.jsonl` (`_id`, `text`) or MS MARCO `queries.tsv` (qid, text)."""
+    path = Path(path)
+    if _format(path) == "jsonl":
+        def parse(number: int, line: str) -> tuple[str, str]:
+            record = _json_record(path, number, line)
+            return _json_field(path, number, record, "_id", "id"), _json_field(path, number, record, "text")
+    else:
+        def parse(number: int, line: str) -> tuple[str, str]:
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise DataError(f"{path}:{number}: expected 'id<TAB>text', found {len(fields)} tab-separated fields")
+            return fields[0].strip(), fields[1]
+    queries = _read_table(path, parse)
+    if not queries:
+        raise DataError(f"{path}: no queries")
+    return queries
+
+
+def _split_fields(line: str) -> list[str]:
+    """Tab-separated fields when the line has tabs (ids may hold spaces), else whitespace-separated."""
+    return [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
+
+
+def _qrel_fields(path: Path, number: int, line: str) -> tuple[str, str, str]:
+    """(qid, docid, grade) from a BEIR (3 fields) or TREC (4 fields) qrels line."""
+    fields = _split_fields(line)
+    if len(fields) == 4:
+        return fields[0], fields[2], fields[3]
+    if len(fields) == 3:
+        return fields[0], fields[1], fields[2]
+    raise DataError(f"{path}:{number}: expected 'query-id corpus-id score' or 'qid 0 docid rel', "
+                    f"found {len(fields)} fields")
+
+
+def load_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """Relevance judgments: BEIR tsv (header `query-id corpus-id score`) or TREC qrels (`qid 0 docid rel`)."""
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    for index, (number, line) in enumerate(_lines(path)):
+        qid, docid, grade = _qrel_fields(path, number, line)
+        try:
+            value = int(grade)
+        except ValueError:
+            if index == 0:  # the BEIR header line
+                continue
+            raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer") from None
+        previous = qrels.setdefault(qid, {}).setdefault(docid, value)
+        if previous != value:
+            raise DataError(f"{path}:{number}: query {qid!r} judges document {docid!r} twice ({previous}, {value})")
+    if not qrels:
+        raise DataError(f"{path}: no relevance judgments")
+    return qrels
+
+
+def _find(folder: Path, names: list[str], what: str) -> Path:
+    """The first of `names` (or its .gz) present in `folder`; DataError listing every name looked for."""
+    for name in names:
+        for candidate in (folder / name, folder / f"{name}.gz"):
+            if candidate.is_file():
+                return candidate
+    raise DataError(f"{folder}: no {what} file; looked for {', '.join(names)}")
+
+
+def _examples(ids: set[str]) -> str:
+    return ", ".join(repr(i) for i in sorted(ids)[:MAX_IDS_SHOWN])
+
+
+def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict, paths: dict[str, Path]) -> None:
+    """Remove judgments naming an unknown query or document, with one warning giving the counts."""
+    unknown_queries = {qid for qid in qrels if qid not in queries}
+    dropped_by_query = sum(len(qrels.pop(qid)) for qid in unknown_queries)
+    unknown_docs: set[str] = set()
+    dropped_by_doc = 0
+    for docs in qrels.values():
+        missing = [docid for docid in docs if docid not in corpus]
+        unknown_docs.update(missing)
+        dropped_by_doc += len(missing)
+        for docid in missing:
+            del docs[docid]
+    if not dropped_by_query and not dropped_by_doc:
+        return
+    parts = []
+    if dropped_by_query:
+        parts.append(f"{dropped_by_query} judgments name {len(unknown_queries)} queries missing from "
+                     f"{paths['queries'].name} (e.g. {_examples(unknown_queries)})")
+    if dropped_by_doc:
+        parts.append(f"{dropped_by_doc} judgments name {len(unknown_docs)} documents missing from "
+                     f"{paths['corpus'].name} (e.g. {_examples(unknown_docs)})")
+    warnings.warn(f"{paths['qrels']}: dropped them: {'; '.join(parts)}", stacklevel=3)
+
+
+def load_retrieval_set(folder: Path, split: str = "test") -> RetrievalSet:
+    """A BEIR folder or an MS MARCO folder, restricted to the queries judged in `split`.
+
+    BEIR: `corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`. MS MARCO: `collection.tsv`,
+    `queries.{split}.tsv` (or `queries.{split}.small.tsv`, `queries.tsv`), `qrels.{split}.tsv`
+    (or `qrels.{split}.small.tsv`, `qrels.tsv`).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder")
+    paths = {
+        "corpus": _find(folder, ["corpus.jsonl", "collection.tsv", "corpus.tsv"], "corpus"),
+        "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
+                                  "queries.tsv"], "queries"),
+        "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
+                                "qrels.tsv"], f"qrels (split {split!r})"),
+    }
+    qrels = load_qrels(paths["qrels"])
+    all_queries = load_queries(paths["queries"])
+    corpus = load_corpus(paths["corpus"])
+    _drop_dangling(qrels, corpus, all_queries, paths)
+    queries = {qid: text for qid, text in all_queries.items() if qrels.get(qid)}
+    if not queries:
+        raise DataError(f"{paths['qrels']}: no judged query left after dropping unknown queries and documents")
+    return RetrievalSet(corpus=corpus, queries=queries, qrels={qid: qrels[qid] for qid in queries})
+
+
+def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
+    """A TREC run file (`qid Q0 docid rank score tag`, whitespace-separated) as qid → docid → score."""
+    path = Path(path)
+    run: dict[str, dict[str, float]] = {}
+    for number, line in _lines(path):
+        fields = line.split()
+        if len(fields) != 6:
+            raise DataError(f"{path}:{number}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
+        qid, _, docid, rank, score, _ = fields
+        try:
+            int(rank)
+            value = float(score)
+        except ValueError:
+            raise DataError(f"{path}:{number}: rank {rank!r} or score {score!r} is not a number") from None
+        docs = run.setdefault(qid, {})
+        if docid in docs:
+            raise DataError(f"{path}:{number}: document {docid!r} appears twice for query {qid!r}")
+        docs[docid] = value
+    if not run:
+        raise DataError(f"{path}: the run is empty")
+    return run
+
+
+def _check_token(value: str, what: str) -> None:
+    if not value or len(value.split()) != 1 or value != value.strip():
+        raise ValueError(f"{what} {value!r} cannot be written to a TREC run: it is empty or holds whitespace")
+
+
+def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "retromae") -> None:
+    """Write `run` as a TREC run file, atomically; per query by score descending (ties: doc id descending,
+    the order trec_eval ranks them in). Scores are written with full precision so that a re-read run ranks alike."""
+    _check_token(tag, "tag")
+    lines = []
+    for qid, docs in run.items():
+        _check_token(qid, "query id")
+        ranked = sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        for rank, (docid, score) in enumerate(ranked, start=1):
+            _check_token(docid, "document id")
+            lines.append(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
+    write_text_atomic(Path(path), "".join(lines))
+
+
+def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+    """STS Benchmark layout (tab-separated genre, file, year, id, score, sentence 1, sentence 2, [extra columns]):
+    the two sentence lists and the gold scores, shape (N,)."""
+    path = Path(path)
+    first, second, scores = [], [], []
+    for number, line in _lines(path):
+        fields = line.split("\t")
+        if len(fields) < 7:
+            raise DataError(f"{path}:{number}: expected at least 7 tab-separated fields "
+                            f"(genre, file, year, id, score, sentence 1, sentence 2), found {len(fields)}")
+        try:
+            scores.append(float(fields[4]))
+        except ValueError:
+            raise DataError(f"{path}:{number}: score {fields[4]!r} is not a number") from None
+        first.append(fields[5])
+        second.append(fields[6])
+    if not scores:
+        raise DataError(f"{path}: no sentence pairs")
+    return first, second, np.asarray(scores, dtype=np.float64)

@@ -1,0 +1,276 @@
+"""Load any text encoder for inference, pool its token states into one vector per text, normalise.
+
+Owns: `PoolingConfig`, `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling), reading the three
+folder kinds (our export with `retromae_encoder.json`, a sentence-transformers folder, any plain Hugging Face
+model folder or hub name) and saving our export. Does not own training, objectives or decoder heads: those
+live in `objectives/` and `train.py`, which call `Encoder.embed` for pooled embeddings with gradients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from retromae.config import option, require
+from retromae.errors import ModelLoadError
+from retromae.io import atomic_directory, write_text_atomic
+
+ENCODER_FILE = "retromae_encoder.json"
+POOLINGS = ("cls", "mean")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DEFAULT_MAX_LENGTH = 512
+# sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
+ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+
+
+@dataclasses.dataclass
+class PoolingConfig:
+    """How token states become a text vector: [CLS] state or masked mean, optionally L2-normalised."""
+
+    pooling: str = "cls"
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.pooling in POOLINGS, "pooling", f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+
+
+@dataclasses.dataclass
+class FolderSpec:
+    """What a model folder says about itself: where the transformer lives, its pooling and max length."""
+
+    subfolder: str = ""
+    pooling: PoolingConfig = dataclasses.field(default_factory=PoolingConfig)
+    max_length: int | None = None
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConfig) -> torch.Tensor:
+    """Pool token states `(B, L, D)` under `attention_mask` `(B, L)` into `(B, D)` text vectors."""
+    hidden = hidden.float()  # pool in float32 even under autocast
+    if config.pooling == "cls":
+        pooled = hidden[:, 0]  # (B, D)
+    else:
+        mask = attention_mask.unsqueeze(-1).float()  # (B, L, 1)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
+    return F.normalize(pooled, dim=-1) if config.normalize else pooled
+
+
+def _looks_local(name_or_path: str) -> bool:
+    """A hub id is `name` or `owner/name`; anything else (absolute, ./, ~, deeper paths) is a folder."""
+    return (os.path.isabs(name_or_path) or name_or_path.startswith((".", "~"))
+            or name_or_path.count("/") > 1 or os.path.exists(name_or_path))
+
+
+def _read_json(source: str, filename: str) -> dict[str, Any] | None:
+    """A JSON file of a local folder or hub repository, or None when it has no such file."""
+    if os.path.isdir(source):
+        path = Path(source) / filename
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return json.loads(Path(hf_hub_download(source, filename)).read_text(encoding="utf-8"))
+    except EntryNotFoundError:
+        return None
+    except Exception as error:  # any hub failure (offline, missing repo, bad id) means the model cannot load
+        raise ModelLoadError(f"cannot load model {source!r}: not a local folder, and the Hugging Face Hub "
+                             f"lookup failed: {error}") from error
+
+
+def _st_pooling(source: str, module_path: str) -> str:
+    """The pooling mode of a sentence-transformers Pooling module, if we support it."""
+    config = _read_json(source, f"{module_path}/config.json") or {}
+    mode = config.get("pooling_mode") or [name for key, name in ST_POOLING_KEYS.items() if config.get(key)]
+    modes = [mode] if isinstance(mode, str) else list(mode)
+    other = [key for key, value in config.items() if key.startswith("pooling_mode_") and value
+             and key not in ST_POOLING_KEYS]
+    if len(modes) != 1 or modes[0] not in POOLINGS or other:
+        raise ModelLoadError(f"{source}: sentence-transformers pooling {modes + other} is not supported "
+                             f"(supported: {', '.join(POOLINGS)})")
+    return modes[0]
+
+
+def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
+    """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize."""
+    spec, pooling, normalize = FolderSpec(), None, False
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        path = module.get("path", "")
+        if kind == "Transformer":
+            spec.subfolder = path
+            st_config = _read_json(source, f"{path}/sentence_bert_config.json" if path else "sentence_bert_config.json")
+            spec.max_length = (st_config or {}).get("max_seq_length")
+        elif kind == "Pooling":
+            pooling = _st_pooling(source, path)
+        elif kind == "Normalize":
+            normalize = True
+        else:
+            raise ModelLoadError(f"{source}: sentence-transformers module {module.get('type')!r} is not supported "
+                                 "(supported: Transformer, Pooling, Normalize)")
+    if pooling is None:
+        raise ModelLoadError(f"{source}: modules.json has no Pooling module")
+    spec.pooling = PoolingConfig(pooling, normalize)
+    return spec
+
+
+def describe_folder(source: str) -> FolderSpec:
+    """Pooling, normalisation, max length and transformer subfolder declared by a model folder or hub repo."""
+    ours = _read_json(source, ENCODER_FILE)
+    if ours is not None:
+        return FolderSpec(pooling=PoolingConfig(ours.get("pooling", "cls"), bool(ours.get("normalize", False))),
+                          max_length=ours.get("max_length"))
+    modules = _read_json(source, "modules.json")
+    if modules is not None:
+        return _sentence_transformers_spec(source, modules)
+    return FolderSpec()
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: None means full float32; "auto" is bf16 (or fp16) on CUDA and float32 elsewhere."""
+    if isinstance(dtype, torch.dtype):
+        return None if dtype == torch.float32 else dtype
+    if dtype in (None, "auto"):
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    require(dtype in DTYPES, "dtype", f"must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
+    return None if dtype == "float32" else DTYPES[dtype]
+
+
+def _default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
+    limits = [declared or DEFAULT_MAX_LENGTH, getattr(model.config, "max_position_embeddings", None),
+              tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None]
+    return min(limit for limit in limits if limit)
+
+
+@dataclasses.dataclass(kw_only=True)
+class EncoderOptions:
+    """Command-line options that load an encoder; commands that encode text extend this config."""
+
+    model: str = option(help="our exported encoder folder, a sentence-transformers folder, or any Hugging Face "
+                             "encoder (folder or hub name)")
+    pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
+    normalize: bool | None = option(None, "L2-normalise the vectors; default: what the model folder declares, else no")
+    dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, float32 on CPU",
+                        choices=("auto", *DTYPES))
+    device: str | None = option(None, "torch device, e.g. cpu or cuda:1; default: this process's GPU if any")
+    batch_size: int = option(64, "texts per forward pass")
+
+    def __post_init__(self) -> None:
+        require(self.batch_size > 0, "batch_size", "must be positive")
+
+    def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
+        """The encoder these options name, on `--device`, else on `device`, else on the default device."""
+        return Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,
+                            device=self.device or device, dtype=self.dtype)
+
+
+class Encoder:
+    """A transformer encoder with pooling: texts → float32 vectors (`encode`) or tensors with grad (`embed`)."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 pooling: PoolingConfig | None = None, max_length: int | None = None,
+                 amp_dtype: torch.dtype | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = pooling or PoolingConfig()
+        self.max_length = max_length or _default_max_length(model, tokenizer, None)
+        self.amp_dtype = amp_dtype
+
+    @property
+    def pooling(self) -> str:
+        return self.config.pooling
+
+    @property
+    def normalize(self) -> bool:
+        return self.config.normalize
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dimension(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @classmethod
+    def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
+             device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
+             max_length: int | None = None) -> Encoder:
+        """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win."""
+        source = str(name_or_path)
+        source = os.path.expanduser(source)
+        if _looks_local(source) and not os.path.isdir(source):
+            raise ModelLoadError(f"cannot load model {source!r}: no such folder")
+        spec = describe_folder(source)
+        config = PoolingConfig(pooling or spec.pooling.pooling,
+                               spec.pooling.normalize if normalize is None else normalize)
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, subfolder=spec.subfolder)
+            model = AutoModel.from_pretrained(source, subfolder=spec.subfolder)
+        except (OSError, ValueError, KeyError) as error:
+            raise ModelLoadError(f"cannot load model {source!r}: {error}") from error
+        model.to(device).eval()
+        length = max_length or _default_max_length(model, tokenizer, spec.max_length)
+        return cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+
+    def save(self, path: str | Path) -> None:
+        """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""
+        with atomic_directory(Path(path)) as tmp:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            info = {**dataclasses.asdict(self.config), "max_length": self.max_length}
+            write_text_atomic(tmp / ENCODER_FILE, json.dumps(info, indent=2) + "\n")
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled (and, if configured, normalised) embeddings `(B, D)` of `(B, L)` inputs, with gradients."""
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        return pool(hidden, attention_mask, self.config)
+
+    def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
+        """Token ids of each text (prefix prepended), truncated, unpadded."""
+        texts = [prefix + text for text in texts] if prefix else list(texts)
+        return self.tokenizer(texts, truncation=True, max_length=max_length or self.max_length,
+                              return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+    def collate(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-pad token id lists into `(B, L)` ids and attention mask on the encoder's device."""
+        longest = max(len(ids) for ids in sequences)
+        pad_id = self.tokenizer.pad_token_id or 0
+        input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)  # (B, L)
+        attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)  # (B, L)
+        for row, ids in enumerate(sequences):
+            input_ids[row, :len(ids)] = ids
+            attention_mask[row, :len(ids)] = 1
+        return torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
+               show_progress: bool = True) -> np.ndarray:
+        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length."""
+        require(batch_size > 0, "batch_size", "must be positive")
+        sequences = self.tokenize(texts, max_length, prefix) if len(texts) else []
+        order = np.argsort([-len(ids) for ids in sequences], kind="stable")
+        output = np.empty((len(sequences), self.dimension), dtype=np.float32)  # (N, D)
+        self.model.eval()
+        with tqdm(total=len(sequences), desc="encode", unit="text", disable=not show_progress, leave=False) as bar:
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                input_ids, attention_mask = self.collate([sequences[row] for row in rows])
+                with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                    enabled=self.amp_dtype is not None):
+                    vectors = self.embed(input_ids, attention_mask)  # (B, D)
+                output[rows] = vectors.float().cpu().numpy()
+                bar.update(len(rows))
+        return output

@@ -1,0 +1,89 @@
+"""BM25 lexical retrieval with bm25s: the baseline of every retrieval table and the source of BM25 negatives.
+
+Owns tokenisation for BM25 (lower-casing, English stopwords, optional Snowball stemming through PyStemmer, as
+BEIR-style baselines do), building the index over a corpus and returning runs `{query_id: {doc_id: score}}`.
+Does not own reading data files or evaluating runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+
+import bm25s
+import numpy as np
+
+from retromae.config import ConfigError, option, require
+
+METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+STEMMERS = ("none", "english")
+
+
+@dataclasses.dataclass
+class BM25Params:
+    """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
+
+    k1: float = option(1.2, "BM25 term-frequency saturation")
+    b: float = option(0.75, "BM25 length normalisation")
+    method: str = option("lucene", "BM25 variant (bm25s)", choices=METHODS)
+    stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
+    stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
+
+    def __post_init__(self) -> None:
+        require(self.k1 >= 0, "k1", "must be non-negative")
+        require(0 <= self.b <= 1, "b", "must lie in [0, 1]")
+        require(self.method in METHODS, "method", f"must be one of {', '.join(METHODS)}")
+        require(self.stemmer in STEMMERS, "stemmer", f"must be one of {', '.join(STEMMERS)}")
+
+
+def _stemmer(name: str) -> Callable[[str], str] | None:
+    if name == "none":
+        return None
+    try:
+        import Stemmer
+    except ImportError as error:
+        raise ConfigError("--stemmer: english stemming needs PyStemmer (pip install PyStemmer)") from error
+    return Stemmer.Stemmer(name).stemWord
+
+
+class BM25:
+    """A bm25s index over a corpus; `search` returns the top-k documents of each query with positive scores."""
+
+    def __init__(self, params: BM25Params | None = None) -> None:
+        self.params = params or BM25Params()
+        self.stem = _stemmer(self.params.stemmer)
+        self.ids: list[str] = []
+        self.retriever = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
+
+    def _tokens(self, texts: Sequence[str], show_progress: bool) -> list[list[str]]:
+        stopwords = self.params.stopwords if self.params.stopwords != "none" else None
+        return bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=self.stem, return_ids=False,
+                              show_progress=show_progress)
+
+    def index(self, ids: Sequence[str], texts: Sequence[str], show_progress: bool = True) -> BM25:
+        """Index `texts` under `ids`; returns self."""
+        require(len(ids) == len(texts) and len(ids) > 0, "corpus", "needs one text per id and at least one text")
+        self.ids = list(ids)
+        self.retriever.index(self._tokens(texts, show_progress), show_progress=show_progress)
+        return self
+
+    def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool = True,
+               threads: int = 0) -> dict[str, dict[str, float]]:
+        """Run `{query_id: {doc_id: score}}` of the top-k documents that share a term with each query."""
+        require(k > 0, "k", "must be positive")
+        query_ids = list(queries)
+        tokens = self._tokens([queries[query_id] for query_id in query_ids], show_progress)
+        rows, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=show_progress,
+                                               n_threads=threads)  # (Q, k) each
+        return {query_id: _hits(self.ids, rows[n], scores[n]) for n, query_id in enumerate(query_ids)}
+
+
+def _hits(ids: list[str], rows: np.ndarray, scores: np.ndarray) -> dict[str, float]:
+    return {ids[row]: float(score) for row, score in zip(rows, scores, strict=True) if score > 0}
+
+
+def bm25_search(corpus: Mapping[str, str], queries: Mapping[str, str], k: int = 100,
+                params: BM25Params | None = None, show_progress: bool = True) -> dict[str, dict[str, float]]:
+    """BM25 run of `queries` over `corpus` (both id → text)."""
+    engine = BM25(params).index(list(corpus), list(corpus.values()), show_progress=show_progress)
+    return engine.search(queries, k, show_progress=show_progress)

@@ -1,0 +1,159 @@
+"""Encode a corpus or query set into a folder of float32 vectors, resumable by shard, over several processes.
+
+Owns the embeddings folder layout:
+
+    embeddings.npy   float32 (N, D), rows in the order of ids.txt (numpy format, never pickled)
+    ids.txt          one id per line
+    encode.json      how the vectors were made: model, pooling, normalize, prefix, max_length, count, dim
+    shards/          shard-00000.npy ... while a run is in progress; removed once merged
+
+Shard i holds rows [i * shard_size, (i + 1) * shard_size). Under Accelerate each process encodes the shards
+with `i % num_processes == process_index`; a killed run that is started again skips every finished shard.
+Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.encoder`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from accelerate import PartialState
+from tqdm.auto import tqdm
+
+from retromae.config import ConfigError, require
+from retromae.encoder import Encoder
+from retromae.errors import DataError
+from retromae.io import atomic_path, write_text_atomic
+
+EMBEDDINGS_FILE = "embeddings.npy"
+IDS_FILE = "ids.txt"
+INFO_FILE = "encode.json"
+SHARDS_DIR = "shards"
+MANIFEST_FILE = "manifest.json"
+
+
+def _fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
+    """A hash of ids and texts, so shards of one input are never mixed with another's."""
+    digest = hashlib.sha1()
+    for doc_id, text in zip(ids, texts, strict=True):
+        digest.update(doc_id.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
+    return digest.hexdigest()
+
+
+def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | None) -> dict[str, Any]:
+    """How an encoder turns text into vectors; stored beside embeddings so search can encode queries alike."""
+    return {"model": name, "pooling": encoder.pooling, "normalize": encoder.normalize, "prefix": prefix,
+            "max_length": max_length or encoder.max_length, "dim": encoder.dimension}
+
+
+def _save_array(array: np.ndarray, path: Path) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+
+
+def _check_manifest(shards: Path, manifest: dict[str, Any]) -> None:
+    """Start a manifest, or confirm the one left by an interrupted run describes the same work."""
+    path = shards / MANIFEST_FILE
+    if path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        if previous != manifest:
+            changed = sorted(key for key in manifest if previous.get(key) != manifest[key])
+            raise ConfigError(f"{shards.parent}: holds unfinished shards of a different encoding run "
+                              f"({', '.join(changed)} differ); delete the folder or choose another output")
+        return
+    shards.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(manifest, indent=2) + "\n")
+
+
+def _shard_done(path: Path, rows: int) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False).shape[0] == rows
+    except (ValueError, OSError):
+        return False
+
+
+def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, info: dict[str, Any]) -> None:
+    """Concatenate shards into embeddings.npy through a memory map, then write ids and info."""
+    shards = output_dir / SHARDS_DIR
+    with atomic_path(output_dir / EMBEDDINGS_FILE) as tmp:
+        merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(ids), info["dim"]))
+        for index in range(count):
+            merged[index * shard_size:(index + 1) * shard_size] = np.load(shards / f"shard-{index:05d}.npy")
+        merged.flush()
+        del merged
+    write_text_atomic(output_dir / IDS_FILE, "".join(f"{doc_id}\n" for doc_id in ids))
+    write_text_atomic(output_dir / INFO_FILE, json.dumps({**info, "count": len(ids)}, indent=2) + "\n")
+    shutil.rmtree(shards)
+
+
+def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
+    if len(ids) != len(texts):
+        raise DataError(f"{len(ids)} ids but {len(texts)} texts")
+    bad = next((doc_id for doc_id in ids if not doc_id or "\n" in doc_id or "\r" in doc_id), None)
+    if bad is not None:
+        raise DataError(f"id {bad!r} cannot be written one per line to {IDS_FILE}")
+
+
+def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
+                  model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
+                  max_length: int | None = None, prefix: str = "", show_progress: bool = True) -> Path:
+    """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder."""
+    require(shard_size > 0, "shard_size", "must be positive")
+    _check_ids(ids, texts)
+    output_dir = Path(output_dir)
+    state = PartialState()
+    info = encoder_info(encoder, model_name, prefix, max_length)
+    manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
+    if _finished(output_dir, manifest):
+        return output_dir
+    shards = output_dir / SHARDS_DIR
+    if state.is_main_process:
+        _check_manifest(shards, manifest)
+    state.wait_for_everyone()
+    count = -(-len(ids) // shard_size)
+    mine = [index for index in range(count) if index % state.num_processes == state.process_index]
+    for index in tqdm(mine, desc=f"shards (process {state.process_index})", unit="shard",
+                      disable=not show_progress):
+        rows = slice(index * shard_size, min((index + 1) * shard_size, len(ids)))
+        path = shards / f"shard-{index:05d}.npy"
+        if _shard_done(path, rows.stop - rows.start):
+            continue
+        vectors = encoder.encode(texts[rows], batch_size=batch_size, max_length=max_length, prefix=prefix,
+                                 show_progress=show_progress)
+        _save_array(vectors, path)
+    state.wait_for_everyone()
+    if state.is_main_process:
+        _merge(output_dir, ids, count, shard_size, {**info, "fingerprint": manifest["fingerprint"]})
+    state.wait_for_everyone()
+    return output_dir
+
+
+def _finished(output_dir: Path, manifest: dict[str, Any]) -> bool:
+    """Whether `output_dir` already holds the merged result of exactly this work."""
+    path = output_dir / INFO_FILE
+    if not (path.is_file() and (output_dir / EMBEDDINGS_FILE).is_file()):
+        return False
+    info = json.loads(path.read_text(encoding="utf-8"))
+    return all(info.get(key) == value for key, value in manifest.items() if key != "shard_size")
+
+
+def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+    """Ids, float32 `(N, D)` vectors and encode info of an embeddings folder written by `encode_to_dir`."""
+    folder = Path(folder)
+    for name in (EMBEDDINGS_FILE, IDS_FILE):
+        if not (folder / name).is_file():
+            raise DataError(f"{folder}: not an embeddings folder (no {name}); create one with `retromae encode`")
+    vectors = np.load(folder / EMBEDDINGS_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
+    ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+        raise DataError(f"{folder}: {EMBEDDINGS_FILE} has shape {vectors.shape} but {IDS_FILE} lists {len(ids)} ids")
+    info_path = folder / INFO_FILE
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    return ids, vectors, info

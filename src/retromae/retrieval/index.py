@@ -1,0 +1,190 @@
+"""Vector indexes: faiss through an index-factory string, with an exact numpy index when faiss is absent.
+
+Owns building (`build_index`: "Flat", "HNSW32", "IVF1024,PQ32", ... with inner-product or L2 metric), search
+parameters ("efSearch=128,nprobe=32"), top-k search returning higher-is-better scores, and the index folder:
+
+    index.faiss | index.npy   the faiss index, or the vectors of the exact numpy index
+    ids.txt                   the id of each indexed row
+    index.json                factory, metric, count, dim and the encoder info of the embeddings
+
+Does not own encoding (`retrieval.encode`) or turning hits into runs (`retrieval.search`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from retromae.config import ConfigError, require
+from retromae.errors import DataError
+from retromae.io import atomic_path, write_text_atomic
+
+METRICS = ("ip", "l2")
+INDEX_INFO = "index.json"
+IDS_FILE = "ids.txt"
+FAISS_FILE = "index.faiss"
+NUMPY_FILE = "index.npy"
+TRAIN_SAMPLE = 200_000
+EXACT_BLOCK = 256
+
+
+def import_faiss() -> Any | None:
+    """The faiss module, or None when it is not installed (then only the exact numpy index exists)."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+class ExactIndex:
+    """Exact top-k search in numpy with faiss's interface (`add`, `search`, `ntotal`, `d`, `metric`)."""
+
+    def __init__(self, dim: int, metric: str = "ip") -> None:
+        require(metric in METRICS, "metric", f"must be one of {', '.join(METRICS)}")
+        self.d = dim
+        self.metric = metric
+        self.vectors = np.zeros((0, dim), dtype=np.float32)  # (N, D)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.vectors.shape[0])
+
+    def add(self, vectors: np.ndarray) -> None:
+        self.vectors = np.concatenate([self.vectors, np.asarray(vectors, dtype=np.float32)])
+
+    def _scores(self, queries: np.ndarray) -> np.ndarray:
+        """Higher-is-better scores `(Q, N)`: inner products, or negated squared L2 distances."""
+        products = queries @ self.vectors.T  # (Q, N)
+        if self.metric == "ip":
+            return products
+        return 2 * products - (queries**2).sum(1, keepdims=True) - (self.vectors**2).sum(1)[None, :]
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss-style `(D, I)`, each `(Q, k)`: inner products or squared L2 distances, -1 where fewer than k."""
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)  # (Q, k)
+        indices = np.full((len(queries), k), -1, dtype=np.int64)  # (Q, k)
+        top = min(k, self.ntotal)
+        for start in range(0, len(queries) if top else 0, EXACT_BLOCK):
+            block = self._scores(np.asarray(queries[start:start + EXACT_BLOCK], dtype=np.float32))  # (B, N)
+            best = np.argpartition(-block, top - 1, axis=1)[:, :top]  # (B, top), unordered
+            order = np.argsort(-np.take_along_axis(block, best, 1), axis=1, kind="stable")
+            ranked = np.take_along_axis(best, order, 1)  # (B, top), best first
+            scores[start:start + len(block), :top] = np.take_along_axis(block, ranked, 1)
+            indices[start:start + len(block), :top] = ranked
+        return (scores if self.metric == "ip" else -scores), indices
+
+
+def _faiss_metric(faiss: Any, metric: str) -> int:
+    return faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
+
+
+def _train(index: Any, vectors: np.ndarray, seed: int) -> None:
+    """Train an index that needs it (IVF, PQ) on a seeded sample of at most TRAIN_SAMPLE vectors."""
+    if index.is_trained:
+        return
+    if len(vectors) > TRAIN_SAMPLE:
+        rows = np.sort(np.random.default_rng(seed).choice(len(vectors), TRAIN_SAMPLE, replace=False))
+        vectors = vectors[rows]
+    try:
+        index.train(np.ascontiguousarray(vectors, dtype=np.float32))
+    except RuntimeError as error:
+        raise ConfigError(f"--factory: cannot train this index on {len(vectors)} vectors: "
+                          f"{str(error).strip().splitlines()[-1]}") from error
+
+
+def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip", params: str = "",
+                seed: int = 0, add_batch: int = 100_000) -> Any:
+    """An index over `embeddings` `(N, D)` from a faiss factory string; exact numpy "Flat" without faiss."""
+    require(metric in METRICS, "metric", f"must be one of {', '.join(METRICS)}")
+    faiss = import_faiss()
+    if faiss is None:
+        require(factory == "Flat", "factory", f"{factory!r} needs faiss (pip install faiss-cpu); without it "
+                                              "only 'Flat' (exact numpy search) is available")
+        index = ExactIndex(embeddings.shape[1], metric)
+    else:
+        try:
+            index = faiss.index_factory(int(embeddings.shape[1]), factory, _faiss_metric(faiss, metric))
+        except RuntimeError as error:
+            raise ConfigError(f"--factory: {factory!r} is not a valid faiss index factory string") from error
+        _train(index, embeddings, seed)
+    for start in range(0, len(embeddings), add_batch):
+        index.add(np.ascontiguousarray(embeddings[start:start + add_batch], dtype=np.float32))
+    set_search_params(index, params)
+    return index
+
+
+def set_search_params(index: Any, params: str) -> None:
+    """Apply faiss search parameters such as "efSearch=128,nprobe=32" (ignored by the exact index)."""
+    if not params or isinstance(index, ExactIndex):
+        return
+    faiss = import_faiss()
+    try:
+        faiss.ParameterSpace().set_index_parameters(index, params)
+    except RuntimeError as error:
+        raise ConfigError(f"--params: {params!r} does not apply to this index: "
+                          f"{str(error).strip().splitlines()[-1]}") from error
+
+
+def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096,
+           show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k `(scores, indices)`, each `(Q, k)`, best first; scores are higher-is-better, indices -1 past the end."""
+    require(k > 0, "k", "must be positive")
+    l2 = _is_l2(index)
+    scores = np.empty((len(queries), k), dtype=np.float32)  # (Q, k)
+    indices = np.empty((len(queries), k), dtype=np.int64)  # (Q, k)
+    for start in tqdm(range(0, len(queries), batch_size), desc="search", unit="batch", disable=not show_progress):
+        block = np.ascontiguousarray(queries[start:start + batch_size], dtype=np.float32)
+        distances, rows = index.search(block, k)
+        scores[start:start + len(block)] = -distances if l2 else distances
+        indices[start:start + len(block)] = rows
+    return scores, indices
+
+
+def _is_l2(index: Any) -> bool:
+    if isinstance(index, ExactIndex):
+        return index.metric == "l2"
+    return index.metric_type == import_faiss().METRIC_L2
+
+
+def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, Any] | None = None) -> None:
+    """Write the index folder (layout above); `info` (factory, encoder info, ...) goes into index.json."""
+    folder = Path(folder)
+    require(index.ntotal == len(ids), "ids", f"{len(ids)} ids for an index of {index.ntotal} vectors")
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(index, ExactIndex):
+        with atomic_path(folder / NUMPY_FILE) as tmp, open(tmp, "wb") as handle:
+            np.save(handle, index.vectors, allow_pickle=False)
+        backend, metric = "numpy", index.metric
+    else:
+        faiss = import_faiss()
+        with atomic_path(folder / FAISS_FILE) as tmp:
+            faiss.write_index(index, str(tmp))
+        backend, metric = "faiss", "l2" if _is_l2(index) else "ip"
+    write_text_atomic(folder / IDS_FILE, "".join(f"{doc_id}\n" for doc_id in ids))
+    record = {**(info or {}), "backend": backend, "metric": metric, "count": len(ids), "dim": int(index.d)}
+    write_text_atomic(folder / INDEX_INFO, json.dumps(record, indent=2) + "\n")
+
+
+def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
+    """The index, its row ids and its index.json info from a folder written by `save_index`."""
+    folder = Path(folder)
+    if not (folder / INDEX_INFO).is_file():
+        raise DataError(f"{folder}: not an index folder (no {INDEX_INFO}); create one with `retromae index`")
+    info = json.loads((folder / INDEX_INFO).read_text(encoding="utf-8"))
+    ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    if info["backend"] == "numpy":
+        index = ExactIndex(info["dim"], info["metric"])
+        index.vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
+    else:
+        faiss = import_faiss()
+        if faiss is None:
+            raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
+        index = faiss.read_index(str(folder / FAISS_FILE))
+    if index.ntotal != len(ids):
+        raise DataError(f"{folder}: the index holds {index.ntotal} vectors but {IDS_FILE} lists {len(ids)} ids")
+    return index, ids, info

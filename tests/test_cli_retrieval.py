@@ -1,0 +1,113 @@
+"""End to end on tiny files: encode → index → search → evaluate, BM25, STS, and the errors users see."""
+
+import json
+
+import pytest
+from conftest import make_sentences
+
+from retromae.cli import main
+from retromae.data.retrieval_sets import read_trec_run
+
+DOCS = make_sentences(30, seed=11)
+JUDGED = [2, 5, 9, 14, 21]
+
+
+@pytest.fixture()
+def beir(tmp_path):
+    """A BEIR folder whose queries repeat one document's text each; that document is the relevant one."""
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [json.dumps({"_id": f"d{i}", "title": "", "text": text}) for i, text in enumerate(DOCS)]
+    (folder / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
+    queries = [json.dumps({"_id": f"q{i}", "text": DOCS[i]}) for i in JUDGED]
+    (folder / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    qrels = "".join(f"q{i}\td{i}\t1\n" for i in JUDGED)
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+    return folder
+
+
+def cli(*args) -> int:
+    return main([str(arg) for arg in args])
+
+
+def test_encode_index_search_evaluate(tmp_path, beir, tiny_model_dir, capsys):
+    model = ["--model", tiny_model_dir, "--pooling", "mean", "--normalize", "--no-progress"]
+    docs = ["--input", beir / "corpus.jsonl", "--output", tmp_path / "docs", "--shard-size", 7]
+    assert cli("encode", *model, *docs) == 0
+    assert cli("encode", *model, "--input", beir / "queries.jsonl", "--output", tmp_path / "queries") == 0
+    assert (tmp_path / "queries" / "ids.txt").read_text().split() == [f"q{i}" for i in JUDGED]
+    assert cli("index", "--embeddings", tmp_path / "docs", "--output", tmp_path / "index") == 0
+    assert cli("search", "--index", tmp_path / "index", "--queries", tmp_path / "queries",
+               "--output", tmp_path / "run.trec", "--k", 10) == 0
+    # a queries file is encoded with the model, pooling and normalisation recorded in the index
+    assert cli("search", "--index", tmp_path / "index", "--queries", beir / "queries.jsonl",
+               "--output", tmp_path / "run2.trec", "--k", 10) == 0
+    first, second = read_trec_run(tmp_path / "run.trec"), read_trec_run(tmp_path / "run2.trec")
+    assert all(max(first[q], key=first[q].get) == f"d{q[1:]}" for q in first)
+    assert {q: list(docs) for q, docs in first.items()} == {q: list(docs) for q, docs in second.items()}
+    assert cli("evaluate", "--run", tmp_path / "run.trec", "--data", beir, "--output", tmp_path / "run.json") == 0
+    assert json.loads((tmp_path / "run.json").read_text())["ndcg@10"] == pytest.approx(1.0)
+    assert "ndcg@10" in capsys.readouterr().out
+
+
+def test_evaluate_model_with_per_query_scores(tmp_path, beir, tiny_model_dir):
+    assert cli("evaluate", "--model", tiny_model_dir, "--pooling", "mean", "--normalize", "--data", beir,
+               "--split", "test", "--k-values", 1, 10, "--per-query", "--output", tmp_path / "r.json",
+               "--save-run", tmp_path / "model.trec") == 0
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["ndcg@10"] == pytest.approx(1.0) and results["mrr@1"] == pytest.approx(1.0)
+    assert set(results["per_query"]) == {f"q{i}" for i in JUDGED} and "recall@10" in results["per_query"]["q2"]
+    assert len(read_trec_run(tmp_path / "model.trec")["q2"]) == 10
+
+
+def test_bm25_run_and_its_evaluation(tmp_path, beir):
+    assert cli("bm25", "--data", beir, "--split", "test", "--output", tmp_path / "bm25.trec", "--k", 5) == 0
+    run = read_trec_run(tmp_path / "bm25.trec")
+    assert set(run) == {f"q{i}" for i in JUDGED} and all(len(docs) <= 5 for docs in run.values())
+    assert cli("evaluate", "--run", tmp_path / "bm25.trec", "--data", beir, "--output", tmp_path / "b.json") == 0
+    assert json.loads((tmp_path / "b.json").read_text())["mrr@10"] > 0.5
+
+
+def test_evaluate_sts(tmp_path, tiny_model_dir):
+    lines = [f"main\tfile\t2012\t{i:04d}\t{i % 6}.0\t{DOCS[i]}\t{DOCS[i + 1]}" for i in range(12)]
+    (tmp_path / "sts-test.csv").write_text("\n".join(lines) + "\n")
+    assert cli("evaluate", "--model", tiny_model_dir, "--data", tmp_path, "--output", tmp_path / "s.json") == 0
+    results = json.loads((tmp_path / "s.json").read_text())
+    assert -1 <= results["spearman"] <= 1 and -1 <= results["pearson"] <= 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["encode", "--model", "/no/such/model", "--input", "{beir}/corpus.jsonl", "--output", "{tmp}/x"],
+     "/no/such/model"),
+    (["encode", "--model", "{model}", "--pooling", "max", "--input", "{beir}/corpus.jsonl", "--output", "{tmp}/x"],
+     "invalid choice"),
+    (["encode", "--model", "{model}", "--input", "{beir}/missing.jsonl", "--output", "{tmp}/x"], "missing.jsonl"),
+    (["index", "--embeddings", "{beir}", "--output", "{tmp}/i"], "not an embeddings folder"),
+    (["search", "--index", "{beir}", "--queries", "{beir}/queries.jsonl", "--output", "{tmp}/r"],
+     "not an index folder"),
+    (["evaluate", "--data", "{beir}"], "--model"),
+    (["evaluate", "--run", "{beir}/corpus.jsonl", "--data", "{beir}"], "corpus.jsonl:1"),
+    (["bm25", "--output", "{tmp}/r"], "--data"),
+])
+def test_errors_are_one_line(tmp_path, beir, tiny_model_dir, capsys, args, message):
+    filled = [a.format(beir=beir, tmp=tmp_path, model=tiny_model_dir) for a in args]
+    try:
+        code = main(filled)
+    except SystemExit as exit_:  # argparse rejects bad choices itself
+        code = exit_.code
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and message in error
+
+
+def test_index_factory_errors(tmp_path, beir, tiny_model_dir, capsys):
+    assert cli("encode", "--model", tiny_model_dir, "--input", beir / "corpus.jsonl", "--output", tmp_path / "e",
+               "--no-progress") == 0
+    assert cli("index", "--embeddings", tmp_path / "e", "--output", tmp_path / "i", "--factory", "Bogus") == 2
+    assert "--factory" in capsys.readouterr().err
+    assert cli("index", "--embeddings", tmp_path / "e", "--output", tmp_path / "i", "--factory", "HNSW8",
+               "--params", "efSearch=16") == 0
+    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
+               "--k", 3) == 0
+    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
+               "--params", "nprobe=3") == 2
+    assert "--params" in capsys.readouterr().err

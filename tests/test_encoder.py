@@ -1,0 +1,122 @@
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_sentences
+
+from retromae.config import ConfigError
+from retromae.encoder import ENCODER_FILE, Encoder, PoolingConfig, pool
+from retromae.errors import ModelLoadError
+
+TEXTS = ["a short query", *make_sentences(9, seed=3), "the"]
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_model_dir):
+    return Encoder.load(tiny_model_dir, device="cpu")
+
+
+def st_folder(tmp_path, tiny_model_dir, mode: str, normalize: bool):
+    """A sentence-transformers folder saved by sentence-transformers itself (its current format)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    transformer = Transformer(str(tiny_model_dir), max_seq_length=64)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=mode)]
+    model = SentenceTransformer(modules=modules + ([Normalize()] if normalize else []), device="cpu")
+    model.save(str(tmp_path / "st"))
+    return tmp_path / "st", model
+
+
+def legacy_st_folder(tmp_path, tiny_model_dir):
+    """The older sentence-transformers layout: weights in 0_Transformer, boolean pooling keys, max_seq_length."""
+    root = tmp_path / "legacy"
+    (root / "1_Pooling").mkdir(parents=True)
+    shutil.copytree(tiny_model_dir, root / "0_Transformer")
+    (root / "0_Transformer" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 16}))
+    modules = [{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (root / "modules.json").write_text(json.dumps(modules))
+    (root / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+         "pooling_mode_max_tokens": False}))
+    return root
+
+
+def test_plain_folder_defaults_to_cls_and_pools_by_hand(plain, tiny_tokenizer):
+    assert (plain.pooling, plain.normalize, plain.max_length) == ("cls", False, 128)
+    batch = tiny_tokenizer(TEXTS[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = plain.model(**batch).last_hidden_state  # (B, L, D)
+    mask = batch["attention_mask"]
+    for row in range(3):
+        tokens = hidden[row, : int(mask[row].sum())]
+        by_hand = {"cls": tokens[0], "mean": tokens.mean(0)}
+        for mode, expected in by_hand.items():
+            got = pool(hidden, mask, PoolingConfig(mode))[row]
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    normalized = pool(hidden, mask, PoolingConfig("mean", normalize=True))
+    torch.testing.assert_close(normalized.norm(dim=-1), torch.ones(3))
+
+
+def test_encode_shape_dtype_and_order_do_not_depend_on_length_sorting(plain):
+    together = plain.encode(TEXTS, batch_size=4, show_progress=False)
+    one_by_one = np.concatenate([plain.encode([text], batch_size=1, show_progress=False) for text in TEXTS])
+    assert together.shape == (len(TEXTS), 32) and together.dtype == np.float32
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+    assert plain.encode([], show_progress=False).shape == (0, 32)
+
+
+def test_prefix_and_max_length(plain):
+    np.testing.assert_allclose(plain.encode(["x y"], prefix="query: ", show_progress=False),
+                               plain.encode(["query: x y"], show_progress=False), atol=1e-6)
+    assert max(len(ids) for ids in plain.tokenize(TEXTS, max_length=8)) == 8
+
+
+def test_embed_keeps_gradients(plain):
+    input_ids, attention_mask = plain.collate(plain.tokenize(TEXTS[:2]))
+    vectors = plain.embed(input_ids, attention_mask)  # (2, D)
+    assert vectors.shape == (2, 32) and vectors.requires_grad
+
+
+def test_our_export_round_trip(tmp_path, tiny_model_dir):
+    encoder = Encoder.load(tiny_model_dir, pooling="mean", normalize=True, device="cpu")
+    encoder.save(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / ENCODER_FILE).read_text())["pooling"] == "mean"
+    loaded = Encoder.load(tmp_path / "ours", device="cpu")
+    assert (loaded.pooling, loaded.normalize) == ("mean", True)
+    np.testing.assert_allclose(loaded.encode(TEXTS, show_progress=False), encoder.encode(TEXTS, show_progress=False),
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize(("mode", "normalize"), [("cls", True), ("mean", False)])
+def test_sentence_transformers_folder_matches_sentence_transformers(tmp_path, tiny_model_dir, mode, normalize):
+    folder, model = st_folder(tmp_path, tiny_model_dir, mode, normalize)
+    encoder = Encoder.load(folder, device="cpu")
+    assert (encoder.pooling, encoder.normalize, encoder.max_length) == (mode, normalize, 64)
+    np.testing.assert_allclose(encoder.encode(TEXTS, show_progress=False), model.encode(TEXTS), atol=1e-5)
+
+
+def test_legacy_sentence_transformers_folder_and_overrides(tmp_path, tiny_model_dir):
+    folder = legacy_st_folder(tmp_path, tiny_model_dir)
+    encoder = Encoder.load(folder, device="cpu")
+    assert (encoder.pooling, encoder.normalize, encoder.max_length) == ("mean", False, 16)
+    overridden = Encoder.load(folder, pooling="cls", normalize=True, device="cpu")
+    assert (overridden.pooling, overridden.normalize) == ("cls", True)
+
+
+def test_load_errors(tmp_path, tiny_model_dir):
+    with pytest.raises(ModelLoadError, match="no-such-model"):
+        Encoder.load(tmp_path / "no-such-model")
+    with pytest.raises(ConfigError, match="--pooling"):
+        Encoder.load(tiny_model_dir, pooling="max")
+    folder = legacy_st_folder(tmp_path, tiny_model_dir)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(ModelLoadError, match="not supported"):
+        Encoder.load(folder)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelLoadError, match="empty"):
+        Encoder.load(empty)
