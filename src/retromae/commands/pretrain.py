@@ -1,4 +1,4 @@
-"""`retromae pretrain`: pre-train an encoder with RetroMAE (or another objective) on a corpus."""
+"""`retromae pretrain`: pre-train an encoder with RetroMAE (or another objective) on a corpus or on pairs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 from retromae.config import add_config_arguments, build_config
 
-HELP = "pre-train an encoder on an unlabeled corpus (RetroMAE, MLM, ...); flags override --config"
+HELP = "pre-train an encoder (RetroMAE, SEED, MLM, contrastive, RetroMAE+contrastive); flags override --config"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
