@@ -137,7 +137,11 @@ def _launched_without_gpus() -> bool:
 
 def _enable_gradient_checkpointing(model: nn.Module) -> None:
     for module in model.modules():
-        if isinstance(module, PreTrainedModel) and module.supports_gradient_checkpointing:
+        if not (isinstance(module, PreTrainedModel) and module.supports_gradient_checkpointing):
+            continue
+        if hasattr(module, "activation_checkpointing_enable"):  # transformers >= 5.x
+            module.activation_checkpointing_enable({"use_reentrant": False})
+        else:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
