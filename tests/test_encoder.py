@@ -116,6 +116,9 @@ def test_load_errors(tmp_path, tiny_model_dir):
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
     with pytest.raises(ModelLoadError, match="not supported"):
         Encoder.load(folder)
+    (folder / "modules.json").write_text("[{")
+    with pytest.raises(ModelLoadError, match="modules.json: not valid JSON"):
+        Encoder.load(folder)
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ModelLoadError, match="empty"):

@@ -49,6 +49,15 @@ def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, 
     assert sorted(p.name for p in (output / "checkpoints").iterdir()) == ["step-0000003", "step-0000006"]
 
 
+def test_accumulation_checkpointing_and_bf16_train_with_finite_losses(tiny_model_dir, tiny_corpus, tmp_path):
+    output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", max_steps=2, save_every=0,
+                             gradient_accumulation_steps=2, gradient_checkpointing=True, mixed_precision="bf16",
+                             whole_word_mask=True, decoding="basic", decoder_layers=2))
+    metrics = read_metrics(output)
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(np.isfinite(m["loss"]) for m in metrics)
+
+
 def test_exported_encoder_reproduces_trained_outputs(tiny_model_dir, tiny_corpus, tmp_path):
     from sentence_transformers import SentenceTransformer
 

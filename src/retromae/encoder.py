@@ -73,18 +73,32 @@ def _looks_local(name_or_path: str) -> bool:
 def _read_json(source: str, filename: str) -> dict[str, Any] | None:
     """A JSON file of a local folder or hub repository, or None when it has no such file."""
     if os.path.isdir(source):
-        path = Path(source) / filename
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        return _read_local_json(Path(source) / filename)
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
         return json.loads(Path(hf_hub_download(source, filename)).read_text(encoding="utf-8"))
+    except LocalEntryNotFoundError as error:  # offline and not cached: a subclass of EntryNotFoundError
+        raise _load_error(source, f"not a local folder, and not in the Hugging Face cache ({error})") from error
     except EntryNotFoundError:
         return None
-    except Exception as error:  # any hub failure (offline, missing repo, bad id) means the model cannot load
-        raise ModelLoadError(f"cannot load model {source!r}: not a local folder, and the Hugging Face Hub "
-                             f"lookup failed: {error}") from error
+    except Exception as error:  # any other hub failure (missing repo, bad id, network) means it cannot load
+        raise _load_error(source, f"not a local folder, and the Hugging Face Hub lookup failed: {error}") from error
+
+
+def _read_local_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
+
+
+def _load_error(source: str, reason: str) -> ModelLoadError:
+    """A one-line ModelLoadError naming the model."""
+    return ModelLoadError(f"cannot load model {source!r}: {' '.join(reason.split())}")
 
 
 def _st_pooling(source: str, module_path: str) -> str:
@@ -211,7 +225,7 @@ class Encoder:
         source = str(name_or_path)
         source = os.path.expanduser(source)
         if _looks_local(source) and not os.path.isdir(source):
-            raise ModelLoadError(f"cannot load model {source!r}: no such folder")
+            raise _load_error(source, "no such folder")
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
@@ -220,7 +234,7 @@ class Encoder:
             tokenizer = AutoTokenizer.from_pretrained(source, subfolder=spec.subfolder)
             model = AutoModel.from_pretrained(source, subfolder=spec.subfolder)
         except (OSError, ValueError, KeyError) as error:
-            raise ModelLoadError(f"cannot load model {source!r}: {error}") from error
+            raise _load_error(source, str(error)) from error
         model.to(device).eval()
         length = max_length or _default_max_length(model, tokenizer, spec.max_length)
         return cls(model, tokenizer, config, length, resolve_dtype(dtype, device))

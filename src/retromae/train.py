@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -126,7 +127,12 @@ def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimize
 
 
 def make_accelerator(config: TrainingConfig) -> Accelerator:
-    """The run's Accelerator; create it before any distributed work (e.g. building a data cache on rank 0 first)."""
+    """The run's Accelerator; create it before any distributed work (e.g. building a data cache on rank 0 first).
+
+    Accelerate keeps one process-wide state; it is reset (the distributed set-up kept) so that one process can run
+    several trainings with different precision, as the quickstart and the tests do.
+    """
+    AcceleratorState._reset_state(reset_partial_state=False)
     return Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
 
 
@@ -137,7 +143,11 @@ def _launched_without_gpus() -> bool:
 
 def _enable_gradient_checkpointing(model: nn.Module) -> None:
     for module in model.modules():
-        if isinstance(module, PreTrainedModel) and module.supports_gradient_checkpointing:
+        if not (isinstance(module, PreTrainedModel) and module.supports_gradient_checkpointing):
+            continue
+        if hasattr(module, "activation_checkpointing_enable"):  # transformers >= 5.x
+            module.activation_checkpointing_enable({"use_reentrant": False})
+        else:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 

@@ -83,6 +83,16 @@ def _faiss_metric(faiss: Any, metric: str) -> int:
     return faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
 
 
+def _skip_polysemous_training(faiss: Any, index: Any) -> None:
+    """Turn off PQ polysemous training (faiss's default): slow, and only used by Hamming-filtered search."""
+    if hasattr(index, "do_polysemous_training"):
+        index.do_polysemous_training = False
+    for attribute in ("index", "base_index", "storage"):  # PreTransform, Refine, HNSW wrappers
+        inner = getattr(index, attribute, None)
+        if inner is not None:
+            _skip_polysemous_training(faiss, faiss.downcast_index(inner))
+
+
 def _train(index: Any, vectors: np.ndarray, seed: int) -> None:
     """Train an index that needs it (IVF, PQ) on a seeded sample of at most TRAIN_SAMPLE vectors."""
     if index.is_trained:
@@ -111,6 +121,7 @@ def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip
             index = faiss.index_factory(int(embeddings.shape[1]), factory, _faiss_metric(faiss, metric))
         except RuntimeError as error:
             raise ConfigError(f"--factory: {factory!r} is not a valid faiss index factory string") from error
+        _skip_polysemous_training(faiss, index)
         _train(index, embeddings, seed)
     for start in range(0, len(embeddings), add_batch):
         index.add(np.ascontiguousarray(embeddings[start:start + add_batch], dtype=np.float32))
