@@ -111,5 +111,6 @@ def distillation_kl(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
     student_log = F.log_softmax(student_scores.float() / temperature, dim=-1)  # (B, G)
     teacher_log = F.log_softmax(teacher_scores.float() / temperature, dim=-1)  # (B, G)
     teacher = teacher_log.exp()  # (B, G)
-    terms = torch.where(teacher > 0, teacher * (teacher_log - student_log), torch.zeros_like(teacher))
-    return terms.sum(dim=-1).mean()
+    scored = teacher > 0
+    log_ratio = torch.where(scored, teacher_log, student_log) - student_log  # 0 where unscored, never -inf
+    return (teacher * log_ratio).sum(dim=-1).mean()
