@@ -124,6 +124,14 @@ def _prepare_negatives(config: FinetuneConfig, data: TrainingSet, source: str, m
             save_negatives(data, Path(config.output), 0)
 
 
+def _dual_encoder(config: FinetuneConfig, passage: Encoder, query: Encoder, group_size: int) -> DualEncoder:
+    options = LossOptions(temperature=config.temperature or (0.05 if passage.normalize else 1.0),
+                          group_size=group_size, contrastive_weight=config.contrastive_weight,
+                          distill_weight=1.0 if config.distill else 0.0,
+                          distill_temperature=config.distill_temperature, chunk_size=config.chunk_size)
+    return DualEncoder(query.model, passage.model if config.untie else None, passage.config, options)
+
+
 def finetune(config: FinetuneConfig) -> Path:
     """Fine-tune a dense retriever as configured; returns the output folder."""
     output = Path(config.output)
@@ -137,25 +145,20 @@ def finetune(config: FinetuneConfig) -> Path:
     miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
                   config.passage_max_length, config.encode_batch_size)
     _prepare_negatives(config, data, source, miner, accelerator)
-    options = LossOptions(temperature=config.temperature or (0.05 if passage_encoder.normalize else 1.0),
-                          group_size=group_size, contrastive_weight=config.contrastive_weight,
-                          distill_weight=1.0 if config.distill else 0.0,
-                          distill_temperature=config.distill_temperature, chunk_size=config.chunk_size)
-    model = DualEncoder(query_encoder.model, passage_encoder.model if config.untie else None,
-                        passage_encoder.config, options)
+    model = _dual_encoder(config, passage_encoder, query_encoder, group_size)
 
     def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
         return GroupBatchSampler(data, config.batch_size, group_size, config.seed, rank, world, start,
                                  with_scores=config.distill)
 
-    collate = GroupCollator(passage_encoder.tokenizer, config.query_max_length, config.passage_max_length)
-    dataset = GroupDataset(data)
+    collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
+                                     config.passage_max_length), GroupDataset(data)
     probe = sampler(0, accelerator.num_processes, 0)
     if config.epochs is not None:
         config.max_steps = max(1, math.ceil(config.epochs * probe.batches_per_epoch
                                             / config.gradient_accumulation_steps))
     first = collate([dataset[group] for group in next(iter(probe))])
-    freeze_unused_parameters(model, {k: v.to(accelerator.device) for k, v in first.items()})
+    freeze_unused_parameters(model, {key: value.to(accelerator.device) for key, value in first.items()})
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
