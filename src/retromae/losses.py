@@ -91,3 +91,26 @@ def cross_device_info_nce(queries: torch.Tensor, passages: torch.Tensor, tempera
     gathered = gather_with_grad(passages)  # (W * B * group_size, D)
     positives = gathered_positive_index(queries.shape[0], group_size, queries.device)  # (B,)
     return info_nce(queries, gathered, temperature, positives)
+
+
+def distillation_kl(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """Mean over queries of KL(softmax(teacher / T) ‖ softmax(student / T)) over each query's candidates.
+
+    student_scores, teacher_scores (B, G): the bi-encoder's logits (e.g. q · p / its InfoNCE temperature) and a
+    cross-encoder teacher's, for the same G passages of each query. A teacher score of -inf marks a passage the
+    teacher did not score: it gets probability 0 (it adds nothing to the divergence but still competes in the
+    student's softmax). Knowledge distillation from a cross-encoder as in RocketQAv2 (Ren et al., 2021) and
+    TAS-B / margin-MSE's successors; no T² factor (Hinton et al., 2015) is applied. Computed in float32; a scalar.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if student_scores.shape != teacher_scores.shape:
+        raise ValueError(f"student scores {tuple(student_scores.shape)} and teacher scores "
+                         f"{tuple(teacher_scores.shape)} differ in shape")
+    student_log = F.log_softmax(student_scores.float() / temperature, dim=-1)  # (B, G)
+    teacher_log = F.log_softmax(teacher_scores.float() / temperature, dim=-1)  # (B, G)
+    teacher = teacher_log.exp()  # (B, G)
+    scored = teacher > 0
+    log_ratio = torch.where(scored, teacher_log, student_log) - student_log  # 0 where unscored, never -inf
+    return (teacher * log_ratio).sum(dim=-1).mean()

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,8 +179,15 @@ class Trainer:
     """Runs `config.max_steps` optimiser steps of `model` over `dataset`, checkpointing and logging as it goes."""
 
     def __init__(self, model: nn.Module, dataset: Dataset, collate: Callable, config: TrainingConfig,
-                 count_tokens: Callable[[dict], int] | None = None, accelerator: Accelerator | None = None):
+                 count_tokens: Callable[[dict], int] | None = None, accelerator: Accelerator | None = None,
+                 batch_sampler: Callable[[int, int, int], Iterable[list]] | None = None,
+                 on_step: Callable[[Trainer], None] | None = None):
+        """`batch_sampler(rank, world_size, start)` replaces the default `ResumableBatchSampler`: it must yield this
+        process's micro-batches of dataset keys from micro-batch `start` on, as a pure function of its arguments
+        and the seed, so that resuming stays exact. `on_step(trainer)` runs after every optimiser step, after its
+        metrics are logged and before it is checkpointed (e.g. to refresh hard negatives)."""
         self.config = config
+        self.batch_sampler, self.on_step = batch_sampler, on_step
         self.output = Path(config.output)
         self.accelerator = accelerator or make_accelerator(config)
         self.dataset, self.collate = dataset, collate
@@ -216,6 +223,8 @@ class Trainer:
                 if metrics:
                     metrics.append(record)
                 window = _Window()
+            if self.on_step is not None:
+                self.on_step(self)
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self.save_checkpoint()
         progress.close()
@@ -261,10 +270,12 @@ class Trainer:
         return record
 
     def _data_loader(self) -> DataLoader:
-        sampler = ResumableBatchSampler(
-            len(self.dataset), self.config.batch_size, self.config.seed, self.accelerator.process_index,
-            self.accelerator.num_processes, start=self.state.micro_batches,
-        )
+        rank, world, start = self.accelerator.process_index, self.accelerator.num_processes, self.state.micro_batches
+        if self.batch_sampler is not None:
+            sampler = self.batch_sampler(rank, world, start)
+        else:
+            sampler = ResumableBatchSampler(len(self.dataset), self.config.batch_size, self.config.seed, rank, world,
+                                            start=start)
         # A private generator: creating the loader's iterator must not draw from the global RNG restored on resume.
         return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate,
                           num_workers=self.config.num_workers, persistent_workers=self.config.num_workers > 0,

@@ -1,0 +1,58 @@
+"""`retromae mine`: hard negatives for every query of a training set, written as a training file.
+
+Thin: parse → `MineConfig` → `retrieval.mining` (BM25 or a dense model, rank window, positives and the query's
+own text excluded) → `data.training_groups.write_training_file`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from retromae.config import ConfigError, add_config_arguments, build_config, option
+from retromae.encoder import EncoderOptions
+from retromae.retrieval.mining import MiningOptions
+
+HELP = "mine hard negatives (BM25 or a dense model) for a BEIR split or a training file; writes training JSON lines"
+
+
+@dataclasses.dataclass(kw_only=True)
+class MineConfig(MiningOptions, EncoderOptions):
+    model: str | None = option(None, "dense model that ranks the passages (needed for --method model)")
+    data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
+    split: str = option("train", "qrels split of a --data folder")
+    method: str = option("model", "ranking: model (dense, exact search) or bm25", choices=("model", "bm25"))
+    output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own")
+    seed: int = option(0, "seed of the sampling inside the rank window")
+
+    def __post_init__(self) -> None:
+        EncoderOptions.__post_init__(self)
+        MiningOptions.__post_init__(self)
+        if self.method == "model" and not self.model:
+            raise ConfigError("--model: --method model needs a model")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser, MineConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retromae.data.training_groups import load_training_data, write_training_file
+    from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
+
+    config = build_config(MineConfig, args)
+    data = load_training_data(config.data, config.split)
+    if config.method == "bm25":
+        rankings = bm25_rankings(data, config.rank_end)
+    else:
+        rankings = dense_rankings(config.load_encoder(), data, config.rank_end, config.batch_size,
+                                  config.query_max_length, config.passage_max_length)
+    for example, negatives in zip(data.examples, choose_negatives(data, rankings, config, config.seed), strict=True):
+        example.negatives = negatives
+    write_training_file(data, config.output)
+    print(f"mined {sum(len(e.negatives) for e in data.examples)} negatives for {len(data.examples)} queries "
+          f"into {config.output}")
+    return 0

@@ -1,0 +1,39 @@
+"""`retromae score`: write a cross-encoder's scores of every (query, passage) pair into a training file."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from retromae.config import add_config_arguments, build_config, option, require
+
+HELP = "add teacher scores (pos_scores, neg_scores) from a cross-encoder to a training file, for finetune --distill"
+
+
+@dataclasses.dataclass(kw_only=True)
+class ScoreConfig:
+    model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`")
+    data: Path = option(help="training file (JSON lines: query, pos, neg)")
+    output: Path = option(help="training file to write: the input with pos_scores and neg_scores")
+    batch_size: int = option(64, "pairs per forward pass")
+    max_length: int = option(256, "max tokens of a (query, passage) pair")
+    device: str | None = option(None, "torch device; default: the GPU if any")
+
+    def __post_init__(self) -> None:
+        require(self.batch_size > 0, "batch_size", "must be positive")
+        require(self.max_length >= 8, "max_length", "must be at least 8")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser, ScoreConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retromae.reranker import CrossEncoder, score_training_file
+
+    config = build_config(ScoreConfig, args)
+    scorer = CrossEncoder(config.model, config.device, config.max_length)
+    count = score_training_file(scorer, config.data, config.output, config.batch_size)
+    print(f"scored {count} pairs into {config.output}")
+    return 0

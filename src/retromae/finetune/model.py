@@ -1,0 +1,98 @@
+"""The dual encoder being fine-tuned and its losses, in the shape the training loop expects.
+
+Owns `LossOptions` and `DualEncoder`: query and passage towers (one shared transformer by default, two on
+request), pooling, and forward(batch, generator) → {"loss", "contrastive", "distill"}. The contrastive loss is
+InfoNCE with a temperature over each query's own group (positive + hard negatives), every other query's
+passages, and, when distributed, every other process's passages (`losses.cross_device_info_nce`). The
+distillation loss is the KL divergence between the teacher's and the bi-encoder's score distributions over
+each query's group (`losses.distillation_kl`). With `chunk_size`, embeddings come from gradient caching
+(`finetune.grad_cache`). Does not own data, batching, the loop or export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from retromae.encoder import PoolingConfig, pool
+from retromae.finetune.grad_cache import cached_embed
+from retromae.losses import cross_device_info_nce, distillation_kl
+
+
+@dataclass
+class LossOptions:
+    """How the dual encoder's loss is built."""
+
+    temperature: float = 0.05
+    group_size: int = 1
+    contrastive_weight: float = 1.0
+    distill_weight: float = 0.0
+    distill_temperature: float = 1.0
+    chunk_size: int = 0
+
+
+class DualEncoder(nn.Module):
+    """Query and passage encoders with pooling; `passage_model` is `query_model` unless the towers are untied."""
+
+    def __init__(self, query_model: PreTrainedModel, passage_model: PreTrainedModel | None,
+                 pooling: PoolingConfig, options: LossOptions) -> None:
+        super().__init__()
+        self.query_model = query_model
+        self.untied_passage_model = passage_model  # registered only when untied: no shared tensors in checkpoints
+        self.pooling, self.options = pooling, options
+
+    @property
+    def passage_model(self) -> PreTrainedModel:
+        return self.query_model if self.untied_passage_model is None else self.untied_passage_model
+
+    def embed(self, model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled embeddings (B, D) of (B, L) inputs, through gradient caching when `chunk_size` is set."""
+        def run(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state  # (b, L, D)
+            return pool(hidden, mask, self.pooling)
+
+        if self.options.chunk_size:
+            return cached_embed(run, model, input_ids, attention_mask, self.options.chunk_size)
+        return run(input_ids, attention_mask)
+
+    def forward(self, batch: dict[str, torch.Tensor],
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        options = self.options
+        queries = self.embed(self.query_model, batch["query_input_ids"], batch["query_attention_mask"])  # (B, D)
+        passages = self.embed(self.passage_model, batch["passage_input_ids"],
+                              batch["passage_attention_mask"])  # (B * G, D)
+        losses: dict[str, torch.Tensor] = {}
+        total = queries.new_zeros((), dtype=torch.float32)
+        if options.contrastive_weight:
+            losses["contrastive"] = cross_device_info_nce(queries, passages, options.temperature, options.group_size)
+            total = total + options.contrastive_weight * losses["contrastive"]
+        if options.distill_weight:
+            groups = passages.view(queries.shape[0], options.group_size, -1)  # (B, G, D)
+            student = torch.einsum("bd,bgd->bg", queries.float(), groups.float()) / options.temperature  # (B, G)
+            losses["distill"] = distillation_kl(student, batch["teacher_scores"], options.distill_temperature)
+            total = total + options.distill_weight * losses["distill"]
+        losses["loss"] = total
+        return losses
+
+
+def freeze_unused_parameters(model: DualEncoder, batch: dict[str, torch.Tensor]) -> list[str]:
+    """Stop training parameters the embeddings never use (e.g. BERT's pooler), found by one backward pass in
+    eval mode; DDP then sees a gradient for every trainable parameter. Returns the frozen names."""
+    was_training = model.training
+    model.eval()
+    options, model.options = model.options, LossOptions(temperature=1.0, group_size=1)
+    queries = model.embed(model.query_model, batch["query_input_ids"], batch["query_attention_mask"])
+    passages = model.embed(model.passage_model, batch["passage_input_ids"], batch["passage_attention_mask"])
+    (queries.sum() + passages.sum()).backward()
+    model.options = options
+    frozen = []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and parameter.grad is None:
+            parameter.requires_grad_(False)
+            frozen.append(name)
+        parameter.grad = None
+    model.train(was_training)
+    return frozen

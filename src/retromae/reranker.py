@@ -1,0 +1,169 @@
+"""Cross-encoder rerankers: the teachers of distillation. Train one on queries with mined negatives, and score
+(query, passage) pairs with it.
+
+Owns `RerankerConfig` and `train_reranker` (a sequence-classification head with one logit on any encoder,
+trained on the loop of `retromae.train` with a listwise softmax cross-entropy over each query's group, the
+positive first: the localized contrastive estimation of Gao et al., 2021, "Rethink Training of BERT
+Rerankers in Multi-Stage Retrieval Pipeline"), `CrossEncoder` (load, score pairs) and `score_training_file`
+(write teacher scores `pos_scores` / `neg_scores` into a training file). Output: `OUTPUT/reranker/` (a Hugging
+Face `AutoModelForSequenceClassification` folder with its tokenizer), `config.json`, `metrics.jsonl`,
+`checkpoints/`. Does not own data formats, batching or mining (shared with `finetune`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
+
+from retromae.config import ConfigError, option, require, save_config
+from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
+from retromae.encoder import Encoder
+from retromae.errors import ModelLoadError
+from retromae.finetune.batches import GroupBatchSampler, GroupDataset
+from retromae.finetune.negatives import Miner
+from retromae.finetune.run import model_folder
+from retromae.io import atomic_directory
+from retromae.retrieval.mining import MiningOptions
+from retromae.train import Trainer, TrainingConfig, make_accelerator, seed_everything
+
+RERANKER_DIR = "reranker"
+
+
+@dataclass(kw_only=True)
+class RerankerConfig(MiningOptions, TrainingConfig):
+    """Options of `retromae train-reranker`."""
+
+    model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
+                             "encoder, a sentence-transformers folder, or a pre-training output")
+    data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split")
+    split: str = option("train", "qrels split of a --data folder")
+    negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
+                                    "bi-encoder); auto: file for a training file, bm25 for a folder",
+                            choices=("auto", "file", "bm25", "model"))
+    group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives")
+    max_length: int = option(256, "max tokens of a (query, passage) pair")
+    learning_rate: float = option(2e-5, "peak learning rate of AdamW")
+
+    def __post_init__(self) -> None:
+        TrainingConfig.__post_init__(self)
+        MiningOptions.__post_init__(self)
+        require(self.group_size >= 2, "group_size", "must be at least 2 (a positive and a negative)")
+        require(self.max_length >= 8, "max_length", "must be at least 8")
+
+
+class PairCollator:
+    """Tokenises resolved groups into (B * G) (query, passage) pairs: input_ids, attention_mask[, token_type_ids]."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int) -> None:
+        self.tokenizer, self.max_length = tokenizer, max_length
+
+    def __call__(self, groups: list[tuple[str, list[str], object]]) -> dict[str, torch.Tensor]:
+        queries = [query for query, texts, _ in groups for _ in texts]
+        passages = [text for _, texts, _ in groups for text in texts]
+        return dict(self.tokenizer(queries, passages, truncation="only_second", max_length=self.max_length,
+                                   padding=True, return_tensors="pt"))
+
+
+class ListwiseObjective(nn.Module):
+    """Softmax cross-entropy of each query's group logits (B, G), the positive at column 0."""
+
+    def __init__(self, model: nn.Module, group_size: int) -> None:
+        super().__init__()
+        self.model, self.group_size = model, group_size
+
+    def forward(self, batch: dict[str, torch.Tensor],
+                generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        logits = self.model(**batch).logits.view(-1, self.group_size).float()  # (B, G)
+        return {"loss": F.cross_entropy(logits, logits.new_zeros(logits.shape[0], dtype=torch.long))}
+
+
+def _load_classifier(name: str):
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForSequenceClassification.from_pretrained(name, num_labels=1)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelLoadError(f"cannot load model {name!r} as a cross-encoder: {error}") from error
+    return model, tokenizer
+
+
+def _training_set(config: RerankerConfig, accelerator):
+    data = load_training_data(config.data, config.split)
+    source = config.negatives if config.negatives != "auto" else ("bm25" if Path(config.data).is_dir() else "file")
+    if source == "file" and not any(example.negatives for example in data.examples):
+        raise ConfigError(f"--negatives: {data.source} lists no negatives; use --negatives bm25 or model")
+    if source in ("bm25", "model"):
+        encoder = Encoder.load(model_folder(config.model), device=accelerator.device) if source == "model" else None
+        Miner(data, config, encoder).mine(source, accelerator, config.seed)
+    return data
+
+
+def train_reranker(config: RerankerConfig) -> Path:
+    """Train a cross-encoder as configured; returns the output folder (the model is in `reranker/`)."""
+    output = Path(config.output)
+    accelerator = make_accelerator(config)
+    seed_everything(config.seed)
+    data = _training_set(config, accelerator)
+    model, tokenizer = _load_classifier(model_folder(config.model))
+
+    def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
+        return GroupBatchSampler(data, config.batch_size, config.group_size, config.seed, rank, world, start)
+
+    trainer = Trainer(ListwiseObjective(model, config.group_size), GroupDataset(data),
+                      PairCollator(tokenizer, config.max_length), config, accelerator=accelerator,
+                      batch_sampler=sampler)
+    if accelerator.is_main_process:
+        save_config(config, output / "config.json")
+    trainer.run()
+    if accelerator.is_main_process:
+        with atomic_directory(output / RERANKER_DIR) as staging:
+            trainer.unwrapped_model.model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+    accelerator.wait_for_everyone()
+    return output
+
+
+class CrossEncoder:
+    """A one-logit sequence classifier scoring (query, passage) pairs."""
+
+    def __init__(self, name: str, device: str | None = None, max_length: int = 256) -> None:
+        self.model, self.tokenizer = _load_classifier(model_folder(name))
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model.to(self.device).eval()
+        self.max_length = max_length
+
+    @torch.inference_mode()
+    def score(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 64,
+              show_progress: bool = True) -> np.ndarray:
+        """(N,) float32 logits of the pairs (queries[i], passages[i]); batches sorted by length."""
+        order = np.argsort([-len(q) - len(p) for q, p in zip(queries, passages, strict=True)], kind="stable")
+        scores = np.empty(len(order), dtype=np.float32)
+        for start in tqdm(range(0, len(order), batch_size), desc="score", unit="batch", disable=not show_progress):
+            rows = order[start:start + batch_size]
+            tokens = self.tokenizer([queries[r] for r in rows], [passages[r] for r in rows], truncation="only_second",
+                                    max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
+            scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()
+        return scores
+
+
+def score_training_file(scorer: CrossEncoder, data: str | Path, output: str | Path, batch_size: int = 64) -> int:
+    """Copy a training file, adding `pos_scores` and `neg_scores` from the cross-encoder; returns pairs scored."""
+    records = [record for _, record in read_training_records(data)]
+    queries = [r["query"] for r in records for _ in (*r["pos"], *r.get("neg", []))]
+    passages = [text for r in records for text in (*r["pos"], *r.get("neg", []))]
+    scores = scorer.score(queries, passages, batch_size).tolist()
+    position = 0
+    for record in records:
+        count = len(record["pos"])
+        record["pos_scores"] = scores[position:position + count]
+        record["neg_scores"] = scores[position + count:position + count + len(record.get("neg", []))]
+        position += count + len(record["neg_scores"])
+    write_training_records(records, output)
+    return len(scores)

@@ -1,0 +1,78 @@
+"""Hard-negative mining: rank a training set's passages for each of its queries, keep negatives from a rank window.
+
+Owns `MiningOptions` (rank window, negatives per query, seed), ranking with BM25 (`bm25_rankings`) or with a
+dense encoder (`dense_rankings`), and choosing negatives from rankings (`choose_negatives`): never a positive,
+never a passage whose text is the query's own text, sampled without replacement from the window. Used by
+`retromae mine`, by `retromae finetune --negatives bm25|model` and by the ANCE-style refresh during training.
+Does not own reading or writing training files (`data.training_groups`) or the index (`retrieval.index`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from retromae.config import option, require
+from retromae.data.training_groups import TrainingSet
+from retromae.encoder import Encoder
+from retromae.retrieval.bm25 import BM25
+from retromae.retrieval.index import build_index, search
+
+
+@dataclasses.dataclass(kw_only=True)
+class MiningOptions:
+    """Which ranked passages become negatives."""
+
+    rank_start: int = option(3, "first rank (1-based) of the window negatives are drawn from")
+    rank_end: int = option(100, "last rank (inclusive) of the window negatives are drawn from")
+    negatives_per_query: int = option(30, "negatives kept per query (fewer when the window holds fewer)")
+
+    def __post_init__(self) -> None:
+        require(self.rank_start >= 1, "rank_start", "must be at least 1")
+        require(self.rank_end >= self.rank_start, "rank_end", "must not be below --rank-start")
+        require(self.negatives_per_query > 0, "negatives_per_query", "must be positive")
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def choose_negatives(data: TrainingSet, rankings: list[list[int]], options: MiningOptions,
+                     seed: int = 0) -> list[list[int]]:
+    """Per example, up to `negatives_per_query` passage rows drawn from ranks [rank_start, rank_end] of its
+    ranking (best first), after removing its positives and passages equal to its query text; kept in rank order."""
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for example, ranking in zip(data.examples, rankings, strict=True):
+        excluded = set(example.positives)
+        query = _normalised(example.query)
+        window = [row for row in ranking[options.rank_start - 1:options.rank_end]
+                  if row not in excluded and _normalised(data.texts[row]) != query]
+        if len(window) > options.negatives_per_query:
+            keep = np.sort(rng.choice(len(window), options.negatives_per_query, replace=False))
+            window = [window[i] for i in keep]
+        chosen.append(window)
+    return chosen
+
+
+def bm25_rankings(data: TrainingSet, depth: int, show_progress: bool = True) -> list[list[int]]:
+    """Per example, passage rows ranked by BM25 (bm25s), best first, at most `depth`."""
+    engine = BM25().index([str(row) for row in range(len(data.texts))], data.texts, show_progress=show_progress)
+    queries = {str(n): example.query for n, example in enumerate(data.examples)}
+    run = engine.search(queries, k=depth, show_progress=show_progress)
+    return [[int(row) for row in sorted(run[str(n)], key=run[str(n)].get, reverse=True)]
+            for n in range(len(data.examples))]
+
+
+def dense_rankings(encoder: Encoder, data: TrainingSet, depth: int, batch_size: int = 64,
+                   query_max_length: int | None = None, passage_max_length: int | None = None,
+                   show_progress: bool = True, query_encoder: Encoder | None = None) -> list[list[int]]:
+    """Per example, passage rows ranked by inner product (exact search), best first, at most `depth`; queries go
+    through `query_encoder` when the towers are separate."""
+    passages = encoder.encode(data.texts, batch_size=batch_size, max_length=passage_max_length,
+                              show_progress=show_progress)  # (N, D)
+    queries = (query_encoder or encoder).encode([example.query for example in data.examples], batch_size=batch_size,
+                                                max_length=query_max_length, show_progress=show_progress)  # (Q, D)
+    _, rows = search(build_index(passages, "Flat"), queries, min(depth, len(data.texts)))  # (Q, k)
+    return [[int(row) for row in ranked if row >= 0] for ranked in rows]
