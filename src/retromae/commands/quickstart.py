@@ -1,0 +1,24 @@
+"""`retromae quickstart`: pre-train, fine-tune and evaluate a small encoder on real text, offline."""
+
+from __future__ import annotations
+
+import argparse
+
+from retromae.config import add_config_arguments, build_config
+
+HELP = ("pre-train a small encoder with RetroMAE, fine-tune and evaluate it against BM25 and against no "
+        "pre-training, offline (the standard library's docstrings by default; --data DIR and --corpus FILE "
+        "point it at your own BEIR folder and corpus)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from retromae.quickstart import QuickstartConfig
+
+    add_config_arguments(parser, QuickstartConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retromae.quickstart import QuickstartConfig, quickstart
+
+    quickstart(build_config(QuickstartConfig, args))
+    return 0
