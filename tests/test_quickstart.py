@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from conftest import make_sentences
+
 from retromae.cli import main
 
 
