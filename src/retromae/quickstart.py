@@ -46,9 +46,9 @@ class QuickstartConfig:
     hidden_size: int = option(256, "hidden size of the small BERT encoder")
     layers: int = option(4, "transformer layers of the encoder")
     max_length: int = option(128, "tokens per pre-training block and per passage")
-    pretrain_steps: int = option(300, "RetroMAE pre-training steps")
-    pretrain_batch_size: int = option(32, "pre-training blocks per step")
-    finetune_epochs: float = option(3.0, "fine-tuning epochs over the train queries")
+    pretrain_steps: int = option(200, "RetroMAE pre-training steps")
+    pretrain_batch_size: int = option(16, "pre-training blocks per step")
+    finetune_epochs: float = option(1.0, "fine-tuning epochs over the train queries")
     finetune_batch_size: int = option(32, "queries per fine-tuning step (in-batch negatives)")
     seed: int = option(42, "random seed")
 
