@@ -198,3 +198,14 @@ def test_encode_info_is_json(tmp_path, encoder):
     folder = encode_to_dir(encoder, IDS[:3], TEXTS[:3], tmp_path / "emb", prefix="passage: ", show_progress=False)
     info = json.loads((folder / "encode.json").read_text())
     assert info["prefix"] == "passage: " and info["max_length"] == 128 and info["dim"] == 32
+
+
+def test_bm25_english_stemming_or_a_clear_error():
+    corpus, queries = {"a": "the runner was running", "b": "a quiet lake"}, {"q": "runs"}
+    try:
+        import Stemmer  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="PyStemmer"):
+            bm25_search(corpus, queries, params=BM25Params(stemmer="english"), show_progress=False)
+        return
+    assert list(bm25_search(corpus, queries, params=BM25Params(stemmer="english"), show_progress=False)["q"]) == ["a"]

@@ -8,7 +8,8 @@ Does not own reading data files or evaluating runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -36,14 +37,15 @@ class BM25Params:
         require(self.stemmer in STEMMERS, "stemmer", f"must be one of {', '.join(STEMMERS)}")
 
 
-def _stemmer(name: str) -> Callable[[str], str] | None:
+def _stemmer(name: str) -> Any:
+    """A PyStemmer stemmer (bm25s calls its `stemWords`), or None for no stemming."""
     if name == "none":
         return None
     try:
         import Stemmer
     except ImportError as error:
         raise ConfigError("--stemmer: english stemming needs PyStemmer (pip install PyStemmer)") from error
-    return Stemmer.Stemmer(name).stemWord
+    return Stemmer.Stemmer(name)
 
 
 class BM25:
