@@ -7,8 +7,9 @@ import random
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+from retromae.scratch import train_wordpiece
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
@@ -28,22 +29,7 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
 
 def build_wordpiece_tokenizer(vocab_size: int = 200) -> PreTrainedTokenizerFast:
     """A BERT-style uncased WordPiece tokenizer trained on `make_sentences`."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
-    tok.train_from_iterator(make_sentences(500), trainer)
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )
-    tok.decoder = decoders.WordPiece()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
-    )
+    return train_wordpiece(make_sentences(500), vocab_size)
 
 
 def tiny_bert_config(vocab_size: int) -> BertConfig:

@@ -14,9 +14,6 @@ import json
 import time
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
-
 from retromae.config import option, require, save_config
 from retromae.data.corpus import iter_corpus
 from retromae.data.retrieval_sets import load_retrieval_set
@@ -28,9 +25,8 @@ from retromae.io import write_text_atomic
 from retromae.pretrain import PretrainConfig, pretrain
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.train import seed_everything
+from retromae.scratch import save_random_bert, train_wordpiece
 
-SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 METRICS = ("ndcg@10", "mrr@10", "recall@100")
 
 
@@ -72,27 +68,10 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
 
 def initial_model(corpus: list[str], config: QuickstartConfig, folder: Path) -> Path:
     """A WordPiece tokenizer trained on the corpus and a randomly initialised small BERT, saved together."""
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=config.vocab_size, special_tokens=SPECIAL_TOKENS)
-    tokenizer.train_from_iterator((document.text for document in iter_corpus(corpus)), trainer)
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-                                   model_max_length=config.max_length)
-    seed_everything(config.seed)
-    model = BertForMaskedLM(BertConfig(
-        vocab_size=len(fast), hidden_size=config.hidden_size, num_hidden_layers=config.layers,
-        num_attention_heads=config.hidden_size // 64, intermediate_size=4 * config.hidden_size,
-        max_position_embeddings=max(512, config.max_length)))
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return folder
+    tokenizer = train_wordpiece((document.text for document in iter_corpus(corpus)), config.vocab_size,
+                                config.max_length)
+    return save_random_bert(tokenizer, folder, hidden_size=config.hidden_size, layers=config.layers,
+                            max_positions=max(512, config.max_length), seed=config.seed)
 
 
 def _finetune(model: str, data: Path, output: Path, config: QuickstartConfig) -> Path:

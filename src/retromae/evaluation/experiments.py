@@ -1,0 +1,173 @@
+"""Gathering experiment runs into one table and two plots (`retromae report`).
+
+Owns: reading a variant folder laid out by the recipes and turning a list of them into `report.md`,
+`report.json`, `pretrain-loss.png` and `metrics.png`. A variant folder holds, each part optional:
+
+    pretrain/        a `retromae pretrain` output (config.json, metrics.jsonl)
+    finetune/        a `retromae finetune` output (config.json, metrics.jsonl)
+    eval/NAME.json   `retromae evaluate --output` files; NAME prefixes the metric columns
+    times.txt        one "STAGE SECONDS" line per timed stage
+
+Does not own running anything, nor computing metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from retromae.errors import DataError
+from retromae.io import write_text_atomic
+
+REPORTED_METRICS = ("ndcg@10", "recall@100", "spearman")
+
+
+@dataclass
+class Variant:
+    """What one variant folder recorded."""
+
+    name: str
+    pretraining: str
+    pretrain_losses: list[tuple[int, float]]
+    scores: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON ({error})") from error
+
+
+def describe_pretraining(config: dict) -> str:
+    """A short description of a pre-training run's method, from its saved config."""
+    objective = config["objective"]
+    parts = [objective]
+    if objective.startswith("retromae"):
+        parts[0] += f" {config['decoding']}"
+    if objective != "contrastive":
+        parts.append(f"enc mask {config['encoder_mask_ratio']:g}")
+    if objective.startswith("retromae"):
+        parts.append(f"dec mask {config['decoder_mask_ratio']:g}")
+    if config.get("decoder_layers") and objective != "mlm" and objective != "contrastive":
+        parts.append(f"{config['decoder_layers']} dec layer{'s' if config['decoder_layers'] > 1 else ''}")
+    parts.append(f"{config['max_steps']} steps")
+    return ", ".join(parts)
+
+
+def read_losses(metrics: Path) -> list[tuple[int, float]]:
+    """(step, loss) of every logged training record in a metrics.jsonl."""
+    losses = []
+    for number, line in enumerate(metrics.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{metrics}:{number}: not valid JSON ({error})") from error
+        if "loss" in record:
+            losses.append((int(record["step"]), float(record["loss"])))
+    return losses
+
+
+def read_times(path: Path) -> dict[str, float]:
+    """STAGE → seconds from a times.txt (a stage timed twice keeps its last time)."""
+    times = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split()
+        if len(fields) != 2:
+            raise DataError(f"{path}:{number}: expected 'STAGE SECONDS', got {line!r}")
+        times[fields[0]] = float(fields[1])
+    return times
+
+
+def read_variant(folder: Path) -> Variant:
+    """Everything a variant folder holds; a folder with none of the parts is an error."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such variant folder")
+    pretrain = folder / "pretrain"
+    variant = Variant(
+        name=folder.name,
+        pretraining=describe_pretraining(_read_json(pretrain / "config.json")) if pretrain.is_dir() else "none",
+        pretrain_losses=read_losses(pretrain / "metrics.jsonl") if (pretrain / "metrics.jsonl").exists() else [])
+    for path in sorted((folder / "eval").glob("*.json")):
+        results = _read_json(path)
+        variant.scores.update({f"{path.stem} {metric}": float(results[metric])
+                               for metric in REPORTED_METRICS if metric in results})
+    if (folder / "times.txt").exists():
+        variant.seconds = read_times(folder / "times.txt")
+    if not (variant.scores or variant.pretrain_losses or variant.seconds):
+        raise DataError(f"{folder}: holds no pretrain/, eval/*.json or times.txt")
+    return variant
+
+
+def _loss_cell(losses: list[tuple[int, float]]) -> str:
+    return f"{losses[0][1]:.2f} → {losses[-1][1]:.2f}" if losses else "–"
+
+
+def report_table(variants: list[Variant]) -> str:
+    """A Markdown table: variant, pre-training, its loss, every metric column, minutes."""
+    columns = list(dict.fromkeys(column for variant in variants for column in variant.scores))
+    lines = ["| variant | pre-training | pre-training loss | " + " | ".join(columns) + " | minutes |",
+             "|---|---|---|" + "---:|" * (len(columns) + 1)]
+    for variant in variants:
+        cells = [f"{variant.scores[c]:.4f}" if c in variant.scores else "–" for c in columns]
+        minutes = f"{sum(variant.seconds.values()) / 60:.1f}" if variant.seconds else "–"
+        lines.append(f"| {variant.name} | {variant.pretraining} | {_loss_cell(variant.pretrain_losses)} | "
+                     + " | ".join(cells) + f" | {minutes} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_pretrain_losses(variants: list[Variant], path: Path) -> None:
+    """Pre-training loss against step, one line per variant that pre-trained."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for variant in variants:
+        if variant.pretrain_losses:
+            steps, losses = zip(*variant.pretrain_losses, strict=True)
+            axis.plot(steps, losses, label=variant.name)
+    axis.set(xlabel="step", ylabel="pre-training loss (objective's total)")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_metrics(variants: list[Variant], path: Path) -> None:
+    """One bar panel per metric column, a bar per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = list(dict.fromkeys(column for variant in variants for column in variant.scores))
+    figure, axes = plt.subplots(1, len(columns), figsize=(4 * len(columns), 3.5), squeeze=False)
+    for axis, column in zip(axes[0], columns, strict=True):
+        names = [v.name for v in variants if column in v.scores]
+        axis.barh(names, [v.scores[column] for v in variants if column in v.scores])
+        axis.invert_yaxis()
+        axis.set(title=column)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_report(folders: list[Path], output: Path, title: str) -> str:
+    """Read the variant folders, write the table (Markdown, JSON) and plots into `output`; returns the table."""
+    variants = [read_variant(folder) for folder in folders]
+    output.mkdir(parents=True, exist_ok=True)
+    table = report_table(variants)
+    write_text_atomic(output / "report.md", f"# {title}\n\n{table}")
+    write_text_atomic(output / "report.json", json.dumps([vars(v) for v in variants], indent=2) + "\n")
+    if any(variant.pretrain_losses for variant in variants):
+        plot_pretrain_losses(variants, output / "pretrain-loss.png")
+    if any(variant.scores for variant in variants):
+        plot_metrics(variants, output / "metrics.png")
+    return table

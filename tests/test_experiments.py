@@ -1,0 +1,90 @@
+"""Experiment tooling: `retromae init-model` (a random BERT around a tokenizer) and `retromae report` (variant
+folders as the recipes lay them out → one table, JSON and plots)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from retromae.cli import main
+from retromae.errors import DataError
+from retromae.evaluation.experiments import read_variant, report_table, write_report
+from retromae.pretrain import PretrainConfig, pretrain
+
+
+def test_init_model_saves_a_random_bert_sized_for_the_tokenizer(tiny_model_dir, tmp_path):
+    output = tmp_path / "scratch"
+    assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(output), "--hidden-size", "64",
+                 "--layers", "2", "--max-positions", "128"]) == 0
+    model = AutoModelForMaskedLM.from_pretrained(output)
+    tokenizer = AutoTokenizer.from_pretrained(output)
+    assert model.config.vocab_size == len(tokenizer) == len(AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert (model.config.hidden_size, model.config.num_hidden_layers, model.config.num_attention_heads) == (64, 2, 1)
+    again = tmp_path / "again"
+    main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(again), "--hidden-size", "64",
+          "--layers", "2", "--max-positions", "128"])
+    same = AutoModelForMaskedLM.from_pretrained(again)
+    assert all((a == b).all() for a, b in zip(model.state_dict().values(), same.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--hidden-size", "100"], "--hidden-size: must be a positive multiple of 64"),
+    (["--tokenizer", "/no/such/folder"], "/no/such/folder"),
+])
+def test_init_model_errors_name_the_option(tiny_model_dir, tmp_path, capsys, flags, message):
+    arguments = ["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(tmp_path / "m"), *flags]
+    assert main(arguments) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.fixture()
+def variants(tiny_model_dir, tiny_corpus, tmp_path):
+    """Two variant folders: one pre-trained with evaluations and times, one with a SciFact evaluation only."""
+    pretrained, plain = tmp_path / "retromae", tmp_path / "none"
+    pretrain(PretrainConfig(model=str(tiny_model_dir), corpus=[str(tiny_corpus)], output=str(pretrained / "pretrain"),
+                            max_steps=4, batch_size=4, max_length=32, log_every=2, save_every=0,
+                            cache_dir=str(tmp_path / "cache")))
+    for folder, scores in ((pretrained, {"scifact": {"ndcg@10": 0.5, "recall@100": 0.75, "mrr@10": 0.4},
+                                         "stsb": {"spearman": 0.625, "pearson": 0.6}}),
+                           (plain, {"scifact": {"ndcg@10": 0.25, "recall@100": 0.5}})):
+        (folder / "eval").mkdir(parents=True)
+        for name, results in scores.items():
+            (folder / "eval" / f"{name}.json").write_text(json.dumps({**results, "split": "test"}))
+    (pretrained / "times.txt").write_text("pretrain 90\nfinetune 25\neval-scifact 5\n")
+    return [plain, pretrained]
+
+
+def test_report_gathers_variants_into_a_table_json_and_plots(variants, tmp_path):
+    table = write_report(variants, tmp_path / "report", "Objectives")
+    losses = [json.loads(line)["loss"] for line in (variants[1] / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    header, rule, none_row, retromae_row = table.splitlines()
+    assert header == ("| variant | pre-training | pre-training loss | scifact ndcg@10 | scifact recall@100 | "
+                      "stsb spearman | minutes |")
+    assert none_row == "| none | none | – | 0.2500 | 0.5000 | – | – |"
+    assert retromae_row == (f"| retromae | retromae enhanced, enc mask 0.3, dec mask 0.5, 1 dec layer, 4 steps | "
+                            f"{losses[0]:.2f} → {losses[-1]:.2f} | 0.5000 | 0.7500 | 0.6250 | 2.0 |")
+    assert (tmp_path / "report" / "report.md").read_text() == f"# Objectives\n\n{table}"
+    saved = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [v["name"] for v in saved] == ["none", "retromae"]
+    assert saved[1]["seconds"] == {"pretrain": 90.0, "finetune": 25.0, "eval-scifact": 5.0}
+    assert [step for step, _ in saved[1]["pretrain_losses"]] == [2, 4]
+    for plot in ("pretrain-loss.png", "metrics.png"):
+        assert (tmp_path / "report" / plot).read_bytes().startswith(b"\x89PNG")
+
+
+def test_report_command_prints_the_table(variants, tmp_path, capsys):
+    assert main(["report", "--variants", *map(str, variants), "--output", str(tmp_path / "r")]) == 0
+    assert "| none | none |" in capsys.readouterr().out
+
+
+def test_bad_variant_folders_are_named(variants, tmp_path):
+    (variants[1] / "times.txt").write_text("pretrain 90\nfinetune\n")
+    with pytest.raises(DataError, match=r"times.txt:2: expected 'STAGE SECONDS'"):
+        read_variant(variants[1])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="empty: holds no"):
+        read_variant(tmp_path / "empty")
+    with pytest.raises(DataError, match="missing: no such variant folder"):
+        report_table([read_variant(tmp_path / "missing")])
