@@ -5,7 +5,7 @@
 # retromae enhanced / retromae+contrastive, each fine-tuned identically on SciFact train (in-batch negatives) and
 # evaluated on SciFact test (NDCG@10, R@100) and STS-B test (Spearman).
 # Usage: recipes/objectives.sh [RUNS_DIR]   (from the repository root; sizes from the environment: recipes/small_encoder.sh)
-# Full scale (GPUs): TOKENIZER=bert-base-uncased HIDDEN=768 LAYERS=12 LENGTH=512 BATCH=64 STEPS=100000 \
+# Full scale (GPUs): TOKENIZER=bert-base-uncased HIDDEN=768 LAYERS=12 LENGTH=512 BATCH=64 STEPS=100000 FT_POOLING=cls \
 #   CORPUS=hf:wikimedia/wikipedia:20231101.en LAUNCH="accelerate launch -m" recipes/objectives.sh runs/objectives-full
 source "$(dirname "$0")/small_encoder.sh"
 

@@ -63,6 +63,19 @@ def tiny_corpus(tmp_path) -> Path:
     return path
 
 
+def tiny_beir(folder: Path) -> None:
+    """A 48-document BEIR folder whose queries are their document's first four words (36 train, 12 test)."""
+    (folder / "qrels").mkdir(parents=True)
+    documents = make_sentences(48, seed=7)
+    with (folder / "corpus.jsonl").open("w") as corpus, (folder / "queries.jsonl").open("w") as queries:
+        for i, text in enumerate(documents):
+            corpus.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
+            queries.write(json.dumps({"_id": f"q{i}", "text": " ".join(text.split()[:4])}) + "\n")
+    for split, ids in (("train", range(0, 36)), ("test", range(36, 48))):
+        rows = ["query-id\tcorpus-id\tscore"] + [f"q{i}\td{i}\t1" for i in ids]
+        (folder / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+
+
 def shared_data(relative: str) -> Path:
     """A path under ../shared/data, or skip the test with the reason when it is absent."""
     path = SHARED_DATA / relative

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import make_sentences
+from conftest import tiny_beir
 
 from retromae.cli import main
-
-
-def tiny_beir(folder) -> None:
-    (folder / "qrels").mkdir(parents=True)
-    documents = make_sentences(48, seed=7)
-    with (folder / "corpus.jsonl").open("w") as corpus, (folder / "queries.jsonl").open("w") as queries:
-        for i, text in enumerate(documents):
-            corpus.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")
-            queries.write(json.dumps({"_id": f"q{i}", "text": " ".join(text.split()[:4])}) + "\n")
-    for split, ids in (("train", range(0, 36)), ("test", range(36, 48))):
-        rows = ["query-id\tcorpus-id\tscore"] + [f"q{i}\td{i}\t1" for i in ids]
-        (folder / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
 
 
 def test_quickstart_writes_a_table_against_baselines_and_a_loss_plot(tmp_path):
