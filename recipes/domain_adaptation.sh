@@ -9,7 +9,7 @@
 source "$(dirname "$0")/lib.sh"
 RUNS=${1:-runs/domain-adaptation}
 MODEL=${MODEL:-$(minilm_path)}
-STEPS=${STEPS:-100} BATCH=${BATCH:-16} LENGTH=${LENGTH:-256} LR=${LR:-5e-5} FT_EPOCHS=${FT_EPOCHS:-1}
+STEPS=${STEPS:-60} BATCH=${BATCH:-16} LENGTH=${LENGTH:-256} LR=${LR:-5e-5} FT_EPOCHS=${FT_EPOCHS:-1}
 
 mkdir -p "$RUNS/bm25/eval"
 [ -f "$RUNS/bm25/eval/scifact.json" ] || {

@@ -169,8 +169,11 @@ for chunk in (0, 2):
     dist.all_reduce(total)
     result[chunk] = {"loss": total.item() / world,
                      "grads": {n: p.grad.flatten()[:50].tolist() for n, p in model.module.named_parameters()}}
+    del model  # release this DDP reducer before the next one is built
+    dist.barrier()
 if rank == 0:
     json.dump(result, open(sys.argv[4], "w"))
+dist.barrier()
 dist.destroy_process_group()
 '''
 
