@@ -58,7 +58,8 @@ def variants(tiny_model_dir, tiny_corpus, tmp_path):
 
 def test_report_gathers_variants_into_a_table_json_and_plots(variants, tmp_path):
     table = write_report(variants, tmp_path / "report", "Objectives")
-    losses = [json.loads(line)["loss"] for line in (variants[1] / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    metrics = (variants[1] / "pretrain" / "metrics.jsonl").read_text().splitlines()
+    losses = [json.loads(line)["loss"] for line in metrics]
     header, rule, none_row, retromae_row = table.splitlines()
     assert header == ("| variant | pre-training | pre-training loss | scifact ndcg@10 | scifact recall@100 | "
                       "stsb spearman | minutes |")

@@ -146,7 +146,7 @@ def test_empty_files_are_errors(tmp_path):
 
 
 @pytest.mark.parametrize(("name", "text", "reader", "message"), [
-    ("corpus.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "2", "text": \n', load_corpus, r":2: invalid JSON"),
+    ("corpus.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "2", "text": \n', load_corpus, r":2: malformed JSON"),
     ("corpus.jsonl", '{"_id": "1", "text": "a"}\n\n{"_id": "2"}\n', load_corpus, r":3: missing field 'text'"),
     ("corpus.jsonl", '{"title": "t", "text": "a"}\n', load_corpus, r":1: missing field '_id' or 'id'"),
     ("corpus.jsonl", '["a", "b"]\n', load_corpus, r":1: expected a JSON object"),
@@ -172,7 +172,7 @@ def test_malformed_lines_name_file_and_line(tmp_path, name, text, reader, messag
 def test_invalid_utf8_names_the_line_and_unknown_formats_are_rejected(tmp_path):
     path = tmp_path / "queries.tsv"
     path.write_bytes(b"1\tfine\n2\tbad \xff byte\n")
-    with pytest.raises(DataError, match="queries.tsv:2: not valid UTF-8"):
+    with pytest.raises(DataError, match="queries.tsv:2: invalid UTF-8"):
         load_queries(path)
     with pytest.raises(DataError, match="corpus.parquet: unknown format"):
         load_corpus(write(tmp_path / "corpus.parquet", "x"))

@@ -14,7 +14,6 @@ lands in another batch). No model code and no masking.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retromae.data.collate import Block, BlockCollator
-from retromae.data.corpus import _decoded_lines
+from retromae.data.lines import numbered_lines, parse_json_line
 from retromae.data.token_store import TokenStore, plain_backend, word_starts_of
 from retromae.errors import DataError
 
@@ -90,15 +89,8 @@ class SpanPairDataset(_BatchSeeded):
 
 def iter_pairs(path: Path) -> Iterator[tuple[str, list[str], str]]:
     """(query, positives, "file:line") for each line of a pairs file; other fields (e.g. "neg") are ignored."""
-    for number, line in _decoded_lines(Path(path)):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
-        yield (*_check_pair(record, where), where)
+    for number, line in numbered_lines(Path(path)):
+        yield (*_check_pair(parse_json_line(path, number, line), f"{path}:{number}"), f"{path}:{number}")
 
 
 def _check_pair(record: object, where: str) -> tuple[str, list[str]]:

@@ -8,12 +8,12 @@ Every reader streams: memory does not grow with the size of the file.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retromae.data.lines import numbered_lines, parse_json_line
 from retromae.errors import DataError
 
 HF_PREFIX = "hf:"
@@ -89,17 +89,6 @@ def _join(title: Any, text: str) -> str:
     return text
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its end-of-line) for each line, checking UTF-8 line by line."""
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
-            yield number, line.rstrip("\r\n")
-
-
 def _has_paragraph_break(path: Path) -> bool:
     """Whether a blank line separates two non-blank lines (then the file holds paragraphs, not lines)."""
     seen_text, pending_blank = False, False
@@ -116,7 +105,7 @@ def _has_paragraph_break(path: Path) -> bool:
 
 def _read_txt(path: Path) -> Iterator[Document]:
     """One document per line, or per blank-line separated paragraph when the file has a blank line inside."""
-    lines = _decoded_lines(path)
+    lines = numbered_lines(path, keep_blank=True)
     if not _has_paragraph_break(path):
         for number, line in lines:
             if line.strip():
@@ -141,15 +130,9 @@ def _paragraphs(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[Docume
 
 def _read_jsonl(path: Path) -> Iterator[Document]:
     """JSON lines: one object per line with `text` (required), `title` (optional), `_id` or `id` (optional)."""
-    for number, line in _decoded_lines(path):
-        if not line.strip():
-            continue
+    for number, line in numbered_lines(path):
         where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
-        yield _record_document(record, where, default_id=where)
+        yield _record_document(parse_json_line(path, number, line), where, default_id=where)
 
 
 def _record_document(record: Any, where: str, default_id: str) -> Document:

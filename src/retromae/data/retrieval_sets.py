@@ -8,15 +8,14 @@ Does not own: models, encoding, search or metrics. Every file may also be gzip-c
 
 from __future__ import annotations
 
-import gzip
-import json
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from retromae.data.lines import json_object_line, numbered_lines
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
 
@@ -44,22 +43,6 @@ class RetrievalSet:
     qrels: dict[str, dict[str, int]]
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, line without its end-of-line) for every non-blank line of a UTF-8 file."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{path}:{number}: not valid UTF-8 ({err.reason})") from None
-            if line.strip():
-                yield number, line
-
-
 def _format(path: Path) -> str:
     """'jsonl' or 'tsv', from the file name (a trailing .gz ignored)."""
     suffixes = [s for s in Path(path).suffixes if s != ".gz"]
@@ -69,16 +52,6 @@ def _format(path: Path) -> str:
     if suffix in (".tsv", ".txt"):
         return "tsv"
     raise DataError(f"{path}: unknown format; expected .jsonl (BEIR) or .tsv (MS MARCO)")
-
-
-def _json_record(path: Path, number: int, line: str) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path}:{number}: invalid JSON ({err.msg})") from None
-    if not isinstance(record, dict):
-        raise DataError(f"{path}:{number}: expected a JSON object")
-    return record
 
 
 def _json_field(path: Path, number: int, record: dict, *names: str) -> str:
@@ -93,7 +66,7 @@ def _read_table(path: Path, parse: Callable[[int, str], tuple[str, object]]) -> 
     """Read every line of `path` through `parse(number, line) -> (id, value)`; ids must be non-empty and unique."""
     table: dict = {}
     duplicates: dict[str, int] = {}
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         key, value = parse(number, line)
         if not key:
             raise DataError(f"{path}:{number}: empty id")
@@ -112,7 +85,7 @@ def load_corpus(path: Path) -> dict[str, Passage]:
     path = Path(path)
     if _format(path) == "jsonl":
         def parse(number: int, line: str) -> tuple[str, Passage]:
-            record = _json_record(path, number, line)
+            record = json_object_line(path, number, line)
             passage = Passage(str(record.get("title") or ""), _json_field(path, number, record, "text"))
             return _json_field(path, number, record, "_id", "id"), passage
     else:
@@ -135,7 +108,7 @@ def load_queries(path: Path) -> dict[str, str]:
     path = Path(path)
     if _format(path) == "jsonl":
         def parse(number: int, line: str) -> tuple[str, str]:
-            record = _json_record(path, number, line)
+            record = json_object_line(path, number, line)
             return _json_field(path, number, record, "_id", "id"), _json_field(path, number, record, "text")
     else:
         def parse(number: int, line: str) -> tuple[str, str]:
@@ -169,7 +142,7 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
     """Relevance judgments: BEIR tsv (header `query-id corpus-id score`) or TREC qrels (`qid 0 docid rel`)."""
     path = Path(path)
     qrels: dict[str, dict[str, int]] = {}
-    for index, (number, line) in enumerate(_lines(path)):
+    for index, (number, line) in enumerate(numbered_lines(path)):
         qid, docid, grade = _qrel_fields(path, number, line)
         try:
             value = int(grade)
@@ -253,7 +226,7 @@ def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
     """A TREC run file (`qid Q0 docid rank score tag`, whitespace-separated) as qid → docid → score."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         fields = line.split()
         if len(fields) != 6:
             raise DataError(f"{path}:{number}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
@@ -296,7 +269,7 @@ def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     the two sentence lists and the gold scores, shape (N,)."""
     path = Path(path)
     first, second, scores = [], [], []
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         fields = line.split("\t")
         if len(fields) < 7:
             raise DataError(f"{path}:{number}: expected at least 7 tab-separated fields "

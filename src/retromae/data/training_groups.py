@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retromae.data.retrieval_sets import _json_record, _lines, load_retrieval_set
+from retromae.data.lines import json_object_line, numbered_lines
+from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.errors import DataError
 from retromae.io import atomic_path
 
@@ -76,8 +77,8 @@ def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any
     """(line number, record) of every line of a training file, checked: `query` a string, `pos` a non-empty
     list of strings, `neg` a list of strings, score lists as long as the passage lists they score."""
     path = Path(path)
-    for number, line in _lines(path):
-        record = _json_record(path, number, line)
+    for number, line in numbered_lines(path):
+        record = json_object_line(path, number, line)
         if not isinstance(record.get("query"), str):
             raise DataError(f"{path}:{number}: missing field 'query'" if "query" not in record
                             else f"{path}:{number}: field 'query' must be a string")
