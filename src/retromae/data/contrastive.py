@@ -90,7 +90,8 @@ class SpanPairDataset(_BatchSeeded):
 def iter_pairs(path: Path) -> Iterator[tuple[str, list[str], str]]:
     """(query, positives, "file:line") for each line of a pairs file; other fields (e.g. "neg") are ignored."""
     for number, line in numbered_lines(Path(path)):
-        yield (*_check_pair(parse_json_line(path, number, line), f"{path}:{number}"), f"{path}:{number}")
+        where = f"{path}:{number}"
+        yield (*_check_pair(parse_json_line(path, number, line), where), where)
 
 
 def _check_pair(record: object, where: str) -> tuple[str, list[str]]:
