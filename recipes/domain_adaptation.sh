@@ -11,12 +11,10 @@ RUNS=${1:-runs/domain-adaptation}
 MODEL=${MODEL:-$(minilm_path)}
 STEPS=${STEPS:-60} BATCH=${BATCH:-16} LENGTH=${LENGTH:-256} LR=${LR:-5e-5} FT_EPOCHS=${FT_EPOCHS:-1}
 
-mkdir -p "$RUNS/bm25/eval"
-[ -f "$RUNS/bm25/eval/scifact.json" ] || {
+mkdir -p "$RUNS/bm25"
+[ -f "$RUNS/bm25/run.trec" ] || \
   timed "$RUNS/bm25" bm25 $PY -m retromae bm25 --data "$SCIFACT" --split test --output "$RUNS/bm25/run.trec"
-  timed "$RUNS/bm25" eval-scifact $PY -m retromae evaluate --run "$RUNS/bm25/run.trec" --data "$SCIFACT" \
-    --split test --output "$RUNS/bm25/eval/scifact.json"
-}
+evaluate_variant "$RUNS/bm25" scifact --run "$RUNS/bm25/run.trec" --data "$SCIFACT"
 evaluate_scifact "$RUNS/minilm-zero-shot" "$MODEL"
 
 pretrain_variant "$RUNS/retromae-stage" --model "$MODEL" --corpus "$SCIFACT" --objective retromae \

@@ -38,18 +38,17 @@ finetune_variant() {  # finetune_variant VARIANT_DIR MODEL FINETUNE_OPTIONS...: 
   timed "$dir" finetune $LAUNCH retromae finetune --model "$model" --output "$dir/finetune" "$@"
 }
 
-evaluate_scifact() {  # evaluate_scifact VARIANT_DIR MODEL: SciFact test NDCG@10, R@100 → eval/scifact.json
-  local dir=$1 model=$2
-  [ -f "$dir/eval/scifact.json" ] && return 0
+evaluate_variant() {  # evaluate_variant VARIANT_DIR NAME EVALUATE_OPTIONS...: `retromae evaluate` → eval/NAME.json
+  local dir=$1 name=$2; shift 2
+  [ -f "$dir/eval/$name.json" ] && return 0
   mkdir -p "$dir/eval"
-  timed "$dir" eval-scifact $PY -m retromae evaluate --model "$model" --data "$SCIFACT" --split test \
-    --query-max-length 64 --passage-max-length 256 --output "$dir/eval/scifact.json"
+  timed "$dir" "eval-$name" $PY -m retromae evaluate --split test --output "$dir/eval/$name.json" "$@"
+}
+
+evaluate_scifact() {  # evaluate_scifact VARIANT_DIR MODEL: SciFact test NDCG@10, R@100 → eval/scifact.json
+  evaluate_variant "$1" scifact --model "$2" --data "$SCIFACT" --query-max-length 64 --passage-max-length 256
 }
 
 evaluate_stsb() {  # evaluate_stsb VARIANT_DIR MODEL: STS-B test Spearman → eval/stsb.json
-  local dir=$1 model=$2
-  [ -f "$dir/eval/stsb.json" ] && return 0
-  mkdir -p "$dir/eval"
-  timed "$dir" eval-stsb $PY -m retromae evaluate --model "$model" --data "$STSB" --split test \
-    --output "$dir/eval/stsb.json"
+  evaluate_variant "$1" stsb --model "$2" --data "$STSB"
 }

@@ -20,6 +20,7 @@ from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.encoder import Encoder
 from retromae.evaluation import evaluate_run
+from retromae.evaluation.experiments import pyplot
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
 from retromae.pretrain import PretrainConfig, pretrain
@@ -112,11 +113,7 @@ def results_table(results: dict[str, dict[str, float]]) -> str:
 
 def plot_losses(runs: dict[str, Path], path: Path) -> None:
     """One panel per training run: its loss components against the step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.5))
     for axis, (title, folder) in zip(axes, runs.items(), strict=True):
         records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]

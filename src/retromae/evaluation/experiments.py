@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from retromae.data.lines import numbered_lines, parse_json_line
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
 
@@ -34,6 +35,21 @@ class Variant:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def metric_columns(variants: list[Variant]) -> list[str]:
+    """Every metric column any variant has, in first-seen order."""
+    return list(dict.fromkeys(column for variant in variants for column in variant.scores))
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -44,38 +60,29 @@ def _read_json(path: Path) -> dict:
 def describe_pretraining(config: dict) -> str:
     """A short description of a pre-training run's method, from its saved config."""
     objective = config["objective"]
-    parts = [objective]
-    if objective.startswith("retromae"):
-        parts[0] += f" {config['decoding']}"
+    retromae = objective.startswith("retromae")
+    parts = [f"{objective} {config['decoding']}" if retromae else objective]
     if objective != "contrastive":
         parts.append(f"enc mask {config['encoder_mask_ratio']:g}")
-    if objective.startswith("retromae"):
+    if retromae:
         parts.append(f"dec mask {config['decoder_mask_ratio']:g}")
-    if config.get("decoder_layers") and objective != "mlm" and objective != "contrastive":
-        parts.append(f"{config['decoder_layers']} dec layer{'s' if config['decoder_layers'] > 1 else ''}")
+    layers = config.get("decoder_layers")
+    if layers and objective not in ("mlm", "contrastive"):
+        parts.append(f"{layers} dec layer{'s' if layers > 1 else ''}")
     parts.append(f"{config['max_steps']} steps")
     return ", ".join(parts)
 
 
 def read_losses(metrics: Path) -> list[tuple[int, float]]:
     """(step, loss) of every logged training record in a metrics.jsonl."""
-    losses = []
-    for number, line in enumerate(metrics.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{metrics}:{number}: not valid JSON ({error})") from error
-        if "loss" in record:
-            losses.append((int(record["step"]), float(record["loss"])))
-    return losses
+    records = (parse_json_line(metrics, number, line) for number, line in numbered_lines(metrics))
+    return [(int(record["step"]), float(record["loss"])) for record in records if "loss" in record]
 
 
 def read_times(path: Path) -> dict[str, float]:
     """STAGE → seconds from a times.txt (a stage timed twice keeps its last time)."""
     times = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in numbered_lines(path):
         fields = line.split()
         if len(fields) != 2:
             raise DataError(f"{path}:{number}: expected 'STAGE SECONDS', got {line!r}")
@@ -110,7 +117,7 @@ def _loss_cell(losses: list[tuple[int, float]]) -> str:
 
 def report_table(variants: list[Variant]) -> str:
     """A Markdown table: variant, pre-training, its loss, every metric column, minutes."""
-    columns = list(dict.fromkeys(column for variant in variants for column in variant.scores))
+    columns = metric_columns(variants)
     lines = ["| variant | pre-training | pre-training loss | " + " | ".join(columns) + " | minutes |",
              "|---|---|---|" + "---:|" * (len(columns) + 1)]
     for variant in variants:
@@ -123,11 +130,7 @@ def report_table(variants: list[Variant]) -> str:
 
 def plot_pretrain_losses(variants: list[Variant], path: Path) -> None:
     """Pre-training loss against step, one line per variant that pre-trained."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
     for variant in variants:
         if variant.pretrain_losses:
@@ -142,12 +145,8 @@ def plot_pretrain_losses(variants: list[Variant], path: Path) -> None:
 
 def plot_metrics(variants: list[Variant], path: Path) -> None:
     """One bar panel per metric column, a bar per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    columns = list(dict.fromkeys(column for variant in variants for column in variant.scores))
+    plt = pyplot()
+    columns = metric_columns(variants)
     figure, axes = plt.subplots(1, len(columns), figsize=(4 * len(columns), 3.5), squeeze=False)
     for axis, column in zip(axes[0], columns, strict=True):
         names = [v.name for v in variants if column in v.scores]
