@@ -10,7 +10,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from retromae.cli import main
 from retromae.errors import DataError
-from retromae.evaluation.experiments import read_variant, report_table, write_report
+from retromae.evaluation.experiments import describe_pretraining, read_variant, report_table, write_report
 from retromae.pretrain import PretrainConfig, pretrain
 
 
@@ -73,6 +73,13 @@ def test_report_gathers_variants_into_a_table_json_and_plots(variants, tmp_path)
     assert [step for step, _ in saved[1]["pretrain_losses"]] == [2, 4]
     for plot in ("pretrain-loss.png", "metrics.png"):
         assert (tmp_path / "report" / plot).read_bytes().startswith(b"\x89PNG")
+
+
+def test_pretraining_description_names_a_head_warm_up():
+    config = {"objective": "retromae", "decoding": "enhanced", "encoder_mask_ratio": 0.3, "decoder_mask_ratio": 0.5,
+              "decoder_layers": 1, "max_steps": 120, "freeze_encoder_steps": 60, "head_learning_rate": 1e-3}
+    assert describe_pretraining(config) == ("retromae enhanced, enc mask 0.3, dec mask 0.5, 1 dec layer, 120 steps, "
+                                            "heads alone for the first 60, head lr 0.001")
 
 
 def test_report_command_prints_the_table(variants, tmp_path, capsys):

@@ -342,7 +342,9 @@ def test_mine_train_reranker_score_and_distill(tiny_beir, tiny_model_dir, tmp_pa
     assert len(records) == 24 and all(len(r["neg"]) == 5 and not set(r["neg"]) & set(r["pos"]) for r in records)
     reranker = tmp_path / "reranker"
     assert main(["train-reranker", "--model", str(tiny_model_dir), "--data", str(mined), "--output", str(reranker),
-                 "--max-steps", "2", "--batch-size", "2", "--group-size", "3", "--max-length", "48"]) == 0
+                 "--max-steps", "2", "--batch-size", "2", "--group-size", "3", "--max-length", "48",
+                 "--head-learning-rate", "1e-3", "--log-every", "1"]) == 0
+    assert _metrics(reranker)[0]["head_lr"] > _metrics(reranker)[0]["lr"]  # the new classifier has its own rate
     scored = tmp_path / "scored.jsonl"
     assert main(["score", "--model", str(reranker / "reranker"), "--data", str(mined), "--output", str(scored),
                  "--max-length", "48"]) == 0

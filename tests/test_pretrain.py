@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
 import retromae.pretrain
 import retromae.train
@@ -159,7 +159,7 @@ def test_two_process_ddp_run_on_cpu(tiny_model_dir, tiny_corpus, tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
                "-m", "retromae", "pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus),
                "--output", str(output), "--max-steps", "3", "--batch-size", "2", "--max-length", "32",
-               "--log-every", "1", "--cache-dir", str(tmp_path / "cache")]
+               "--log-every", "1", "--cache-dir", str(tmp_path / "cache"), "--freeze-encoder-steps", "1"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert [m["step"] for m in read_metrics(output)] == [1, 2, 3]
@@ -282,6 +282,9 @@ def test_decoder_layers_default_per_objective(tiny_corpus, tmp_path, objective, 
     ({"init_from": "previous"}, "--model"),  # both --model and --init-from
     ({"model": None}, "--model"),
     ({"model": None, "init_from": "previous", "from_config": True}, "--from-config"),
+    ({"freeze_encoder_steps": 6, "max_steps": 6}, "--freeze-encoder-steps"),  # leaves the encoder no step
+    ({"objective": "contrastive", "freeze_encoder_steps": 2}, "--freeze-encoder-steps"),  # no head to train alone
+    ({"head_learning_rate": 0.0}, "--head-learning-rate"),
 ])
 def test_bad_objective_options_name_the_option(tiny_corpus, tmp_path, overrides, flag):
     values = dict(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path))
@@ -293,6 +296,69 @@ def test_seed_with_more_layers_is_not_held_to_enhanced_decoding(tiny_corpus, tmp
     settings = PretrainConfig(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path), objective="seed",
                               decoder_layers=5)
     assert (settings.decoder_layers, settings.decoding) == (5, "enhanced")
+
+
+# --- heads on a pre-trained body: their own learning rate, a warm-up with the encoder frozen ------------------
+
+
+def snapshot_every_step(monkeypatch) -> list[dict[str, dict[str, torch.Tensor]]]:
+    """Record the body's and the head's tensors at every checkpoint (save_every=1: after every step)."""
+    snapshots = []
+    original_save = retromae.train.Trainer.save_checkpoint
+
+    def save_and_record(self):
+        model = self.unwrapped_model
+        body = {n: t.detach().clone() for n, t in model.encoder.base_model.state_dict().items()}
+        head = {n: t.detach().clone() for n, t in model.head_state_dict().items()}
+        snapshots.append({"body": body, "head": head})
+        original_save(self)
+
+    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", save_and_record)
+    return snapshots
+
+
+def same(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_frozen_encoder_steps_train_only_the_heads(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
+    snapshots = snapshot_every_step(monkeypatch)
+    output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", max_steps=5, save_every=1,
+                             freeze_encoder_steps=3, warmup_ratio=0.0))
+    initial = AutoModel.from_pretrained(tiny_model_dir).state_dict()
+    body_names = snapshots[0]["body"].keys()
+    assert same(snapshots[2]["body"], {n: initial[n] for n in body_names})  # steps 1-3: the encoder is untouched
+    assert not same(snapshots[0]["head"], snapshots[2]["head"])  # while the heads learn
+    assert not same(snapshots[2]["body"], snapshots[3]["body"])  # step 4: the encoder trains too
+    metrics = read_metrics(output)
+    # A step's record carries the learning rates of the next step: the encoder's turns positive for step 4.
+    assert [m["lr"] > 0 for m in metrics] == [False, False, True, True, False]
+    assert all(m["head_lr"] > 0 for m in metrics[:4])
+
+
+def test_heads_follow_their_own_learning_rate(tiny_model_dir, tiny_corpus, tmp_path):
+    metrics = read_metrics(pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", max_steps=4,
+                                           learning_rate=1e-4, head_learning_rate=1e-3)))
+    assert all(m["head_lr"] == pytest.approx(10 * m["lr"]) for m in metrics)
+    assert metrics[0]["lr"] > 0
+
+
+def test_linear_schedule_matches_transformers_and_starts_late_when_asked():
+    reference = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    transformers_schedule = get_linear_schedule_with_warmup(reference, 3, 20)
+    ours = retromae.train.linear_schedule(0, 0.15, 20)
+    for step in range(20):
+        assert ours(step) == pytest.approx(transformers_schedule.get_last_lr()[0])
+        reference.step()
+        transformers_schedule.step()
+    late = retromae.train.linear_schedule(5, 0.2, 15)  # 10 steps after the start: 2 of warm-up, 8 of decay
+    assert [late(s) for s in (0, 4, 5, 6, 7, 11, 15)] == pytest.approx([0, 0, 0, 0.5, 1, 0.5, 0])
+
+
+def test_freezing_a_model_without_heads_is_refused(tiny_model_dir, tmp_path):
+    settings = retromae.train.HeadTrainingConfig(output=str(tmp_path), max_steps=4, freeze_encoder_steps=2)
+    with pytest.raises(ConfigError, match="--freeze-encoder-steps"):
+        retromae.train.Trainer(AutoModel.from_pretrained(tiny_model_dir), [], None, settings)
 
 
 # --- two-stage workflow --------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ def test_beir_folder_keeps_the_queries_judged_in_the_split(beir_folder):
     assert data.corpus["d1"] == Passage("Dense retrieval", "encoders map text to vectors")
     assert data.corpus["d1"].joined() == "Dense retrieval encoders map text to vectors"
     assert data.corpus["d3"].joined() == "no title field"
+    assert data.corpus_texts()["d1"] == data.corpus["d1"].joined() and len(data.corpus_texts()) == len(data.corpus)
     assert data.queries == {"q1": "what is dense retrieval", "q2": "masking"}
     assert data.qrels == {"q1": {"d1": 2, "d3": 0}, "q2": {"d2": 1}}
     assert list(load_retrieval_set(beir_folder, split="train").queries) == ["q3"]

@@ -25,13 +25,13 @@ from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import export_encoder, export_sentence_transformer, load_head, save_head
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
-from retromae.train import Trainer, TrainingConfig, make_accelerator, seed_everything
+from retromae.train import HeadTrainingConfig, Trainer, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
-class PretrainConfig(TrainingConfig):
+class PretrainConfig(HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
@@ -56,7 +56,7 @@ class PretrainConfig(TrainingConfig):
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        HeadTrainingConfig.__post_init__(self)
         objective = OBJECTIVES[self.objective]
         require((self.model is None) != (self.init_from is None), "model",
                 "give exactly one of --model and --init-from (which loads DIR/encoder)")
@@ -72,6 +72,8 @@ class PretrainConfig(TrainingConfig):
                 f"the {self.objective} objective reads blocks of --corpus, not pairs")
         require(self.pairs is None or not self.corpus, "pairs", "give --pairs or --corpus, not both")
         require(len(self.corpus) > 0 or self.pairs is not None, "corpus", "give at least one corpus file")
+        require(not (self.freeze_encoder_steps and self.objective == "contrastive"), "freeze_encoder_steps",
+                "the contrastive objective has no head to train while the encoder is frozen")
 
 
 def pretrain(config: PretrainConfig) -> Path:

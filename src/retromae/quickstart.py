@@ -96,7 +96,7 @@ def _dense_results(model: Path, corpus: dict[str, str], data) -> dict[str, float
 def evaluate_all(data_dir: Path, models: dict[str, Path]) -> dict[str, dict[str, float]]:
     """BM25 and each dense model on the test split."""
     data = load_retrieval_set(data_dir, "test")
-    corpus = {doc_id: passage.joined() for doc_id, passage in data.corpus.items()}
+    corpus = data.corpus_texts()
     results = {"BM25": evaluate_run(data.qrels, bm25_search(corpus, data.queries, k=100), (10, 100))}
     for name, model in models.items():
         results[name] = _dense_results(model, corpus, data)
@@ -117,7 +117,7 @@ def plot_losses(runs: dict[str, Path], path: Path) -> None:
     figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.5))
     for axis, (title, folder) in zip(axes, runs.items(), strict=True):
         records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        for key in sorted(set(records[0]) - {"step", "lr", "tokens_per_s"}):
+        for key in sorted(k for k in records[0] if k not in ("step", "tokens_per_s") and not k.endswith("lr")):
             axis.plot([r["step"] for r in records], [r[key] for r in records], label=key)
         axis.set(title=title, xlabel="step", ylabel="loss")
         axis.legend()

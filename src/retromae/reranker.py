@@ -32,13 +32,13 @@ from retromae.finetune.negatives import Miner
 from retromae.finetune.run import model_folder
 from retromae.io import atomic_directory
 from retromae.retrieval.mining import MiningOptions
-from retromae.train import Trainer, TrainingConfig, make_accelerator, seed_everything
+from retromae.train import HeadTrainingConfig, Trainer, make_accelerator, seed_everything
 
 RERANKER_DIR = "reranker"
 
 
 @dataclass(kw_only=True)
-class RerankerConfig(MiningOptions, TrainingConfig):
+class RerankerConfig(MiningOptions, HeadTrainingConfig):
     """Options of `retromae train-reranker`."""
 
     model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
@@ -53,7 +53,7 @@ class RerankerConfig(MiningOptions, TrainingConfig):
     learning_rate: float = option(2e-5, "peak learning rate of AdamW")
 
     def __post_init__(self) -> None:
-        TrainingConfig.__post_init__(self)
+        HeadTrainingConfig.__post_init__(self)
         MiningOptions.__post_init__(self)
         require(self.group_size >= 2, "group_size", "must be at least 2 (a positive and a negative)")
         require(self.max_length >= 8, "max_length", "must be at least 8")

@@ -1,6 +1,7 @@
 """The one training loop, on Accelerate, shared by pre-training and fine-tuning.
 
-Owns: optimiser and schedule (AdamW, linear warmup then linear decay), gradient accumulation and clipping,
+Owns: optimiser and schedule (AdamW, linear warmup then linear decay; heads outside the pre-trained body may have
+their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradient accumulation and clipping,
 mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the
 progress bar, `metrics.jsonl`, and atomic checkpoints that resume exactly (model, optimiser, scheduler,
 RNG states, data position). Distribution (DDP through `accelerate launch` or `torchrun`; FSDP/DeepSpeed
@@ -27,9 +28,9 @@ from accelerate.utils import set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, get_linear_schedule_with_warmup
+from transformers import PreTrainedModel
 
-from retromae.config import option, require
+from retromae.config import ConfigError, option, require
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
 
@@ -66,6 +67,29 @@ class TrainingConfig:
         require(self.log_every > 0, "log_every", "must be positive")
         require(self.save_every >= 0, "save_every", "must be 0 or positive")
         require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
+
+
+@dataclass(kw_only=True)
+class HeadTrainingConfig(TrainingConfig):
+    """Options of commands whose model puts new heads (MLM head, decoder, classifier) on a pre-trained body."""
+
+    head_learning_rate: float | None = option(None, "peak learning rate of the parameters outside the encoder body "
+                                                    "(MLM head, decoder, classifier); default: --learning-rate")
+    freeze_encoder_steps: int = option(0, "train only those heads for the first N steps (the encoder's learning "
+                                          "rate is 0 and its gradients dropped), then everything, the encoder with "
+                                          "its own warm-up over the remaining steps")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.head_learning_rate is None or self.head_learning_rate > 0, "head_learning_rate",
+                "must be positive")
+        require(0 <= self.freeze_encoder_steps < self.max_steps, "freeze_encoder_steps",
+                f"must lie in [0, --max-steps) (max_steps is {self.max_steps})")
+
+    @property
+    def separate_heads(self) -> bool:
+        """Whether the heads follow their own learning rate or schedule rather than the encoder's."""
+        return self.head_learning_rate is not None or self.freeze_encoder_steps > 0
 
 
 class TrainState:
@@ -117,13 +141,51 @@ def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device)
     return generator
 
 
-def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
+def body_parameter_ids(model: nn.Module) -> set[int]:
+    """The parameters of every pre-trained transformer body (`PreTrainedModel.base_model`) inside `model`."""
+    return {id(p) for module in model.modules() if isinstance(module, PreTrainedModel)
+            for p in module.base_model.parameters()}
+
+
+def _optimizer(model: nn.Module, config: TrainingConfig, head_rate: float | None) -> torch.optim.AdamW:
+    """AdamW over four groups: body or head × weight decay or not (none for biases and norms); empty ones left out.
+
+    Each group carries `body` (True for the encoder body) so that the schedule and the frozen phase can tell them
+    apart."""
+    body = body_parameter_ids(model)
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
-            (no_decay if parameter.ndim < 2 or "norm" in name.lower() else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.learning_rate)
+            decays = parameter.ndim >= 2 and "norm" not in name.lower()
+            groups.setdefault((id(parameter) in body, decays), []).append(parameter)
+    return torch.optim.AdamW([
+        {"params": params, "body": in_body, "weight_decay": config.weight_decay if decays else 0.0,
+         "lr": config.learning_rate if in_body or head_rate is None else head_rate}
+        for (in_body, decays), params in sorted(groups.items(), reverse=True)])
+
+
+def linear_schedule(start: int, warmup_ratio: float, total: int) -> Callable[[int], float]:
+    """Learning-rate factor of a step: 0 before `start`, then a linear warm-up over `warmup_ratio` of the remaining
+    steps and a linear decay to 0 at `total` (with start 0, transformers' linear schedule with warm-up)."""
+    span = total - start
+    warmup = int(warmup_ratio * span)
+
+    def factor(step: int) -> float:
+        if step < start:
+            return 0.0
+        step -= start
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.0, (span - step) / max(1, span - warmup))
+
+    return factor
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
+               freeze_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    body = linear_schedule(freeze_steps, config.warmup_ratio, config.max_steps)
+    head = linear_schedule(0, config.warmup_ratio, config.max_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, [body if g["body"] else head for g in optimizer.param_groups])
 
 
 def make_accelerator(config: TrainingConfig) -> Accelerator:
@@ -187,6 +249,8 @@ class Trainer:
         and the seed, so that resuming stays exact. `on_step(trainer)` runs after every optimiser step, after its
         metrics are logged and before it is checkpointed (e.g. to refresh hard negatives)."""
         self.config = config
+        self.heads = config if isinstance(config, HeadTrainingConfig) else None
+        self.freeze_steps = self.heads.freeze_encoder_steps if self.heads else 0
         self.batch_sampler, self.on_step = batch_sampler, on_step
         self.output = Path(config.output)
         self.accelerator = accelerator or make_accelerator(config)
@@ -195,11 +259,15 @@ class Trainer:
         self.state = TrainState()
         if config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
-        optimizer = _optimizer(model, config)
-        warmup = int(config.warmup_ratio * config.max_steps)
-        self.scheduler = get_linear_schedule_with_warmup(optimizer, warmup, config.max_steps)
+        optimizer = _optimizer(model, config, self.heads.head_learning_rate if self.heads else None)
+        self._check_heads(optimizer)
+        self.scheduler = _scheduler(optimizer, config, self.freeze_steps)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_for_checkpointing(self.scheduler, self.state)
+
+    def _check_heads(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.freeze_steps and all(group["body"] for group in optimizer.param_groups):
+            raise ConfigError("--freeze-encoder-steps: the model has no parameters outside its encoder to train alone")
 
     @property
     def unwrapped_model(self) -> nn.Module:
@@ -249,12 +317,21 @@ class Trainer:
             for name, value in losses.items():
                 totals[name] = totals.get(name, 0.0) + float(value.detach()) / accumulation
             tokens += self.count_tokens(batch)
+        if self.state.step < self.freeze_steps:
+            self._drop_body_gradients()
         if self.config.max_grad_norm > 0:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return totals, tokens
+
+    def _drop_body_gradients(self) -> None:
+        """While the encoder is frozen: no update, no optimiser moments, and no share in the clipped norm."""
+        for group in self.optimizer.param_groups:
+            if group["body"]:
+                for parameter in group["params"]:
+                    parameter.grad = None
 
     def _reduce(self, window: _Window) -> dict[str, float]:
         """Mean loss components over the window and all processes; tokens/s over all processes."""
@@ -265,7 +342,10 @@ class Trainer:
         world = self.accelerator.num_processes
         record: dict[str, float] = {"step": self.state.step}
         record.update({name: summed[i].item() / world for i, name in enumerate(names)})
-        record["lr"] = self.scheduler.get_last_lr()[0]
+        rates = dict(zip((group["body"] for group in self.optimizer.param_groups), self.scheduler.get_last_lr()))
+        record["lr"] = rates.get(True, rates.get(False))
+        if self.heads and self.heads.separate_heads and False in rates:
+            record["head_lr"] = rates[False]
         record["tokens_per_s"] = summed[-1].item() / max(time.perf_counter() - window.started, 1e-9)
         return record
 

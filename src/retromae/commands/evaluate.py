@@ -81,8 +81,7 @@ def evaluate_retrieval(config: EvaluateConfig) -> tuple[dict[str, Any], dict[str
     if config.run is not None:
         run = read_trec_run(config.run)
     else:
-        corpus = {doc_id: passage.joined() for doc_id, passage in data.corpus.items()}
-        run = model_run(config, corpus, data.queries)
+        run = model_run(config, data.corpus_texts(), data.queries)
     if config.save_run is not None:
         write_trec_run(run, config.save_run)
     if config.per_query:

@@ -42,6 +42,10 @@ class RetrievalSet:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
 
+    def corpus_texts(self) -> dict[str, str]:
+        """Each document as the one text a model reads: title and body joined."""
+        return {doc_id: passage.joined() for doc_id, passage in self.corpus.items()}
+
 
 def _format(path: Path) -> str:
     """'jsonl' or 'tsv', from the file name (a trailing .gz ignored)."""

@@ -70,6 +70,10 @@ def describe_pretraining(config: dict) -> str:
     if layers and objective not in ("mlm", "contrastive"):
         parts.append(f"{layers} dec layer{'s' if layers > 1 else ''}")
     parts.append(f"{config['max_steps']} steps")
+    if config.get("freeze_encoder_steps"):
+        parts.append(f"heads alone for the first {config['freeze_encoder_steps']}")
+    if config.get("head_learning_rate"):
+        parts.append(f"head lr {config['head_learning_rate']:g}")
     return ", ".join(parts)
 
 
