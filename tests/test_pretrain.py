@@ -267,9 +267,24 @@ def test_every_objective_pretrains_on_its_data(tiny_model_dir, tiny_corpus, tmp_
 
 
 @pytest.mark.parametrize("objective,layers", [("retromae", 1), ("seed", 3), ("mlm", None), ("contrastive", None)])
-def test_decoder_layers_default_per_objective(tiny_corpus, tmp_path, objective, layers):
+def test_decoder_layers_default_per_objective(tiny_model_dir, tiny_corpus, tmp_path, objective, layers):
     settings = PretrainConfig(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path), objective=objective)
-    assert settings.decoder_layers == layers
+    encoder, tokenizer = load_masked_lm(str(tiny_model_dir))
+    built = build_objective(objective, encoder, tokenizer, settings)
+    decoder = getattr(built, "decoder", None) or getattr(built, "weak_decoder", None)
+    assert (len(decoder) if decoder is not None else None) == layers
+    assert settings.decoder_layers is None  # saved unresolved: a config.json reused with another objective fits it
+
+
+def test_a_saved_config_serves_another_objective(tiny_model_dir, tiny_corpus, tmp_path):
+    first = tmp_path / "retromae"
+    assert main(["pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus), "--output", str(first),
+                 "--max-steps", "1", "--batch-size", "4", "--max-length", "32",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    for objective in ("mlm", "seed"):
+        assert main(["pretrain", "--config", str(first / "config.json"), "--objective", objective,
+                     "--output", str(tmp_path / objective)]) == 0
+    assert json.loads((tmp_path / "seed" / "config.json").read_text())["decoder_layers"] is None
 
 
 @pytest.mark.parametrize("overrides,flag", [

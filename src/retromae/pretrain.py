@@ -65,8 +65,6 @@ class PretrainConfig(HeadTrainingConfig):
         require(0 < self.decoder_mask_ratio < 1, "decoder_mask_ratio", "must lie in (0, 1)")
         require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
         objective.check_config(self)
-        if self.decoder_layers is None:
-            self.decoder_layers = objective.default_decoder_layers
         require(self.max_length >= 8, "max_length", "must be at least 8")
         require(self.pairs is None or objective.pair_batches, "pairs",
                 f"the {self.objective} objective reads blocks of --corpus, not pairs")

@@ -20,6 +20,7 @@ from pathlib import Path
 from retromae.data.lines import numbered_lines, parse_json_line
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
+from retromae.objectives import OBJECTIVES
 
 REPORTED_METRICS = ("ndcg@10", "recall@100", "spearman")
 
@@ -66,7 +67,7 @@ def describe_pretraining(config: dict) -> str:
         parts.append(f"enc mask {config['encoder_mask_ratio']:g}")
     if retromae:
         parts.append(f"dec mask {config['decoder_mask_ratio']:g}")
-    layers = config.get("decoder_layers")
+    layers = config.get("decoder_layers") or OBJECTIVES[objective].default_decoder_layers
     if layers and objective not in ("mlm", "contrastive"):
         parts.append(f"{layers} dec layer{'s' if layers > 1 else ''}")
     parts.append(f"{config['max_steps']} steps")
