@@ -44,7 +44,7 @@ run mined-ance-2ep --data "$RUNS/mined.jsonl" --group-size 4 --epochs 2 --refres
   --rank-end 50 --negatives-per-query 7
 
 [ -d "$RUNS/reranker/reranker" ] || timed train-reranker $PY -m retromae train-reranker --model "$MODEL" \
-  --data "$RUNS/mined.jsonl" --output "$RUNS/reranker" --group-size 4 --batch-size 8 --max-steps 100 \
+  --data "$RUNS/mined.jsonl" --output "$RUNS/reranker" --group-size 4 --batch-size 8 --max-steps 300 \
   --max-length 192 --learning-rate 3e-5 --head-learning-rate 1e-3 --log-every 5
 [ -f "$RUNS/scored.jsonl" ] || timed score $PY -m retromae score --model "$RUNS/reranker/reranker" \
   --data "$RUNS/mined.jsonl" --output "$RUNS/scored.jsonl" --max-length 192
