@@ -56,7 +56,7 @@ class PretrainConfig(HeadTrainingConfig):
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
 
     def __post_init__(self) -> None:
-        HeadTrainingConfig.__post_init__(self)
+        super().__post_init__()
         objective = OBJECTIVES[self.objective]
         require((self.model is None) != (self.init_from is None), "model",
                 "give exactly one of --model and --init-from (which loads DIR/encoder)")

@@ -20,7 +20,7 @@ from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.encoder import Encoder
 from retromae.evaluation import evaluate_run
-from retromae.evaluation.experiments import pyplot
+from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
 from retromae.pretrain import PretrainConfig, pretrain
@@ -116,7 +116,7 @@ def plot_losses(runs: dict[str, Path], path: Path) -> None:
     plt = pyplot()
     figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.5))
     for axis, (title, folder) in zip(axes, runs.items(), strict=True):
-        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        records = read_metrics(folder / "metrics.jsonl")
         for key in sorted(k for k in records[0] if k not in ("step", "tokens_per_s") and not k.endswith("lr")):
             axis.plot([r["step"] for r in records], [r[key] for r in records], label=key)
         axis.set(title=title, xlabel="step", ylabel="loss")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from accelerate import Accelerator
@@ -57,6 +58,9 @@ class TrainingConfig:
     keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
     resume: bool = option(False, "continue from the latest checkpoint in --output")
     num_workers: int = option(0, "data loader worker processes")
+    # Options only where new heads sit on a pre-trained body (`HeadTrainingConfig`); elsewhere all trains as one.
+    head_learning_rate: ClassVar[float | None] = None
+    freeze_encoder_steps: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
         require(self.max_steps > 0, "max_steps", "must be positive")
@@ -67,6 +71,11 @@ class TrainingConfig:
         require(self.log_every > 0, "log_every", "must be positive")
         require(self.save_every >= 0, "save_every", "must be 0 or positive")
         require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
+
+    @property
+    def separate_heads(self) -> bool:
+        """Whether the heads follow their own learning rate or schedule rather than the encoder's."""
+        return self.head_learning_rate is not None or self.freeze_encoder_steps > 0
 
 
 @dataclass(kw_only=True)
@@ -85,11 +94,6 @@ class HeadTrainingConfig(TrainingConfig):
                 "must be positive")
         require(0 <= self.freeze_encoder_steps < self.max_steps, "freeze_encoder_steps",
                 f"must lie in [0, --max-steps) (max_steps is {self.max_steps})")
-
-    @property
-    def separate_heads(self) -> bool:
-        """Whether the heads follow their own learning rate or schedule rather than the encoder's."""
-        return self.head_learning_rate is not None or self.freeze_encoder_steps > 0
 
 
 class TrainState:
@@ -147,7 +151,7 @@ def body_parameter_ids(model: nn.Module) -> set[int]:
             for p in module.base_model.parameters()}
 
 
-def _optimizer(model: nn.Module, config: TrainingConfig, head_rate: float | None) -> torch.optim.AdamW:
+def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.AdamW:
     """AdamW over four groups: body or head × weight decay or not (none for biases and norms); empty ones left out.
 
     Each group carries `body` (True for the encoder body) so that the schedule and the frozen phase can tell them
@@ -160,7 +164,7 @@ def _optimizer(model: nn.Module, config: TrainingConfig, head_rate: float | None
             groups.setdefault((id(parameter) in body, decays), []).append(parameter)
     return torch.optim.AdamW([
         {"params": params, "body": in_body, "weight_decay": config.weight_decay if decays else 0.0,
-         "lr": config.learning_rate if in_body or head_rate is None else head_rate}
+         "lr": config.learning_rate if in_body or config.head_learning_rate is None else config.head_learning_rate}
         for (in_body, decays), params in sorted(groups.items(), reverse=True)])
 
 
@@ -181,9 +185,8 @@ def linear_schedule(start: int, warmup_ratio: float, total: int) -> Callable[[in
     return factor
 
 
-def _scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
-               freeze_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    body = linear_schedule(freeze_steps, config.warmup_ratio, config.max_steps)
+def _scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    body = linear_schedule(config.freeze_encoder_steps, config.warmup_ratio, config.max_steps)
     head = linear_schedule(0, config.warmup_ratio, config.max_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, [body if g["body"] else head for g in optimizer.param_groups])
 
@@ -249,8 +252,6 @@ class Trainer:
         and the seed, so that resuming stays exact. `on_step(trainer)` runs after every optimiser step, after its
         metrics are logged and before it is checkpointed (e.g. to refresh hard negatives)."""
         self.config = config
-        self.heads = config if isinstance(config, HeadTrainingConfig) else None
-        self.freeze_steps = self.heads.freeze_encoder_steps if self.heads else 0
         self.batch_sampler, self.on_step = batch_sampler, on_step
         self.output = Path(config.output)
         self.accelerator = accelerator or make_accelerator(config)
@@ -259,14 +260,14 @@ class Trainer:
         self.state = TrainState()
         if config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
-        optimizer = _optimizer(model, config, self.heads.head_learning_rate if self.heads else None)
+        optimizer = _optimizer(model, config)
         self._check_heads(optimizer)
-        self.scheduler = _scheduler(optimizer, config, self.freeze_steps)
+        self.scheduler = _scheduler(optimizer, config)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def _check_heads(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.freeze_steps and all(group["body"] for group in optimizer.param_groups):
+        if self.config.freeze_encoder_steps and all(group["body"] for group in optimizer.param_groups):
             raise ConfigError("--freeze-encoder-steps: the model has no parameters outside its encoder to train alone")
 
     @property
@@ -317,7 +318,7 @@ class Trainer:
             for name, value in losses.items():
                 totals[name] = totals.get(name, 0.0) + float(value.detach()) / accumulation
             tokens += self.count_tokens(batch)
-        if self.state.step < self.freeze_steps:
+        if self.state.step < self.config.freeze_encoder_steps:
             self._drop_body_gradients()
         if self.config.max_grad_norm > 0:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
@@ -342,9 +343,9 @@ class Trainer:
         world = self.accelerator.num_processes
         record: dict[str, float] = {"step": self.state.step}
         record.update({name: summed[i].item() / world for i, name in enumerate(names)})
-        rates = dict(zip((group["body"] for group in self.optimizer.param_groups), self.scheduler.get_last_lr()))
+        rates = {group["body"]: group["lr"] for group in self.optimizer.param_groups}
         record["lr"] = rates.get(True, rates.get(False))
-        if self.heads and self.heads.separate_heads and False in rates:
+        if self.config.separate_heads and False in rates:
             record["head_lr"] = rates[False]
         record["tokens_per_s"] = summed[-1].item() / max(time.perf_counter() - window.started, 1e-9)
         return record

@@ -68,7 +68,7 @@ def describe_pretraining(config: dict) -> str:
     if retromae:
         parts.append(f"dec mask {config['decoder_mask_ratio']:g}")
     layers = config.get("decoder_layers") or OBJECTIVES[objective].default_decoder_layers
-    if layers and objective not in ("mlm", "contrastive"):
+    if layers:
         parts.append(f"{layers} dec layer{'s' if layers > 1 else ''}")
     parts.append(f"{config['max_steps']} steps")
     if config.get("freeze_encoder_steps"):
@@ -78,10 +78,14 @@ def describe_pretraining(config: dict) -> str:
     return ", ".join(parts)
 
 
+def read_metrics(metrics: Path) -> list[dict]:
+    """The records of a training run's metrics.jsonl."""
+    return [parse_json_line(metrics, number, line) for number, line in numbered_lines(metrics)]
+
+
 def read_losses(metrics: Path) -> list[tuple[int, float]]:
     """(step, loss) of every logged training record in a metrics.jsonl."""
-    records = (parse_json_line(metrics, number, line) for number, line in numbered_lines(metrics))
-    return [(int(record["step"]), float(record["loss"])) for record in records if "loss" in record]
+    return [(int(record["step"]), float(record["loss"])) for record in read_metrics(metrics) if "loss" in record]
 
 
 def read_times(path: Path) -> dict[str, float]:
