@@ -14,10 +14,7 @@ MODEL=${MODEL:-$(minilm_path)}
 STEPS=${STEPS:-60} BATCH=${BATCH:-16} LENGTH=${LENGTH:-256} LR=${LR:-5e-5} FT_EPOCHS=${FT_EPOCHS:-1}
 WARM_STEPS=${WARM_STEPS:-60} HEAD_LR=${HEAD_LR:-1e-3}
 
-mkdir -p "$RUNS/bm25"
-[ -f "$RUNS/bm25/run.trec" ] || \
-  timed "$RUNS/bm25" bm25 $PY -m retromae bm25 --data "$SCIFACT" --split test --output "$RUNS/bm25/run.trec"
-evaluate_variant "$RUNS/bm25" scifact --run "$RUNS/bm25/run.trec" --data "$SCIFACT"
+bm25_variant "$RUNS/bm25"
 evaluate_scifact "$RUNS/minilm-zero-shot" "$MODEL"
 
 retromae_stage() {  # retromae_stage NAME PRETRAIN_OPTIONS...: RetroMAE on the SciFact corpus, no labels

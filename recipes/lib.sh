@@ -52,3 +52,9 @@ evaluate_scifact() {  # evaluate_scifact VARIANT_DIR MODEL: SciFact test NDCG@10
 evaluate_stsb() {  # evaluate_stsb VARIANT_DIR MODEL: STS-B test Spearman → eval/stsb.json
   evaluate_variant "$1" stsb --model "$2" --data "$STSB"
 }
+
+bm25_variant() {  # bm25_variant VARIANT_DIR: BM25 (bm25s) on SciFact test → run.trec and eval/scifact.json
+  mkdir -p "$1"
+  [ -f "$1/run.trec" ] || timed "$1" bm25 $PY -m retromae bm25 --data "$SCIFACT" --split test --output "$1/run.trec"
+  evaluate_variant "$1" scifact --run "$1/run.trec" --data "$SCIFACT"
+}

@@ -1,4 +1,5 @@
-"""The experiment recipes: every script parses, and the objectives recipe runs end to end at toy size (slow)."""
+"""The experiment recipes: every script parses; the objectives and fine-tuning recipes run end to end at toy size
+(slow)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,17 @@ def test_objectives_recipe_runs_every_variant_and_reports(tiny_model_dir, tmp_pa
     subprocess.run(["bash", "recipes/objectives.sh", str(runs)], cwd=ROOT, env=environment, check=True,
                    capture_output=True)
     assert (runs / "mlm" / "times.txt").read_text() == first  # a finished stage is never run again
+
+
+@pytest.mark.slow
+def test_finetune_recipe_runs_every_row_and_reports(tiny_model_dir, tmp_path):
+    tiny_shared_data(tmp_path / "data")
+    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
+                   "DATA": str(tmp_path / "data"), "FT_BATCH": "8", "TEACHER_STEPS": "4"}
+    runs = tmp_path / "runs"
+    subprocess.run(["bash", "recipes/finetune_scifact.sh", str(tiny_model_dir), str(runs)], cwd=ROOT,
+                   env=environment, check=True, capture_output=True)
+    table = (runs / "report" / "report.md").read_text().splitlines()
+    rows = ["zero-shot", "in-batch", "bm25-negatives", "mined", "ance", "mined-ance-2ep", "distill", "bm25-search"]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in table[4:]] == rows
+    assert (runs / "times.txt").read_text().split()[::2] == ["mine", "train-reranker", "score"]
