@@ -37,16 +37,16 @@ def cli(*args) -> int:
 
 def test_encode_index_search_evaluate(tmp_path, beir, tiny_model_dir, capsys):
     model = ["--model", tiny_model_dir, "--pooling", "mean", "--normalize", "--no-progress"]
-    docs = ["--input", beir / "corpus.jsonl", "--output", tmp_path / "docs", "--shard-size", 7]
+    docs = ["--corpus", beir / "corpus.jsonl", "--output", tmp_path / "docs", "--shard-size", 7]
     assert cli("encode", *model, *docs) == 0
-    assert cli("encode", *model, "--input", beir / "queries.jsonl", "--output", tmp_path / "queries") == 0
+    assert cli("encode", *model, "--queries", beir / "queries.jsonl", "--output", tmp_path / "queries") == 0
     assert (tmp_path / "queries" / "ids.txt").read_text().split() == [f"q{i}" for i in JUDGED]
     assert cli("index", "--embeddings", tmp_path / "docs", "--output", tmp_path / "index") == 0
     assert cli("search", "--index", tmp_path / "index", "--queries", tmp_path / "queries",
-               "--output", tmp_path / "run.trec", "--k", 10) == 0
+               "--output", tmp_path / "run.trec", "--top-k", 10) == 0
     # a queries file is encoded with the model, pooling and normalisation recorded in the index
     assert cli("search", "--index", tmp_path / "index", "--queries", beir / "queries.jsonl",
-               "--output", tmp_path / "run2.trec", "--k", 10) == 0
+               "--output", tmp_path / "run2.trec", "--top-k", 10) == 0
     first, second = read_trec_run(tmp_path / "run.trec"), read_trec_run(tmp_path / "run2.trec")
     assert all(max(first[q], key=first[q].get) == f"d{q[1:]}" for q in first)
     assert {q: list(docs) for q, docs in first.items()} == {q: list(docs) for q, docs in second.items()}
@@ -66,7 +66,7 @@ def test_evaluate_model_with_per_query_scores(tmp_path, beir, tiny_model_dir):
 
 
 def test_bm25_run_and_its_evaluation(tmp_path, beir):
-    assert cli("bm25", "--data", beir, "--split", "test", "--output", tmp_path / "bm25.trec", "--k", 5) == 0
+    assert cli("bm25", "--data", beir, "--split", "test", "--output", tmp_path / "bm25.trec", "--top-k", 5) == 0
     run = read_trec_run(tmp_path / "bm25.trec")
     assert set(run) == {f"q{i}" for i in JUDGED} and all(len(docs) <= 5 for docs in run.values())
     assert cli("evaluate", "--run", tmp_path / "bm25.trec", "--data", beir, "--output", tmp_path / "b.json") == 0
@@ -82,11 +82,11 @@ def test_evaluate_sts(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["encode", "--model", "/no/such/model", "--input", "{beir}/corpus.jsonl", "--output", "{tmp}/x"],
+    (["encode", "--model", "/no/such/model", "--corpus", "{beir}/corpus.jsonl", "--output", "{tmp}/x"],
      "/no/such/model"),
-    (["encode", "--model", "{model}", "--pooling", "max", "--input", "{beir}/corpus.jsonl", "--output", "{tmp}/x"],
+    (["encode", "--model", "{model}", "--pooling", "max", "--corpus", "{beir}/corpus.jsonl", "--output", "{tmp}/x"],
      "invalid choice"),
-    (["encode", "--model", "{model}", "--input", "{beir}/missing.jsonl", "--output", "{tmp}/x"], "missing.jsonl"),
+    (["encode", "--model", "{model}", "--corpus", "{beir}/missing.jsonl", "--output", "{tmp}/x"], "missing.jsonl"),
     (["index", "--embeddings", "{beir}", "--output", "{tmp}/i"], "not an embeddings folder"),
     (["search", "--index", "{beir}", "--queries", "{beir}/queries.jsonl", "--output", "{tmp}/r"],
      "not an index folder"),
@@ -105,14 +105,14 @@ def test_errors_are_one_line(tmp_path, beir, tiny_model_dir, capsys, args, messa
 
 
 def test_index_factory_errors(tmp_path, beir, tiny_model_dir, capsys):
-    assert cli("encode", "--model", tiny_model_dir, "--input", beir / "corpus.jsonl", "--output", tmp_path / "e",
+    assert cli("encode", "--model", tiny_model_dir, "--corpus", beir / "corpus.jsonl", "--output", tmp_path / "e",
                "--no-progress") == 0
     assert cli("index", "--embeddings", tmp_path / "e", "--output", tmp_path / "i", "--factory", "Bogus") == 2
     assert "--factory" in capsys.readouterr().err
     assert cli("index", "--embeddings", tmp_path / "e", "--output", tmp_path / "i", "--factory", "HNSW8",
                "--params", "efSearch=16") == 0
     assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
-               "--k", 3) == 0
+               "--top-k", 3) == 0
     assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
                "--params", "nprobe=3") == 2
     assert "--params" in capsys.readouterr().err
@@ -126,7 +126,7 @@ def minilm_path() -> str:
 def test_scifact_bm25_and_minilm_reach_published_ndcg(tmp_path, monkeypatch):
     scifact = shared_data("beir/scifact")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert cli("bm25", "--data", scifact, "--output", tmp_path / "bm25.trec", "--k", 100) == 0
+    assert cli("bm25", "--data", scifact, "--output", tmp_path / "bm25.trec", "--top-k", 100) == 0
     assert cli("evaluate", "--run", tmp_path / "bm25.trec", "--data", scifact, "--output", tmp_path / "b.json") == 0
     assert json.loads((tmp_path / "b.json").read_text())["ndcg@10"] == pytest.approx(0.66, abs=0.02)
     assert cli("evaluate", "--model", minilm_path(), "--data", scifact, "--split", "test",
@@ -145,7 +145,7 @@ def test_sts_benchmark_spearman_of_minilm(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_processes_under_accelerate_match_one(tmp_path, beir, tiny_model_dir):
-    command = ["encode", "--model", tiny_model_dir, "--input", beir / "corpus.jsonl", "--shard-size", 4,
+    command = ["encode", "--model", tiny_model_dir, "--corpus", beir / "corpus.jsonl", "--shard-size", 4,
                "--no-progress"]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "retromae"]

@@ -190,8 +190,8 @@ def test_bm25_ranks_the_obvious_document_first():
 def test_bm25_options_are_checked():
     with pytest.raises(ConfigError, match="--b"):
         BM25Params(b=2.0)
-    with pytest.raises(ConfigError, match="--method"):
-        BM25Params(method="tfidf")
+    with pytest.raises(ConfigError, match="--variant"):
+        BM25Params(variant="tfidf")
 
 
 def test_encode_info_is_json(tmp_path, encoder):

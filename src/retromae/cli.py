@@ -2,7 +2,7 @@
 
 Owns: discovering subcommands, parsing, and turning library errors into a one-line message and exit
 code 2. Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
-this file knows none of them by name.
+this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"retromae.commands.{info.name}")
         name = getattr(module, "NAME", info.name.replace("_", "-"))
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP,
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP, add_help=False)
         module.add_arguments(sub)
+        sub.add_argument_group("help").add_argument("-h", "--help", action="help", help="show this help and exit")
         sub.set_defaults(handler=module.run)
     return parser
 

@@ -1,8 +1,11 @@
 """Typed configs for every command: dataclasses that validate themselves and become CLI options.
 
-Owns: declaring a documented field (`option`), turning a config dataclass into argparse options,
-merging a YAML/JSON config file with command-line flags (flags win), and saving a resolved config as
-JSON beside the outputs. Does not own any command's fields: each command declares its own dataclass.
+Owns: declaring a documented field (`option`), turning a config dataclass into argparse options (required
+inputs first, then the command's own options, then one group per shared config class that names itself in
+`OPTION_GROUP`; each default printed once), old spellings of renamed options (hidden aliases that still work
+for one release, with a note saying the new name), merging a YAML/JSON config file with command-line flags
+(flags win), and saving a resolved config as JSON beside the outputs. Does not own any command's fields: each
+command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import types
 import typing
 from pathlib import Path
@@ -28,12 +32,39 @@ class ConfigError(RetroMAEError, ValueError):
     """A config file or option that cannot be used; the message names the file or field."""
 
 
-def option(default: Any = REQUIRED, help: str = "", *, choices: tuple | None = None, short: str | None = None) -> Any:
-    """A dataclass field carrying its CLI help text, allowed values and optional short flag."""
-    metadata = {"help": help, "choices": choices, "short": short}
+def option(default: Any = REQUIRED, help: str = "", *, choices: tuple | None = None, short: str | None = None,
+           aliases: tuple[str, ...] = (), required_unless: str | None = None, deprecated: str | None = None) -> Any:
+    """A dataclass field carrying its CLI help text, allowed values and optional short flag.
+
+    `aliases`: old spellings (e.g. `("--k",)`) accepted, hidden from `--help`, with a note naming the new flag.
+    `required_unless`: the option(s) that can stand in for this one (listed with the required inputs).
+    `deprecated`: a field kept for one release only, hidden from `--help`; using it prints this message.
+    """
+    metadata = {"help": help, "choices": choices, "short": short, "aliases": tuple(aliases),
+                "required_unless": required_unless, "deprecated": deprecated}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def renamed_note(old: str, new: str) -> str:
+    """What an old spelling prints: the new name, and that the old one goes in the next release."""
+    return f"retromae: note: {old} is now {new}; the old spelling will be removed in the next release"
+
+
+class _OldSpelling(argparse.Action):
+    """Stores like the option it stands for, after one note on stderr (`message`) per parse."""
+
+    def __init__(self, option_strings: list[str], dest: str, message: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.message, self.noted = message, False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if not self.noted:
+            print(self.message, file=sys.stderr)
+            self.noted = True
+        setattr(namespace, self.dest, values)
 
 
 def _field_kind(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[type, bool]:
@@ -46,27 +77,86 @@ def _field_kind(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[type, 
     return hint, False
 
 
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def is_required(field: dataclasses.Field) -> bool:
+    """Whether the field has no default, or is needed unless another option stands in for it."""
+    return _default_of(field) is REQUIRED or field.metadata.get("required_unless") is not None
+
+
+def _group_title(config_cls: type, name: str) -> str | None:
+    """`OPTION_GROUP` of the most basic class declaring `name`, or None for the command's own options."""
+    for cls in reversed(config_cls.__mro__):
+        if name in getattr(cls, "__annotations__", {}):
+            return cls.__dict__.get("OPTION_GROUP")
+    return None
+
+
+def _help_text(field: dataclasses.Field) -> str:
+    """The field's help with, once, whether it is required or its default (unset defaults say nothing)."""
+    help_text, default = field.metadata.get("help", ""), _default_of(field)
+    if default is REQUIRED:
+        return f"{help_text} (required)"
+    if field.metadata.get("required_unless"):
+        return f"{help_text} (required unless {field.metadata['required_unless']})"
+    if default is None or default == []:
+        return help_text
+    shown = '""' if default == "" else " ".join(map(str, default)) if isinstance(default, list) else default
+    return f"{help_text} (default: {shown})"
+
+
+def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[str, Any]:
+    scalar, is_list = _field_kind(field, hints)
+    if scalar is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    kwargs: dict[str, Any] = {"type": scalar, "choices": field.metadata.get("choices")}
+    if is_list:
+        kwargs["nargs"] = "+"
+    return kwargs
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
-    """Add one `--kebab-case` option per field of `config_cls`, plus `--config FILE`."""
+    """Add one `--kebab-case` option per field of `config_cls` (and its hidden old spellings), plus `--config FILE`.
+
+    Groups, in this order in `--help` and in the usage line: "required" (inputs without a default, or needed
+    unless another option stands in; --output last), "options" (the command's own, with --config), then one
+    per shared config class (its `OPTION_GROUP`), in field order.
+    """
     hints = typing.get_type_hints(config_cls)
-    parser.add_argument("--config", type=Path, help="YAML or JSON file of options; command-line flags override it")
+    placed: dict[str | None, list[dataclasses.Field]] = {"required": [], None: []}
     for field in dataclasses.fields(config_cls):
-        scalar, is_list = _field_kind(field, hints)
-        flags = [f"--{field.name.replace('_', '-')}"]
-        if field.metadata.get("short"):
-            flags.insert(0, field.metadata["short"])
-        default = _default_of(field)
-        help_text = field.metadata.get("help", "")
-        help_text += " (required)" if default is REQUIRED else f" (default: {default})"
-        kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_text}
-        if scalar is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            kwargs["type"] = scalar
-            kwargs["choices"] = field.metadata.get("choices")
-            if is_list:
-                kwargs["nargs"] = "+"
-        parser.add_argument(*flags, **kwargs)
+        title = "required" if is_required(field) else _group_title(config_cls, field.name)
+        placed.setdefault(title, []).append(field)
+    placed["required"].sort(key=lambda field: field.name == "output")  # inputs first, the output last
+    for title, fields in placed.items():
+        group = parser.add_argument_group(title or "options")
+        if title is None:
+            group.add_argument("--config", type=Path, help="YAML or JSON file of options; command-line flags "
+                                                            "override it")
+        for field in fields:
+            _add_field(group, field, hints)
+    parser.usage = " ".join(["%(prog)s", *map(_usage_part, placed["required"]), "[options]"])
+
+
+def _usage_part(field: dataclasses.Field) -> str:
+    part = f"{_flag(field.name)} {field.name.upper()}"
+    return f"[{part}]" if field.metadata.get("required_unless") else part
+
+
+def _add_field(group: argparse._ArgumentGroup, field: dataclasses.Field, hints: dict[str, Any]) -> None:
+    flag, kwargs = _flag(field.name), _argument_kwargs(field, hints)
+    deprecated = field.metadata.get("deprecated")
+    if deprecated:
+        group.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                           action=_OldSpelling, message=f"retromae: note: {deprecated}", **kwargs)
+        return
+    flags = [field.metadata["short"], flag] if field.metadata.get("short") else [flag]
+    group.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS, help=_help_text(field), **kwargs)
+    for alias in field.metadata.get("aliases", ()):
+        group.add_argument(alias, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                           action=_OldSpelling, message=renamed_note(alias, flag), **kwargs)
 
 
 def _default_of(field: dataclasses.Field) -> Any:
@@ -96,13 +186,13 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     """Merge `--config FILE` (if given) with explicit flags into a validated `config_cls`."""
     given = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
     config_path = given.pop("config", None)
-    values = load_config_file(config_path) if config_path else {}
+    values = _new_spellings(load_config_file(config_path), config_cls) if config_path else {}
     known = {field.name for field in dataclasses.fields(config_cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
     values.update({key: value for key, value in given.items() if key in known})
-    missing = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(config_cls)
+    missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join(missing)}")
@@ -110,6 +200,19 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         return config_cls(**values)
     except TypeError as error:
         raise ConfigError(str(error)) from error
+
+
+def _new_spellings(values: dict[str, Any], config_cls: type) -> dict[str, Any]:
+    """A config file's values with old option names renamed (a note for each), deprecated ones noted."""
+    for field in dataclasses.fields(config_cls):
+        for alias in field.metadata.get("aliases", ()):
+            key = alias.lstrip("-").replace("-", "_")
+            if key in values:
+                print(renamed_note(key, field.name), file=sys.stderr)
+                values[field.name] = values.pop(key)
+        if field.metadata.get("deprecated") and field.name in values:
+            print(f"retromae: note: {field.metadata['deprecated']}", file=sys.stderr)
+    return values
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -125,4 +228,4 @@ def save_config(config: Any, path: Path) -> None:
 def require(condition: bool, field: str, message: str) -> None:
     """Validation helper for `__post_init__`: raise ConfigError naming the field."""
     if not condition:
-        raise ConfigError(f"--{field.replace('_', '-')}: {message}")
+        raise ConfigError(f"{_flag(field)}: {message}")

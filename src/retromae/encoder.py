@@ -171,6 +171,8 @@ def _default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
 class EncoderOptions:
     """Command-line options that load an encoder; commands that encode text extend this config."""
 
+    OPTION_GROUP = "encoder"
+
     model: str = option(help="our exported encoder folder, a sentence-transformers folder, or any Hugging Face "
                              "encoder (folder or hub name)")
     pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)

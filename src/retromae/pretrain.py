@@ -35,10 +35,11 @@ class PretrainConfig(HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
-                                     "MiniLM); give this or --init-from")
+                                     "MiniLM)", required_unless="--init-from")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
-                                         "and pretrain_head.safetensors (stage 2); replaces --model")
-    corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])")
+                                         "and pretrain_head.safetensors (stage 2)", required_unless="--model")
+    corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])",
+                               required_unless="--pairs")
     pairs: str | None = option(None, "contrastive objectives: JSON lines of {\"query\": str, \"pos\": str or [str]} "
                                      "pairs, used instead of two spans per --corpus document")
     from_config: bool = option(False, "start from fresh weights built from --model's config (scratch)")

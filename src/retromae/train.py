@@ -42,6 +42,8 @@ CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 class TrainingConfig:
     """Options of the training loop, shared by every command that trains."""
 
+    OPTION_GROUP = "training loop"
+
     output: str = option(help="output directory (checkpoints, metrics.jsonl, exported models)")
     max_steps: int = option(1000, "number of optimiser steps")
     batch_size: int = option(16, "examples per device per micro-batch")

@@ -19,17 +19,20 @@ HELP = "BM25 retrieval with bm25s over a BEIR/MS MARCO folder (or corpus + queri
 
 @dataclasses.dataclass(kw_only=True)
 class BM25Config(BM25Params):
-    data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched")
+    data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
+                               required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
-    corpus: Path | None = option(None, "corpus file (instead of --data): corpus.jsonl or collection.tsv")
-    queries: Path | None = option(None, "queries file (instead of --data): queries.jsonl or queries.tsv")
+    corpus: Path | None = option(None, "corpus file (with --queries): corpus.jsonl or collection.tsv",
+                                 required_unless="--data")
+    queries: Path | None = option(None, "queries file (with --corpus): queries.jsonl or queries.tsv",
+                                  required_unless="--data")
     output: Path = option(help="TREC run file to write")
-    k: int = option(100, "documents per query")
+    top_k: int = option(100, "documents retrieved per query", aliases=("--k",))
     tag: str = option("bm25", "run tag written in the last column")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.k > 0, "k", "must be positive")
+        require(self.top_k > 0, "top_k", "must be positive")
         if (self.data is None) == (self.corpus is None or self.queries is None):
             raise ConfigError("--data: give either --data (with --split) or both --corpus and --queries")
 
@@ -51,6 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = build_config(BM25Config, args)
     corpus, queries = read_inputs(config)
-    write_trec_run(bm25_search(corpus, queries, config.k, config), config.output, tag=config.tag)
-    print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.k} run in {config.output}")
+    write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
+    print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.top_k} run in {config.output}")
     return 0

@@ -23,28 +23,65 @@ KINDS = ("auto", "corpus", "queries")
 
 @dataclasses.dataclass(kw_only=True)
 class EncodeConfig(EncoderOptions):
-    input: Path = option(help="corpus (BEIR corpus.jsonl, MS MARCO collection.tsv) or queries (queries.jsonl, "
-                              "queries.tsv) file, optionally .gz")
+    corpus: Path | None = option(None, "corpus file to encode: BEIR corpus.jsonl or MS MARCO collection.tsv, "
+                                       "optionally .gz (a document is its title and text joined)",
+                                 required_unless="--queries")
+    queries: Path | None = option(None, "queries file to encode: queries.jsonl or queries.tsv, optionally .gz",
+                                  required_unless="--corpus")
     output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json")
-    kind: str = option("auto", "what --input holds; auto: queries when its file name starts with 'queries'",
-                       choices=KINDS)
-    prefix: str = option("", "text put before every input, e.g. 'query: ' or 'passage: '")
-    max_length: int | None = option(None, "max tokens per text; default: the model's own (e.g. 256 for MiniLM)")
+    passage_prefix: str = option("", "text put before every passage of --corpus, e.g. 'passage: '")
+    query_prefix: str = option("", "text put before every query of --queries, e.g. 'query: '")
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own (256 for MiniLM)")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
     shard_size: int = option(10_000, "texts per shard; a killed run resumes at the first unfinished shard")
     progress: bool = option(True, "show progress bars")
+    input: Path | None = option(None, deprecated="--input is replaced by --corpus FILE or --queries FILE; it "
+                                                 "works until the next release")
+    kind: str = option("auto", choices=KINDS, deprecated="--kind is no longer needed: --corpus or --queries says "
+                                                         "what the file holds")
+    prefix: str | None = option(None, deprecated="--prefix is now --passage-prefix (with --corpus) or "
+                                                 "--query-prefix (with --queries); it works until the next release")
+    max_length: int | None = option(None, deprecated="--max-length is now --passage-max-length (with --corpus) or "
+                                                     "--query-max-length (with --queries); it works until the next "
+                                                     "release")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._apply_old_spellings()
+        require((self.corpus is None) != (self.queries is None), "corpus", "give either --corpus or --queries")
+        other, other_input = ("query", "--queries") if self.corpus is not None else ("passage", "--corpus")
+        for name in (f"{other}_prefix", f"{other}_max_length"):
+            require(getattr(self, name) in ("", None), name, f"applies to {other_input} only")
+        for name in ("passage_max_length", "query_max_length"):
+            require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
         require(self.shard_size > 0, "shard_size", "must be positive")
-        require(self.max_length is None or self.max_length > 0, "max_length", "must be positive")
+
+    def _apply_old_spellings(self) -> None:
+        """--input/--kind/--prefix/--max-length (until the next release) onto the options that replace them."""
+        if self.input is not None:
+            require(self.corpus is None and self.queries is None, "input", "give --corpus or --queries, not both")
+            as_queries = self.kind == "queries" or (self.kind == "auto" and Path(self.input).name.startswith("queries"))
+            self.queries, self.corpus = (self.input, None) if as_queries else (None, self.input)
+        side = "query" if self.queries is not None else "passage"
+        if self.prefix is not None:
+            setattr(self, f"{side}_prefix", self.prefix)
+        if self.max_length is not None:
+            setattr(self, f"{side}_max_length", self.max_length)
+
+    @property
+    def text_options(self) -> tuple[str, int | None]:
+        """(prefix, max length) of the texts this run encodes."""
+        if self.queries is not None:
+            return self.query_prefix, self.query_max_length
+        return self.passage_prefix, self.passage_max_length
 
 
-def read_texts(path: Path, kind: str) -> tuple[list[str], list[str]]:
-    """Ids and texts of a corpus (title and text joined) or a query file."""
-    if kind == "queries" or (kind == "auto" and Path(path).name.startswith("queries")):
-        queries = load_queries(path)
+def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
+    """Ids and texts of the corpus (title and text joined) or of the queries file."""
+    if config.queries is not None:
+        queries = load_queries(config.queries)
         return list(queries), list(queries.values())
-    corpus = load_corpus(path)
+    corpus = load_corpus(config.corpus)
     return list(corpus), [passage.joined() for passage in corpus.values()]
 
 
@@ -54,11 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(EncodeConfig, args)
-    ids, texts = read_texts(config.input, config.kind)
+    ids, texts = read_texts(config)
+    prefix, max_length = config.text_options
     encoder = config.load_encoder(PartialState().device)
     folder = encode_to_dir(encoder, ids, texts, config.output, model_name=config.model,
                            shard_size=config.shard_size, batch_size=config.batch_size,
-                           max_length=config.max_length, prefix=config.prefix, show_progress=config.progress)
+                           max_length=max_length, prefix=prefix, show_progress=config.progress)
     if PartialState().is_main_process:
         print(f"encoded {len(ids)} texts into {folder} ({encoder.dimension} dimensions, pooling {encoder.pooling}, "
               f"normalize {encoder.normalize})")

@@ -24,8 +24,10 @@ TASKS = ("auto", "retrieval", "sts")
 
 @dataclasses.dataclass(kw_only=True)
 class EvaluateConfig(EncoderOptions):
-    model: str | None = option(None, "model to evaluate (our export, sentence-transformers folder, HF encoder)")
-    run: Path | None = option(None, "TREC run file to evaluate instead of a model (retrieval only)")
+    model: str | None = option(None, "model to evaluate (our export, sentence-transformers folder, HF encoder)",
+                               required_unless="--run")
+    run: Path | None = option(None, "TREC run file to evaluate instead of a model (retrieval only)",
+                              required_unless="--model")
     data: Path = option(help="BEIR folder, MS MARCO folder (collection.tsv, queries.tsv, qrels), or STS pairs "
                              "(an STS Benchmark file, or its folder holding sts-{split}.csv)")
     split: str = option("test", "split: qrels/{split}.tsv, qrels.{split}.tsv or sts-{split}.csv")

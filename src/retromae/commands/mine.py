@@ -19,10 +19,11 @@ HELP = "mine hard negatives (BM25 or a dense model) for a BEIR split or a traini
 
 @dataclasses.dataclass(kw_only=True)
 class MineConfig(MiningOptions, EncoderOptions):
-    model: str | None = option(None, "dense model that ranks the passages (needed for --method model)")
+    model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")
-    method: str = option("model", "ranking: model (dense, exact search) or bm25", choices=("model", "bm25"))
+    negatives: str = option("model", "what ranks the passages negatives are drawn from: model (dense, exact "
+                                     "search) or bm25", choices=("model", "bm25"), aliases=("--method",))
     output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own")
@@ -31,8 +32,8 @@ class MineConfig(MiningOptions, EncoderOptions):
     def __post_init__(self) -> None:
         EncoderOptions.__post_init__(self)
         MiningOptions.__post_init__(self)
-        if self.method == "model" and not self.model:
-            raise ConfigError("--model: --method model needs a model")
+        if self.negatives == "model" and not self.model:
+            raise ConfigError("--model: --negatives model needs a model")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(MineConfig, args)
     data = load_training_data(config.data, config.split)
-    if config.method == "bm25":
+    if config.negatives == "bm25":
         rankings = bm25_rankings(data, config.rank_end)
     else:
         rankings = dense_rankings(config.load_encoder(), data, config.rank_end, config.batch_size,

@@ -30,7 +30,7 @@ class SearchConfig(EncoderOptions):
     queries: Path = option(help="queries: an embeddings folder from `retromae encode`, or a queries file "
                                 "(queries.jsonl, queries.tsv) to encode here")
     output: Path = option(help="TREC run file to write")
-    k: int = option(100, "documents per query")
+    top_k: int = option(100, "documents retrieved per query", aliases=("--k",))
     params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
     query_prefix: str = option("", "text put before every query when encoding a queries file, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
@@ -38,7 +38,7 @@ class SearchConfig(EncoderOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.k > 0, "k", "must be positive")
+        require(self.top_k > 0, "top_k", "must be positive")
 
 
 def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encoder:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     query_ids, vectors = query_vectors(config, info.get("encoder", {}))
     if vectors.shape[1] != index.d:
         raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {index.d}-dimensional index")
-    scores, rows = search(index, vectors, config.k, show_progress=True)
+    scores, rows = search(index, vectors, config.top_k, show_progress=True)
     write_trec_run(results_to_run(query_ids, doc_ids, scores, rows), config.output, tag=config.tag)
-    print(f"searched {len(query_ids)} queries over {len(doc_ids)} documents; top-{config.k} run in {config.output}")
+    print(f"searched {len(query_ids)} queries over {len(doc_ids)} documents; top-{config.top_k} run in {config.output}")
     return 0

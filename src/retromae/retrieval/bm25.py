@@ -16,7 +16,7 @@ import numpy as np
 
 from retromae.config import ConfigError, option, require
 
-METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 STEMMERS = ("none", "english")
 
 
@@ -24,16 +24,17 @@ STEMMERS = ("none", "english")
 class BM25Params:
     """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
 
+    OPTION_GROUP = "BM25 scoring"
     k1: float = option(1.2, "BM25 term-frequency saturation")
     b: float = option(0.75, "BM25 length normalisation")
-    method: str = option("lucene", "BM25 variant (bm25s)", choices=METHODS)
+    variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
     stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
     stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
 
     def __post_init__(self) -> None:
         require(self.k1 >= 0, "k1", "must be non-negative")
         require(0 <= self.b <= 1, "b", "must lie in [0, 1]")
-        require(self.method in METHODS, "method", f"must be one of {', '.join(METHODS)}")
+        require(self.variant in VARIANTS, "variant", f"must be one of {', '.join(VARIANTS)}")
         require(self.stemmer in STEMMERS, "stemmer", f"must be one of {', '.join(STEMMERS)}")
 
 
@@ -55,7 +56,7 @@ class BM25:
         self.params = params or BM25Params()
         self.stem = _stemmer(self.params.stemmer)
         self.ids: list[str] = []
-        self.retriever = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
+        self.retriever = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.variant)
 
     def _tokens(self, texts: Sequence[str], show_progress: bool) -> list[list[str]]:
         stopwords = self.params.stopwords if self.params.stopwords != "none" else None

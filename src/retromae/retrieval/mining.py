@@ -24,6 +24,8 @@ from retromae.retrieval.index import build_index, search
 class MiningOptions:
     """Which ranked passages become negatives."""
 
+    OPTION_GROUP = "negative mining"
+
     rank_start: int = option(3, "first rank (1-based) of the window negatives are drawn from")
     rank_end: int = option(100, "last rank (inclusive) of the window negatives are drawn from")
     negatives_per_query: int = option(30, "negatives kept per query (fewer when the window holds fewer)")
