@@ -4,7 +4,7 @@ Owns: the weak decoder (`decoder_layers` transformer layers, 3 in the paper) who
 previous `attention_window` tokens (k = 2 in the paper) plus the encoder's [CLS] embedding, its input stream and
 its next-token loss. Total loss = encoder MLM + decoder LM (Eq. 10).
 
-Choices where the paper leaves room (documented in the README):
+Choices where the paper leaves room (documented in docs/guide.md, "Objectives"):
 - Input: position 0 is the encoder's final [CLS] state h_0 (the conditioning, visible to every row), position
   i >= 1 the ORIGINAL token i (embedding + position, uncorrupted), and row i predicts token i + 1: the first
   token from h_0 alone, token t from h_0 and tokens t-k .. t-1 (Eq. 9; `masking.seed_decoder_mask`). The window
