@@ -1,15 +1,50 @@
-"""Shared test fixtures: tiny tokenizers and models built in code, never downloaded."""
+"""Shared test fixtures: tiny tokenizers and models built in code, never downloaded; and a session sandbox.
+
+The sandbox: before any test module is imported, every cache and temporary folder that the tests, the libraries
+they load and the processes they start would write to (Hugging Face, matplotlib, torch and its inductor, our
+token stores, $TMPDIR for torch.distributed.run's `torchelastic_*` folders) points into one folder, removed when
+the session ends, so the suite leaves nothing outside its temporary folders. The model libraries are imported
+inside the fixtures for that reason: Hugging Face reads its cache location when first imported.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
-from retromae.scratch import train_wordpiece
+if TYPE_CHECKING:
+    from transformers import BertConfig, PreTrainedTokenizerFast
+
+SANDBOX_VARIABLES = {"HF_HOME": "huggingface", "HF_HUB_CACHE": "huggingface/hub",
+                     "HF_DATASETS_CACHE": "huggingface/datasets", "XDG_CACHE_HOME": "cache",
+                     "MPLCONFIGDIR": "matplotlib", "TORCH_HOME": "torch", "RETROMAE_CACHE": "retromae",
+                     "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TMPDIR": "tmp"}
+SANDBOX = pytest.StashKey[tuple[Path, dict[str, str | None]]]()  # the folder, and the variables' previous values
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    sandbox = Path(tempfile.mkdtemp(prefix="retromae-tests-"))
+    config.stash[SANDBOX] = (sandbox, {name: os.environ.get(name) for name in SANDBOX_VARIABLES})
+    for name, relative in SANDBOX_VARIABLES.items():
+        (sandbox / relative).mkdir(parents=True, exist_ok=True)
+        os.environ[name] = str(sandbox / relative)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    sandbox, previous = config.stash[SANDBOX]
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    shutil.rmtree(sandbox, ignore_errors=True)
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
@@ -29,10 +64,14 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
 
 def build_wordpiece_tokenizer(vocab_size: int = 200) -> PreTrainedTokenizerFast:
     """A BERT-style uncased WordPiece tokenizer trained on `make_sentences`."""
+    from retromae.scratch import train_wordpiece
+
     return train_wordpiece(make_sentences(500), vocab_size)
 
 
 def tiny_bert_config(vocab_size: int) -> BertConfig:
+    from transformers import BertConfig
+
     return BertConfig(
         vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=128, type_vocab_size=2,
@@ -47,6 +86,8 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> Path:
     """A folder holding a tiny BertForMaskedLM and its tokenizer, loadable like a hub checkpoint."""
+    from transformers import BertForMaskedLM
+
     path = tmp_path_factory.mktemp("tiny-bert")
     model = BertForMaskedLM(tiny_bert_config(len(tiny_tokenizer)))
     model.save_pretrained(path)

@@ -12,7 +12,7 @@ from retromae.commands.bm25 import BM25Config
 from retromae.commands.encode import EncodeConfig
 from retromae.commands.mine import MineConfig
 from retromae.commands.search import SearchConfig
-from retromae.config import build_config
+from retromae.config import ConfigError, build_config
 
 COMMANDS = ("bm25", "encode", "evaluate", "finetune", "index", "init-model", "mine", "pretrain", "quickstart",
             "report", "score", "search", "train-reranker")
@@ -132,10 +132,10 @@ def test_encode_old_input_kind_prefix_and_max_length(old, corpus, queries, prefi
 
 
 def test_encode_new_names_check_which_text_they_apply_to(capsys):
-    with pytest.raises(Exception, match="--query-prefix: applies to --queries only"):
+    with pytest.raises(ConfigError, match="--query-prefix: applies to --queries only"):
         build_config(EncodeConfig, parse(["encode", "--model", "m", "--output", "o", "--corpus", "c.jsonl",
                                           "--query-prefix", "query: "]))
-    with pytest.raises(Exception, match="either --corpus or --queries"):
+    with pytest.raises(ConfigError, match="either --corpus or --queries"):
         build_config(EncodeConfig, parse(["encode", "--model", "m", "--output", "o"]))
 
 

@@ -112,6 +112,8 @@ def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[st
     if scalar is bool:
         return {"action": argparse.BooleanOptionalAction}
     kwargs: dict[str, Any] = {"type": scalar, "choices": field.metadata.get("choices")}
+    if scalar in (int, float) and not field.metadata.get("choices"):
+        kwargs["metavar"] = "N" if scalar is int else "X"
     if is_list:
         kwargs["nargs"] = "+"
     return kwargs
