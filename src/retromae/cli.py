@@ -3,39 +3,90 @@
 Owns: discovering subcommands, parsing, and turning library errors into a one-line message and exit
 code 2. Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
+
+Start-up stays light: the command list (`retromae --help`) is read from each module's source without importing
+it, and only the chosen command's module is imported and asked for its options. So no command pays for another's
+libraries (torch, faiss, bm25s and the jax it imports, sentence-transformers, matplotlib).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from retromae import commands
 from retromae.errors import RetroMAEError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every discovered subcommand."""
+@dataclass(frozen=True)
+class CommandInfo:
+    """A subcommand as the top-level parser lists it: its name, module and one-line help."""
+
+    name: str
+    module: str
+    help: str
+
+
+def _literal_constants(path: Path) -> dict[str, str]:
+    """The string constants a module assigns at top level (HELP, NAME), read from its source, not imported."""
+    constants = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            if isinstance(value, str):
+                constants[node.targets[0].id] = value
+    return constants
+
+
+def discover_commands() -> list[CommandInfo]:
+    """Every subcommand module, sorted by module name; one whose HELP is not a literal string is imported."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module_name = f"retromae.commands.{info.name}"
+        constants = _literal_constants(Path(commands.__path__[0]) / f"{info.name}.py")
+        if "HELP" not in constants:
+            module = importlib.import_module(module_name)
+            constants = {"HELP": module.HELP, "NAME": getattr(module, "NAME", None) or constants.get("NAME")}
+        name = constants.get("NAME") or info.name.replace("_", "-")
+        found.append(CommandInfo(name, module_name, constants["HELP"]))
+    return found
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named in `argv`: its first argument that is not an option (the top level takes none)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser listing every subcommand; the one `argv` names (all, when None) gets its options."""
     parser = argparse.ArgumentParser(
         prog="retromae",
         description="Pre-train, fine-tune, index, search and evaluate retrieval encoders (RetroMAE and peers).",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"retromae.commands.{info.name}")
-        name = getattr(module, "NAME", info.name.replace("_", "-"))
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP, add_help=False)
-        module.add_arguments(sub)
+    chosen = None if argv is None else _chosen_command(argv)
+    for command in discover_commands():
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help, add_help=False)
+        if argv is None or command.name == chosen:
+            module = importlib.import_module(command.module)
+            module.add_arguments(sub)
+            sub.set_defaults(handler=module.run)
         sub.add_argument_group("help").add_argument("-h", "--help", action="help", help="show this help and exit")
-        sub.set_defaults(handler=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     handler = args.__dict__.pop("handler")
     args.__dict__.pop("command")
     try:

@@ -1,9 +1,9 @@
 """Pre-training from end to end: config → token store or pairs → objective → training loop → exported encoder.
 
-Owns: `PretrainConfig` (every option of `retromae pretrain`), `pretrain(config)`, the choice of data for an
-objective (blocks of a token store; for the contrastive objectives, two spans per document or given pairs),
-and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training head). Does not
-own data reading, masking, objectives or the loop itself; it wires them together.
+Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-light `retromae.pretrain_config`), the
+choice of data for an objective (blocks of a token store; for the contrastive objectives, two spans per document or
+given pairs), and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training
+head). Does not own data reading, masking, objectives or the loop itself; it wires them together.
 """
 
 from __future__ import annotations
@@ -11,68 +11,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from retromae.backbone import load_masked_lm
-from retromae.config import option, require, save_config
+from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import PairCollator, PairsDataset, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import export_encoder, export_sentence_transformer, load_head, save_head
-from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
-from retromae.train import HeadTrainingConfig, Trainer, make_accelerator, seed_everything
+from retromae.objectives import PretrainingObjective, build_objective
+from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
+from retromae.train import Trainer, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class PretrainConfig(HeadTrainingConfig):
-    """Options of `retromae pretrain`; the papers' defaults where they give them."""
-
-    model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
-                                     "MiniLM)", required_unless="--init-from")
-    init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
-                                         "and pretrain_head.safetensors (stage 2)", required_unless="--model")
-    corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])",
-                               required_unless="--pairs")
-    pairs: str | None = option(None, "contrastive objectives: JSON lines of {\"query\": str, \"pos\": str or [str]} "
-                                     "pairs, used instead of two spans per --corpus document")
-    from_config: bool = option(False, "start from fresh weights built from --model's config (scratch)")
-    objective: str = option("retromae", "pre-training objective", choices=tuple(OBJECTIVES))
-    decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
-                           choices=("enhanced", "basic"))
-    decoder_layers: int | None = option(None, "decoder transformer layers (default: the objective's; retromae 1, "
-                                              "and enhanced decoding uses exactly 1; seed 3)")
-    attention_window: int = option(2, "seed: the decoder attends to this many previous tokens (plus [CLS])")
-    temperature: float = option(0.05, "contrastive objectives: InfoNCE temperature over cosine similarities")
-    encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)")
-    decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder")
-    whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
-    max_length: int = option(256, "tokens per packed block, special tokens included (the paper uses 512)")
-    cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        objective = OBJECTIVES[self.objective]
-        require((self.model is None) != (self.init_from is None), "model",
-                "give exactly one of --model and --init-from (which loads DIR/encoder)")
-        require(not (self.init_from and self.from_config), "from_config", "cannot be combined with --init-from")
-        require(0 < self.encoder_mask_ratio < 1, "encoder_mask_ratio", "must lie in (0, 1)")
-        require(0 < self.decoder_mask_ratio < 1, "decoder_mask_ratio", "must lie in (0, 1)")
-        require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
-        objective.check_config(self)
-        require(self.max_length >= 8, "max_length", "must be at least 8")
-        require(self.pairs is None or objective.pair_batches, "pairs",
-                f"the {self.objective} objective reads blocks of --corpus, not pairs")
-        require(self.pairs is None or not self.corpus, "pairs", "give --pairs or --corpus, not both")
-        require(len(self.corpus) > 0 or self.pairs is not None, "corpus", "give at least one corpus file")
-        require(not (self.freeze_encoder_steps and self.objective == "contrastive"), "freeze_encoder_steps",
-                "the contrastive objective has no head to train while the encoder is frozen")
 
 
 def pretrain(config: PretrainConfig) -> Path:

@@ -18,9 +18,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 from accelerate import Accelerator
@@ -31,71 +29,13 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from retromae.config import ConfigError, option, require
+from retromae.config import ConfigError
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
+from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
+from retromae.training_config import TrainingConfig
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
-
-
-@dataclass(kw_only=True)
-class TrainingConfig:
-    """Options of the training loop, shared by every command that trains."""
-
-    OPTION_GROUP = "training loop"
-
-    output: str = option(help="output directory (checkpoints, metrics.jsonl, exported models)")
-    max_steps: int = option(1000, "number of optimiser steps")
-    batch_size: int = option(16, "examples per device per micro-batch")
-    gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step")
-    learning_rate: float = option(1e-4, "peak learning rate of AdamW")
-    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
-    warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly")
-    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)")
-    mixed_precision: str = option("no", "mixed precision", choices=("no", "fp16", "bf16"))
-    gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
-    seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
-    log_every: int = option(10, "log metrics every N steps")
-    save_every: int = option(500, "write a checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
-    resume: bool = option(False, "continue from the latest checkpoint in --output")
-    num_workers: int = option(0, "data loader worker processes")
-    # Options only where new heads sit on a pre-trained body (`HeadTrainingConfig`); elsewhere all trains as one.
-    head_learning_rate: ClassVar[float | None] = None
-    freeze_encoder_steps: ClassVar[int] = 0
-
-    def __post_init__(self) -> None:
-        require(self.max_steps > 0, "max_steps", "must be positive")
-        require(self.batch_size > 0, "batch_size", "must be positive")
-        require(self.gradient_accumulation_steps > 0, "gradient_accumulation_steps", "must be positive")
-        require(self.learning_rate > 0, "learning_rate", "must be positive")
-        require(0 <= self.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)")
-        require(self.log_every > 0, "log_every", "must be positive")
-        require(self.save_every >= 0, "save_every", "must be 0 or positive")
-        require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
-
-    @property
-    def separate_heads(self) -> bool:
-        """Whether the heads follow their own learning rate or schedule rather than the encoder's."""
-        return self.head_learning_rate is not None or self.freeze_encoder_steps > 0
-
-
-@dataclass(kw_only=True)
-class HeadTrainingConfig(TrainingConfig):
-    """Options of commands whose model puts new heads (MLM head, decoder, classifier) on a pre-trained body."""
-
-    head_learning_rate: float | None = option(None, "peak learning rate of the parameters outside the encoder body "
-                                                    "(MLM head, decoder, classifier); default: --learning-rate")
-    freeze_encoder_steps: int = option(0, "train only those heads for the first N steps (the encoder's learning "
-                                          "rate is 0 and its gradients dropped), then everything, the encoder with "
-                                          "its own warm-up over the remaining steps")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.head_learning_rate is None or self.head_learning_rate > 0, "head_learning_rate",
-                "must be positive")
-        require(0 <= self.freeze_encoder_steps < self.max_steps, "freeze_encoder_steps",
-                f"must lie in [0, --max-steps) (max_steps is {self.max_steps})")
 
 
 class TrainState:
@@ -153,11 +93,12 @@ def body_parameter_ids(model: nn.Module) -> set[int]:
             for p in module.base_model.parameters()}
 
 
-def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.AdamW:
+def _optimizer(model: nn.Module, config: TrainingConfig, fused: bool = False) -> torch.optim.AdamW:
     """AdamW over four groups: body or head × weight decay or not (none for biases and norms); empty ones left out.
 
     Each group carries `body` (True for the encoder body) so that the schedule and the frozen phase can tell them
-    apart."""
+    apart. `fused` (for parameters on CUDA) updates every parameter in a few kernels rather than several per
+    tensor."""
     body = body_parameter_ids(model)
     groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
     for name, parameter in model.named_parameters():
@@ -167,7 +108,7 @@ def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW([
         {"params": params, "body": in_body, "weight_decay": config.weight_decay if decays else 0.0,
          "lr": config.learning_rate if in_body or config.head_learning_rate is None else config.head_learning_rate}
-        for (in_body, decays), params in sorted(groups.items(), reverse=True)])
+        for (in_body, decays), params in sorted(groups.items(), reverse=True)], **({"fused": True} if fused else {}))
 
 
 def linear_schedule(start: int, warmup_ratio: float, total: int) -> Callable[[int], float]:
@@ -262,7 +203,12 @@ class Trainer:
         self.state = TrainState()
         if config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
-        optimizer = _optimizer(model, config)
+        on_cuda = self.accelerator.device.type == "cuda"
+        if on_cuda:
+            model.to(self.accelerator.device)  # fused AdamW needs its parameters on the device when it is built
+        if config.compile:
+            model.compile()  # in place: parameter names, checkpoints and exports stay those of the plain model
+        optimizer = _optimizer(model, config, fused=on_cuda)
         self._check_heads(optimizer)
         self.scheduler = _scheduler(optimizer, config)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
@@ -302,14 +248,20 @@ class Trainer:
         if latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
             self.save_checkpoint()
 
-    def _optimizer_step(self, batches: Iterator[dict]) -> tuple[dict[str, float], int]:
-        """Accumulate gradients over micro-batches, clip, step; returns summed loss components and tokens."""
+    def _optimizer_step(self, batches: Iterator[dict]) -> tuple[dict[str, torch.Tensor], int]:
+        """Accumulate gradients over micro-batches, clip, step; returns summed loss components and tokens.
+
+        Nothing here waits for the device: the loss components stay device tensors (float64, as the Python floats
+        they replace) and tokens are counted on the host copy of the batch, so the host queues the next step while
+        the device runs this one. They are read at log steps only (`_reduce`)."""
         accumulation = self.config.gradient_accumulation_steps
-        totals: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}
         tokens = 0
         self.model.train()
         for micro in range(accumulation):
-            batch = {k: v.to(self.accelerator.device) for k, v in next(batches).items()}
+            host_batch = next(batches)
+            tokens += self.count_tokens(host_batch)
+            batch = {k: v.to(self.accelerator.device, non_blocking=True) for k, v in host_batch.items()}
             generator = mask_generator(self.config.seed, self.accelerator.process_index,
                                        self.state.micro_batches, self.accelerator.device)
             self.state.micro_batches += 1
@@ -318,8 +270,8 @@ class Trainer:
                     losses = self.model(batch, generator)
                 self.accelerator.backward(losses["loss"] / accumulation)
             for name, value in losses.items():
-                totals[name] = totals.get(name, 0.0) + float(value.detach()) / accumulation
-            tokens += self.count_tokens(batch)
+                share = value.detach().to(_sum_dtype(value.device)) / accumulation
+                totals[name] = totals[name] + share if name in totals else share
         if self.state.step < self.config.freeze_encoder_steps:
             self._drop_body_gradients()
         if self.config.max_grad_norm > 0:
@@ -337,20 +289,30 @@ class Trainer:
                     parameter.grad = None
 
     def _reduce(self, window: _Window) -> dict[str, float]:
-        """Mean loss components over the window and all processes; tokens/s over all processes."""
+        """Mean loss components over the window and all processes; tokens/s over all processes.
+
+        The one host synchronisation of the loop: the values are read (`tolist`) before the clock, so tokens/s
+        counts the device's time too."""
         names = sorted(window.totals)
-        local = torch.tensor([window.totals[n] / window.steps for n in names] + [float(window.tokens)],
-                             device=self.accelerator.device)
-        summed = self.accelerator.reduce(local, reduction="sum")
+        means = torch.stack([window.totals[n] for n in names]) / window.steps  # (C,) on the device
+        tokens = torch.tensor([float(window.tokens)], device=means.device)
+        summed = self.accelerator.reduce(torch.cat([means.float(), tokens]), reduction="sum").tolist()
         world = self.accelerator.num_processes
         record: dict[str, float] = {"step": self.state.step}
-        record.update({name: summed[i].item() / world for i, name in enumerate(names)})
+        record.update({name: summed[i] / world for i, name in enumerate(names)})
         rates = {group["body"]: group["lr"] for group in self.optimizer.param_groups}
         record["lr"] = rates.get(True, rates.get(False))
         if self.config.separate_heads and False in rates:
             record["head_lr"] = rates[False]
-        record["tokens_per_s"] = summed[-1].item() / max(time.perf_counter() - window.started, 1e-9)
+        record["tokens_per_s"] = summed[-1] / max(time.perf_counter() - window.started, 1e-9)
         return record
+
+    def _loader_workers(self) -> int:
+        """--num-workers, or by default 2 on CUDA and 0 on CPU; 0 too with an `on_step` hook, which may change the
+        data between steps (workers would batch from their stale copy)."""
+        if self.config.num_workers is not None:
+            return self.config.num_workers
+        return 2 if self.accelerator.device.type == "cuda" and self.on_step is None else 0
 
     def _data_loader(self) -> DataLoader:
         rank, world, start = self.accelerator.process_index, self.accelerator.num_processes, self.state.micro_batches
@@ -360,8 +322,10 @@ class Trainer:
             sampler = ResumableBatchSampler(len(self.dataset), self.config.batch_size, self.config.seed, rank, world,
                                             start=start)
         # A private generator: creating the loader's iterator must not draw from the global RNG restored on resume.
-        return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate,
-                          num_workers=self.config.num_workers, persistent_workers=self.config.num_workers > 0,
+        # Pinned host memory lets the copies to CUDA run asynchronously (`non_blocking` in `_optimizer_step`).
+        workers = self._loader_workers()
+        return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate, num_workers=workers,
+                          persistent_workers=workers > 0, pin_memory=self.accelerator.device.type == "cuda",
                           generator=torch.Generator().manual_seed(self.config.seed))
 
     def _checkpoint_path(self, step: int) -> Path:
@@ -400,18 +364,24 @@ class Trainer:
         return self.state.step
 
 
+def _sum_dtype(device: torch.device) -> torch.dtype:
+    """The dtype loss sums accumulate in on `device`: float64, but float32 on Apple's MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 class _Window:
-    """Loss sums, step count and tokens since the last log line."""
+    """Loss sums (device tensors, added without waiting for the device), step count and tokens since the last log
+    line."""
 
     def __init__(self) -> None:
-        self.totals: dict[str, float] = {}
+        self.totals: dict[str, torch.Tensor] = {}
         self.steps = 0
         self.tokens = 0
         self.started = time.perf_counter()
 
-    def add(self, totals: dict[str, float], tokens: int) -> None:
+    def add(self, totals: dict[str, torch.Tensor], tokens: int) -> None:
         for name, value in totals.items():
-            self.totals[name] = self.totals.get(name, 0.0) + value
+            self.totals[name] = self.totals[name] + value if name in self.totals else value
         self.steps += 1
         self.tokens += tokens
 

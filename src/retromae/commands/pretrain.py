@@ -10,7 +10,7 @@ HELP = "pre-train an encoder (RetroMAE, SEED, MLM, contrastive, RetroMAE+contras
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.pretrain import PretrainConfig
+    from retromae.pretrain_config import PretrainConfig
 
     add_config_arguments(parser, PretrainConfig)
 

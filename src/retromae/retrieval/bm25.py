@@ -3,15 +3,19 @@
 Owns tokenisation for BM25 (lower-casing, English stopwords, optional Snowball stemming through PyStemmer, as
 BEIR-style baselines do), building the index over a corpus and returning runs `{query_id: {doc_id: score}}`.
 Does not own reading data files or evaluating runs.
+
+bm25s is imported only when an index is built (`_bm25s`): it imports jax when jax is installed, and jax would
+otherwise take most of a GPU's memory at import, for every process that merely loaded this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
-import bm25s
 import numpy as np
 
 from retromae.config import ConfigError, option, require
@@ -49,6 +53,15 @@ def _stemmer(name: str) -> Any:
     return Stemmer.Stemmer(name)
 
 
+def _bm25s() -> ModuleType:
+    """bm25s, imported with jax (if installed) kept on the CPU unless the user chose jax's platform themselves."""
+    if "JAX_PLATFORMS" not in os.environ and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import bm25s
+
+    return bm25s
+
+
 class BM25:
     """A bm25s index over a corpus; `search` returns the top-k documents of each query with positive scores."""
 
@@ -56,11 +69,11 @@ class BM25:
         self.params = params or BM25Params()
         self.stem = _stemmer(self.params.stemmer)
         self.ids: list[str] = []
-        self.retriever = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.variant)
+        self.retriever = _bm25s().BM25(k1=self.params.k1, b=self.params.b, method=self.params.variant)
 
     def _tokens(self, texts: Sequence[str], show_progress: bool) -> list[list[str]]:
         stopwords = self.params.stopwords if self.params.stopwords != "none" else None
-        return bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=self.stem, return_ids=False,
+        return _bm25s().tokenize(list(texts), stopwords=stopwords, stemmer=self.stem, return_ids=False,
                               show_progress=show_progress)
 
     def index(self, ids: Sequence[str], texts: Sequence[str], show_progress: bool = True) -> BM25:

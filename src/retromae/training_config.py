@@ -1,0 +1,77 @@
+"""The options of the training loop, declared apart from the loop so that parsing them imports no torch.
+
+Owns: `TrainingConfig` (shared by every command that trains) and `HeadTrainingConfig` (commands whose model puts
+new heads on a pre-trained body). `retromae.train` runs them and re-exports both. Does not own the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from retromae.config import option, require
+
+
+@dataclass(kw_only=True)
+class TrainingConfig:
+    """Options of the training loop, shared by every command that trains."""
+
+    OPTION_GROUP = "training loop"
+
+    output: str = option(help="output directory (checkpoints, metrics.jsonl, exported models)")
+    max_steps: int = option(1000, "number of optimiser steps")
+    batch_size: int = option(16, "examples per device per micro-batch")
+    gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step")
+    learning_rate: float = option(1e-4, "peak learning rate of AdamW")
+    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
+    warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly")
+    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)")
+    mixed_precision: str = option("no", "mixed precision", choices=("no", "fp16", "bf16"))
+    gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
+    compile: bool = option(False, "compile the model's forward with torch.compile (faster steps on GPUs after a "
+                                  "warm-up of a minute or so; needs a C++ compiler on CPU)")
+    seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
+    log_every: int = option(10, "log metrics every N steps")
+    save_every: int = option(500, "write a checkpoint every N steps (0: only at the end)")
+    keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
+    resume: bool = option(False, "continue from the latest checkpoint in --output")
+    num_workers: int | None = option(None, "data loader worker processes (default: 2 on CUDA, so that batches are "
+                                           "collated while the GPU works; 0 on CPU, where workers would take cores "
+                                           "from the step)")
+    # Options only where new heads sit on a pre-trained body (`HeadTrainingConfig`); elsewhere all trains as one.
+    head_learning_rate: ClassVar[float | None] = None
+    freeze_encoder_steps: ClassVar[int] = 0
+
+    def __post_init__(self) -> None:
+        require(self.max_steps > 0, "max_steps", "must be positive")
+        require(self.batch_size > 0, "batch_size", "must be positive")
+        require(self.gradient_accumulation_steps > 0, "gradient_accumulation_steps", "must be positive")
+        require(self.learning_rate > 0, "learning_rate", "must be positive")
+        require(0 <= self.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)")
+        require(self.log_every > 0, "log_every", "must be positive")
+        require(self.save_every >= 0, "save_every", "must be 0 or positive")
+        require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
+        require(self.num_workers is None or self.num_workers >= 0, "num_workers", "must be 0 or positive")
+
+    @property
+    def separate_heads(self) -> bool:
+        """Whether the heads follow their own learning rate or schedule rather than the encoder's."""
+        return self.head_learning_rate is not None or self.freeze_encoder_steps > 0
+
+
+@dataclass(kw_only=True)
+class HeadTrainingConfig(TrainingConfig):
+    """Options of commands whose model puts new heads (MLM head, decoder, classifier) on a pre-trained body."""
+
+    head_learning_rate: float | None = option(None, "peak learning rate of the parameters outside the encoder body "
+                                                    "(MLM head, decoder, classifier); default: --learning-rate")
+    freeze_encoder_steps: int = option(0, "train only those heads for the first N steps (the encoder's learning "
+                                          "rate is 0 and its gradients dropped), then everything, the encoder with "
+                                          "its own warm-up over the remaining steps")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.head_learning_rate is None or self.head_learning_rate > 0, "head_learning_rate",
+                "must be positive")
+        require(0 <= self.freeze_encoder_steps < self.max_steps, "freeze_encoder_steps",
+                f"must lie in [0, --max-steps) (max_steps is {self.max_steps})")
