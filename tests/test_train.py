@@ -1,0 +1,148 @@
+"""The training loop's accounting: loss sums kept on the device, read once per log line, and logging the same
+values as the per-step Python-float accounting it replaced (same seed, same metrics.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import retromae.train
+from retromae.train import (
+    ResumableBatchSampler,
+    Trainer,
+    TrainingConfig,
+    _optimizer,
+    _scheduler,
+    _Window,
+    mask_generator,
+    seed_everything,
+)
+
+
+class NoisyRegression(nn.Module):
+    """A tiny model whose loss depends on the micro-batch's generator, like the masking objectives'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
+        noisy = batch["x"] + torch.rand(batch["x"].shape, generator=generator, device=batch["x"].device)  # (B, 4)
+        error = (self.head(torch.tanh(self.body(noisy))).squeeze(-1) - batch["y"]).pow(2).mean()
+        penalty = self.body.weight.pow(2).sum() * 1e-3
+        return {"loss": error + penalty, "error": error.detach(), "penalty": penalty.detach()}
+
+
+def dataset() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    inputs = torch.randn(40, 4, generator=torch.Generator().manual_seed(3))
+    return [(row, row.sum()) for row in inputs]
+
+
+def collate(rows: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    x = torch.stack([x for x, _ in rows])  # (B, 4)
+    return {"x": x, "y": torch.stack([y for _, y in rows]), "attention_mask": torch.ones(len(rows), 3)}
+
+
+def settings(tmp_path, **overrides) -> TrainingConfig:
+    (tmp_path / "run").mkdir(exist_ok=True)
+    values = dict(output=str(tmp_path / "run"), max_steps=7, batch_size=4, gradient_accumulation_steps=3,
+                  learning_rate=0.05, warmup_ratio=0.2, log_every=3, save_every=0, seed=11)
+    values.update(overrides)
+    return TrainingConfig(**values)
+
+
+def reference_records(config: TrainingConfig) -> list[dict[str, float]]:
+    """The loss columns of metrics.jsonl by the accounting the loop used before: a Python float per component and
+    micro-batch, summed in Python, averaged per window and rounded to float32 (its old reduce tensor)."""
+    seed_everything(config.seed)
+    model, data = NoisyRegression(), dataset()
+    optimizer = _optimizer(model, config)
+    scheduler = _scheduler(optimizer, config)
+    batches = iter(ResumableBatchSampler(len(data), config.batch_size, config.seed))
+    records, window, steps, micro = [], {}, 0, 0
+    for step in range(1, config.max_steps + 1):
+        for _ in range(config.gradient_accumulation_steps):
+            losses = model(collate([data[i] for i in next(batches)]), mask_generator(config.seed, 0, micro, "cpu"))
+            micro += 1
+            (losses["loss"] / config.gradient_accumulation_steps).backward()
+            for name, value in losses.items():
+                window[name] = window.get(name, 0.0) + float(value.detach()) / config.gradient_accumulation_steps
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        steps += 1
+        if step % config.log_every == 0 or step == config.max_steps:
+            as_float32 = {name: torch.tensor(total / steps).item() for name, total in window.items()}
+            records.append({"step": step, **as_float32})
+            window, steps = {}, 0
+    return records
+
+
+def logged(tmp_path, config: TrainingConfig) -> list[dict[str, float]]:
+    seed_everything(config.seed)
+    Trainer(NoisyRegression(), dataset(), collate, config).run()
+    return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_logged_losses_equal_the_per_step_python_accounting(tmp_path):
+    config = settings(tmp_path)
+    records = logged(tmp_path, config)
+    expected = reference_records(settings(tmp_path))
+    assert [{key: record[key] for key in ("step", "loss", "error", "penalty")} for record in records] == expected
+
+
+def test_tokens_per_second_counts_every_micro_batch(tmp_path):
+    records = logged(tmp_path, settings(tmp_path))
+    assert [record["step"] for record in records] == [3, 6, 7]
+    assert all(record["tokens_per_s"] > 0 for record in records)
+
+
+def test_window_sums_stay_device_tensors_in_float64():
+    window = _Window()
+    window.add({"loss": torch.tensor(1.5, dtype=torch.float64)}, 10)
+    window.add({"loss": torch.tensor(0.25, dtype=torch.float64)}, 6)
+    assert isinstance(window.totals["loss"], torch.Tensor) and window.totals["loss"].dtype == torch.float64
+    assert window.totals["loss"].item() == 1.75 and window.steps == 2 and window.tokens == 16
+
+
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__")
+
+
+@pytest.fixture()
+def host_reads_by_the_loop(monkeypatch) -> list[str]:
+    """Every read of a tensor's value into Python made by the loop itself (`Trainer`, `_Window`; not the sampler's
+    host-side index lists), as 'method@function'."""
+    reads: list[str] = []
+    for method in HOST_READS:
+        original = getattr(torch.Tensor, method)
+
+        def spy(tensor, *args, _original=original, _method=method):
+            caller = sys._getframe(1).f_code
+            owner = caller.co_qualname.split(".")[0]
+            if caller.co_filename == retromae.train.__file__ and owner in ("Trainer", "_Window"):
+                reads.append(f"{_method}@{caller.co_name}")
+            return _original(tensor, *args)
+
+        monkeypatch.setattr(torch.Tensor, method, spy)
+    return reads
+
+
+def test_ordinary_steps_read_nothing_back_from_the_device(tmp_path, host_reads_by_the_loop):
+    config = settings(tmp_path, max_steps=6, log_every=3)
+    seed_everything(config.seed)
+    Trainer(NoisyRegression(), dataset(), collate, config, count_tokens=lambda batch: len(batch["x"]) * 3).run()
+    assert host_reads_by_the_loop == ["tolist@_reduce", "tolist@_reduce"]  # one read per log line, none per step
+
+
+def test_loader_workers_default_to_none_on_cpu_and_honour_the_option(tmp_path):
+    trainer = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))
+    assert trainer._loader_workers() == 0
+    assert not trainer._data_loader().pin_memory
+    trainer.config.num_workers = 2
+    assert trainer._loader_workers() == 2
