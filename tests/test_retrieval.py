@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 
 import numpy as np
@@ -209,3 +210,16 @@ def test_bm25_english_stemming_or_a_clear_error():
             bm25_search(corpus, queries, params=BM25Params(stemmer="english"), show_progress=False)
         return
     assert list(bm25_search(corpus, queries, params=BM25Params(stemmer="english"), show_progress=False)["q"]) == ["a"]
+
+
+def test_bm25s_keeps_jax_off_the_gpu_unless_the_user_chose(monkeypatch):
+    from retromae.retrieval import bm25
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    bm25._bm25s()
+    assert os.environ["JAX_PLATFORMS"] == "cpu"
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    bm25._bm25s()
+    assert os.environ["JAX_PLATFORMS"] == "cuda"
+
