@@ -40,7 +40,7 @@ from common import minilm_path, synchronize
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
-from retromae.data.collate import BlockDataset
+from retromae.data.collate import BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
 from retromae.objectives import build_objective
 from retromae.pretrain import PretrainConfig, pretrain
@@ -109,9 +109,10 @@ def hf_end_to_end(args: argparse.Namespace, model_dir: Path, tokenizer, corpus: 
     """Median tokens/s of the HF loop over windows of `--log-every` steps after the first, like ours."""
     store = TokenStore.build_or_load(corpus, tokenizer, args.max_length, cache_dir=work / "cache")
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    prefix, suffix = special_token_template(tokenizer)
 
     def collate(blocks):
-        return collator([{"input_ids": tokenizer.build_inputs_with_special_tokens(ids.tolist())} for ids, _ in blocks])
+        return collator([{"input_ids": prefix + ids.tolist() + suffix} for ids, _ in blocks])
 
     cuda = device.type == "cuda"
     loader = DataLoader(BlockDataset(store), batch_size=args.batch_size, shuffle=True, drop_last=True,
@@ -137,7 +138,7 @@ def hf_end_to_end(args: argparse.Namespace, model_dir: Path, tokenizer, corpus: 
         optimizer.zero_grad(set_to_none=True)
         steps += 1
         if steps % args.log_every == 0:
-            float(loss)  # a log line reads the loss, as ours does
+            float(loss.detach())  # a log line reads the loss, as ours does
             synchronize(device)
             rates.append(tokens / (time.perf_counter() - started))
             tokens, started = 0, time.perf_counter()
