@@ -124,7 +124,7 @@ def test_pretrain_finetune_encode_and_evaluate_on_cuda(tiny_model_dir, tiny_corp
                  "--mixed-precision", "bf16", "--negatives", "bm25", "--group-size", "2", "--log-every", "1"]) == 0
     assert devices_used == ["cuda", "cuda"]
     assert all(math.isfinite(r["loss"]) for r in metrics(tuned))
-    assert main(["encode", "--model", str(tuned / "encoder"), "--input", str(beir / "corpus.jsonl"),
+    assert main(["encode", "--model", str(tuned / "encoder"), "--corpus", str(beir / "corpus.jsonl"),
                  "--output", str(tmp_path / "vectors")]) == 0
     assert sorted((tmp_path / "vectors" / "ids.txt").read_text().split()) == sorted(f"d{i}" for i in range(48))
     assert main(["evaluate", "--model", str(tuned / "sentence-transformer"), "--data", str(beir), "--split", "test",
