@@ -2,8 +2,9 @@
 
 Owns: loading any Hugging Face masked-LM encoder (BERT, RoBERTa, MiniLM, ...) from a checkpoint or from a
 config (scratch) with PyTorch SDPA attention; finding its MLM head and absolute position embeddings through
-public accessors only; the longest input its position embeddings allow; the encoder MLM loss computed at masked positions only. Does not own masking, the
-objectives' decoders, inference-time pooling (`retromae.encoder`) or export (`retromae.export`).
+public accessors only; the longest input its position embeddings allow; the encoder MLM loss computed at
+masked positions only. Does not own masking, the objectives' decoders, inference-time pooling
+(`retromae.encoder`) or export (`retromae.export`).
 """
 
 from __future__ import annotations

@@ -53,6 +53,8 @@ def file_fingerprint(path: Path) -> str:
 def input_fingerprint(source: str | Path) -> str:
     """A file's fingerprint, a folder's over its files (hidden ones and our own checkpoints skipped), or the name
     itself for what is not on disk (a hub model, `hf:DATASET`)."""
+    if not source:
+        return ""
     path = Path(source)
     if path.is_file():
         return file_fingerprint(path)
@@ -111,7 +113,7 @@ def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, i
 
 def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], *,
                  resume: bool = False, overwrite: bool = False, resumable: bool = True, processes: Any = None) -> None:
-    """Make `folder` this run's before any work: fresh (or only unrelated files): take it; the same run with
+    """Make `folder` this run's before any work: none of `ours` there (only unrelated files): take it; the same run with
     `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) and take it; else refuse.
 
     Every process checks; only the main one of `processes` (an Accelerator or PartialState) then writes."""
@@ -129,10 +131,10 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
 def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], resume: bool,
                   overwrite: bool, resumable: bool) -> list[Path]:
     """The outputs to delete before taking `folder` (none unless `overwrite`); ConfigError when it is not ours."""
-    marker = read_marker(folder)
     present = [folder / name for name in ours if (folder / name).exists()]
-    if overwrite or (marker is None and not present):
+    if overwrite or not present:  # nothing of an earlier run (at most the marker of one that failed at once)
         return present
+    marker = read_marker(folder)
     if resume:
         check_same_run(folder, command, marker, identity)
         return []

@@ -5,9 +5,9 @@ their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradie
 mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the
 progress bar, `metrics.jsonl`, and atomic checkpoints that resume exactly (model, optimiser, scheduler,
 RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so that a resume or a
-pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch` or `torchrun`; FSDP/DeepSpeed
-through an Accelerate config) comes from Accelerate. Does not own models, losses or data formats: the
-model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
+pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch` or
+`torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
+data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
 
 from __future__ import annotations

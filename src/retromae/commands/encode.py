@@ -16,16 +16,18 @@ from retromae.config import add_config_arguments, build_config, option, require
 from retromae.data.retrieval_sets import load_corpus, load_queries
 from retromae.encoder import EncoderOptions
 from retromae.retrieval.encode import encode_to_dir
+from retromae.run_folder import OutputOptions
 
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 
 
 @dataclasses.dataclass(kw_only=True)
-class EncodeConfig(EncoderOptions):
+class EncodeConfig(OutputOptions, EncoderOptions):
     input: Path = option(help="corpus (BEIR corpus.jsonl, MS MARCO collection.tsv) or queries (queries.jsonl, "
                               "queries.tsv) file, optionally .gz")
-    output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json")
+    output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
+                               "with the same model and input continues")
     kind: str = option("auto", "what --input holds; auto: queries when its file name starts with 'queries'",
                        choices=KINDS)
     prefix: str = option("", "text put before every input, e.g. 'query: ' or 'passage: '")
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     encoder = config.load_encoder(PartialState().device)
     folder = encode_to_dir(encoder, ids, texts, config.output, model_name=config.model,
                            shard_size=config.shard_size, batch_size=config.batch_size,
-                           max_length=config.max_length, prefix=config.prefix, show_progress=config.progress)
+                           max_length=config.max_length, prefix=config.prefix, show_progress=config.progress,
+                           overwrite=config.overwrite)
     if PartialState().is_main_process:
         print(f"encoded {len(ids)} texts into {folder} ({encoder.dimension} dimensions, pooling {encoder.pooling}, "
               f"normalize {encoder.normalize})")
