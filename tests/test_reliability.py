@@ -54,18 +54,18 @@ def checkpoints(output: Path) -> list[str]:
 
 def test_a_second_run_into_a_used_folder_is_refused(tiny_model_dir, tiny_corpus, tmp_path):
     output = tmp_path / "full"
-    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=8))
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
     before = metrics(output)
     with pytest.raises(ConfigError) as error:
         pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7))
     message = str(error.value)
     assert str(output) in message and "--resume" in message and "--overwrite" in message and "\n" not in message
-    assert metrics(output) == before and checkpoints(output) == ["step-0000006", "step-0000008"]
+    assert metrics(output) == before and checkpoints(output) == ["step-0000002", "step-0000004"]
 
 
 def test_overwrite_clears_only_our_files(tiny_model_dir, tiny_corpus, tmp_path):
     output = tmp_path / "full"
-    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=8))
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
     (output / "notes.txt").write_text("mine")
     (output / "plots").mkdir()
     pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7, overwrite=True))
@@ -115,8 +115,8 @@ def test_resume_of_another_corpus_is_refused(tiny_model_dir, tiny_corpus, tmp_pa
 
 
 def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
-    """Steps 1-4 are kept as they were; steps 5-8 see the batches and masks an uninterrupted 8-step run sees
-    (the learning rate of steps 5-8 follows the 8-step schedule: see docs/reliability.md)."""
+    """Steps 1-4 are kept as they were; steps 5-6 see the batches and masks an uninterrupted 6-step run sees
+    (the learning rate of steps 5-6 follows the 6-step schedule: see docs/reliability.md)."""
     seen: list[tuple[int, tuple]] = []
     original_step = retromae.train.Trainer._optimizer_step
 
@@ -129,14 +129,14 @@ def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, 
 
     monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", record_batches)
     straight = tmp_path / "straight"
-    pretrain(run_config(tiny_model_dir, tiny_corpus, straight, max_steps=8))
+    pretrain(run_config(tiny_model_dir, tiny_corpus, straight, max_steps=6))
     reference, seen[:] = list(seen), []
     longer = tmp_path / "longer"
     pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=4))
     first = metrics(longer)
-    pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=8, resume=True))
+    pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=6, resume=True))
     assert seen == reference
-    assert metrics(longer)[:4] == first and [m["step"] for m in metrics(longer)] == list(range(1, 9))
+    assert metrics(longer)[:4] == first and [m["step"] for m in metrics(longer)] == list(range(1, 7))
     for ours, theirs in zip(metrics(longer)[4:], metrics(straight)[4:], strict=True):
         assert ours["lr"] == pytest.approx(theirs["lr"])
 
