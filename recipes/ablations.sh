@@ -21,7 +21,7 @@ done
 
 report() {  # report NAME TITLE VARIANT...
   local name=$1 title=$2; shift 2
-  $PY -m retromae report --variants "${@/#/$RUNS/}" --output "$RUNS/report-$name" --title "$title"
+  $PY -m retromae report --overwrite --variants "${@/#/$RUNS/}" --output "$RUNS/report-$name" --title "$title"
 }
 report decoder-mask "Decoder mask ratio (enhanced decoding; encoder 0.3)" \
   decoder-mask-0.15 retromae-enhanced decoder-mask-0.7 decoder-mask-0.9

@@ -42,6 +42,6 @@ for pooling in cls mean; do
   done
 done
 
-$PY -m retromae report --output "$RUNS/report" --title "Domain adaptation on SciFact (MiniLM-L6)" --variants \
+$PY -m retromae report --overwrite --output "$RUNS/report" --title "Domain adaptation on SciFact (MiniLM-L6)" --variants \
   "$RUNS"/{bm25,minilm-zero-shot,retromae-stage,retromae-warm-stage} \
   "$RUNS"/minilm-{finetuned,retromae-finetuned,retromae-warm-finetuned}-{cls,mean}

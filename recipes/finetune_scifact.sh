@@ -40,5 +40,5 @@ run distill --data "$RUNS/scored.jsonl" --group-size 3 --distill
 
 bm25_variant "$RUNS/bm25-search"
 
-$PY -m retromae report --output "$RUNS/report" --title "all-MiniLM-L6-v2 fine-tuned on SciFact" --variants \
+$PY -m retromae report --overwrite --output "$RUNS/report" --title "all-MiniLM-L6-v2 fine-tuned on SciFact" --variants \
   "$RUNS"/{zero-shot,in-batch,bm25-negatives,mined,ance,mined-ance-2ep,distill,bm25-search}

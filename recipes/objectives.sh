@@ -16,5 +16,5 @@ variant retromae-basic --objective retromae --decoding basic
 variant retromae-enhanced --objective retromae --decoding enhanced
 variant retromae-contrastive --objective retromae+contrastive
 
-$PY -m retromae report --variants "$RUNS"/{none,mlm,seed,retromae-basic,retromae-enhanced,retromae-contrastive} \
+$PY -m retromae report --overwrite --variants "$RUNS"/{none,mlm,seed,retromae-basic,retromae-enhanced,retromae-contrastive} \
   --output "$RUNS/report-objectives" --title "Pre-training objectives under one budget"

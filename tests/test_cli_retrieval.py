@@ -113,7 +113,7 @@ def test_index_factory_errors(tmp_path, beir, tiny_model_dir, capsys):
                "--params", "efSearch=16") == 0
     assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
                "--top-k", 3) == 0
-    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
+    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r2",
                "--params", "nprobe=3") == 2
     assert "--params" in capsys.readouterr().err
 

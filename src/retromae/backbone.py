@@ -2,8 +2,9 @@
 
 Owns: loading any Hugging Face masked-LM encoder (BERT, RoBERTa, MiniLM, ...) from a checkpoint or from a
 config (scratch) with PyTorch SDPA attention; finding its MLM head and absolute position embeddings through
-public accessors only; the encoder MLM loss computed at masked positions only. Does not own masking, the
-objectives' decoders, inference-time pooling (`retromae.encoder`) or export (`retromae.export`).
+public accessors only; the longest input its position embeddings allow; the encoder MLM loss computed at
+masked positions only. Does not own masking, the objectives' decoders, inference-time pooling
+(`retromae.encoder`) or export (`retromae.export`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,29 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
+from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 
 IGNORE_INDEX = -100
+# Models whose position ids start after the padding index: two of their position embeddings are never used.
+PADDING_OFFSET_MODELS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
+
+
+def position_limit(config) -> int | None:
+    """The most tokens a model with this config can read (None when it has no absolute position embeddings)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None or getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    offset = (config.pad_token_id or 0) + 1 if config.model_type in PADDING_OFFSET_MODELS else 0
+    return positions - offset
+
+
+def check_max_length(config, value: int | None, option_name: str) -> None:
+    """ConfigError naming the option when `value` tokens exceed what the model's position embeddings allow."""
+    limit = position_limit(config)
+    if value is not None and limit is not None and value > limit:
+        raise ConfigError(f"--{option_name.replace('_', '-')} {value}: the model reads at most {limit} tokens "
+                          f"(its position embeddings); give {limit} or less")
 
 
 def load_masked_lm(name_or_path: str, from_config: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:

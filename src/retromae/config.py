@@ -172,7 +172,7 @@ def _default_of(field: dataclasses.Field) -> Any:
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is skipped
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
     try:

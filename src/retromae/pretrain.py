@@ -16,18 +16,19 @@ from pathlib import Path
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from retromae.backbone import load_masked_lm
+from retromae.backbone import check_max_length, load_masked_lm
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import PairCollator, PairsDataset, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
-from retromae.export import export_encoder, export_sentence_transformer, load_head, save_head
+from retromae.export import HEAD_FILE, export_encoder, export_sentence_transformer, load_head, save_head
 from retromae.objectives import PretrainingObjective, build_objective
 from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
-from retromae.train import Trainer, make_accelerator, seed_everything
+from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
+OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
 
 
 def pretrain(config: PretrainConfig) -> Path:
@@ -36,12 +37,13 @@ def pretrain(config: PretrainConfig) -> Path:
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
     encoder, tokenizer = load_backbone(config)
+    check_max_length(encoder.config, config.max_length, "max_length")
+    claim_output(config, "pretrain", OUTPUTS, accelerator)
     objective = build_objective(config.objective, encoder, tokenizer, config)
     if config.init_from:
         init_head(objective, config)
-    max_length = min(config.max_length, encoder.config.max_position_embeddings)
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
-        dataset, collate = pretraining_data(config, tokenizer, objective, max_length,
+        dataset, collate = pretraining_data(config, tokenizer, objective, config.max_length,
                                             show_progress=accelerator.is_local_main_process)
     trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator)
     if trainer.accelerator.is_main_process:

@@ -26,16 +26,19 @@ from retromae.io import write_text_atomic
 from retromae.pretrain import PretrainConfig, pretrain
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
+from retromae.run_folder import OutputOptions, claim_folder, run_identity
 from retromae.scratch import save_random_bert, train_wordpiece
 
 METRICS = ("ndcg@10", "mrr@10", "recall@100")
 # Mean pooling: a small encoder trained from scratch for minutes and fine-tuned with CLS pooling stays at chance
 # (measured on the standard-library set, docs/RESULTS.md); the mean of its token vectors learns.
 FINETUNE_POOLING = "mean"
+OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain", "finetune-retromae",
+           "finetune-scratch", "results.md", "results.json", "losses.png")
 
 
 @dataclasses.dataclass(kw_only=True)
-class QuickstartConfig:
+class QuickstartConfig(OutputOptions):
     """Options of `retromae quickstart`; defaults fit ten minutes on a 2-core CPU."""
 
     output: str = option("runs/quickstart", "output folder")
@@ -130,6 +133,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     """Run the whole pipeline; returns the test metrics per model."""
     started = time.perf_counter()
     output = Path(config.output)
+    claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
     save_config(config, output / "quickstart-config.json")
     data = prepare_data(config, output)
     corpus = config.corpus or [str(data / "corpus.jsonl")]

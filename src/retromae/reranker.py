@@ -23,6 +23,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
+from retromae.backbone import check_max_length
 from retromae.config import ConfigError, option, require, save_config
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
 from retromae.encoder import Encoder
@@ -32,7 +33,7 @@ from retromae.finetune.negatives import Miner
 from retromae.finetune.run import model_folder
 from retromae.io import atomic_directory
 from retromae.retrieval.mining import MiningOptions
-from retromae.train import HeadTrainingConfig, Trainer, make_accelerator, seed_everything
+from retromae.train import HeadTrainingConfig, Trainer, claim_output, make_accelerator, seed_everything
 
 RERANKER_DIR = "reranker"
 
@@ -110,8 +111,10 @@ def train_reranker(config: RerankerConfig) -> Path:
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
-    data = _training_set(config, accelerator)
     model, tokenizer = _load_classifier(model_folder(config.model))
+    check_max_length(model.config, config.max_length, "max_length")
+    claim_output(config, "train-reranker", (RERANKER_DIR,), accelerator)
+    data = _training_set(config, accelerator)
 
     def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
         return GroupBatchSampler(data, config.batch_size, config.group_size, config.seed, rank, world, start)

@@ -4,9 +4,10 @@ Owns: optimiser and schedule (AdamW, linear warmup then linear decay; heads outs
 their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradient accumulation and clipping,
 mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the
 progress bar, `metrics.jsonl`, and atomic checkpoints that resume exactly (model, optimiser, scheduler,
-RNG states, data position). Distribution (DDP through `accelerate launch` or `torchrun`; FSDP/DeepSpeed
-through an Accelerate config) comes from Accelerate. Does not own models, losses or data formats: the
-model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
+RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so that a resume or a
+pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch` or
+`torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
+data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ from transformers import PreTrainedModel
 from retromae.config import ConfigError
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
+from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
+# What the loop writes into --output; a command adds its exported models (cleared by --overwrite, `claim_output`).
+TRAINING_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json")
 
 
 class TrainState:
@@ -159,11 +163,36 @@ def _enable_gradient_checkpointing(model: nn.Module) -> None:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
+def claim_output(config: TrainingConfig, command: str, outputs: Iterable[str], accelerator: Accelerator) -> None:
+    """Take --output for this run before any work (`retromae.run_folder.claim_folder`); `outputs` are the command's
+    own files beside `TRAINING_OUTPUTS`."""
+    claim_folder(config.output, command, run_identity(config), (*TRAINING_OUTPUTS, *outputs), resume=config.resume,
+                 overwrite=config.overwrite, processes=accelerator)
+
+
+def checkpoints_by_step(output: Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete checkpoint under `output/checkpoints`, in increasing step order."""
+    folder = Path(output) / "checkpoints"
+    return sorted((int(m.group(1)), p) for p in folder.glob("step-*") if (m := CHECKPOINT_PATTERN.match(p.name)))
+
+
 def latest_checkpoint(output: Path) -> Path | None:
     """The newest complete checkpoint under `output/checkpoints`, or None."""
-    folder = Path(output) / "checkpoints"
-    found = [(int(m.group(1)), p) for p in folder.glob("step-*") if (m := CHECKPOINT_PATTERN.match(p.name))]
-    return max(found)[1] if found else None
+    found = checkpoints_by_step(output)
+    return found[-1][1] if found else None
+
+
+def checkpoint_identity(checkpoint: Path) -> dict | None:
+    """The identity of the run that wrote `checkpoint`, or None for a checkpoint without one."""
+    marker = read_marker(checkpoint)
+    return None if marker is None else marker.get("identity")
+
+
+def prune_checkpoints(output: Path, keep: int, identity: dict) -> None:
+    """Delete all but the `keep` highest-step checkpoints of the run with `identity`; any other is left alone."""
+    ours = [path for _, path in checkpoints_by_step(output) if checkpoint_identity(path) == identity]
+    for old in ours[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 class MetricsLog:
@@ -201,6 +230,7 @@ class Trainer:
         self.dataset, self.collate = dataset, collate
         self.count_tokens = count_tokens or (lambda batch: int(batch["attention_mask"].sum()))
         self.state = TrainState()
+        self.identity = run_identity(config)
         if config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
         on_cuda = self.accelerator.device.type == "cuda"
@@ -223,7 +253,7 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)
 
     def run(self) -> None:
-        """Train to `max_steps` (resuming first when asked); the final checkpoint is always written."""
+        """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too."""
         resumed = self._maybe_resume()
         metrics = MetricsLog(self.output / "metrics.jsonl", resumed) if self.accelerator.is_main_process else None
         batches = iter(self._data_loader())
@@ -245,7 +275,7 @@ class Trainer:
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self.save_checkpoint()
         progress.close()
-        if latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
+        if self.config.save_every and latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
             self.save_checkpoint()
 
     def _optimizer_step(self, batches: Iterator[dict]) -> tuple[dict[str, torch.Tensor], int]:
@@ -341,16 +371,11 @@ class Trainer:
         self.accelerator.save_state(str(staging))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
+            write_marker(staging, "checkpoint", self.identity)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
-            self._prune_checkpoints()
+            prune_checkpoints(self.output, self.config.keep_checkpoints, self.identity)
         self.accelerator.wait_for_everyone()
-
-    def _prune_checkpoints(self) -> None:
-        folder = self.output / "checkpoints"
-        steps = sorted(p for p in folder.glob("step-*") if CHECKPOINT_PATTERN.match(p.name))
-        for old in steps[: -self.config.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
 
     def _maybe_resume(self) -> int | None:
         if not self.config.resume:
@@ -359,6 +384,7 @@ class Trainer:
         if checkpoint is None:
             self.accelerator.print(f"no checkpoint under {self.output / 'checkpoints'}; starting from step 0")
             return None
+        check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), self.identity)
         self.accelerator.load_state(str(checkpoint))
         self.accelerator.print(f"resumed from {checkpoint} at step {self.state.step}")
         return self.state.step

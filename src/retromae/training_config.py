@@ -32,9 +32,12 @@ class TrainingConfig:
                                   "warm-up of a minute or so; needs a C++ compiler on CPU)")
     seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
     log_every: int = option(10, "log metrics every N steps")
-    save_every: int = option(500, "write a checkpoint every N steps (0: only at the end)")
+    save_every: int = option(500, "write a checkpoint every N steps and at the end (0: none at all; a killed run then "
+                                  "starts over and a finished one cannot be continued)")
     keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
-    resume: bool = option(False, "continue from the latest checkpoint in --output")
+    resume: bool = option(False, "continue the run in --output from its latest checkpoint (the options that define "
+                                 "the run must be the same; --max-steps may grow)")
+    overwrite: bool = option(False, "replace the outputs of another run in --output (other files there are kept)")
     num_workers: int | None = option(None, "data loader worker processes (default: 2 on CUDA, so that batches are "
                                            "collated while the GPU works; 0 on CPU, where workers would take cores "
                                            "from the step)")

@@ -13,12 +13,13 @@ from pathlib import Path
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
 from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
 from retromae.retrieval.bm25 import BM25Params, bm25_search
+from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "BM25 retrieval with bm25s over a BEIR/MS MARCO folder (or corpus + queries files) → TREC run"
 
 
 @dataclasses.dataclass(kw_only=True)
-class BM25Config(BM25Params):
+class BM25Config(OutputOptions, BM25Params):
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
@@ -53,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(BM25Config, args)
+    claim_file(config.output, config.overwrite)
     corpus, queries = read_inputs(config)
     write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
     print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.top_k} run in {config.output}")

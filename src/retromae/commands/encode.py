@@ -16,19 +16,21 @@ from retromae.config import add_config_arguments, build_config, option, require
 from retromae.data.retrieval_sets import load_corpus, load_queries
 from retromae.encoder import EncoderOptions
 from retromae.retrieval.encode import encode_to_dir
+from retromae.run_folder import OutputOptions
 
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 
 
 @dataclasses.dataclass(kw_only=True)
-class EncodeConfig(EncoderOptions):
+class EncodeConfig(OutputOptions, EncoderOptions):
     corpus: Path | None = option(None, "corpus file to encode: BEIR corpus.jsonl or MS MARCO collection.tsv, "
                                        "optionally .gz (a document is its title and text joined)",
                                  required_unless="--queries")
     queries: Path | None = option(None, "queries file to encode: queries.jsonl or queries.tsv, optionally .gz",
                                   required_unless="--corpus")
-    output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json")
+    output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
+                               "with the same model and input continues")
     passage_prefix: str = option("", "text put before every passage of --corpus, e.g. 'passage: '")
     query_prefix: str = option("", "text put before every query of --queries, e.g. 'query: '")
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own (256 for MiniLM)")
@@ -96,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     encoder = config.load_encoder(PartialState().device)
     folder = encode_to_dir(encoder, ids, texts, config.output, model_name=config.model,
                            shard_size=config.shard_size, batch_size=config.batch_size,
-                           max_length=max_length, prefix=prefix, show_progress=config.progress)
+                           max_length=max_length, prefix=prefix, show_progress=config.progress,
+                           overwrite=config.overwrite)
     if PartialState().is_main_process:
         print(f"encoded {len(ids)} texts into {folder} ({encoder.dimension} dimensions, pooling {encoder.pooling}, "
               f"normalize {encoder.normalize})")

@@ -17,13 +17,14 @@ from retromae.data.retrieval_sets import load_retrieval_set, load_sts_pairs, rea
 from retromae.encoder import EncoderOptions
 from retromae.evaluation import evaluate_run, print_results, save_results, sts_correlations
 from retromae.retrieval.search import TextOptions, dense_search
+from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "Evaluate a model or a run: NDCG/MRR/Recall/MAP/P@k on BEIR or MS MARCO, Pearson/Spearman on STS"
 TASKS = ("auto", "retrieval", "sts")
 
 
 @dataclasses.dataclass(kw_only=True)
-class EvaluateConfig(EncoderOptions):
+class EvaluateConfig(OutputOptions, EncoderOptions):
     model: str | None = option(None, "model to evaluate (our export, sentence-transformers folder, HF encoder)",
                                required_unless="--run")
     run: Path | None = option(None, "TREC run file to evaluate instead of a model (retrieval only)",
@@ -97,6 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(EvaluateConfig, args)
+    claim_file(config.output, config.overwrite)
+    claim_file(config.save_run, config.overwrite, "save_run")
     path = sts_file(config)
     per_query = None
     if path is not None:

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from retromae.config import add_config_arguments, build_config, option
 from retromae.retrieval.encode import load_embeddings
-from retromae.retrieval.index import METRICS, build_index, save_index
+from retromae.retrieval.index import FAISS_FILE, IDS_FILE, INDEX_INFO, METRICS, NUMPY_FILE, build_index, save_index
+from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
 HELP = "Build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder"
 
 
 @dataclasses.dataclass(kw_only=True)
-class IndexConfig:
+class IndexConfig(OutputOptions):
     embeddings: Path = option(help="embeddings folder written by `retromae encode`")
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json)")
     factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
@@ -34,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(IndexConfig, args)
+    claim_folder(config.output, "index", run_identity(config), (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO),
+                 overwrite=config.overwrite, resumable=False)
     ids, vectors, encoding = load_embeddings(config.embeddings)
     index = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                         seed=config.seed)

@@ -13,12 +13,13 @@ from pathlib import Path
 from retromae.config import ConfigError, add_config_arguments, build_config, option
 from retromae.encoder import EncoderOptions
 from retromae.retrieval.mining import MiningOptions
+from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "mine hard negatives (BM25 or a dense model) for a BEIR split or a training file; writes training JSON lines"
 
 
 @dataclasses.dataclass(kw_only=True)
-class MineConfig(MiningOptions, EncoderOptions):
+class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
 
     config = build_config(MineConfig, args)
+    claim_file(config.output, config.overwrite)
     data = load_training_data(config.data, config.split)
     if config.negatives == "bm25":
         rankings = bm25_rankings(data, config.rank_end)

@@ -10,13 +10,15 @@ import dataclasses
 from pathlib import Path
 
 from retromae.config import add_config_arguments, build_config, option, require
+from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
+REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
 HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.txt) into report.md, report.json, "
         "pretrain-loss.png and metrics.png")
 
 
 @dataclasses.dataclass(kw_only=True)
-class ReportConfig:
+class ReportConfig(OutputOptions):
     variants: list[Path] = option(help="variant folders, one table row each, in this order")
     output: Path = option(help="folder for report.md, report.json and the plots")
     title: str = option("Results", "heading of report.md")
@@ -33,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from retromae.evaluation.experiments import write_report
 
     config = build_config(ReportConfig, args)
+    claim_folder(config.output, "report", run_identity(config), REPORT_FILES, overwrite=config.overwrite,
+                 resumable=False)
     print(write_report(config.variants, config.output, config.title))
     print(f"report: {config.output / 'report.md'}")
     return 0

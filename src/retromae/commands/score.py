@@ -7,12 +7,13 @@ import dataclasses
 from pathlib import Path
 
 from retromae.config import add_config_arguments, build_config, option, require
+from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "add teacher scores (pos_scores, neg_scores) from a cross-encoder to a training file, for finetune --distill"
 
 
 @dataclasses.dataclass(kw_only=True)
-class ScoreConfig:
+class ScoreConfig(OutputOptions):
     model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`")
     data: Path = option(help="training file (JSON lines: query, pos, neg)")
     output: Path = option(help="training file to write: the input with pos_scores and neg_scores")
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.reranker import CrossEncoder, score_training_file
 
     config = build_config(ScoreConfig, args)
+    claim_file(config.output, config.overwrite)
     scorer = CrossEncoder(config.model, config.device, config.max_length)
     count = score_training_file(scorer, config.data, config.output, config.batch_size)
     print(f"scored {count} pairs into {config.output}")

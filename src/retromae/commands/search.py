@@ -19,12 +19,13 @@ from retromae.encoder import Encoder, EncoderOptions
 from retromae.retrieval.encode import load_embeddings
 from retromae.retrieval.index import load_index, search, set_search_params
 from retromae.retrieval.search import TextOptions, encode_texts, results_to_run
+from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "Search an index with queries (embeddings folder or queries file) and write the top-k as a TREC run"
 
 
 @dataclasses.dataclass(kw_only=True)
-class SearchConfig(EncoderOptions):
+class SearchConfig(OutputOptions, EncoderOptions):
     model: str | None = option(None, "model that encodes a queries file; default: the one recorded in the index")
     index: Path = option(help="index folder written by `retromae index`")
     queries: Path = option(help="queries: an embeddings folder from `retromae encode`, or a queries file "
@@ -67,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(SearchConfig, args)
+    claim_file(config.output, config.overwrite)
     index, doc_ids, info = load_index(config.index)
     set_search_params(index, info.get("params", "") if config.params is None else config.params)
     query_ids, vectors = query_vectors(config, info.get("encoder", {}))

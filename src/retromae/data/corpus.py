@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import numbered_lines, parse_json_line
+from retromae.data.lines import clean_text, numbered_lines, parse_json_line
 from retromae.errors import DataError
 
 HF_PREFIX = "hf:"
@@ -149,7 +149,8 @@ def _record_document(record: Any, where: str, default_id: str) -> Document:
     if title is not None and not isinstance(title, str):
         raise DataError(f"{where}: field 'title' must be a string, got {type(title).__name__}")
     doc_id = record.get("_id", record.get("id"))
-    return Document(default_id if doc_id is None else str(doc_id), _join(title, text))
+    title = clean_text(title) if title is not None else None
+    return Document(default_id if doc_id is None else clean_text(str(doc_id)), _join(title, clean_text(text)))
 
 
 def _read_parquet(path: Path) -> Iterator[Document]:

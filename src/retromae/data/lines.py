@@ -1,23 +1,48 @@
 """Reading line-based files with errors that name the file and the line.
 
 Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, and parsing one line as
-JSON. Every line-based reader (corpora, retrieval sets, training files, pairs) goes through here, so their errors
-read alike: `FILE:LINE: what is wrong`.
+JSON. Every line-based reader (corpora, retrieval sets, training files, pairs, STS, runs) goes through here, so
+their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the same text:
+
+- a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
+- control characters are not kept: NUL and every other C0 control but tab (a field separator) and newline
+  (inside JSON strings), and DEL, become a space, in raw lines and in JSON strings alike (`clean_text`), so a
+  stray NUL from a binary export neither ends a string early in a tokenizer nor makes a JSON line invalid.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from retromae.errors import DataError
 
+BOM = "\ufeff"
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # C0 but tab and newline, and DEL
+
+
+def clean_text(text: str) -> str:
+    """`text` with each control character (NUL, CR, ...; not tab or newline) replaced by a space."""
+    return CONTROL_CHARACTERS.sub(" ", text)
+
+
+def _clean_value(value: Any) -> Any:
+    """A parsed JSON value with `clean_text` applied to every string in it."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _clean_value(item) for key, item in value.items()}
+    return value
+
 
 def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its end-of-line) per line; blank lines only with `keep_blank`."""
+    """(1-based line number, cleaned line without its end-of-line) per line; blank lines only with `keep_blank`."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
@@ -28,14 +53,15 @@ def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[in
                 line = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as err:
                 raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
+            line = clean_text(line.removeprefix(BOM) if number == 1 else line)
             if keep_blank or line.strip():
                 yield number, line
 
 
 def parse_json_line(path: Path, number: int, line: str) -> Any:
-    """The JSON value on one line of `path`."""
+    """The JSON value on one line of `path`, its strings cleaned (`clean_text`)."""
     try:
-        return json.loads(line)
+        return _clean_value(json.loads(line))
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{number}: malformed JSON ({err.msg} at column {err.colno})") from None
 

@@ -13,17 +13,19 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from retromae.backbone import check_max_length
 from retromae.config import ConfigError, option, require, save_config
 from retromae.data.training_groups import TrainingSet, load_training_data
 from retromae.encoder import POOLINGS, Encoder
 from retromae.export import export_encoder, export_sentence_transformer
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
-from retromae.finetune.negatives import Miner, NegativeRefresher, load_latest_negatives, save_negatives
+from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
 from retromae.retrieval.mining import MiningOptions
-from retromae.train import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
+from retromae.train import Trainer, TrainingConfig, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
 NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
+OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
 
 
 @dataclass(kw_only=True)
@@ -137,11 +139,14 @@ def finetune(config: FinetuneConfig) -> Path:
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
+    passage_encoder, query_encoder = _load_encoders(config, accelerator.device)
+    check_max_length(passage_encoder.model.config, config.query_max_length, "query_max_length")
+    check_max_length(passage_encoder.model.config, config.passage_max_length, "passage_max_length")
     data = load_training_data(config.data, config.split)
     source = config.negative_source(Path(config.data).is_dir())
     _check_data(config, data, source)
+    claim_output(config, "finetune", OUTPUTS, accelerator)
     group_size = config.resolved_group_size(source)
-    passage_encoder, query_encoder = _load_encoders(config, accelerator.device)
     miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
                   config.passage_max_length, config.encode_batch_size)
     _prepare_negatives(config, data, source, miner, accelerator)

@@ -7,6 +7,11 @@ Owns the embeddings folder layout:
     encode.json      how the vectors were made: model, pooling, normalize, prefix, max_length, count, dim
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
 
+The folder belongs to one encoding (`retromae.run_folder`): its marker records the manifest (model and a
+fingerprint of its weights, pooling, prefix, max_length, a fingerprint of ids and texts, shard size). Started again
+with the same manifest, a run continues (or, finished, is left as it is); with another, it is refused unless
+`overwrite`, which deletes the files listed above first.
+
 Shard i holds rows [i * shard_size, (i + 1) * shard_size). Under Accelerate each process encodes the shards
 with `i % num_processes == process_index`; a killed run that is started again skips every finished shard.
 Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.encoder`).
@@ -29,12 +34,14 @@ from retromae.config import ConfigError, require
 from retromae.encoder import Encoder
 from retromae.errors import DataError
 from retromae.io import atomic_path, write_text_atomic
+from retromae.run_folder import claim_folder, input_fingerprint
 
 EMBEDDINGS_FILE = "embeddings.npy"
 IDS_FILE = "ids.txt"
 INFO_FILE = "encode.json"
 SHARDS_DIR = "shards"
 MANIFEST_FILE = "manifest.json"
+OUTPUTS = (EMBEDDINGS_FILE, IDS_FILE, INFO_FILE, SHARDS_DIR)
 
 
 def _fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
@@ -103,14 +110,19 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
 
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                   model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
-                  max_length: int | None = None, prefix: str = "", show_progress: bool = True) -> Path:
-    """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder."""
+                  max_length: int | None = None, prefix: str = "", show_progress: bool = True,
+                  overwrite: bool = False) -> Path:
+    """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder.
+
+    `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError)."""
     require(shard_size > 0, "shard_size", "must be positive")
     _check_ids(ids, texts)
     output_dir = Path(output_dir)
     state = PartialState()
     info = encoder_info(encoder, model_name, prefix, max_length)
     manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
+    claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
+                 resume=True, overwrite=overwrite, resumable=False, processes=state)
     if _finished(output_dir, manifest):
         return output_dir
     shards = output_dir / SHARDS_DIR

@@ -1,0 +1,345 @@
+"""A run never mixes with, or silently replaces, another run's results (issue 12).
+
+Each test reproduces one failure mode of the issue: a re-used output folder, a resume of another run, pruning
+across runs, options beyond the model, files with a byte-order mark / CRLF / control characters, and the same
+guarantees for every command that writes an output.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_sentences
+
+import retromae.train
+from retromae.cli import main
+from retromae.config import ConfigError
+from retromae.data.contrastive import iter_pairs
+from retromae.data.corpus import iter_corpus
+from retromae.data.retrieval_sets import (
+    load_corpus,
+    load_qrels,
+    load_queries,
+    load_sts_pairs,
+    read_trec_run,
+    write_trec_run,
+)
+from retromae.data.training_groups import load_training_file
+from retromae.encoder import Encoder
+from retromae.pretrain import PretrainConfig, pretrain
+from retromae.retrieval.encode import SHARDS_DIR, encode_to_dir, load_embeddings
+
+TEXTS = make_sentences(12, seed=3)
+IDS = [f"d{i}" for i in range(len(TEXTS))]
+
+
+def run_config(model: Path, corpus: Path, output: Path, **overrides) -> PretrainConfig:
+    values = dict(model=str(model), corpus=[str(corpus)], output=str(output), max_steps=6, batch_size=4,
+                  max_length=32, log_every=1, save_every=2, keep_checkpoints=2, learning_rate=1e-3,
+                  cache_dir=str(output.parent / "cache"))
+    values.update(overrides)
+    return PretrainConfig(**values)
+
+
+def metrics(output: Path) -> list[dict]:
+    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+
+
+def checkpoints(output: Path) -> list[str]:
+    return sorted(p.name for p in (output / "checkpoints").iterdir())
+
+
+# 1. A second, different run into the same folder.
+
+def test_a_second_run_into_a_used_folder_is_refused(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "full"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
+    before = metrics(output)
+    with pytest.raises(ConfigError) as error:
+        pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7))
+    message = str(error.value)
+    assert str(output) in message and "--resume" in message and "--overwrite" in message and "\n" not in message
+    assert metrics(output) == before and checkpoints(output) == ["step-0000002", "step-0000004"]
+
+
+def test_overwrite_clears_only_our_files(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "full"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
+    (output / "notes.txt").write_text("mine")
+    (output / "plots").mkdir()
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7, overwrite=True))
+    assert [m["step"] for m in metrics(output)] == [1, 2, 3]
+    assert checkpoints(output) == ["step-0000002", "step-0000003"]
+    assert (output / "notes.txt").read_text() == "mine" and (output / "plots").is_dir()
+
+
+def test_a_folder_of_unrelated_files_is_used(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "full"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=2))
+    assert (output / "notes.txt").read_text() == "mine" and (output / "encoder").is_dir()
+
+
+def test_the_cli_refuses_in_one_line(tiny_model_dir, tiny_corpus, tmp_path, capsys):
+    args = ["pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus), "--output",
+            str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "4", "--max-length", "32",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "--overwrite" in line]
+    assert len(errors) == 1 and "--resume" in errors[0] and str(tmp_path / "run") in errors[0]
+
+
+# 2. --resume of another run's checkpoint.
+
+def test_resume_of_another_run_lists_the_differing_options(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "full"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
+    encoder = (output / "encoder" / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match="seed.*max_length|max_length.*seed") as error:
+        pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7, max_length=24, resume=True))
+    assert "max_steps" not in str(error.value)
+    assert (output / "encoder" / "model.safetensors").read_bytes() == encoder
+
+
+def test_resume_of_another_corpus_is_refused(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "full"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=2))
+    other = tmp_path / "other.jsonl"
+    other.write_text(tiny_corpus.read_text().replace("the", "a"))
+    with pytest.raises(ConfigError, match="corpus"):
+        pretrain(run_config(tiny_model_dir, other, output, max_steps=4, resume=True))
+
+
+def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
+    """Steps 1-4 are kept as they were; steps 5-6 see the batches and masks an uninterrupted 6-step run sees
+    (the learning rate of steps 5-6 follows the 6-step schedule: see docs/reliability.md)."""
+    seen: list[tuple[int, tuple]] = []
+    original_step = retromae.train.Trainer._optimizer_step
+
+    def record_batches(self, batches):
+        def recorded():
+            for batch in batches:
+                seen.append((self.state.micro_batches, tuple(batch["input_ids"].flatten().tolist())))
+                yield batch
+        return original_step(self, recorded())
+
+    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", record_batches)
+    straight = tmp_path / "straight"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, straight, max_steps=6))
+    reference, seen[:] = list(seen), []
+    longer = tmp_path / "longer"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=4))
+    first = metrics(longer)
+    pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=6, resume=True))
+    assert seen == reference
+    assert metrics(longer)[:4] == first and [m["step"] for m in metrics(longer)] == list(range(1, 7))
+    for ours, theirs in zip(metrics(longer)[4:], metrics(straight)[4:], strict=True):
+        assert ours["lr"] == pytest.approx(theirs["lr"])
+
+
+def test_resume_with_other_logging_and_saving_is_accepted(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "full"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=6, log_every=2, save_every=3,
+                        keep_checkpoints=1, num_workers=0, resume=True))
+    assert checkpoints(output) == ["step-0000006"]
+
+
+def test_kill_minus_nine_then_resume_reproduces_the_losses(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
+    reference = metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "straight")))
+    original = retromae.train.Trainer._optimizer_step
+
+    def dies_in_step_five(self, batches):
+        if self.state.step == 4:
+            raise KeyboardInterrupt("killed between checkpoints")
+        return original(self, batches)
+
+    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", dies_in_step_five)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed"))
+    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", original)
+    resumed = metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed", resume=True)))
+    assert [m["loss"] for m in resumed] == pytest.approx([m["loss"] for m in reference], rel=1e-5)
+
+
+# 3. Pruning only removes this run's checkpoints, in numeric step order.
+
+def test_pruning_keeps_the_newest_steps_by_number(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "run"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=2, save_every=1))
+    folder = output / "checkpoints"
+    mine = folder / "step-0000002"
+    for name in ("step-0000001", "step-9999999", "step-10000000"):
+        (folder / name).mkdir(exist_ok=True)
+        for file in mine.iterdir():
+            if file.is_file():
+                (folder / name / file.name).write_bytes(file.read_bytes())
+    foreign = folder / "step-20000000"
+    foreign.mkdir()
+    retromae.train.prune_checkpoints(output, keep=1, identity=retromae.train.checkpoint_identity(mine))
+    assert checkpoints(output) == ["step-10000000", "step-20000000"]
+
+
+# 4. Options checked against the model before any work.
+
+def test_max_length_beyond_the_position_embeddings_is_refused(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "run"
+    with pytest.raises(ConfigError, match="--max-length.*128"):
+        pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_length=100_000))
+    assert not output.exists()
+
+
+def test_finetune_lengths_beyond_the_model_are_refused(tiny_model_dir, tmp_path, capsys):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"query": t[:20], "pos": [t], "neg": [TEXTS[0]]}) + "\n" for t in TEXTS))
+    args = ["finetune", "--model", str(tiny_model_dir), "--data", str(data), "--output", str(tmp_path / "ft"),
+            "--passage-max-length", "4096", "--max-steps", "1", "--batch-size", "2"]
+    assert main(args) == 2
+    assert "--passage-max-length" in capsys.readouterr().err and not (tmp_path / "ft").exists()
+
+
+# 5. Byte-order marks, CRLF line ends, NUL and other control characters.
+
+BOM = "\ufeff"
+
+
+def write_windows(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((BOM + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+    return path
+
+
+def test_every_reader_accepts_a_bom_and_crlf(tmp_path):
+    jsonl = write_windows(tmp_path / "c.jsonl", [json.dumps({"_id": "a", "text": "one"}),
+                                                  json.dumps({"_id": "b", "text": "two"})])
+    assert [d.text for d in iter_corpus([jsonl])] == ["one", "two"]
+    txt = write_windows(tmp_path / "c.txt", ["first line", "second line"])
+    assert [d.text for d in iter_corpus([txt])] == ["first line", "second line"]
+    assert load_corpus(jsonl)["a"].text == "one"
+    assert load_corpus(write_windows(tmp_path / "collection.tsv", ["1\tone", "2\ttwo"]))["1"].text == "one"
+    assert load_queries(write_windows(tmp_path / "queries.tsv", ["q1\twhat"])) == {"q1": "what"}
+    assert load_queries(write_windows(tmp_path / "queries.jsonl", [json.dumps({"_id": "q", "text": "x"})])) == \
+        {"q": "x"}
+    assert load_qrels(write_windows(tmp_path / "qrels.tsv", ["query-id\tcorpus-id\tscore", "q1\t1\t1"])) == \
+        {"q1": {"1": 1}}
+    train = write_windows(tmp_path / "train.jsonl", [json.dumps({"query": "q", "pos": ["p"], "neg": ["n"]})])
+    assert load_training_file(train).examples[0].query == "q"
+    pairs = write_windows(tmp_path / "pairs.jsonl", [json.dumps({"query": "q", "pos": "p"})])
+    assert [pair[:2] for pair in iter_pairs(pairs)] == [("q", ["p"])]
+    sts = write_windows(tmp_path / "sts.csv", ["g\tf\t2012\t1\t4.5\tA cat.\tA dog."])
+    assert load_sts_pairs(sts)[0] == ["A cat."]
+    run = write_windows(tmp_path / "run.trec", ["q1 Q0 1 1 2.5 x"])
+    assert read_trec_run(run) == {"q1": {"1": 2.5}}
+
+
+def test_nul_and_control_characters_become_spaces(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"_id": "a", "text": "one\x00two\x07three\\u0000four"}\n'
+                     b'{"_id": "b", "text": "tab\\there"}\n')
+    assert [d.text for d in iter_corpus([path])] == ["one two three four", "tab\there"]
+    tsv = tmp_path / "collection.tsv"
+    tsv.write_bytes(b"1\tx\x00y\x0bz\rw\n")
+    assert load_corpus(tsv)["1"].text == "x y z w"
+
+
+# 6. Every other command that writes an output.
+
+@pytest.fixture()
+def encoder(tiny_model_dir):
+    return Encoder.load(tiny_model_dir, pooling="mean", normalize=True, device="cpu")
+
+
+class Killed(Exception):
+    """Stands for the process being killed."""
+
+
+def test_interrupted_encode_resumes_only_with_the_same_model_and_input(tmp_path, encoder, tiny_model_dir,
+                                                                       monkeypatch):
+    real = Encoder.encode
+    calls = []
+
+    def dies_on_second_shard(self, texts, **kwargs):
+        calls.append(len(texts))
+        if len(calls) == 2:
+            raise Killed
+        return real(self, texts, **kwargs)
+
+    monkeypatch.setattr(Encoder, "encode", dies_on_second_shard)
+    output = tmp_path / "emb"
+    with pytest.raises(Killed):
+        encode_to_dir(encoder, IDS, TEXTS, output, model_name=str(tiny_model_dir), shard_size=4,
+                      show_progress=False)
+    with pytest.raises(ConfigError, match="fingerprint"):
+        encode_to_dir(encoder, IDS, TEXTS[::-1], output, model_name=str(tiny_model_dir), shard_size=4,
+                      show_progress=False)
+    with pytest.raises(ConfigError, match="model"):
+        encode_to_dir(encoder, IDS, TEXTS, output, model_name="another-model", shard_size=4, show_progress=False)
+    monkeypatch.setattr(Encoder, "encode", real)
+    encode_to_dir(encoder, IDS, TEXTS, output, model_name=str(tiny_model_dir), shard_size=4, show_progress=False)
+    assert not (output / SHARDS_DIR).exists()
+
+
+def test_a_finished_encoding_is_not_replaced_by_another(tmp_path, encoder):
+    output = tmp_path / "emb"
+    encode_to_dir(encoder, IDS, TEXTS, output, model_name="tiny", shard_size=4, show_progress=False)
+    before = load_embeddings(output, mmap=False)[1]
+    with pytest.raises(ConfigError, match="--overwrite"):
+        encode_to_dir(encoder, IDS[:5], TEXTS[:5], output, model_name="tiny", shard_size=4, show_progress=False)
+    np.testing.assert_array_equal(load_embeddings(output, mmap=False)[1], before)
+    encode_to_dir(encoder, IDS[:5], TEXTS[:5], output, model_name="tiny", shard_size=4, show_progress=False,
+                  overwrite=True)
+    assert load_embeddings(output)[0] == IDS[:5]
+
+
+@pytest.fixture()
+def beir(tmp_path):
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [json.dumps({"_id": i, "text": t}) + "\n" for i, t in zip(IDS, TEXTS, strict=True)]
+    (folder / "corpus.jsonl").write_text("".join(corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": TEXTS[i][:30]}) + "\n"
+                                                  for i in range(4)))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                                                     for i in range(4)))
+    return folder
+
+
+def test_file_outputs_are_replaced_only_with_overwrite(tmp_path, beir, capsys):
+    run = tmp_path / "bm25.trec"
+    run.write_text("somebody else's file\n")
+    bm25 = ["bm25", "--data", str(beir), "--output", str(run), "--top-k", "5"]
+    assert main(bm25) == 2
+    err = capsys.readouterr().err
+    assert str(run) in err and "--overwrite" in err and run.read_text() == "somebody else's file\n"
+    assert main([*bm25, "--overwrite"]) == 0 and "q0" in read_trec_run(run)
+    result = tmp_path / "eval.json"
+    result.write_text("{}")
+    evaluate = ["evaluate", "--run", str(run), "--data", str(beir), "--output", str(result)]
+    assert main(evaluate) == 2 and result.read_text() == "{}"
+    assert main([*evaluate, "--overwrite"]) == 0 and "ndcg@10" in json.loads(result.read_text())
+
+
+def test_index_and_report_folders_are_not_replaced_without_overwrite(tmp_path, encoder, capsys):
+    embeddings = encode_to_dir(encoder, IDS, TEXTS, tmp_path / "emb", model_name="tiny", show_progress=False)
+    index = ["index", "--embeddings", str(embeddings), "--output", str(tmp_path / "index")]
+    assert main(index) == 0
+    assert main([*index, "--factory", "Flat", "--metric", "l2"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*index, "--metric", "l2", "--overwrite"]) == 0
+
+
+def test_trec_writer_still_writes_atomically(tmp_path):
+    write_trec_run({"q": {"d": 1.0}}, tmp_path / "r.trec")
+    assert read_trec_run(tmp_path / "r.trec") == {"q": {"d": 1.0}}
+
+
+# 7. Lean outputs: --save-every 0 leaves no optimiser checkpoint.
+
+def test_save_every_zero_leaves_no_checkpoint(tiny_model_dir, tiny_corpus, tmp_path):
+    output = pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "lean", max_steps=3, save_every=0))
+    assert not (output / "checkpoints").exists() and (output / "encoder").is_dir()
+    assert [m["step"] for m in metrics(output)] == [1, 2, 3]
