@@ -385,9 +385,9 @@ def stage_one(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
     trained = {}
     export = retromae.pretrain.export_outputs
 
-    def keep_then_export(objective, tokenizer, output):
+    def keep_then_export(objective, *rest):
         trained["objective"] = objective
-        export(objective, tokenizer, output)
+        export(objective, *rest)
 
     monkeypatch.setattr(retromae.pretrain, "export_outputs", keep_then_export)
     output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "stage1", max_steps=3, save_every=0))

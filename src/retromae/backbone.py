@@ -1,13 +1,15 @@
 """The masked-LM backbone used for pre-training: loading, and the generic handles objectives need.
 
 Owns: loading any Hugging Face masked-LM encoder (BERT, RoBERTa, MiniLM, ...) from a checkpoint or from a
-config (scratch) with PyTorch SDPA attention; finding its MLM head and absolute position embeddings through
-public accessors only; the longest input its position embeddings allow; the encoder MLM loss computed at
-masked positions only. Does not own masking, the objectives' decoders, inference-time pooling
-(`retromae.encoder`) or export (`retromae.export`).
+config (scratch) with PyTorch SDPA attention, saying which of its weights start fresh; finding its MLM head and
+absolute position embeddings through public accessors only; the longest input its position embeddings allow; the
+encoder MLM loss computed at masked positions only. Does not own masking, the objectives' decoders, inference-time
+pooling (`retromae.encoder`) or export (`retromae.export`).
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +20,7 @@ from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 
 IGNORE_INDEX = -100
+logger = logging.getLogger(__name__)
 # Models whose position ids start after the padding index: two of their position embeddings are never used.
 PADDING_OFFSET_MODELS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
 
@@ -47,7 +50,9 @@ def load_masked_lm(name_or_path: str, from_config: bool = False) -> tuple[PreTra
             config = AutoConfig.from_pretrained(name_or_path)
             model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
         else:
-            model = AutoModelForMaskedLM.from_pretrained(name_or_path, attn_implementation="sdpa")
+            model, info = AutoModelForMaskedLM.from_pretrained(name_or_path, attn_implementation="sdpa",
+                                                               output_loading_info=True)
+            _report_missing(name_or_path, model, info["missing_keys"])
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load model {name_or_path!r}: {error}") from error
     if not tokenizer.is_fast:
@@ -55,6 +60,19 @@ def load_masked_lm(name_or_path: str, from_config: bool = False) -> tuple[PreTra
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
     return model, tokenizer
+
+
+def _report_missing(name_or_path: str, model: PreTrainedModel, missing: list[str]) -> None:
+    """Say once, in our words, which weights the checkpoint lacked: a missing MLM head is expected (sentence
+    encoders such as all-MiniLM-L6-v2 ship none), missing body weights are not."""
+    body = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
+    head = sorted(set(missing) - set(body))
+    if head:
+        logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch",
+                       name_or_path, len(head))
+    if body:
+        logger.warning("%s lacks %d tensors of the encoder body (e.g. %s); they start random", name_or_path,
+                       len(body), body[0])
 
 
 def mlm_head(model: PreTrainedModel) -> nn.Module:

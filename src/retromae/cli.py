@@ -1,6 +1,7 @@
 """The `retromae` command line: one subcommand per module in `retromae.commands`.
 
-Owns: discovering subcommands, parsing, and turning library errors into a one-line message and exit
+Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see
+`retromae.console`), and turning library errors into a one-line message and exit
 code 2. Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
 
@@ -20,7 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import commands
+from retromae.console import library_output
 from retromae.errors import RetroMAEError
+
+VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars and reports, bm25s bars, "
+                "warnings), hidden by default; before or after the command name")
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="retromae",
         description="Pre-train, fine-tune, index, search and evaluate retrieval encoders (RetroMAE and peers).",
     )
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = None if argv is None else _chosen_command(argv)
     for command in discover_commands():
@@ -79,7 +85,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             module = importlib.import_module(command.module)
             module.add_arguments(sub)
             sub.set_defaults(handler=module.run)
-        sub.add_argument_group("help").add_argument("-h", "--help", action="help", help="show this help and exit")
+        general = sub.add_argument_group("help")
+        general.add_argument("-h", "--help", action="help", help="show this help and exit")
+        general.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return parser
 
 
@@ -89,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     handler = args.__dict__.pop("handler")
     args.__dict__.pop("command")
+    verbose = args.__dict__.pop("verbose")
     try:
-        return handler(args) or 0
+        with library_output(verbose):
+            return handler(args) or 0
     except RetroMAEError as error:
         print(f"retromae: error: {error}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.config import option, require
+from retromae.console import progress
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, write_text_atomic
 
@@ -273,20 +274,30 @@ class Encoder:
 
     @torch.inference_mode()
     def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
-               show_progress: bool = True) -> np.ndarray:
-        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length."""
+               show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:
+        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length.
+
+        The progress bar is named `description` (default "encoding N texts"); a caller with a larger job passes
+        its own `bar` instead, which is advanced here and left open."""
         require(batch_size > 0, "batch_size", "must be positive")
+        if bar is not None:
+            return self._encode(texts, batch_size, max_length, prefix, bar)
+        with progress(description or f"encoding {len(texts):,} texts", len(texts), "text",
+                      enabled=show_progress) as own:
+            return self._encode(texts, batch_size, max_length, prefix, own)
+
+    def _encode(self, texts: Sequence[str], batch_size: int, max_length: int | None, prefix: str,
+                bar: tqdm) -> np.ndarray:
         sequences = self.tokenize(texts, max_length, prefix) if len(texts) else []
         order = np.argsort([-len(ids) for ids in sequences], kind="stable")
         output = np.empty((len(sequences), self.dimension), dtype=np.float32)  # (N, D)
         self.model.eval()
-        with tqdm(total=len(sequences), desc="encode", unit="text", disable=not show_progress, leave=False) as bar:
-            for start in range(0, len(order), batch_size):
-                rows = order[start:start + batch_size]
-                input_ids, attention_mask = self.collate([sequences[row] for row in rows])
-                with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                                    enabled=self.amp_dtype is not None):
-                    vectors = self.embed(input_ids, attention_mask)  # (B, D)
-                output[rows] = vectors.float().cpu().numpy()
-                bar.update(len(rows))
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            input_ids, attention_mask = self.collate([sequences[row] for row in rows])
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                enabled=self.amp_dtype is not None):
+                vectors = self.embed(input_ids, attention_mask)  # (B, D)
+            output[rows] = vectors.float().cpu().numpy()
+            bar.update(len(rows))
         return output

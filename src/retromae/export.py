@@ -1,7 +1,8 @@
 """What a training run leaves behind for its users: the encoder in the formats the field loads.
 
-Owns: `OUTPUT/encoder/` (a plain Hugging Face model + tokenizer + `retromae_encoder.json` naming its pooling),
-`OUTPUT/sentence-transformer/` (the same weights with CLS pooling, loadable by `SentenceTransformer`),
+Owns: `OUTPUT/encoder/` (a plain Hugging Face model + tokenizer + `retromae_encoder.json` naming its pooling
+and, when the source model declared one, its max length), `OUTPUT/sentence-transformer/` (the same weights with
+the same pooling and `max_seq_length`, loadable by `SentenceTransformer`),
 `OUTPUT/pretrain_head.safetensors` (the objective's MLM head and decoder, so pre-training can continue) and
 `OUTPUT/config.json` (the resolved config). Every folder is written atomically. Does not own training.
 """
@@ -15,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from retromae.encoder import describe_folder
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
 
@@ -23,24 +25,37 @@ HEAD_FILE = "pretrain_head.safetensors"
 
 
 def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path,
-                   pooling: str = "cls", normalize: bool = False) -> None:
-    """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel`."""
+                   pooling: str = "cls", normalize: bool = False, max_length: int | None = None) -> None:
+    """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel`;
+    `max_length` (the source model's declared input length, see `declared_max_length`) is kept when given."""
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         metadata = {"pooling": pooling, "normalize": normalize}
+        if max_length is not None:
+            metadata["max_length"] = max_length
         write_text_atomic(staging / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
 
 
+def declared_max_length(source: str | Path) -> int | None:
+    """The input length a model folder declares (`max_seq_length` of sentence-transformers, or our metadata's
+    `max_length`; e.g. 256 for all-MiniLM-L6-v2), or None when it declares none or cannot be read."""
+    try:
+        return describe_folder(str(source)).max_length
+    except ModelLoadError:
+        return None
+
+
 def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
-    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling."""
+    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
+    `max_length` its metadata declares as `max_seq_length`."""
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Normalize, Pooling, Transformer
 
-    transformer = Transformer(str(encoder_dir))
+    transformer = Transformer(str(encoder_dir), max_seq_length=declared_max_length(encoder_dir))
     modules: list[nn.Module] = [transformer, Pooling(transformer.auto_model.config.hidden_size, pooling)]
     if normalize:
         modules.append(Normalize())

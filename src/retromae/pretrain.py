@@ -22,13 +22,22 @@ from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import PairCollator, PairsDataset, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
-from retromae.export import HEAD_FILE, export_encoder, export_sentence_transformer, load_head, save_head
+from retromae.export import (
+    HEAD_FILE,
+    declared_max_length,
+    export_encoder,
+    export_sentence_transformer,
+    load_head,
+    save_head,
+)
 from retromae.objectives import PretrainingObjective, build_objective
 from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
+OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
+                    "retromae+contrastive": "RetroMAE + contrastive"}
 
 
 def pretrain(config: PretrainConfig) -> Path:
@@ -45,25 +54,35 @@ def pretrain(config: PretrainConfig) -> Path:
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
         dataset, collate = pretraining_data(config, tokenizer, objective, config.max_length,
                                             show_progress=accelerator.is_local_main_process)
-    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator)
+    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator, description=describe(config))
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
     if trainer.accelerator.is_main_process:
-        export_outputs(trainer.unwrapped_model, tokenizer, output)
+        export_outputs(trainer.unwrapped_model, tokenizer, output, declared_max_length(model_source(config)))
     trainer.accelerator.wait_for_everyone()
     return output
+
+
+def describe(config: PretrainConfig) -> str:
+    """The run's name on its progress bar and summary, e.g. "pre-training RetroMAE (200 steps)"."""
+    return f"pre-training {OBJECTIVE_TITLES.get(config.objective, config.objective)} ({config.max_steps:,} steps)"
+
+
+def model_source(config: PretrainConfig) -> str:
+    """The folder or hub name the encoder is loaded from."""
+    return config.model if config.init_from is None else str(Path(config.init_from) / "encoder")
 
 
 def load_backbone(config: PretrainConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """The masked LM to train: --model, or the encoder exported by the run named by --init-from."""
     if config.init_from is None:
         return load_masked_lm(config.model, from_config=config.from_config)
-    encoder_dir = Path(config.init_from) / "encoder"
-    if not encoder_dir.is_dir():
+    encoder_dir = model_source(config)
+    if not Path(encoder_dir).is_dir():
         raise ModelLoadError(f"--init-from {config.init_from}: no encoder/ folder; give the output folder of a "
                              "finished `retromae pretrain` run")
-    return load_masked_lm(str(encoder_dir))
+    return load_masked_lm(encoder_dir)
 
 
 def init_head(objective: PretrainingObjective, config: PretrainConfig) -> None:
@@ -102,8 +121,8 @@ def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast,
     return BlockDataset(store), BlockCollator(tokenizer)
 
 
-def export_outputs(objective, tokenizer, output: Path) -> None:
-    """encoder/, sentence-transformer/ and the pre-training head of a finished run."""
-    export_encoder(objective.encoder, tokenizer, output / "encoder")
+def export_outputs(objective, tokenizer, output: Path, max_length: int | None = None) -> None:
+    """encoder/, sentence-transformer/ (CLS pooling, the source model's max length) and the pre-training head."""
+    export_encoder(objective.encoder, tokenizer, output / "encoder", max_length=max_length)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer")
     save_head(objective, output)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from retromae.config import option, require, save_config
+from retromae.console import Stages
 from retromae.data.corpus import iter_corpus
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
@@ -135,15 +136,23 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     output = Path(config.output)
     claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
     save_config(config, output / "quickstart-config.json")
+    stages = Stages(5)
+    stages.start(f"preparing data, a {config.vocab_size:,}-token WordPiece tokenizer and a random "
+                 f"{config.layers}-layer BERT")
     data = prepare_data(config, output)
     corpus = config.corpus or [str(data / "corpus.jsonl")]
     initial = initial_model(corpus, config, output / "initial-model")
+    stages.start(f"pre-training RetroMAE ({config.pretrain_steps:,} steps)")
     pretrained = pretrain(PretrainConfig(
         model=str(initial), corpus=corpus, output=str(output / "pretrain"), max_steps=config.pretrain_steps,
         batch_size=config.pretrain_batch_size, max_length=config.max_length, learning_rate=5e-4,
         log_every=10, save_every=0, seed=config.seed, cache_dir=str(output / "cache")))
+    epochs = f"{config.finetune_epochs:g} epoch{'s' if config.finetune_epochs != 1 else ''}"
+    stages.start(f"fine-tuning the pre-trained encoder ({epochs})")
     with_pretraining = _finetune(str(pretrained / "encoder"), data, output / "finetune-retromae", config)
+    stages.start(f"fine-tuning the same initialisation without pre-training ({epochs})")
     without_pretraining = _finetune(str(initial), data, output / "finetune-scratch", config)
+    stages.start("evaluating BM25 and both encoders on the test split")
     results = evaluate_all(data, {
         "RetroMAE pre-trained + fine-tuned": with_pretraining / "encoder",
         "fine-tuned without pre-training": without_pretraining / "encoder",

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
 from retromae.backbone import check_max_length
 from retromae.config import ConfigError, option, require, save_config
+from retromae.console import progress
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
 from retromae.encoder import Encoder
 from retromae.errors import ModelLoadError
@@ -121,7 +121,7 @@ def train_reranker(config: RerankerConfig) -> Path:
 
     trainer = Trainer(ListwiseObjective(model, config.group_size), GroupDataset(data),
                       PairCollator(tokenizer, config.max_length), config, accelerator=accelerator,
-                      batch_sampler=sampler)
+                      batch_sampler=sampler, description=f"training the reranker ({config.max_steps:,} steps)")
     if accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
@@ -148,11 +148,14 @@ class CrossEncoder:
         """(N,) float32 logits of the pairs (queries[i], passages[i]); batches sorted by length."""
         order = np.argsort([-len(q) - len(p) for q, p in zip(queries, passages, strict=True)], kind="stable")
         scores = np.empty(len(order), dtype=np.float32)
-        for start in tqdm(range(0, len(order), batch_size), desc="score", unit="batch", disable=not show_progress):
-            rows = order[start:start + batch_size]
-            tokens = self.tokenizer([queries[r] for r in rows], [passages[r] for r in rows], truncation="only_second",
-                                    max_length=self.max_length, padding=True, return_tensors="pt").to(self.device)
-            scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()
+        with progress(f"scoring {len(order):,} pairs", len(order), "pair", enabled=show_progress) as bar:
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                tokens = self.tokenizer([queries[r] for r in rows], [passages[r] for r in rows],
+                                        truncation="only_second", max_length=self.max_length, padding=True,
+                                        return_tensors="pt").to(self.device)
+                scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()
+                bar.update(len(rows))
         return scores
 
 

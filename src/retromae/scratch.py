@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from retromae.config import require
+from retromae.console import verbose
 from retromae.train import seed_everything
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -26,7 +27,8 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, model_max_length: int
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS)
+    # tokenizers' own bar prints blank lines when stderr is not a terminal; it shows under --verbose only.
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=verbose())
     tokenizer.train_from_iterator(texts, trainer)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(

@@ -2,11 +2,11 @@
 
 Owns: optimiser and schedule (AdamW, linear warmup then linear decay; heads outside the pre-trained body may have
 their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradient accumulation and clipping,
-mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the
-progress bar, `metrics.jsonl`, and atomic checkpoints that resume exactly (model, optimiser, scheduler,
-RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so that a resume or a
-pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch` or
-`torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
+mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the progress bar
+and end-of-run summary (`retromae.console`), `metrics.jsonl`, and atomic checkpoints that resume exactly (model,
+optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
+that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
+or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
 data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
 
@@ -27,10 +27,10 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from retromae.config import ConfigError
+from retromae.console import TrainingSummary, progress
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
@@ -218,11 +218,12 @@ class Trainer:
     def __init__(self, model: nn.Module, dataset: Dataset, collate: Callable, config: TrainingConfig,
                  count_tokens: Callable[[dict], int] | None = None, accelerator: Accelerator | None = None,
                  batch_sampler: Callable[[int, int, int], Iterable[list]] | None = None,
-                 on_step: Callable[[Trainer], None] | None = None):
+                 on_step: Callable[[Trainer], None] | None = None, description: str = "training"):
         """`batch_sampler(rank, world_size, start)` replaces the default `ResumableBatchSampler`: it must yield this
         process's micro-batches of dataset keys from micro-batch `start` on, as a pure function of its arguments
         and the seed, so that resuming stays exact. `on_step(trainer)` runs after every optimiser step, after its
-        metrics are logged and before it is checkpointed (e.g. to refresh hard negatives)."""
+        metrics are logged and before it is checkpointed (e.g. to refresh hard negatives). `description` names
+        the run on its progress bar and in its summary, e.g. "pre-training RetroMAE (200 steps)"."""
         self.config = config
         self.batch_sampler, self.on_step = batch_sampler, on_step
         self.output = Path(config.output)
@@ -231,6 +232,7 @@ class Trainer:
         self.count_tokens = count_tokens or (lambda batch: int(batch["attention_mask"].sum()))
         self.state = TrainState()
         self.identity = run_identity(config)
+        self.summary = TrainingSummary(description)
         if config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
         on_cuda = self.accelerator.device.type == "cuda"
@@ -253,20 +255,24 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)
 
     def run(self) -> None:
-        """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too."""
+        """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too.
+        Prints the summary line (final losses, wall time, tokens/s) on the main process; `self.summary` holds its
+        numbers."""
+        started = time.perf_counter()
         resumed = self._maybe_resume()
         metrics = MetricsLog(self.output / "metrics.jsonl", resumed) if self.accelerator.is_main_process else None
         batches = iter(self._data_loader())
-        progress = tqdm(total=self.config.max_steps, initial=self.state.step, desc="training",
-                        disable=not self.accelerator.is_local_main_process, dynamic_ncols=True)
+        bar = progress(self.summary.description, self.config.max_steps, "step", initial=self.state.step,
+                       enabled=self.accelerator.is_local_main_process)
         window = _Window()
         while self.state.step < self.config.max_steps:
             window.add(*self._optimizer_step(batches))
             self.state.step += 1
-            progress.update(1)
+            bar.update(1)
             if self.state.step % self.config.log_every == 0 or self.state.step == self.config.max_steps:
                 record = self._reduce(window)
-                progress.set_postfix({k: f"{v:.4g}" for k, v in record.items() if k != "step"})
+                bar.set_postfix({k: f"{v:.4g}" for k, v in record.items() if k != "step"})
+                self.summary.add(record)
                 if metrics:
                     metrics.append(record)
                 window = _Window()
@@ -274,9 +280,12 @@ class Trainer:
                 self.on_step(self)
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self.save_checkpoint()
-        progress.close()
+        bar.close()
         if self.config.save_every and latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
             self.save_checkpoint()
+        self.summary.seconds = time.perf_counter() - started
+        if self.accelerator.is_main_process:
+            print(self.summary.line(), flush=True)
 
     def _optimizer_step(self, batches: Iterator[dict]) -> tuple[dict[str, torch.Tensor], int]:
         """Accumulate gradients over micro-batches, clip, step; returns summed loss components and tokens.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
 from pathlib import Path
 
 from accelerate import PartialState
@@ -92,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.console import format_seconds
+
+    started = time.perf_counter()
     config = build_config(EncodeConfig, args)
     ids, texts = read_texts(config)
     prefix, max_length = config.text_options
@@ -99,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
     folder = encode_to_dir(encoder, ids, texts, config.output, model_name=config.model,
                            shard_size=config.shard_size, batch_size=config.batch_size,
                            max_length=max_length, prefix=prefix, show_progress=config.progress,
-                           overwrite=config.overwrite)
+                           overwrite=config.overwrite,
+                           description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)")
     if PartialState().is_main_process:
-        print(f"encoded {len(ids)} texts into {folder} ({encoder.dimension} dimensions, pooling {encoder.pooling}, "
-              f"normalize {encoder.normalize})")
+        print(f"encoded {len(ids):,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
+              f"({encoder.dimension} dimensions, at most {max_length or encoder.max_length} tokens, "
+              f"pooling {encoder.pooling}, normalize {encoder.normalize})")
     return 0

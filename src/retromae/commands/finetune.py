@@ -4,6 +4,7 @@ distillation)."""
 from __future__ import annotations
 
 import argparse
+import time
 
 from retromae.config import add_config_arguments, build_config
 
@@ -17,8 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.console import wrote
     from retromae.finetune.run import FinetuneConfig, finetune
 
+    started = time.perf_counter()
     output = finetune(build_config(FinetuneConfig, args))
-    print(f"encoder: {output / 'encoder'}\nsentence-transformer: {output / 'sentence-transformer'}")
+    towers = ("", "query-") if (output / "query-encoder").is_dir() else ("",)
+    print(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers
+                 for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}, started))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from retromae.config import add_config_arguments, build_config
 
@@ -16,9 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.console import wrote
+    from retromae.export import HEAD_FILE
     from retromae.pretrain import PretrainConfig, pretrain
 
+    started = time.perf_counter()
     output = pretrain(build_config(PretrainConfig, args))
-    print(f"encoder: {output / 'encoder'}\nsentence-transformer: {output / 'sentence-transformer'}")
+    print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
+                 "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}, started))
     return 0
 

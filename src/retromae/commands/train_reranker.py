@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from retromae.config import add_config_arguments, build_config
 
@@ -17,8 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.console import wrote
     from retromae.reranker import RERANKER_DIR, RerankerConfig, train_reranker
 
+    started = time.perf_counter()
     output = train_reranker(build_config(RerankerConfig, args))
-    print(f"reranker: {output / RERANKER_DIR}")
+    print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}, started))
     return 0

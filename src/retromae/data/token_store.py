@@ -30,10 +30,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 from tokenizers import Tokenizer
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
 from retromae.config import require
+from retromae.console import progress
 from retromae.data.corpus import HF_PREFIX, Document, folder_files, iter_corpus, parse_hf_source
 from retromae.errors import DataError
 from retromae.io import atomic_directory, write_text_atomic
@@ -195,10 +195,11 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
     backend.encode_special_tokens = True
     block_tokens = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     with _StoreWriter(directory, block_tokens) as writer, \
-            tqdm(desc="tokenising corpus", unit=" docs", disable=not show_progress) as progress:
+            progress(f"tokenising {_names(sources)} into blocks of {max_length}", unit="doc",
+                     enabled=show_progress) as bar:
         for batch in document_batches(iter_corpus(sources)):
             writer.add_batch(backend.encode_batch([doc.text for doc in batch], add_special_tokens=False))
-            progress.update(len(batch))
+            bar.update(len(batch))
     if writer.num_blocks == 0:
         names = ", ".join(str(source) for source in sources)
         raise DataError(f"{names}: empty corpus: no document with at least {MIN_DOCUMENT_TOKENS} tokens of text")
@@ -207,6 +208,11 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
         "num_documents": writer.num_documents, "documents_read": writer.documents_read,
         "dropped_tokens": writer.dropped_tokens,
     }
+
+
+def _names(sources: Sequence[str | Path], shown: int = 3) -> str:
+    names = [Path(str(source)).name or str(source) for source in sources]
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 class TokenStore:

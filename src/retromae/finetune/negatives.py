@@ -59,18 +59,19 @@ class Miner:
     passage_max_length: int | None = None
     batch_size: int = 64
 
-    def rankings(self, method: str) -> list[list[int]]:
+    def rankings(self, method: str, show_progress: bool = True) -> list[list[int]]:
         """Each example's passage rows, best first, by "bm25" or by the dense towers ("model")."""
         if method == "bm25":
-            return bm25_rankings(self.data, self.options.rank_end)
+            return bm25_rankings(self.data, self.options.rank_end, show_progress)
         return dense_rankings(self.encoder, self.data, self.options.rank_end, self.batch_size,
-                              self.query_max_length, self.passage_max_length, query_encoder=self.query_encoder)
+                              self.query_max_length, self.passage_max_length, show_progress,
+                              query_encoder=self.query_encoder)
 
-    def mine(self, method: str, accelerator: Accelerator, seed: int) -> None:
+    def mine(self, method: str, accelerator: Accelerator, seed: int, show_progress: bool = True) -> None:
         """Replace every example's negatives with freshly mined ones (mined on process 0, sent to the others)."""
         negatives = [None]
         if accelerator.is_main_process:
-            negatives = [choose_negatives(self.data, self.rankings(method), self.options, seed)]
+            negatives = [choose_negatives(self.data, self.rankings(method, show_progress), self.options, seed)]
         if accelerator.num_processes > 1:
             broadcast_object_list(negatives)
         for example, rows in zip(self.data.examples, negatives[0], strict=True):
@@ -87,7 +88,8 @@ class NegativeRefresher:
         step = trainer.state.step
         if step % self.every or step >= trainer.config.max_steps:
             return
-        self.miner.mine("model", trainer.accelerator, self.seed + step)
+        # Quietly: bars of their own would break the training bar's line.
+        self.miner.mine("model", trainer.accelerator, self.seed + step, show_progress=False)
         if trainer.accelerator.is_main_process:
             save_negatives(self.miner.data, trainer.output, step)
         trainer.accelerator.wait_for_everyone()

@@ -17,7 +17,7 @@ from retromae.backbone import check_max_length
 from retromae.config import ConfigError, option, require, save_config
 from retromae.data.training_groups import TrainingSet, load_training_data
 from retromae.encoder import POOLINGS, Encoder
-from retromae.export import export_encoder, export_sentence_transformer
+from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
@@ -167,22 +167,32 @@ def finetune(config: FinetuneConfig) -> Path:
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
-                      batch_sampler=sampler, on_step=refresher)
+                      batch_sampler=sampler, on_step=refresher, description=describe(config, source))
     if accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
     if accelerator.is_main_process:
-        export_towers(trainer.unwrapped_model, passage_encoder, output)
+        export_towers(trainer.unwrapped_model, passage_encoder, output,
+                      declared_max_length(model_folder(config.model)))
     accelerator.wait_for_everyone()
     return output
 
 
-def export_towers(model: DualEncoder, encoder: Encoder, output: Path) -> None:
-    """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied."""
+def describe(config: FinetuneConfig, negatives: str) -> str:
+    """The run's name on its progress bar and summary, e.g. "fine-tuning with bm25 negatives (120 steps)"."""
+    kind = {"none": "in-batch", "file": "the training file's"}.get(negatives, negatives)
+    distill = ", distilling the teacher's scores" if config.distill else ""
+    return f"fine-tuning with {kind} negatives{distill} ({config.max_steps:,} steps)"
+
+
+def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length: int | None = None) -> None:
+    """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied.
+    They keep the starting model's pooling and declared `max_length`."""
     towers = {"": model.passage_model}
     if model.untied_passage_model is not None:
         towers["query-"] = model.query_model
     for prefix, tower in towers.items():
-        export_encoder(tower, encoder.tokenizer, output / f"{prefix}encoder", encoder.pooling, encoder.normalize)
+        export_encoder(tower, encoder.tokenizer, output / f"{prefix}encoder", encoder.pooling, encoder.normalize,
+                       max_length)
         export_sentence_transformer(output / f"{prefix}encoder", output / f"{prefix}sentence-transformer",
                                     encoder.pooling, encoder.normalize)

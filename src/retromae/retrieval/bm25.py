@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from retromae.config import ConfigError, option, require
+from retromae.console import step, verbose
 
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 STEMMERS = ("none", "english")
@@ -71,27 +72,32 @@ class BM25:
         self.ids: list[str] = []
         self.retriever = _bm25s().BM25(k1=self.params.k1, b=self.params.b, method=self.params.variant)
 
-    def _tokens(self, texts: Sequence[str], show_progress: bool) -> list[list[str]]:
+    def _tokens(self, texts: Sequence[str], show_progress: bool | None) -> list[list[str]]:
         stopwords = self.params.stopwords if self.params.stopwords != "none" else None
         return _bm25s().tokenize(list(texts), stopwords=stopwords, stemmer=self.stem, return_ids=False,
-                              show_progress=show_progress)
+                              show_progress=_bars(show_progress))
 
-    def index(self, ids: Sequence[str], texts: Sequence[str], show_progress: bool = True) -> BM25:
-        """Index `texts` under `ids`; returns self."""
+    def index(self, ids: Sequence[str], texts: Sequence[str], show_progress: bool | None = None) -> BM25:
+        """Index `texts` under `ids`; returns self. bm25s's bars show when `show_progress` (default: --verbose)."""
         require(len(ids) == len(texts) and len(ids) > 0, "corpus", "needs one text per id and at least one text")
         self.ids = list(ids)
-        self.retriever.index(self._tokens(texts, show_progress), show_progress=show_progress)
+        self.retriever.index(self._tokens(texts, show_progress), show_progress=_bars(show_progress))
         return self
 
-    def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool = True,
+    def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool | None = None,
                threads: int = 0) -> dict[str, dict[str, float]]:
         """Run `{query_id: {doc_id: score}}` of the top-k documents that share a term with each query."""
         require(k > 0, "k", "must be positive")
         query_ids = list(queries)
         tokens = self._tokens([queries[query_id] for query_id in query_ids], show_progress)
-        rows, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=show_progress,
+        rows, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=_bars(show_progress),
                                                n_threads=threads)  # (Q, k) each
         return {query_id: _hits(self.ids, rows[n], scores[n]) for n, query_id in enumerate(query_ids)}
+
+
+def _bars(show_progress: bool | None) -> bool:
+    """bm25s draws several anonymous bars per call: off inside a quiet command unless asked for."""
+    return verbose() if show_progress is None else show_progress
 
 
 def _hits(ids: list[str], rows: np.ndarray, scores: np.ndarray) -> dict[str, float]:
@@ -100,6 +106,7 @@ def _hits(ids: list[str], rows: np.ndarray, scores: np.ndarray) -> dict[str, flo
 
 def bm25_search(corpus: Mapping[str, str], queries: Mapping[str, str], k: int = 100,
                 params: BM25Params | None = None, show_progress: bool = True) -> dict[str, dict[str, float]]:
-    """BM25 run of `queries` over `corpus` (both id → text)."""
-    engine = BM25(params).index(list(corpus), list(corpus.values()), show_progress=show_progress)
-    return engine.search(queries, k, show_progress=show_progress)
+    """BM25 run of `queries` over `corpus` (both id → text), announced by one status line."""
+    with step(f"BM25 over {len(corpus):,} documents for {len(queries):,} queries", show_progress):
+        engine = BM25(params).index(list(corpus), list(corpus.values()))
+        return engine.search(queries, k)

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 from accelerate import PartialState
-from tqdm.auto import tqdm
 
 from retromae.config import ConfigError, require
+from retromae.console import progress
 from retromae.encoder import Encoder
 from retromae.errors import DataError
 from retromae.io import atomic_path, write_text_atomic
@@ -111,10 +111,12 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                   model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
                   max_length: int | None = None, prefix: str = "", show_progress: bool = True,
-                  overwrite: bool = False) -> Path:
+                  overwrite: bool = False, description: str | None = None) -> Path:
     """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder.
 
-    `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError)."""
+    `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError). One
+    progress bar per process, named `description` (default "encoding N texts"), counts this process's texts;
+    shards finished by an earlier run count as done from the start."""
     require(shard_size > 0, "shard_size", "must be positive")
     _check_ids(ids, texts)
     output_dir = Path(output_dir)
@@ -130,16 +132,19 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
         _check_manifest(shards, manifest)
     state.wait_for_everyone()
     count = -(-len(ids) // shard_size)
-    mine = [index for index in range(count) if index % state.num_processes == state.process_index]
-    for index in tqdm(mine, desc=f"shards (process {state.process_index})", unit="shard",
-                      disable=not show_progress):
-        rows = slice(index * shard_size, min((index + 1) * shard_size, len(ids)))
-        path = shards / f"shard-{index:05d}.npy"
-        if _shard_done(path, rows.stop - rows.start):
-            continue
-        vectors = encoder.encode(texts[rows], batch_size=batch_size, max_length=max_length, prefix=prefix,
-                                 show_progress=show_progress)
-        _save_array(vectors, path)
+    mine = {shards / f"shard-{index:05d}.npy": slice(index * shard_size, min((index + 1) * shard_size, len(ids)))
+            for index in range(count) if index % state.num_processes == state.process_index}
+    todo = {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start)}
+    name = description or f"encoding {len(ids):,} texts"
+    if state.num_processes > 1:
+        name += f" (process {state.process_index})"
+    total = sum(rows.stop - rows.start for rows in mine.values())
+    with progress(name, total, "text", initial=total - sum(rows.stop - rows.start for rows in todo.values()),
+                  enabled=show_progress) as bar:
+        for path, rows in todo.items():
+            vectors = encoder.encode(texts[rows], batch_size=batch_size, max_length=max_length, prefix=prefix,
+                                     bar=bar)
+            _save_array(vectors, path)
     state.wait_for_everyone()
     if state.is_main_process:
         _merge(output_dir, ids, count, shard_size, {**info, "fingerprint": manifest["fingerprint"]})

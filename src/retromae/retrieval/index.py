@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from retromae.config import ConfigError, require
+from retromae.console import progress
 from retromae.errors import DataError
 from retromae.io import atomic_path, write_text_atomic
 
@@ -148,11 +148,13 @@ def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096,
     l2 = _is_l2(index)
     scores = np.empty((len(queries), k), dtype=np.float32)  # (Q, k)
     indices = np.empty((len(queries), k), dtype=np.int64)  # (Q, k)
-    for start in tqdm(range(0, len(queries), batch_size), desc="search", unit="batch", disable=not show_progress):
-        block = np.ascontiguousarray(queries[start:start + batch_size], dtype=np.float32)
-        distances, rows = index.search(block, k)
-        scores[start:start + len(block)] = -distances if l2 else distances
-        indices[start:start + len(block)] = rows
+    with progress(f"searching {len(queries):,} queries", len(queries), "query", enabled=show_progress) as bar:
+        for start in range(0, len(queries), batch_size):
+            block = np.ascontiguousarray(queries[start:start + batch_size], dtype=np.float32)
+            distances, rows = index.search(block, k)
+            scores[start:start + len(block)] = -distances if l2 else distances
+            indices[start:start + len(block)] = rows
+            bar.update(len(block))
     return scores, indices
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 
 from retromae.config import option, require
+from retromae.console import step
 from retromae.data.training_groups import TrainingSet
 from retromae.encoder import Encoder
 from retromae.retrieval.bm25 import BM25
@@ -59,10 +60,11 @@ def choose_negatives(data: TrainingSet, rankings: list[list[int]], options: Mini
 
 
 def bm25_rankings(data: TrainingSet, depth: int, show_progress: bool = True) -> list[list[int]]:
-    """Per example, passage rows ranked by BM25 (bm25s), best first, at most `depth`."""
-    engine = BM25().index([str(row) for row in range(len(data.texts))], data.texts, show_progress=show_progress)
+    """Per example, passage rows ranked by BM25 (bm25s), best first, at most `depth`; one status line."""
     queries = {str(n): example.query for n, example in enumerate(data.examples)}
-    run = engine.search(queries, k=depth, show_progress=show_progress)
+    with step(f"mining: BM25 over {len(data.texts):,} passages for {len(queries):,} queries", show_progress):
+        engine = BM25().index([str(row) for row in range(len(data.texts))], data.texts)
+        run = engine.search(queries, k=depth)
     return [[int(row) for row in sorted(run[str(n)], key=run[str(n)].get, reverse=True)]
             for n in range(len(data.examples))]
 
@@ -73,8 +75,10 @@ def dense_rankings(encoder: Encoder, data: TrainingSet, depth: int, batch_size: 
     """Per example, passage rows ranked by inner product (exact search), best first, at most `depth`; queries go
     through `query_encoder` when the towers are separate."""
     passages = encoder.encode(data.texts, batch_size=batch_size, max_length=passage_max_length,
-                              show_progress=show_progress)  # (N, D)
-    queries = (query_encoder or encoder).encode([example.query for example in data.examples], batch_size=batch_size,
-                                                max_length=query_max_length, show_progress=show_progress)  # (Q, D)
+                              show_progress=show_progress,
+                              description=f"mining: encoding passages ({len(data.texts):,} texts)")  # (N, D)
+    queries = (query_encoder or encoder).encode(
+        [example.query for example in data.examples], batch_size=batch_size, max_length=query_max_length,
+        show_progress=show_progress, description=f"mining: encoding queries ({len(data.examples):,} texts)")  # (Q, D)
     _, rows = search(build_index(passages, "Flat"), queries, min(depth, len(data.texts)))  # (Q, k)
     return [[int(row) for row in ranked if row >= 0] for ranked in rows]

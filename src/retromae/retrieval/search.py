@@ -35,10 +35,10 @@ def results_to_run(query_ids: Sequence[str], doc_ids: Sequence[str], scores: np.
 
 
 def encode_texts(encoder: Encoder, texts: Sequence[str], options: TextOptions, batch_size: int = 64,
-                 show_progress: bool = True) -> np.ndarray:
-    """Float32 `(N, D)` vectors of `texts` encoded with one side's options."""
+                 show_progress: bool = True, description: str | None = None) -> np.ndarray:
+    """Float32 `(N, D)` vectors of `texts` encoded with one side's options, under a bar named `description`."""
     return encoder.encode(texts, batch_size=batch_size, max_length=options.max_length, prefix=options.prefix,
-                          show_progress=show_progress)
+                          show_progress=show_progress, description=description)
 
 
 def dense_search(encoder: Encoder, corpus: Mapping[str, str], queries: Mapping[str, str], k: int = 100, *,
@@ -48,9 +48,9 @@ def dense_search(encoder: Encoder, corpus: Mapping[str, str], queries: Mapping[s
     """Encode `corpus` and `queries` (id → text), index the passages and return the top-k run."""
     doc_ids, query_ids = list(corpus), list(queries)
     doc_vectors = encode_texts(encoder, [corpus[i] for i in doc_ids], passages or TextOptions(), batch_size,
-                               show_progress)  # (N, D)
+                               show_progress, f"encoding corpus ({len(doc_ids):,} texts)")  # (N, D)
     query_vectors = encode_texts(encoder, [queries[i] for i in query_ids], questions or TextOptions(), batch_size,
-                                 show_progress)  # (Q, D)
+                                 show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
     index = build_index(doc_vectors, factory=factory, params=params)
     scores, indices = search(index, query_vectors, k)  # (Q, k) each
     return results_to_run(query_ids, doc_ids, scores, indices)
