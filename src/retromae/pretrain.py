@@ -1,9 +1,10 @@
 """Pre-training from end to end: config → token store or pairs → objective → training loop → exported encoder.
 
-Owns: `PretrainConfig` (every option of `retromae pretrain`), `pretrain(config)`, the choice of data for an
-objective (blocks of a token store; for the contrastive objectives, two spans per document or given pairs),
-and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training head). Does not
-own data reading, masking, objectives or the loop itself; it wires them together.
+Owns: `PretrainConfig` (every option of `retromae pretrain`; the probes' come from `evaluation.probe`),
+`pretrain(config)`, the choice of data for an objective (blocks of a token store; for the contrastive objectives,
+two spans per document or given pairs), and continuing from a previous run (`--init-from`: its exported encoder
+plus its pre-training head). Does not own data reading, masking, objectives or the loop itself; it wires them
+together.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import PairCollator, PairsDataset, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
+from retromae.evaluation.probe import Probe, ProbeOptions
 from retromae.export import export_encoder, export_sentence_transformer, load_head, save_head
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
 from retromae.train import HeadTrainingConfig, Trainer, make_accelerator, seed_everything
@@ -31,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
-class PretrainConfig(HeadTrainingConfig):
+class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
@@ -87,12 +89,15 @@ def pretrain(config: PretrainConfig) -> Path:
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
         dataset, collate = pretraining_data(config, tokenizer, objective, max_length,
                                             show_progress=accelerator.is_local_main_process)
-    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator)
+    probe = Probe(config, tokenizer, max_length, output, accelerator.is_main_process) if config.probing else None
+    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator, log_extra=probe)
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
     if trainer.accelerator.is_main_process:
         export_outputs(trainer.unwrapped_model, tokenizer, output)
+        if probe is not None:
+            probe.finish()
     trainer.accelerator.wait_for_everyone()
     return output
 

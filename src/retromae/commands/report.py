@@ -12,7 +12,7 @@ from pathlib import Path
 from retromae.config import add_config_arguments, build_config, option, require
 
 HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.txt) into report.md, report.json, "
-        "pretrain-loss.png and metrics.png")
+        "pretrain-loss.png, metrics.png and, for runs that probed retrieval while pre-training, probe-curves.png")
 
 
 @dataclasses.dataclass(kw_only=True)
