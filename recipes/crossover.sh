@@ -8,7 +8,7 @@
 # Usage: recipes/crossover.sh [RUNS_DIR]   (from the repository root)
 #   SCALE=cpu (default): the quickstart's data, the standard library's docstrings (built offline into RUNS/data;
 #     pre-training reads its corpus, the probe its test queries), a small WordPiece vocabulary trained on it, a
-#     2 × 128 BERT, 64-token blocks; about 15 minutes on 2 CPU cores.
+#     2 × 128 BERT, 200 steps of 16 × 64-token blocks; about 10 minutes on 2 shared CPU cores.
 #   SCALE=gpu: the GPU-scale comparison (../shared/measurements/h100-2026-11-22): 4 × 256 from `retromae
 #     init-model` around BERT's uncased vocabulary, ../shared/data/pretrain, 3,000 steps of 128 × 128-token blocks,
 #     bf16, probes on SciFact test and STS-B test every 100 steps.
@@ -28,8 +28,9 @@ if [ "$SCALE" = gpu ]; then
   [ -f "$INIT/config.json" ] || $PY -m retromae init-model --tokenizer "${TOKENIZER:-$(minilm_path)}" \
     --output "$INIT" --hidden-size "$HIDDEN" --layers "$LAYERS"
 else
-  HIDDEN=${HIDDEN:-128} LAYERS=${LAYERS:-2} LENGTH=${LENGTH:-64} BATCH=${BATCH:-32} STEPS=${STEPS:-600}
-  LR=${LR:-2e-3} LOG_EVERY=${LOG_EVERY:-10} PROBE_EVERY=${PROBE_EVERY:-50} PRECISION=${PRECISION:-no} VOCAB=${VOCAB:-2000}
+  HIDDEN=${HIDDEN:-128} LAYERS=${LAYERS:-2} LENGTH=${LENGTH:-64} BATCH=${BATCH:-16} STEPS=${STEPS:-200}
+  LR=${LR:-2e-3} LOG_EVERY=${LOG_EVERY:-10} PROBE_EVERY=${PROBE_EVERY:-40} PRECISION=${PRECISION:-no} VOCAB=${VOCAB:-2000}
+  PROBE_QUERIES=${PROBE_QUERIES:-100} PROBE_DOCUMENTS=${PROBE_DOCUMENTS:-400}
   PROBE=${PROBE:-$RUNS/data} PROBE_STS=${PROBE_STS:-}
   CORPUS=("$PROBE/corpus.jsonl")
   INIT=$RUNS/initial-model
