@@ -190,3 +190,11 @@ def test_report_plots_probe_curves_of_several_runs(tmp_path):
     assert row.split(" | ")[4:6] == ["10 (640 tokens)", "10 (640 tokens)"]  # above its step 0, above mlm
     saved = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [p["step"] for p in saved[1]["probes"]] == [0, 10, 20]
+
+
+def test_checkpointed_steps_are_logged_and_tokens_accumulate(tiny_model_dir, reference, tmp_path):
+    every = read_metrics(reference)
+    output = pretrain(config(tiny_model_dir, reference.parent / "corpus.jsonl", tmp_path / "run", log_every=2))
+    records = read_metrics(output)
+    assert [r["step"] for r in records] == [2, 3, 4, 6]  # step 3 is checkpointed, so it is logged too
+    assert [r["tokens"] for r in records] == [every[step]["tokens"] for step in (2, 3, 4, 6)]

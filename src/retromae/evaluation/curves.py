@@ -115,6 +115,7 @@ def plot_probe_curves(curves: dict[str, list[ProbePoint]], path: Path, pyplot: C
                 row[1].plot([p.tokens for p in counted], [p.scores[key] for p in counted], marker=".", label=name)
         row[0].set(xlabel="step", ylabel=key)
         row[1].set(xlabel="tokens", ylabel=key)
+        row[1].ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         row[0].legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
