@@ -1,5 +1,5 @@
-"""The experiment recipes: every script parses; the objectives and fine-tuning recipes run end to end at toy size
-(slow)."""
+"""The experiment recipes: every script parses; the objectives, fine-tuning and crossover recipes run end to end at
+toy size (slow)."""
 
 from __future__ import annotations
 
@@ -67,3 +67,22 @@ def test_finetune_recipe_runs_every_row_and_reports(tiny_model_dir, tmp_path):
     rows = ["zero-shot", "in-batch", "bm25-negatives", "mined", "ance", "mined-ance-2ep", "distill", "bm25-search"]
     assert [row.split(" | ")[0].removeprefix("| ") for row in table[4:]] == rows
     assert (runs / "times.txt").read_text().split()[::2] == ["mine", "train-reranker", "score"]
+
+
+@pytest.mark.slow
+def test_crossover_recipe_probes_both_objectives_and_reports_curves(tiny_model_dir, tmp_path):
+    tiny_shared_data(tmp_path / "data")
+    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"), "SCALE": "gpu",
+                   "DATA": str(tmp_path / "data"), "CORPUS": str(tmp_path / "data" / "pretrain" / "corpus.jsonl"),
+                   "TOKENIZER": str(tiny_model_dir), "HIDDEN": "64", "LAYERS": "1", "LENGTH": "32", "BATCH": "4",
+                   "STEPS": "4", "LOG_EVERY": "1", "PROBE_EVERY": "2", "PRECISION": "no"}
+    runs = tmp_path / "runs"
+    subprocess.run(["bash", "recipes/crossover.sh", str(runs)], cwd=ROOT, env=environment, check=True,
+                   capture_output=True)
+    for variant in ("mlm", "retromae"):
+        metrics = runs / variant / "pretrain" / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        assert [r["step"] for r in records if "probe_sts_spearman" in r] == [0, 2, 4]
+        assert (runs / variant / "pretrain" / "best-probe" / "encoder").is_dir()
+    assert "### probe_ndcg@10" in (runs / "report" / "report.md").read_text()
+    assert (runs / "report" / "probe-curves.png").is_file()

@@ -36,7 +36,7 @@ _VERBOSE: ContextVar[bool] = ContextVar("retromae_verbose", default=True)
 QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "huggingface_hub", "bm25s", "torch")
 QUIET_WARNING_MODULES = r"(transformers|accelerate|sentence_transformers|huggingface_hub|bm25s|torch)(\.|$)"
 VERBOSITY_ENV = "TRANSFORMERS_VERBOSITY"
-NOT_LOSSES = ("step", "lr", "head_lr", "tokens_per_s")
+NOT_LOSSES = ("step", "lr", "head_lr", "tokens_per_s", "tokens")
 
 
 def verbose() -> bool:
@@ -168,7 +168,8 @@ class TrainingSummary:
     def losses(self) -> dict[str, float]:
         """The loss components of the last logged record, "loss" first."""
         last = self.records[-1] if self.records else {}
-        names = sorted((k for k in last if k not in NOT_LOSSES), key=lambda k: (k != "loss", k))
+        names = sorted((k for k in last if k not in NOT_LOSSES and not k.startswith("probe_")),
+                       key=lambda k: (k != "loss", k))
         return {name: last[name] for name in names}
 
     @property

@@ -54,14 +54,27 @@ def pretrain(config: PretrainConfig) -> Path:
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
         dataset, collate = pretraining_data(config, tokenizer, objective, config.max_length,
                                             show_progress=accelerator.is_local_main_process)
-    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator, description=describe(config))
+    probe = make_probe(config, tokenizer, accelerator.is_main_process)
+    trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator, description=describe(config),
+                      log_extra=probe)
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
     if trainer.accelerator.is_main_process:
         export_outputs(trainer.unwrapped_model, tokenizer, output, declared_max_length(model_source(config)))
+        if probe is not None:
+            probe.finish()
     trainer.accelerator.wait_for_everyone()
     return output
+
+
+def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):
+    """The retrieval probe the Trainer calls at log steps, or None without --probe/--probe-sts (nothing imported)."""
+    if not config.probing:
+        return None
+    from retromae.evaluation.probe import Probe  # search, faiss and scipy: only for runs that probe
+
+    return Probe(config, tokenizer, config.max_length, Path(config.output), main_process)
 
 
 def describe(config: PretrainConfig) -> str:

@@ -1,6 +1,7 @@
 """The options of `retromae pretrain`, declared apart from the run so that parsing them imports no torch.
 
-Owns: `PretrainConfig` and the names of the objectives it offers. Checking a config asks each objective class
+Owns: `PretrainConfig`, the names of the objectives it offers, and `ProbeOptions` (its `--probe*` and
+`--keep-best-probe` options, run by `retromae.evaluation.probe`). Checking a config asks each objective class
 (`retromae.objectives`) what it accepts, so constructing one imports torch; declaring the options does not.
 Does not own pre-training itself (`retromae.pretrain`).
 """
@@ -14,10 +15,60 @@ from retromae.training_config import HeadTrainingConfig
 
 # The keys of `retromae.objectives.OBJECTIVES`, in its order; named here so that the options need no objective code.
 OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive")
+PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 
 
 @dataclass(kw_only=True)
-class PretrainConfig(HeadTrainingConfig):
+class ProbeOptions:
+    """Options of the retrieval probes run while pre-training (a mixin of `PretrainConfig`)."""
+
+    probe: str | None = option(None, "probe retrieval while training: a BEIR (or MS MARCO) folder whose --probe-split "
+                                     "queries are searched zero-shot with the encoder's [CLS] vector; NDCG@10 and "
+                                     "Recall@100 go into metrics.jsonl as probe_ndcg@10, probe_recall@100")
+    probe_split: str = option("test", "qrels split of --probe")
+    probe_sts: str | None = option(None, "probe STS too (or only): an STS Benchmark tsv; Spearman of cosine "
+                                         "similarities → probe_sts_spearman")
+    probe_every: int = option(500, "probe every N steps (a multiple of --log-every), before the first step and at "
+                                   "the last")
+    probe_queries: int = option(200, "probe a seeded sample of at most this many judged queries")
+    probe_documents: int = option(5000, "probe against the sampled queries' judged documents plus a seeded sample "
+                                        "of others, this many documents in all (more when the judged ones are more)")
+    probe_seed: int = option(0, "seed of the query and document sample (the same sample for every run)")
+    probe_batch_size: int = option(128, "texts per forward pass while probing")
+    probe_metric: str | None = option(None, "the probe score --keep-best-probe maximises (default: ndcg@10, or "
+                                            "sts_spearman with --probe-sts alone)", choices=PROBE_METRICS)
+    keep_best_probe: bool = option(False, "export the encoder of the best probe score to OUTPUT/best-probe/ "
+                                          "(encoder/, sentence-transformer/, pretrain_head.safetensors, probe.json)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.probe_every > 0 and (self.probe_every % self.log_every == 0 or not self.probing), "probe_every",
+                f"must be a positive multiple of --log-every ({self.log_every}): probes join the logged records")
+        require(self.probe_queries > 0, "probe_queries", "must be positive")
+        require(self.probe_documents > 0, "probe_documents", "must be positive")
+        require(self.probe_batch_size > 0, "probe_batch_size", "must be positive")
+        require(self.probing or not self.keep_best_probe, "keep_best_probe", "needs --probe or --probe-sts")
+        require(self.probe_metric is None or self.probe_metric_key in self.probe_keys, "probe_metric",
+                f"{self.probe_metric} is not probed: {'give --probe-sts' if self.probe else 'give --probe'}")
+
+    @property
+    def probing(self) -> bool:
+        return self.probe is not None or self.probe_sts is not None
+
+    @property
+    def probe_keys(self) -> list[str]:
+        """The record keys the probes write (besides probe_seconds)."""
+        retrieval = ["probe_ndcg@10", "probe_recall@100"] if self.probe else []
+        return retrieval + (["probe_sts_spearman"] if self.probe_sts else [])
+
+    @property
+    def probe_metric_key(self) -> str:
+        """The record key of the score the best probe maximises."""
+        return f"probe_{self.probe_metric}" if self.probe_metric else self.probe_keys[0]
+
+
+@dataclass(kw_only=True)
+class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "

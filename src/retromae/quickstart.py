@@ -121,7 +121,7 @@ def plot_losses(runs: dict[str, Path], path: Path) -> None:
     figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.5))
     for axis, (title, folder) in zip(axes, runs.items(), strict=True):
         records = read_metrics(folder / "metrics.jsonl")
-        for key in sorted(k for k in records[0] if k not in ("step", "tokens_per_s") and not k.endswith("lr")):
+        for key in sorted(k for k in records[0] if k != "step" and not k.startswith("tokens") and not k.endswith("lr")):
             axis.plot([r["step"] for r in records], [r[key] for r in records], label=key)
         axis.set(title=title, xlabel="step", ylabel="loss")
         axis.legend()

@@ -23,10 +23,11 @@ from retromae.io import write_text_atomic
 MARKER = "retromae-run.json"
 FINGERPRINT_BYTES = 1 << 20  # head and tail of each file read for its fingerprint
 # Options that say how long, how verbosely or where a training runs, not what it computes: a resumed run may change
-# them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length).
+# them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length). The probes'
+# sample and metric stay part of a run, so that its probe scores (and its best probe) compare across a resume.
 RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
-                         "progress"})
+                         "progress", "probe_every", "probe_batch_size"})
 # Options naming input files or folders, fingerprinted by content so that a changed file is a different run.
 INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "input", "embeddings")
 

@@ -43,17 +43,20 @@ TRAINING_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json")
 
 
 class TrainState:
-    """Counters saved with every checkpoint: optimiser steps done and micro-batches consumed per process."""
+    """Counters saved with every checkpoint: optimiser steps done, micro-batches consumed per process, and tokens
+    consumed by all processes up to the last logged step (every checkpointed step is a logged one)."""
 
     def __init__(self) -> None:
         self.step = 0
         self.micro_batches = 0
+        self.tokens = 0
 
     def state_dict(self) -> dict[str, int]:
-        return {"step": self.step, "micro_batches": self.micro_batches}
+        return {"step": self.step, "micro_batches": self.micro_batches, "tokens": self.tokens}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.micro_batches = state["step"], state["micro_batches"]
+        self.tokens = state.get("tokens", 0)  # checkpoints written before tokens were counted
 
 
 class ResumableBatchSampler:
@@ -218,14 +221,18 @@ class Trainer:
     def __init__(self, model: nn.Module, dataset: Dataset, collate: Callable, config: TrainingConfig,
                  count_tokens: Callable[[dict], int] | None = None, accelerator: Accelerator | None = None,
                  batch_sampler: Callable[[int, int, int], Iterable[list]] | None = None,
-                 on_step: Callable[[Trainer], None] | None = None, description: str = "training"):
+                 on_step: Callable[[Trainer], None] | None = None,
+                 log_extra: Callable[[Trainer], dict[str, float]] | None = None, description: str = "training"):
         """`batch_sampler(rank, world_size, start)` replaces the default `ResumableBatchSampler`: it must yield this
         process's micro-batches of dataset keys from micro-batch `start` on, as a pure function of its arguments
         and the seed, so that resuming stays exact. `on_step(trainer)` runs after every optimiser step, after its
-        metrics are logged and before it is checkpointed (e.g. to refresh hard negatives). `description` names
+        metrics are logged and before it is checkpointed (e.g. to refresh hard negatives). `log_extra(trainer)`
+        runs on every process before the first step of a fresh run and at every logged step, before its record is
+        written; the metrics it returns join the record (e.g. retrieval probes; their time is outside
+        tokens_per_s), a non-empty result before the first step becomes a record of step 0. `description` names
         the run on its progress bar and in its summary, e.g. "pre-training RetroMAE (200 steps)"."""
         self.config = config
-        self.batch_sampler, self.on_step = batch_sampler, on_step
+        self.batch_sampler, self.on_step, self.log_extra = batch_sampler, on_step, log_extra
         self.output = Path(config.output)
         self.accelerator = accelerator or make_accelerator(config)
         self.dataset, self.collate = dataset, collate
@@ -264,14 +271,20 @@ class Trainer:
         batches = iter(self._data_loader())
         bar = progress(self.summary.description, self.config.max_steps, "step", initial=self.state.step,
                        enabled=self.accelerator.is_local_main_process)
+        shown: dict[str, float] = {}  # the postfix keeps the latest value of every metric (probes between probes)
+        if self.state.step == 0 and self.log_extra is not None and (extra := self.log_extra(self)) and metrics:
+            metrics.append({"step": 0, "tokens": 0, **extra})
         window = _Window()
         while self.state.step < self.config.max_steps:
             window.add(*self._optimizer_step(batches))
             self.state.step += 1
             bar.update(1)
-            if self.state.step % self.config.log_every == 0 or self.state.step == self.config.max_steps:
+            if self._logs(self.state.step):
                 record = self._reduce(window)
-                bar.set_postfix({k: f"{v:.4g}" for k, v in record.items() if k != "step"})
+                if self.log_extra is not None:
+                    record.update(self.log_extra(self))
+                shown.update(record)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if k not in ("step", "tokens")})
                 self.summary.add(record)
                 if metrics:
                     metrics.append(record)
@@ -286,6 +299,12 @@ class Trainer:
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)
+
+    def _logs(self, step: int) -> bool:
+        """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a
+        resumed run never loses the losses or tokens of a window cut by the checkpoint it resumes from)."""
+        saves = self.config.save_every and step % self.config.save_every == 0
+        return step % self.config.log_every == 0 or step == self.config.max_steps or bool(saves)
 
     def _optimizer_step(self, batches: Iterator[dict]) -> tuple[dict[str, torch.Tensor], int]:
         """Accumulate gradients over micro-batches, clip, step; returns summed loss components and tokens.
@@ -344,6 +363,8 @@ class Trainer:
         if self.config.separate_heads and False in rates:
             record["head_lr"] = rates[False]
         record["tokens_per_s"] = summed[-1] / max(time.perf_counter() - window.started, 1e-9)
+        self.state.tokens += round(summed[-1])
+        record["tokens"] = self.state.tokens
         return record
 
     def _loader_workers(self) -> int:

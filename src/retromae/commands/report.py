@@ -14,7 +14,7 @@ from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
 REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
 HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.txt) into report.md, report.json, "
-        "pretrain-loss.png and metrics.png")
+        "pretrain-loss.png, metrics.png and, for runs that probed retrieval while pre-training, probe-curves.png")
 
 
 @dataclasses.dataclass(kw_only=True)

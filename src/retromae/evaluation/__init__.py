@@ -1,4 +1,5 @@
-"""Evaluation: ranking metrics over run/qrels dicts, STS correlations, result tables and JSON reports.
+"""Evaluation: ranking metrics over run/qrels dicts, STS correlations, result tables and JSON reports, and the
+retrieval probes run while pre-training (`evaluation.probe`, which alone here uses a model, through `retrieval`).
 
 Owns: metric definitions and reporting. Does not own: models, torch, encoding or search (see `retromae.retrieval`),
 nor reading data files (see `retromae.data.retrieval_sets`).

@@ -1,9 +1,10 @@
 """Gathering experiment runs into one table and two plots (`retromae report`).
 
 Owns: reading a variant folder laid out by the recipes and turning a list of them into `report.md`,
-`report.json`, `pretrain-loss.png` and `metrics.png`. A variant folder holds, each part optional:
+`report.json`, `pretrain-loss.png`, `metrics.png` and, when the runs probed retrieval while pre-training,
+`probe-curves.png` (with `evaluation.curves`). A variant folder holds, each part optional:
 
-    pretrain/        a `retromae pretrain` output (config.json, metrics.jsonl)
+    pretrain/        a `retromae pretrain` output (config.json, metrics.jsonl, with probe scores if any)
     finetune/        a `retromae finetune` output (config.json, metrics.jsonl)
     eval/NAME.json   `retromae evaluate --output` files; NAME prefixes the metric columns
     times.txt        one "STAGE SECONDS" line per timed stage
@@ -14,11 +15,12 @@ Does not own running anything, nor computing metrics.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from retromae.data.lines import numbered_lines, parse_json_line
 from retromae.errors import DataError
+from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.io import write_text_atomic
 from retromae.objectives import OBJECTIVES
 
@@ -34,6 +36,7 @@ class Variant:
     pretrain_losses: list[tuple[int, float]]
     scores: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    probes: list[ProbePoint] = field(default_factory=list)
 
 
 def metric_columns(variants: list[Variant]) -> list[str]:
@@ -83,9 +86,9 @@ def read_metrics(metrics: Path) -> list[dict]:
     return [parse_json_line(metrics, number, line) for number, line in numbered_lines(metrics)]
 
 
-def read_losses(metrics: Path) -> list[tuple[int, float]]:
-    """(step, loss) of every logged training record in a metrics.jsonl."""
-    return [(int(record["step"]), float(record["loss"])) for record in read_metrics(metrics) if "loss" in record]
+def losses(records: list[dict]) -> list[tuple[int, float]]:
+    """(step, loss) of every training record of a metrics.jsonl."""
+    return [(int(record["step"]), float(record["loss"])) for record in records if "loss" in record]
 
 
 def read_times(path: Path) -> dict[str, float]:
@@ -105,10 +108,11 @@ def read_variant(folder: Path) -> Variant:
     if not folder.is_dir():
         raise DataError(f"{folder}: no such variant folder")
     pretrain = folder / "pretrain"
+    records = read_metrics(pretrain / "metrics.jsonl") if (pretrain / "metrics.jsonl").exists() else []
     variant = Variant(
         name=folder.name,
         pretraining=describe_pretraining(_read_json(pretrain / "config.json")) if pretrain.is_dir() else "none",
-        pretrain_losses=read_losses(pretrain / "metrics.jsonl") if (pretrain / "metrics.jsonl").exists() else [])
+        pretrain_losses=losses(records), probes=probe_points(records))
     for path in sorted((folder / "eval").glob("*.json")):
         results = _read_json(path)
         variant.scores.update({f"{path.stem} {metric}": float(results[metric])
@@ -172,10 +176,14 @@ def write_report(folders: list[Path], output: Path, title: str) -> str:
     variants = [read_variant(folder) for folder in folders]
     output.mkdir(parents=True, exist_ok=True)
     table = report_table(variants)
-    write_text_atomic(output / "report.md", f"# {title}\n\n{table}")
-    write_text_atomic(output / "report.json", json.dumps([vars(v) for v in variants], indent=2) + "\n")
+    curves = {variant.name: variant.probes for variant in variants if variant.probes}
+    probes = f"\n{probe_section(curves)}" if curves else ""
+    write_text_atomic(output / "report.md", f"# {title}\n\n{table}{probes}")
+    write_text_atomic(output / "report.json", json.dumps([asdict(v) for v in variants], indent=2) + "\n")
     if any(variant.pretrain_losses for variant in variants):
         plot_pretrain_losses(variants, output / "pretrain-loss.png")
     if any(variant.scores for variant in variants):
         plot_metrics(variants, output / "metrics.png")
-    return table
+    if curves:
+        plot_probe_curves(curves, output / "probe-curves.png", pyplot)
+    return table + probes

@@ -1,0 +1,160 @@
+"""Retrieval probes during pre-training: how good a zero-shot retriever the encoder is, every N steps.
+
+Owns: the seeded sample a probe evaluates (queries of a BEIR or MS MARCO folder, their judged documents and other
+documents), and `Probe`, the Trainer's `log_extra` hook: at step 0 of a fresh run, every `probe_every` steps and at
+the last step it encodes the sample with the training encoder's [CLS] state (on the training device, main process,
+inference mode, no random draws) and returns `probe_ndcg@10`, `probe_recall@100`, `probe_sts_spearman` and
+`probe_seconds` for the step's record in metrics.jsonl. With `keep_best_probe` it exports the best-scoring encoder
+to `OUTPUT/best-probe/` (encoder/, pretrain_head.safetensors, probe.json; sentence-transformer/ at the end), a
+folder the checkpoint pruning never sees. Does not own the training loop, encoding, search or metric definitions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set, load_sts_pairs
+from retromae.encoder import Encoder, PoolingConfig
+from retromae.evaluation.experiments import read_metrics
+from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.sts import sts_correlations
+from retromae.export import export_encoder, export_sentence_transformer, save_head
+from retromae.io import write_text_atomic
+from retromae.pretrain_config import ProbeOptions
+from retromae.retrieval.search import TextOptions, dense_search
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from retromae.train import Trainer
+
+logger = logging.getLogger(__name__)
+
+BEST_FOLDER = "best-probe"
+BEST_FILE = "probe.json"
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def sample_retrieval_set(data: RetrievalSet, queries: int, documents: int, seed: int) -> RetrievalSet:
+    """At most `queries` judged queries, their judged documents and a sample of others up to `documents` in all;
+    a pure function of the set and `seed`."""
+    rng = np.random.default_rng(seed)
+    query_ids = sorted(data.queries)
+    if len(query_ids) > queries:
+        query_ids = sorted(rng.choice(query_ids, size=queries, replace=False).tolist())
+    judged = sorted({doc_id for qid in query_ids for doc_id in data.qrels[qid]})
+    others = sorted(set(data.corpus) - set(judged))
+    room = max(0, documents - len(judged))
+    if room < len(others):
+        others = sorted(rng.choice(others, size=room, replace=False).tolist())
+    return RetrievalSet(corpus={doc_id: data.corpus[doc_id] for doc_id in judged + others},
+                        queries={qid: data.queries[qid] for qid in query_ids},
+                        qrels={qid: data.qrels[qid] for qid in query_ids})
+
+
+class Probe:
+    """The Trainer's `log_extra` hook: probe scores at probe steps (empty elsewhere and on other processes)."""
+
+    def __init__(self, options: ProbeOptions, tokenizer: PreTrainedTokenizerBase, max_length: int,
+                 output: Path, is_main_process: bool = True):
+        self.options, self.tokenizer, self.max_length = options, tokenizer, max_length
+        self.best_folder = Path(output) / BEST_FOLDER
+        self.metrics_path = Path(output) / "metrics.jsonl"
+        self.active = is_main_process
+        self.best: float | None = None
+        self.started = False
+        self.retrieval = self.sts = None
+        if self.active and options.probe:
+            full = load_retrieval_set(Path(options.probe), options.probe_split)
+            self.retrieval = sample_retrieval_set(full, options.probe_queries, options.probe_documents,
+                                                  options.probe_seed)
+            self.corpus = self.retrieval.corpus_texts()
+        if self.active and options.probe_sts:
+            self.sts = load_sts_pairs(Path(options.probe_sts))
+
+    def __call__(self, trainer: Trainer) -> dict[str, float]:
+        step = trainer.state.step
+        if not self.active or not (step % self.options.probe_every == 0 or step == trainer.config.max_steps):
+            return {}
+        if not self.started:
+            self._restore_best()
+        scores = self.evaluate(trainer)
+        if self.options.keep_best_probe:
+            self._keep_if_best(trainer, scores)
+        return scores
+
+    def evaluate(self, trainer: Trainer) -> dict[str, float]:
+        """Every probe score of the training model as it is now; the model is left in the mode it was in."""
+        started = time.perf_counter()
+        objective = trainer.unwrapped_model
+        training = objective.training
+        encoder = Encoder(objective.encoder.base_model, self.tokenizer, PoolingConfig("cls", False), self.max_length,
+                          AMP_DTYPES.get(trainer.config.mixed_precision))
+        device = encoder.device
+        # Eval mode draws nothing at random; forking the RNG guarantees the training trajectory whatever the backbone.
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            scores = self._scores(encoder)
+        objective.train(training)
+        scores["probe_seconds"] = time.perf_counter() - started
+        return scores
+
+    def _scores(self, encoder: Encoder) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        batch = self.options.probe_batch_size
+        if self.retrieval is not None:
+            run = dense_search(encoder, self.corpus, self.retrieval.queries, k=100, passages=TextOptions(),
+                               questions=TextOptions(), batch_size=batch, show_progress=False)
+            results = evaluate_run(self.retrieval.qrels, run, (10, 100))
+            scores.update({"probe_ndcg@10": results["ndcg@10"], "probe_recall@100": results["recall@100"]})
+        if self.sts is not None:
+            first, second, gold = self.sts
+            vectors = [encoder.encode(side, batch_size=batch, show_progress=False) for side in (first, second)]
+            scores["probe_sts_spearman"] = sts_correlations(*vectors, gold)["spearman"]
+        return scores
+
+    def _restore_best(self) -> None:
+        """The best score logged so far (metrics.jsonl as the Trainer kept it); a best-probe export whose step is no
+        longer logged (written after the checkpoint a run resumed from) is removed."""
+        self.started = True
+        key = self.options.probe_metric_key
+        logged = read_metrics(self.metrics_path) if self.metrics_path.exists() else []
+        probes = {record["step"]: record[key] for record in logged if key in record}
+        self.best = max(probes.values(), default=None)
+        exported = self._exported_step()
+        if exported is not None and exported not in probes:
+            logger.warning("%s: removing the export of step %d, which the resumed run has not logged",
+                           self.best_folder, exported)
+            shutil.rmtree(self.best_folder)
+
+    def _exported_step(self) -> int | None:
+        path = self.best_folder / BEST_FILE
+        return json.loads(path.read_text(encoding="utf-8"))["step"] if path.is_file() else None
+
+    def _keep_if_best(self, trainer: Trainer, scores: dict[str, float]) -> None:
+        key = self.options.probe_metric_key
+        if self.best is not None and scores[key] <= self.best:
+            return
+        self.best = scores[key]
+        objective = trainer.unwrapped_model
+        staging = self.best_folder.with_name(BEST_FOLDER + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        export_encoder(objective.encoder, self.tokenizer, staging / "encoder")
+        save_head(objective, staging)
+        info = {"step": trainer.state.step, "tokens": trainer.state.tokens, "metric": key, **scores}
+        write_text_atomic(staging / BEST_FILE, json.dumps(info, indent=2) + "\n")
+        shutil.rmtree(self.best_folder, ignore_errors=True)
+        os.replace(staging, self.best_folder)
+
+    def finish(self) -> None:
+        """After training: the best-probe encoder also as a sentence-transformers folder."""
+        if self.active and self.options.keep_best_probe and (self.best_folder / "encoder").is_dir():
+            export_sentence_transformer(self.best_folder / "encoder", self.best_folder / "sentence-transformer")
