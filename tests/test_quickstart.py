@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 from conftest import tiny_beir
@@ -65,3 +67,25 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
     assert (retromae["objective"], retromae["decoding"]) == ("retromae", "enhanced")
     assert mlm["max_steps"] == retromae["max_steps"] == 3 and mlm["seed"] == retromae["seed"]
     assert json.loads((output / "finetune-none" / "config.json").read_text())["pooling"] == "cls"
+
+
+def test_the_frontier_recipe_averages_the_gaps_over_seeds(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "recipes" / "quickstart_frontier.py"
+    spec = importlib.util.spec_from_file_location("quickstart_frontier", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    frontier_rows, frontier_table, plot_frontier = recipe.frontier_rows, recipe.frontier_table, recipe.plot_frontier
+
+    def summary(steps, none, mlm, retromae):
+        return {"budget": {"pretrain_steps": steps}, "results": {
+            "no pre-training": {"ndcg@10": none}, "MLM": {"ndcg@10": mlm},
+            "RetroMAE (enhanced)": {"ndcg@10": retromae, "pretrain_minutes": steps / 100}}}
+
+    rows = frontier_rows([summary(300, 0.1, 0.2, 0.5), summary(100, 0.1, 0.1, 0.1), summary(300, 0.1, 0.2, 0.3)])
+    assert [(row["steps"], row["seeds"]) for row in rows] == [(100, 1), (300, 2)]
+    assert rows[1]["RetroMAE - MLM"] == pytest.approx((0.2, 0.1, 0.3))
+    assert rows[1]["RetroMAE - none"] == pytest.approx((0.3, 0.2, 0.4))
+    assert rows[1]["pretrain minutes"] == pytest.approx((3.0, 3.0, 3.0))
+    assert "| 300 | 2 | 3.000 (3.000..3.000) |" in frontier_table(rows)
+    plot_frontier(rows, tmp_path / "frontier.png")
+    assert (tmp_path / "frontier.png").stat().st_size > 0
