@@ -37,7 +37,7 @@ def test_stages_are_numbered_with_the_expected_remaining_time(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(plan) == 8
     assert lines[0].startswith("stage 1/8: build the standard-library docstring set (about ")
-    assert "pre-train with RetroMAE (enhanced), 300 steps x 32 x 64 tokens" in lines[6]
+    assert "pre-train with RetroMAE (enhanced), 100 steps x 32 x 64 tokens" in lines[6]
     assert lines[-1].startswith("stage 8/8: fine-tune and evaluate: RetroMAE (enhanced)")
 
 

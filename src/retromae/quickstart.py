@@ -46,7 +46,7 @@ VARIANTS = (
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """Sizes and steps of one quickstart run, with the seconds its stages were measured to take."""
+    """Sizes and steps of one quickstart run, with the seconds its stages are expected to take."""
 
     vocab_size: int
     hidden_size: int
@@ -58,18 +58,20 @@ class Budget:
     finetune_epochs: float
     finetune_batch_size: int
     mixed_precision: str
-    seconds_per_pretrain_step: float  # measured, both objectives' mean; drives the expected remaining time
+    seconds_per_pretrain_step: float  # both objectives' mean; these three drive the expected remaining time
     seconds_per_finetune: float
     seconds_per_evaluation: float
 
 
 PRESETS = {
-    "cpu": Budget(vocab_size=4000, hidden_size=128, layers=2, max_length=64, pretrain_steps=300,
+    # Measured once here (docs/RESULTS.md, section 0): 1,006 CPU-seconds in all, about 8.4 minutes on two idle cores.
+    "cpu": Budget(vocab_size=4000, hidden_size=128, layers=2, max_length=64, pretrain_steps=100,
                   pretrain_batch_size=32, learning_rate=2e-3, finetune_epochs=2.0, finetune_batch_size=32,
-                  mixed_precision="no", seconds_per_pretrain_step=0.4, seconds_per_finetune=40.0,
-                  seconds_per_evaluation=15.0),
+                  mixed_precision="no", seconds_per_pretrain_step=0.9, seconds_per_finetune=90.0,
+                  seconds_per_evaluation=18.0),
     # The H100 measurement's settings (../shared/measurements/h100-2026-11-22: 4 x 256, 128 x 128 tokens, 1e-3,
-    # bf16) at about 100 passes over the standard-library corpus (~0.3M tokens) instead of 6.5 over 7.6M.
+    # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Not run
+    # yet (no GPU here); its stage seconds are guesses from that measurement's ~300k tokens/s.
     "cuda": Budget(vocab_size=8000, hidden_size=256, layers=4, max_length=128, pretrain_steps=2000,
                    pretrain_batch_size=128, learning_rate=1e-3, finetune_epochs=4.0, finetune_batch_size=32,
                    mixed_precision="bf16", seconds_per_pretrain_step=0.06, seconds_per_finetune=30.0,
@@ -105,7 +107,7 @@ class QuickstartConfig:
     hidden_size: int | None = option(None, "hidden size of the small BERT encoder (cpu preset: 128)")
     layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")
     max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)")
-    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 300)")
+    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 100)")
     pretrain_batch_size: int | None = option(None, "pre-training blocks per step (cpu preset: 32)")
     learning_rate: float | None = option(None, "pre-training peak learning rate (cpu preset: 2e-3)")
     finetune_epochs: float | None = option(None, "fine-tuning epochs over the train queries (cpu preset: 2)")
@@ -273,14 +275,16 @@ def results_table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, float]], path: Path) -> None:
-    """Left: pre-training loss components against the step; right: NDCG@10 per model."""
+def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, float]], entropy: float,
+                 path: Path) -> None:
+    """Left: pre-training loss components against the step, and the unigram plateau; right: NDCG@10 per model."""
     plt = pyplot()
     figure, (losses, bars) = plt.subplots(1, 2, figsize=(11, 4))
     for name, folder in pretraining.items():
         records = read_metrics(folder / "metrics.jsonl")
         for key in sorted(k for k in records[0] if k not in ("step", "loss", "tokens_per_s") and not k.endswith("lr")):
             losses.plot([r["step"] for r in records], [r[key] for r in records], label=f"{name}: {key}")
+    losses.axhline(entropy, color="grey", linestyle="--", label="unigram entropy (plateau)")
     losses.set(title="pre-training", xlabel="step", ylabel="loss (nats per predicted token)")
     losses.legend()
     names = list(results)
@@ -332,5 +336,5 @@ def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output:
     note = plateau_note(summary["pretraining_losses"], summary["unigram_entropy"])
     write_text_atomic(output / "results.md", f"{header}{table}\n{note}\n")
     write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
-    plot_results(pretraining, summary["results"], output / "results.png")
+    plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png")
     print(f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}")
