@@ -1,24 +1,92 @@
-"""The quickstart pipeline end to end on a tiny BEIR folder and a tiny model."""
+"""The quickstart: its preset choice, its stage display, and the pipeline end to end on a tiny BEIR folder."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
+import pytest
 from conftest import tiny_beir
 
 from retromae.cli import main
+from retromae.config import ConfigError
+from retromae.console import Stages
+from retromae.quickstart import PRESETS, QuickstartConfig, choose_preset, planned_stages
 
 
-def test_quickstart_writes_a_table_against_baselines_and_a_loss_plot(tmp_path):
+@pytest.mark.parametrize(("device", "preset"), [("cuda", "cuda"), ("cuda:1", "cuda"), ("cpu", "cpu"), ("mps", "cpu")])
+def test_the_preset_follows_the_device(device, preset):
+    assert choose_preset(device) == preset
+
+
+def test_options_override_the_preset_and_an_explicit_preset_wins_over_the_device():
+    name, budget = QuickstartConfig(pretrain_steps=7, hidden_size=64).budget("cuda")
+    assert name == "cuda" and budget.pretrain_steps == 7 and budget.hidden_size == 64
+    assert budget.layers == PRESETS["cuda"].layers and budget.mixed_precision == "bf16"
+    name, budget = QuickstartConfig(preset="cpu").budget("cuda")
+    assert name == "cpu" and budget == PRESETS["cpu"] and budget.mixed_precision == "no"
+    with pytest.raises(ConfigError, match="--hidden-size"):
+        QuickstartConfig(hidden_size=100)
+
+
+def test_stages_are_numbered_with_the_expected_remaining_time(capsys):
+    plan = planned_stages(PRESETS["cpu"], build_data=True)
+    stages = Stages.planned(plan)
+    for _ in plan:
+        stages.next()
+    lines = capsys.readouterr().err.split("\n\n")
+    assert len(lines) == len(plan) == 8
+    assert lines[0].strip().startswith("1/8 build the standard-library docstring set (about ")
+    assert "pre-train with RetroMAE (enhanced), 100 steps x 32 x 64 tokens" in lines[6]
+    assert lines[-1].startswith("8/8 fine-tune and evaluate: RetroMAE (enhanced)")
+
+
+def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_path, capsys):
     tiny_beir(tmp_path / "data")
     output = tmp_path / "run"
-    assert main(["quickstart", "--data", str(tmp_path / "data"), "--output", str(output), "--vocab-size", "300",
-                 "--hidden-size", "64", "--layers", "1", "--max-length", "32", "--pretrain-steps", "3",
-                 "--pretrain-batch-size", "4", "--finetune-epochs", "1", "--finetune-batch-size", "8"]) == 0
-    results = json.loads((output / "results.json").read_text())
-    assert list(results) == ["BM25", "RetroMAE pre-trained + fine-tuned", "fine-tuned without pre-training"]
+    assert main(["quickstart", "--data", str(tmp_path / "data"), "--output", str(output), "--preset", "cpu",
+                 "--vocab-size", "300", "--hidden-size", "64", "--layers", "1", "--max-length", "32",
+                 "--pretrain-steps", "3", "--pretrain-batch-size", "4", "--finetune-epochs", "1",
+                 "--finetune-batch-size", "8"]) == 0
+    saved = json.loads((output / "results.json").read_text())
+    assert saved["preset"] == "cpu" and saved["device"] in ("cpu", "cuda")
+    results = saved["results"]
+    assert list(results) == ["BM25", "no pre-training", "MLM", "RetroMAE (enhanced)"]
     for scores in results.values():
-        assert 0.0 <= scores["ndcg@10"] <= 1.0 and 0.0 <= scores["recall@100"] <= 1.0
+        assert 0.0 <= scores["ndcg@10"] <= 1.0 and 0.0 <= scores["mrr@10"] <= 1.0
+        assert 0.0 <= scores["recall@100"] <= 1.0 and scores["minutes"] >= 0.0
     assert results["BM25"]["ndcg@10"] > 0.5  # the queries are the documents' first words
-    assert "| BM25 |" in (output / "results.md").read_text()
-    assert (output / "losses.png").stat().st_size > 0
+    table = (output / "results.md").read_text()
+    assert "| model | NDCG@10 | MRR@10 | Recall@100 | minutes |" in table and "| RetroMAE (enhanced) |" in table
+    assert (output / "results.png").stat().st_size > 0
+    printed, stages = capsys.readouterr()
+    assert "device: " in printed and "cpu preset" in printed and "\n7/7 fine-tune and evaluate" in stages
+    mlm = json.loads((output / "pretrain-mlm" / "config.json").read_text())
+    retromae = json.loads((output / "pretrain-retromae" / "config.json").read_text())
+    assert (mlm["objective"], mlm["encoder_mask_ratio"]) == ("mlm", 0.15)
+    assert (retromae["objective"], retromae["decoding"]) == ("retromae", "enhanced")
+    assert mlm["max_steps"] == retromae["max_steps"] == 3 and mlm["seed"] == retromae["seed"]
+    assert json.loads((output / "finetune-none" / "config.json").read_text())["pooling"] == "cls"
+
+
+def test_the_frontier_recipe_averages_the_gaps_over_seeds(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "recipes" / "quickstart_frontier.py"
+    spec = importlib.util.spec_from_file_location("quickstart_frontier", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    frontier_rows, frontier_table, plot_frontier = recipe.frontier_rows, recipe.frontier_table, recipe.plot_frontier
+
+    def summary(steps, none, mlm, retromae):
+        return {"budget": {"pretrain_steps": steps}, "results": {
+            "no pre-training": {"ndcg@10": none}, "MLM": {"ndcg@10": mlm},
+            "RetroMAE (enhanced)": {"ndcg@10": retromae, "pretrain_minutes": steps / 100}}}
+
+    rows = frontier_rows([summary(300, 0.1, 0.2, 0.5), summary(100, 0.1, 0.1, 0.1), summary(300, 0.1, 0.2, 0.3)])
+    assert [(row["steps"], row["seeds"]) for row in rows] == [(100, 1), (300, 2)]
+    assert rows[1]["RetroMAE - MLM"] == pytest.approx((0.2, 0.1, 0.3))
+    assert rows[1]["RetroMAE - none"] == pytest.approx((0.3, 0.2, 0.4))
+    assert rows[1]["pretrain minutes"] == pytest.approx((3.0, 3.0, 3.0))
+    assert "| 300 | 2 | 3.000 (3.000..3.000) |" in frontier_table(rows)
+    plot_frontier(rows, tmp_path / "frontier.png")
+    assert (tmp_path / "frontier.png").stat().st_size > 0

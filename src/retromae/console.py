@@ -24,7 +24,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,18 +139,41 @@ def step(description: str, enabled: bool = True) -> Iterator[None]:
 
 
 class Stages:
-    """Numbered stages of a multi-stage command: `start("pre-training RetroMAE")` prints "2/5 pre-training ..."."""
+    """Numbered stages of a multi-stage command: `start("pre-training RetroMAE")` prints "2/5 pre-training ...".
+
+    Built with `Stages.planned([(description, expected seconds), ...])`, `next()` announces the planned stages in
+    turn with the time left: the plan's remaining seconds, scaled by how long the finished stages took against
+    their plan."""
 
     def __init__(self, total: int, enabled: bool = True) -> None:
         self.total, self.done, self.enabled = total, 0, enabled
+        self.plan: Sequence[tuple[str, float]] = ()
+        self.started = time.perf_counter()
+
+    @classmethod
+    def planned(cls, plan: Sequence[tuple[str, float]], enabled: bool = True) -> Stages:
+        stages = cls(len(plan), enabled)
+        stages.plan = plan
+        return stages
 
     def start(self, description: str) -> str:
         """Announce the next stage on stderr; returns its label ("k/n description")."""
+        label = f"{self.done + 1}/{self.total} {description}"
+        if self.plan:
+            label += f" (about {format_seconds(self._seconds_left())} left)"
         self.done += 1
-        label = f"{self.done}/{self.total} {description}"
         if self.enabled:
             print(f"\n{label}", file=sys.stderr, flush=True)
         return label
+
+    def next(self) -> str:
+        """Announce the next planned stage."""
+        return self.start(self.plan[self.done][0])
+
+    def _seconds_left(self) -> float:
+        planned_so_far = sum(seconds for _, seconds in self.plan[:self.done])
+        pace = (time.perf_counter() - self.started) / planned_so_far if planned_so_far > 0 else 1.0
+        return pace * sum(seconds for _, seconds in self.plan[self.done:])
 
 
 @dataclass

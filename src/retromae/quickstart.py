@@ -1,21 +1,28 @@
-"""`retromae quickstart`: the whole system on real text, offline, in minutes on a laptop CPU.
+"""`retromae quickstart`: the papers' comparison on real text, offline, in minutes.
 
-Owns: the quickstart pipeline. On the standard library's docstrings (first line = query, rest = document,
-split by module; `retromae.data.stdlib_docs`) or on a BEIR folder the user gives, it trains a WordPiece
-tokenizer and initialises a small BERT, pre-trains it with RetroMAE, fine-tunes it, fine-tunes the same random
-initialisation without pre-training, and evaluates both against BM25 on the test split; it writes a table
-(`results.md`, `results.json`) and a plot of the losses (`losses.png`). Does not own any of those steps.
+Owns: the quickstart pipeline and its budgets. On the standard library's docstrings (first line = query, rest =
+document, split by module; `retromae.data.stdlib_docs`) or on a BEIR folder the user gives, it trains a WordPiece
+tokenizer, initialises one small BERT, pre-trains it twice under the same budget (MLM, and RetroMAE with enhanced
+decoding), fine-tunes the two pre-trained encoders and the random initialisation itself the same way (in-batch
+negatives, CLS pooling: the papers' protocol), and evaluates the three against BM25 on the test split. It writes
+a table (`results.md`, `results.json`: NDCG@10, MRR@10, Recall@100 and minutes per model) and a plot
+(`results.png`: pre-training losses and NDCG@10 bars). The budget is a preset chosen from the device (`cpu`: ten
+minutes on two cores; `cuda`: a larger one, minutes on one GPU); every size can be overridden. Does not own any of
+the training, retrieval or evaluation steps.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
+from typing import Any
 
 from retromae.config import option, require, save_config
-from retromae.console import Stages
+from retromae.console import NOT_LOSSES, Stages
 from retromae.data.corpus import iter_corpus
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
@@ -30,36 +37,113 @@ from retromae.retrieval.search import TextOptions, dense_search
 from retromae.run_folder import OutputOptions, claim_folder, run_identity
 from retromae.scratch import save_random_bert, train_wordpiece
 
-METRICS = ("ndcg@10", "mrr@10", "recall@100")
-# Mean pooling: a small encoder trained from scratch for minutes and fine-tuned with CLS pooling stays at chance
-# (measured on the standard-library set, docs/RESULTS.md); the mean of its token vectors learns.
-FINETUNE_POOLING = "mean"
-OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain", "finetune-retromae",
-           "finetune-scratch", "results.md", "results.json", "losses.png")
+METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
+OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",
+           "finetune-none", "finetune-mlm", "finetune-retromae", "results.md", "results.json", "results.png")
+# (table name, pre-training objective or None, its options): each variant starts from the same initialisation.
+VARIANTS = (
+    ("no pre-training", None, {}),
+    ("MLM", "mlm", {"encoder_mask_ratio": 0.15}),
+    ("RetroMAE (enhanced)", "retromae", {"decoding": "enhanced"}),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Sizes and steps of one quickstart run, with the seconds its stages are expected to take."""
+
+    vocab_size: int
+    hidden_size: int
+    layers: int
+    max_length: int
+    pretrain_steps: int
+    pretrain_batch_size: int
+    learning_rate: float
+    finetune_epochs: float
+    finetune_batch_size: int
+    mixed_precision: str
+    seconds_per_pretrain_step: float  # both objectives' mean; these three drive the expected remaining time
+    seconds_per_finetune: float
+    seconds_per_evaluation: float
+
+
+PRESETS = {
+    # Measured once here (docs/RESULTS.md, section 0): 1,006 CPU-seconds in all, about 8.4 minutes on two idle cores.
+    "cpu": Budget(vocab_size=4000, hidden_size=128, layers=2, max_length=64, pretrain_steps=100,
+                  pretrain_batch_size=32, learning_rate=2e-3, finetune_epochs=2.0, finetune_batch_size=32,
+                  mixed_precision="no", seconds_per_pretrain_step=0.9, seconds_per_finetune=90.0,
+                  seconds_per_evaluation=18.0),
+    # The H100 measurement's settings (../shared/measurements/h100-2026-11-22: 4 x 256, 128 x 128 tokens, 1e-3,
+    # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Not run
+    # yet (no GPU here); its stage seconds are guesses from that measurement's ~300k tokens/s.
+    "cuda": Budget(vocab_size=8000, hidden_size=256, layers=4, max_length=128, pretrain_steps=2000,
+                   pretrain_batch_size=128, learning_rate=1e-3, finetune_epochs=4.0, finetune_batch_size=32,
+                   mixed_precision="bf16", seconds_per_pretrain_step=0.06, seconds_per_finetune=30.0,
+                   seconds_per_evaluation=10.0),
+}
+OVERRIDABLE = ("vocab_size", "hidden_size", "layers", "max_length", "pretrain_steps", "pretrain_batch_size",
+               "learning_rate", "finetune_epochs", "finetune_batch_size")
+
+
+def detect_device() -> str:
+    """'cuda' when torch sees a CUDA GPU (the training loop then runs there), else 'cpu'."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def choose_preset(device: str) -> str:
+    """The budget preset for a device string ('cuda', 'cuda:1', 'cpu', 'mps', ...): cuda for CUDA, else cpu."""
+    return "cuda" if device.split(":")[0] == "cuda" else "cpu"
 
 
 @dataclasses.dataclass(kw_only=True)
 class QuickstartConfig(OutputOptions):
-    """Options of `retromae quickstart`; defaults fit ten minutes on a 2-core CPU."""
+    """Options of `retromae quickstart`; sizes left unset come from the preset."""
 
     output: str = option("runs/quickstart", "output folder")
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
                                     "(default: the Python standard library's docstrings, built offline)")
     corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
-    vocab_size: int = option(8000, "WordPiece vocabulary trained on the corpus")
-    hidden_size: int = option(256, "hidden size of the small BERT encoder")
-    layers: int = option(4, "transformer layers of the encoder")
-    max_length: int = option(128, "tokens per pre-training block and per passage")
-    pretrain_steps: int = option(200, "RetroMAE pre-training steps")
-    pretrain_batch_size: int = option(16, "pre-training blocks per step")
-    finetune_epochs: float = option(2.0, "fine-tuning epochs over the train queries")
-    finetune_batch_size: int = option(32, "queries per fine-tuning step (in-batch negatives)")
-    seed: int = option(42, "random seed")
+    preset: str | None = option(None, "budget: cpu (ten minutes on 2 cores) or cuda (minutes on one GPU); "
+                                      "default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
+    vocab_size: int | None = option(None, "WordPiece vocabulary trained on the corpus (cpu preset: 4000)")
+    hidden_size: int | None = option(None, "hidden size of the small BERT encoder (cpu preset: 128)")
+    layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")
+    max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)")
+    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 100)")
+    pretrain_batch_size: int | None = option(None, "pre-training blocks per step (cpu preset: 32)")
+    learning_rate: float | None = option(None, "pre-training peak learning rate (cpu preset: 2e-3)")
+    finetune_epochs: float | None = option(None, "fine-tuning epochs over the train queries (cpu preset: 2)")
+    finetune_batch_size: int | None = option(None, "queries per fine-tuning step, in-batch negatives (cpu: 32)")
+    seed: int = option(42, "random seed (initialisation, data order, masks)")
 
     def __post_init__(self) -> None:
-        require(self.pretrain_steps > 0, "pretrain_steps", "must be positive")
-        require(self.finetune_epochs > 0, "finetune_epochs", "must be positive")
-        require(self.hidden_size % 64 == 0, "hidden_size", "must be a multiple of 64 (heads of 64)")
+        for name in ("pretrain_steps", "pretrain_batch_size", "finetune_batch_size", "layers", "vocab_size"):
+            require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
+        require(self.finetune_epochs is None or self.finetune_epochs > 0, "finetune_epochs", "must be positive")
+        require(self.hidden_size is None or self.hidden_size % 64 == 0, "hidden_size",
+                "must be a multiple of 64 (heads of 64)")
+
+    def budget(self, device: str) -> tuple[str, Budget]:
+        """The preset's name and its budget with this config's overrides applied."""
+        name = self.preset or choose_preset(device)
+        overrides = {key: getattr(self, key) for key in OVERRIDABLE if getattr(self, key) is not None}
+        return name, dataclasses.replace(PRESETS[name], **overrides)
+
+
+def planned_stages(budget: Budget, build_data: bool) -> list[tuple[str, float]]:
+    """The stages of a run and the seconds each is expected to take."""
+    pretrain_seconds = budget.pretrain_steps * budget.seconds_per_pretrain_step
+    shape = f"{budget.pretrain_steps} steps x {budget.pretrain_batch_size} x {budget.max_length} tokens"
+    stages = [("build the standard-library docstring set", 10.0)] if build_data else []
+    stages += [("train a WordPiece tokenizer, initialise the encoder", 10.0),
+               ("BM25 on the test queries", 5.0)]
+    for name, objective, _ in VARIANTS:
+        if objective:
+            stages.append((f"pre-train with {name}, {shape}", pretrain_seconds))
+        stages.append((f"fine-tune and evaluate: {name}", budget.seconds_per_finetune + budget.seconds_per_evaluation))
+    return stages
 
 
 def prepare_data(config: QuickstartConfig, output: Path) -> Path:
@@ -74,94 +158,168 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
     return folder
 
 
-def initial_model(corpus: list[str], config: QuickstartConfig, folder: Path) -> Path:
+def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int) -> Path:
     """A WordPiece tokenizer trained on the corpus and a randomly initialised small BERT, saved together."""
-    tokenizer = train_wordpiece((document.text for document in iter_corpus(corpus)), config.vocab_size,
-                                config.max_length)
-    return save_random_bert(tokenizer, folder, hidden_size=config.hidden_size, layers=config.layers,
-                            max_positions=max(512, config.max_length), seed=config.seed)
+    tokenizer = train_wordpiece((document.text for document in iter_corpus(corpus)), budget.vocab_size, 512)
+    return save_random_bert(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
+                            max_positions=max(512, budget.max_length), seed=seed)
 
 
-def _finetune(model: str, data: Path, output: Path, config: QuickstartConfig) -> Path:
+def unigram_entropy(corpus: list[str], model: Path) -> float:
+    """Nats per token of predicting every token of the corpus by its frequency alone: the plateau a pre-training
+    loss sits on until the model learns to use context (docs/RESULTS.md, section 1)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    counts: collections.Counter[int] = collections.Counter()
+    for document in iter_corpus(corpus):
+        counts.update(tokenizer(document.text, add_special_tokens=False)["input_ids"])
+    total = sum(counts.values())
+    return -sum(n / total * math.log(n / total) for n in counts.values())
+
+
+def final_losses(pretraining: dict[str, Path]) -> dict[str, dict[str, float]]:
+    """Each pre-training run's last logged loss components (encoder_mlm, decoder)."""
+    final = {}
+    for name, folder in pretraining.items():
+        record = read_metrics(folder / "metrics.jsonl")[-1]
+        final[name] = {k: v for k, v in record.items() if k not in (*NOT_LOSSES, "loss")}
+    return final
+
+
+def plateau_note(losses: dict[str, dict[str, float]], entropy: float, margin: float = 0.5) -> str:
+    """What the pre-training losses say against the unigram plateau, in words."""
+    ended = "; ".join(f"{name} " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+                      for name, parts in losses.items())
+    text = (f"Pre-training ended at {ended} nats per predicted token; the corpus's unigram entropy (the loss of "
+            f"predicting each token by its frequency alone) is {entropy:.2f}.")
+    if min(min(parts.values()) for parts in losses.values()) > entropy - margin:
+        text += (f" Every loss is still within {margin:.1f} nats of that plateau: at this budget pre-training has "
+                 "not yet learned to use context, so the pre-trained rows say nothing about the objectives. On one "
+                 "GPU, 3 minutes of pre-training per objective give RetroMAE (enhanced) 0.52 NDCG@10 on SciFact "
+                 "against MLM 0.20 and no pre-training 0.04 (docs/RESULTS.md, section 0).")
+    return text
+
+
+def pretrain_variant(initial: Path, corpus: list[str], objective: str, options: dict[str, Any], budget: Budget,
+                     output: Path, seed: int) -> Path:
+    """Pre-train the initial model with one objective; returns the run folder (encoder/, metrics.jsonl)."""
+    return pretrain(PretrainConfig(
+        model=str(initial), corpus=corpus, output=str(output), objective=objective, max_steps=budget.pretrain_steps,
+        batch_size=budget.pretrain_batch_size, max_length=budget.max_length, learning_rate=budget.learning_rate,
+        warmup_ratio=0.05, mixed_precision=budget.mixed_precision, log_every=10, save_every=0, seed=seed,
+        cache_dir=str(output.parent / "cache"), **options))
+
+
+def finetune_variant(model: Path, data: Path, budget: Budget, output: Path, seed: int) -> Path:
+    """Fine-tune with in-batch negatives and CLS pooling; returns the run folder (encoder/)."""
     return finetune(FinetuneConfig(
-        model=model, data=str(data), split="train", negatives="none", output=str(output),
-        epochs=config.finetune_epochs, batch_size=config.finetune_batch_size, learning_rate=5e-4,
-        pooling=FINETUNE_POOLING, normalize=True, passage_max_length=config.max_length, query_max_length=32,
-        log_every=5, save_every=0, seed=config.seed))
+        model=str(model), data=str(data), split="train", negatives="none", output=str(output),
+        epochs=budget.finetune_epochs, batch_size=budget.finetune_batch_size, learning_rate=5e-4, pooling="cls",
+        normalize=True, passage_max_length=budget.max_length, query_max_length=32,
+        mixed_precision=budget.mixed_precision, log_every=10, save_every=0, seed=seed))
 
 
-def _dense_results(model: Path, corpus: dict[str, str], data) -> dict[str, float]:
-    encoder = Encoder.load(str(model))
-    run = dense_search(encoder, corpus, data.queries, k=100, passages=TextOptions(max_length=128),
-                       questions=TextOptions(max_length=32))
+def evaluate_dense(model: Path, data_dir: Path) -> dict[str, float]:
+    """A dense encoder's metrics on the test split (passages up to 128 tokens)."""
+    data = load_retrieval_set(data_dir, "test")
+    run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=100,
+                       passages=TextOptions(max_length=128), questions=TextOptions(max_length=32))
     return evaluate_run(data.qrels, run, (10, 100))
 
 
-def evaluate_all(data_dir: Path, models: dict[str, Path]) -> dict[str, dict[str, float]]:
-    """BM25 and each dense model on the test split."""
+def evaluate_bm25(data_dir: Path) -> dict[str, float]:
+    """BM25's metrics on the test split."""
     data = load_retrieval_set(data_dir, "test")
-    corpus = data.corpus_texts()
-    results = {"BM25": evaluate_run(data.qrels, bm25_search(corpus, data.queries, k=100), (10, 100))}
-    for name, model in models.items():
-        results[name] = _dense_results(model, corpus, data)
-    return results
+    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=100), (10, 100))
+
+
+def run_variant(objective: str | None, options: dict[str, Any], initial: Path, corpus: list[str], data: Path,
+                budget: Budget, output: Path, seed: int, stages: Stages) -> tuple[dict[str, float], Path | None]:
+    """Pre-train (unless `objective` is None), fine-tune and evaluate one variant; its metrics, minutes (in all and
+    of pre-training) and pre-training folder."""
+    started = time.perf_counter()
+    folder, model = None, initial
+    if objective:
+        stages.next()
+        folder = pretrain_variant(initial, corpus, objective, options, budget, output / f"pretrain-{objective}", seed)
+        model = folder / "encoder"
+    pretrain_minutes = (time.perf_counter() - started) / 60
+    stages.next()
+    finetuned = finetune_variant(model, data, budget, output / f"finetune-{objective or 'none'}", seed)
+    scores = evaluate_dense(finetuned / "encoder", data)
+    return {**scores, "minutes": (time.perf_counter() - started) / 60, "pretrain_minutes": pretrain_minutes}, folder
 
 
 def results_table(results: dict[str, dict[str, float]]) -> str:
-    """A Markdown table of the metrics that matter here."""
-    lines = ["| model | " + " | ".join(METRICS) + " |", "|---|" + "---:|" * len(METRICS)]
-    lines += [f"| {name} | " + " | ".join(f"{scores[m]:.3f}" for m in METRICS) + " |"
+    """A Markdown table: the metrics that matter here and the minutes each model took."""
+    lines = ["| model | " + " | ".join(METRICS.values()) + " | minutes |", "|---|" + "---:|" * (len(METRICS) + 1)]
+    lines += [f"| {name} | " + " | ".join(f"{scores[m]:.3f}" for m in METRICS) + f" | {scores['minutes']:.1f} |"
               for name, scores in results.items()]
     return "\n".join(lines) + "\n"
 
 
-def plot_losses(runs: dict[str, Path], path: Path) -> None:
-    """One panel per training run: its loss components against the step."""
+def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, float]], entropy: float,
+                 path: Path) -> None:
+    """Left: pre-training loss components against the step, and the unigram plateau; right: NDCG@10 per model."""
     plt = pyplot()
-    figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.5))
-    for axis, (title, folder) in zip(axes, runs.items(), strict=True):
+    figure, (losses, bars) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, folder in pretraining.items():
         records = read_metrics(folder / "metrics.jsonl")
-        for key in sorted(k for k in records[0] if k != "step" and not k.startswith("tokens") and not k.endswith("lr")):
-            axis.plot([r["step"] for r in records], [r[key] for r in records], label=key)
-        axis.set(title=title, xlabel="step", ylabel="loss")
-        axis.legend()
+        for key in sorted(k for k in records[0] if k not in (*NOT_LOSSES, "loss")):
+            losses.plot([r["step"] for r in records], [r[key] for r in records], label=f"{name}: {key}")
+    losses.axhline(entropy, color="grey", linestyle="--", label="unigram entropy (plateau)")
+    losses.set(title="pre-training", xlabel="step", ylabel="loss (nats per predicted token)")
+    losses.legend()
+    names = list(results)
+    bars.bar(range(len(names)), [results[n]["ndcg@10"] for n in names], color="tab:blue")
+    bars.set_xticks(range(len(names)), names, rotation=15)
+    bars.set(title="test queries", ylabel="NDCG@10")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
 def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
-    """Run the whole pipeline; returns the test metrics per model."""
+    """Run the whole comparison; returns the test metrics (and minutes) per model."""
     started = time.perf_counter()
     output = Path(config.output)
+    device = detect_device()
+    preset, budget = config.budget(device)
     claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
     save_config(config, output / "quickstart-config.json")
-    stages = Stages(5)
-    stages.start(f"preparing data, a {config.vocab_size:,}-token WordPiece tokenizer and a random "
-                 f"{config.layers}-layer BERT")
+    print(f"device: {device}; budget: the {preset} preset, {dataclasses.asdict(budget)}", flush=True)
+    stages = Stages.planned(planned_stages(budget, build_data=config.data is None))
+    if config.data is None:
+        stages.next()
     data = prepare_data(config, output)
     corpus = config.corpus or [str(data / "corpus.jsonl")]
-    initial = initial_model(corpus, config, output / "initial-model")
-    stages.start(f"pre-training RetroMAE ({config.pretrain_steps:,} steps)")
-    pretrained = pretrain(PretrainConfig(
-        model=str(initial), corpus=corpus, output=str(output / "pretrain"), max_steps=config.pretrain_steps,
-        batch_size=config.pretrain_batch_size, max_length=config.max_length, learning_rate=5e-4,
-        log_every=10, save_every=0, seed=config.seed, cache_dir=str(output / "cache")))
-    epochs = f"{config.finetune_epochs:g} epoch{'s' if config.finetune_epochs != 1 else ''}"
-    stages.start(f"fine-tuning the pre-trained encoder ({epochs})")
-    with_pretraining = _finetune(str(pretrained / "encoder"), data, output / "finetune-retromae", config)
-    stages.start(f"fine-tuning the same initialisation without pre-training ({epochs})")
-    without_pretraining = _finetune(str(initial), data, output / "finetune-scratch", config)
-    stages.start("evaluating BM25 and both encoders on the test split")
-    results = evaluate_all(data, {
-        "RetroMAE pre-trained + fine-tuned": with_pretraining / "encoder",
-        "fine-tuned without pre-training": without_pretraining / "encoder",
-    })
-    table = results_table(results)
-    minutes = (time.perf_counter() - started) / 60
-    write_text_atomic(output / "results.md", f"Test split of {data} ({minutes:.1f} min)\n\n{table}")
-    write_text_atomic(output / "results.json", json.dumps(results, indent=2) + "\n")
-    plot_losses({"RetroMAE pre-training": pretrained, "fine-tuning (pre-trained)": with_pretraining,
-                 "fine-tuning (no pre-training)": without_pretraining}, output / "losses.png")
-    print(f"\n{table}\nresults: {output / 'results.md'}   losses: {output / 'losses.png'}   ({minutes:.1f} min)")
+    stages.next()
+    initial = initial_model(corpus, budget, output / "initial-model", config.seed)
+    entropy = unigram_entropy(corpus, initial)
+    stages.next()
+    bm25_started = time.perf_counter()
+    results = {"BM25": {**evaluate_bm25(data), "minutes": (time.perf_counter() - bm25_started) / 60}}
+    pretraining: dict[str, Path] = {}
+    for name, objective, options in VARIANTS:
+        results[name], folder = run_variant(objective, options, initial, corpus, data, budget, output, config.seed,
+                                            stages)
+        if folder is not None:
+            pretraining[name] = folder
+    summary = {"device": device, "preset": preset, "budget": dataclasses.asdict(budget),
+               "minutes": (time.perf_counter() - started) / 60, "unigram_entropy": entropy,
+               "pretraining_losses": final_losses(pretraining), "results": results}
+    write_outputs(summary, pretraining, output, data)
     return results
+
+
+def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output: Path, data: Path) -> None:
+    """results.md, results.json and results.png; the table and the plateau note are printed too."""
+    table = results_table(summary["results"])
+    header = (f"Test split of {data}; device {summary['device']}, {summary['preset']} preset; "
+              f"{summary['minutes']:.1f} min in all.\n\n")
+    note = plateau_note(summary["pretraining_losses"], summary["unigram_entropy"])
+    write_text_atomic(output / "results.md", f"{header}{table}\n{note}\n")
+    write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
+    plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png")
+    print(f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}")
