@@ -22,7 +22,7 @@ test-slow: install
 	$(PY) -m pytest -m slow
 
 lint: install
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks recipes
 
 quickstart: install
-	$(VENV)/bin/retromae quickstart
+	$(VENV)/bin/retromae quickstart --overwrite  # a fresh run each time, replacing runs/quickstart

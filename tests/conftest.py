@@ -123,3 +123,20 @@ def shared_data(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data not present: {path}")
     return path
+
+
+def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int, run) -> None:
+    """Call `run()` with every Trainer killed (a KeyboardInterrupt) right after writing its step-`step` checkpoint."""
+    from retromae.train import Trainer
+
+    original_save = Trainer.save_checkpoint
+
+    def save_then_die(self):
+        original_save(self)
+        if self.state.step == step:
+            raise KeyboardInterrupt(f"simulated kill after the step-{step} checkpoint")
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    monkeypatch.setattr(Trainer, "save_checkpoint", original_save)

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_sentences, tiny_bert_config
+from conftest import kill_after_checkpoint, make_sentences, tiny_bert_config
 from transformers import BertModel
 
-import retromae.train
 from retromae.cli import main
 from retromae.data.training_groups import TrainingExample, TrainingSet, load_training_data, load_training_file
 from retromae.encoder import Encoder, PoolingConfig, pool
@@ -316,17 +315,7 @@ def test_ance_refresh_resumes_exactly(tiny_beir, tiny_model_dir, tmp_path, monke
             "--rank-start", "1", "--rank-end", "20", "--chunk-size", "3", "--max-steps", "6"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main(_finetune_args(tiny_model_dir, tiny_beir, straight, *args)) == 0
-    original_save = retromae.train.Trainer.save_checkpoint
-
-    def save_then_die(self):
-        original_save(self)
-        if self.state.step == 3:
-            raise KeyboardInterrupt("simulated kill after the step-3 checkpoint")
-
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        main(_finetune_args(tiny_model_dir, tiny_beir, resumed, *args))
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", original_save)
+    kill_after_checkpoint(monkeypatch, 3, lambda: main(_finetune_args(tiny_model_dir, tiny_beir, resumed, *args)))
     assert main(_finetune_args(tiny_model_dir, tiny_beir, resumed, "--resume", *args)) == 0
     assert [m["loss"] for m in _metrics(resumed)] == pytest.approx([m["loss"] for m in _metrics(straight)], rel=1e-5)
     negatives = [json.loads((straight / "negatives" / f"step-{s:07d}.json").read_text()) for s in (0, 2, 4)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_sentences
+from conftest import kill_after_checkpoint, make_sentences
 
 import retromae.train
 from retromae.cli import main
@@ -81,17 +81,7 @@ def test_compiled_pretraining_exports_the_plain_model(tiny_model_dir, tiny_corpu
 def test_interrupted_bf16_run_resumes_on_the_same_trajectory(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
     full, interrupted = tmp_path / "full", tmp_path / "interrupted"
     assert main(pretrain_args(tiny_model_dir, tiny_corpus, full)) == 0
-    original_save = retromae.train.Trainer.save_checkpoint
-
-    def save_then_die(self):
-        original_save(self)
-        if self.state.step == 3:
-            raise KeyboardInterrupt("simulated kill after the step-3 checkpoint")
-
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        main(pretrain_args(tiny_model_dir, tiny_corpus, interrupted))
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", original_save)
+    kill_after_checkpoint(monkeypatch, 3, lambda: main(pretrain_args(tiny_model_dir, tiny_corpus, interrupted)))
     assert main(pretrain_args(tiny_model_dir, tiny_corpus, interrupted, "--resume")) == 0
     resumed, reference = metrics(interrupted), metrics(full)
     assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5, 6]

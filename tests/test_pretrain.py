@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import kill_after_checkpoint
 from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
 import retromae.pretrain
@@ -101,17 +102,7 @@ def test_interrupted_run_resumes_on_the_same_trajectory(tiny_model_dir, tiny_cor
     reference = read_metrics(pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "full")))
 
     interrupted = tmp_path / "interrupted"
-    original_save = retromae.train.Trainer.save_checkpoint
-
-    def save_then_die(self):
-        original_save(self)
-        if self.state.step == 3:
-            raise KeyboardInterrupt("simulated kill after the step-3 checkpoint")
-
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(config(tiny_model_dir, tiny_corpus, interrupted))
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", original_save)
+    kill_after_checkpoint(monkeypatch, 3, lambda: pretrain(config(tiny_model_dir, tiny_corpus, interrupted)))
     resumed = read_metrics(pretrain(config(tiny_model_dir, tiny_corpus, interrupted, resume=True)))
 
     assert [m["step"] for m in resumed] == [1, 2, 3, 4, 5, 6]
