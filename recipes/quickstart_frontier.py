@@ -6,8 +6,8 @@ Runs `retromae quickstart` once per (steps, seed) on one standard-library docstr
 RetroMAE pre-training, one error bar per budget: the seeds' min..max) into the output folder.
 
 Usage (from the repository root; one run at a time, so on a shared machine its minutes are upper bounds):
-    PYTHONPATH=src python recipes/quickstart_frontier.py --output runs/quickstart-frontier --steps 100 300 1000 \
-        --seeds 1 2 3 [--preset cpu] [--report-only]
+    PYTHONPATH=src python recipes/quickstart_frontier.py --output runs/quickstart-frontier --steps 600 2400 \
+        --seeds 42 1 2 [--preset cpu] [--report-only]
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def report(output: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=Path("runs/quickstart-frontier"))
-    parser.add_argument("--steps", type=int, nargs="+", default=[100, 300, 1000])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, nargs="+", default=[600, 2400])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--preset", choices=("cpu", "cuda"), default=None)
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
     args = parser.parse_args()

@@ -44,6 +44,17 @@ def test_stages_are_numbered(capsys):
     assert capsys.readouterr().err.split() == "1/2 pre-training RetroMAE (3 steps) 2/2 evaluating".split()
 
 
+def test_time_left_is_rescaled_only_after_a_minute_of_the_plan(monkeypatch, capsys):
+    clock = iter([0.0, 130.0])  # the start, then 130 s for the first two stages (70 s planned)
+    monkeypatch.setattr("retromae.console.time.perf_counter", lambda: next(clock))
+    stages = Stages.planned([("set-up", 10.0), ("training", 60.0), ("evaluating", 30.0)])
+    stages.next()
+    stages.next()  # 10 s of the plan done: too small a sample, the plan's 90 s stand
+    stages.next()  # 130 s for 70 planned: the last 30 s become 30 * 130 / 70
+    labels = capsys.readouterr().err.split("\n\n")
+    assert "(about 1m30s left)" in labels[1] and "(about 55.7 s left)" in labels[2]
+
+
 def test_library_output_is_scoped_and_restored():
     before = (transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled(),
               logging.getLogger("accelerate").level)

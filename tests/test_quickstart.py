@@ -38,7 +38,7 @@ def test_stages_are_numbered_with_the_expected_remaining_time(capsys):
     lines = capsys.readouterr().err.split("\n\n")
     assert len(lines) == len(plan) == 8
     assert lines[0].strip().startswith("1/8 build the standard-library docstring set (about ")
-    assert "pre-train with RetroMAE (enhanced), 600 steps x 32 x 64 tokens" in lines[6]
+    assert "pre-train with RetroMAE (enhanced), 1200 steps x 32 x 64 tokens" in lines[6]
     assert lines[-1].startswith("8/8 fine-tune and evaluate: RetroMAE (enhanced)")
 
 

@@ -143,7 +143,9 @@ class Stages:
 
     Built with `Stages.planned([(description, expected seconds), ...])`, `next()` announces the planned stages in
     turn with the time left: the plan's remaining seconds, scaled by how long the finished stages took against
-    their plan."""
+    their plan (once at least a minute of the plan is done)."""
+
+    MIN_PACE_SAMPLE_SECONDS = 60.0
 
     def __init__(self, total: int, enabled: bool = True) -> None:
         self.total, self.done, self.enabled = total, 0, enabled
@@ -172,7 +174,10 @@ class Stages:
 
     def _seconds_left(self) -> float:
         planned_so_far = sum(seconds for _, seconds in self.plan[:self.done])
-        pace = (time.perf_counter() - self.started) / planned_so_far if planned_so_far > 0 else 1.0
+        # Rescale only once the finished stages are a fair sample: a few seconds of set-up say little about the
+        # pace of training.
+        enough = planned_so_far >= self.MIN_PACE_SAMPLE_SECONDS
+        pace = (time.perf_counter() - self.started) / planned_so_far if enough else 1.0
         return pace * sum(seconds for _, seconds in self.plan[self.done:])
 
 
