@@ -7,8 +7,9 @@
 # step (tokens) from which each run stays above its step 0 and above each other run (report/report.md).
 # Usage: recipes/crossover.sh [RUNS_DIR]   (from the repository root)
 #   SCALE=cpu (default): the quickstart's data, the standard library's docstrings (built offline into RUNS/data;
-#     pre-training reads its corpus, the probe its test queries), a small WordPiece vocabulary trained on it, a
-#     2 × 128 BERT, 200 steps of 16 × 64-token blocks; about 10 minutes on 2 shared CPU cores.
+#     pre-training reads its corpus, the probe its test queries), the quickstart's initial model (a 2,000-token
+#     WordPiece vocabulary trained on it, a 2 × 128 BERT, seed 42), 2,000 steps of 32 × 64-token blocks, probes of
+#     300 test queries against the whole corpus every 250 steps; about 15 minutes on 2 idle CPU cores.
 #   SCALE=gpu: the GPU-scale comparison (../shared/measurements/h100-2026-11-22): 4 × 256 from `retromae
 #     init-model` around BERT's uncased vocabulary, ../shared/data/pretrain, 3,000 steps of 128 × 128-token blocks,
 #     bf16, probes on SciFact test and STS-B test every 100 steps.
@@ -28,9 +29,9 @@ if [ "$SCALE" = gpu ]; then
   [ -f "$INIT/config.json" ] || $PY -m retromae init-model --tokenizer "${TOKENIZER:-$(minilm_path)}" \
     --output "$INIT" --hidden-size "$HIDDEN" --layers "$LAYERS"
 else
-  HIDDEN=${HIDDEN:-128} LAYERS=${LAYERS:-2} LENGTH=${LENGTH:-64} BATCH=${BATCH:-16} STEPS=${STEPS:-200}
-  LR=${LR:-2e-3} LOG_EVERY=${LOG_EVERY:-10} PROBE_EVERY=${PROBE_EVERY:-40} PRECISION=${PRECISION:-no} VOCAB=${VOCAB:-2000}
-  PROBE_QUERIES=${PROBE_QUERIES:-100} PROBE_DOCUMENTS=${PROBE_DOCUMENTS:-400}
+  HIDDEN=${HIDDEN:-128} LAYERS=${LAYERS:-2} LENGTH=${LENGTH:-64} BATCH=${BATCH:-32} STEPS=${STEPS:-2000}
+  LR=${LR:-2e-3} LOG_EVERY=${LOG_EVERY:-50} PROBE_EVERY=${PROBE_EVERY:-250} PRECISION=${PRECISION:-no} VOCAB=${VOCAB:-2000}
+  PROBE_QUERIES=${PROBE_QUERIES:-300} PROBE_DOCUMENTS=${PROBE_DOCUMENTS:-5000}
   PROBE=${PROBE:-$RUNS/data} PROBE_STS=${PROBE_STS:-}
   CORPUS=("$PROBE/corpus.jsonl")
   INIT=$RUNS/initial-model
@@ -40,9 +41,9 @@ print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$PROBE"
   [ -f "$INIT/config.json" ] || $PY -c "import sys; from pathlib import Path
 from retromae.data.corpus import iter_corpus
 from retromae.scratch import save_random_bert, train_wordpiece
-tokenizer = train_wordpiece((d.text for d in iter_corpus([sys.argv[1]])), int(sys.argv[2]), int(sys.argv[3]))
-save_random_bert(tokenizer, Path(sys.argv[4]), hidden_size=int(sys.argv[5]), layers=int(sys.argv[6]), seed=42)
-" "${CORPUS[0]}" "$VOCAB" "$LENGTH" "$INIT" "$HIDDEN" "$LAYERS"
+tokenizer = train_wordpiece((d.text for d in iter_corpus([sys.argv[1]])), int(sys.argv[2]))
+save_random_bert(tokenizer, Path(sys.argv[3]), hidden_size=int(sys.argv[4]), layers=int(sys.argv[5]), seed=42)
+" "${CORPUS[0]}" "$VOCAB" "$INIT" "$HIDDEN" "$LAYERS"
 fi
 PROBE_OPTIONS=(--probe "$PROBE" --probe-every "$PROBE_EVERY" --probe-queries "${PROBE_QUERIES:-200}"
                --probe-documents "${PROBE_DOCUMENTS:-5000}" --keep-best-probe)
