@@ -22,6 +22,8 @@ import pytest
 if TYPE_CHECKING:
     from transformers import BertConfig, PreTrainedTokenizerFast
 
+    from retromae.pretrain_config import PretrainConfig
+
 SANDBOX_VARIABLES = {"HF_HOME": "huggingface", "HF_HUB_CACHE": "huggingface/hub",
                      "HF_DATASETS_CACHE": "huggingface/datasets", "XDG_CACHE_HOME": "cache",
                      "MPLCONFIGDIR": "matplotlib", "TORCH_HOME": "torch", "RETROMAE_CACHE": "retromae",
@@ -140,3 +142,20 @@ def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int, run) -> No
     with pytest.raises(KeyboardInterrupt):
         run()
     monkeypatch.setattr(Trainer, "save_checkpoint", original_save)
+
+
+def tiny_pretrain_config(model: Path, corpus: Path, output: Path, /, **overrides) -> PretrainConfig:
+    """A few-step pre-training of the tiny model on the tiny corpus; `overrides` change any option (`corpus`
+    too)."""
+    from retromae.pretrain_config import PretrainConfig
+
+    values = dict(model=str(model), corpus=[str(corpus)], output=str(output), max_steps=6, batch_size=4,
+                  max_length=32, log_every=1, save_every=3, learning_rate=1e-3, cache_dir=str(output.parent / "cache"))
+    return PretrainConfig(**{**values, **overrides})
+
+
+def run_metrics(output: Path) -> list[dict]:
+    """The records of the metrics.jsonl in a run folder."""
+    from retromae.evaluation.experiments import read_metrics
+
+    return read_metrics(output / "metrics.jsonl")

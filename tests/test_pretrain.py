@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import kill_after_checkpoint
+from conftest import kill_after_checkpoint, run_metrics
+from conftest import tiny_pretrain_config as config
 from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
 import retromae.pretrain
@@ -29,21 +30,9 @@ from retromae.pretrain import PretrainConfig, init_head, load_backbone, pretrain
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def config(tiny_model_dir, tiny_corpus, output, **overrides) -> PretrainConfig:
-    values = dict(model=str(tiny_model_dir), corpus=[str(tiny_corpus)], output=str(output), max_steps=6,
-                  batch_size=4, max_length=32, log_every=1, save_every=3, learning_rate=1e-3,
-                  cache_dir=str(output.parent / "cache"))
-    values.update(overrides)
-    return PretrainConfig(**values)
-
-
-def read_metrics(output: Path) -> list[dict]:
-    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, tmp_path):
     output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run"))
-    metrics = read_metrics(output)
+    metrics = run_metrics(output)
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
     assert {"step", "loss", "encoder_mlm", "decoder", "lr", "tokens_per_s"} <= set(metrics[0])
     assert json.loads((output / "config.json").read_text())["decoding"] == "enhanced"
@@ -55,7 +44,7 @@ def test_accumulation_checkpointing_and_bf16_train_with_finite_losses(tiny_model
     output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", max_steps=2, save_every=0,
                              gradient_accumulation_steps=2, gradient_checkpointing=True, mixed_precision="bf16",
                              whole_word_mask=True, decoding="basic", decoder_layers=2))
-    metrics = read_metrics(output)
+    metrics = run_metrics(output)
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(np.isfinite(m["loss"]) for m in metrics)
 
@@ -99,11 +88,11 @@ def test_saved_encoder_and_head_rebuild_the_same_objective(tiny_model_dir, tiny_
 
 
 def test_interrupted_run_resumes_on_the_same_trajectory(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
-    reference = read_metrics(pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "full")))
+    reference = run_metrics(pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "full")))
 
     interrupted = tmp_path / "interrupted"
     kill_after_checkpoint(monkeypatch, 3, lambda: pretrain(config(tiny_model_dir, tiny_corpus, interrupted)))
-    resumed = read_metrics(pretrain(config(tiny_model_dir, tiny_corpus, interrupted, resume=True)))
+    resumed = run_metrics(pretrain(config(tiny_model_dir, tiny_corpus, interrupted, resume=True)))
 
     assert [m["step"] for m in resumed] == [1, 2, 3, 4, 5, 6]
     for ours, theirs in zip(resumed, reference, strict=True):
@@ -153,7 +142,7 @@ def test_two_process_ddp_run_on_cpu(tiny_model_dir, tiny_corpus, tmp_path):
                "--log-every", "1", "--cache-dir", str(tmp_path / "cache"), "--freeze-encoder-steps", "1"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [m["step"] for m in read_metrics(output)] == [1, 2, 3]
+    assert [m["step"] for m in run_metrics(output)] == [1, 2, 3]
     assert (output / "encoder" / "config.json").exists()
 
 
@@ -170,7 +159,7 @@ def test_minilm_pretrains_on_real_text_and_exports(tmp_path):
                                      output=str(tmp_path / "run"), max_steps=40, batch_size=8, max_length=64,
                                      log_every=5, learning_rate=2e-4, warmup_ratio=0.05,
                                      cache_dir=str(tmp_path / "cache")))
-    losses = [m["loss"] for m in read_metrics(output)]
+    losses = [m["loss"] for m in run_metrics(output)]
     assert losses[-1] < 0.8 * losses[0]
     assert AutoModel.from_pretrained(output / "encoder").config.hidden_size == 384
     embeddings = SentenceTransformer(str(output / "sentence-transformer"), device="cpu").encode(["a query"])
@@ -196,7 +185,7 @@ def test_reconstruction_objectives_learn_on_real_text(tmp_path, objective):
     from conftest import shared_data
 
     _, output = minilm_run(tmp_path, objective, corpus=[str(shared_data("pretrain/python-docs.jsonl"))])
-    losses = [m["loss"] for m in read_metrics(output)]
+    losses = [m["loss"] for m in run_metrics(output)]
     assert sum(losses[-5:]) < sum(losses[:5])
 
 
@@ -251,7 +240,7 @@ def test_every_objective_pretrains_on_its_data(tiny_model_dir, tiny_corpus, tmp_
         {"corpus": [], "pairs": str(write_pairs(tmp_path / "pairs.jsonl"))}
     output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", objective=objective, max_steps=2,
                              save_every=0, **sources))
-    metrics = read_metrics(output)
+    metrics = run_metrics(output)
     assert [m["step"] for m in metrics] == [1, 2] and keys | {"loss"} <= set(metrics[0])
     assert all(np.isfinite(m["loss"]) for m in metrics)
     assert (output / "encoder" / "config.json").exists() and (output / "pretrain_head.safetensors").exists()
@@ -336,14 +325,14 @@ def test_frozen_encoder_steps_train_only_the_heads(tiny_model_dir, tiny_corpus, 
     assert same(snapshots[2]["body"], {n: initial[n] for n in body_names})  # steps 1-3: the encoder is untouched
     assert not same(snapshots[0]["head"], snapshots[2]["head"])  # while the heads learn
     assert not same(snapshots[2]["body"], snapshots[3]["body"])  # step 4: the encoder trains too
-    metrics = read_metrics(output)
+    metrics = run_metrics(output)
     # A step's record carries the learning rates of the next step: the encoder's turns positive for step 4.
     assert [m["lr"] > 0 for m in metrics] == [False, False, True, True, False]
     assert all(m["head_lr"] > 0 for m in metrics[:4])
 
 
 def test_heads_follow_their_own_learning_rate(tiny_model_dir, tiny_corpus, tmp_path):
-    metrics = read_metrics(pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", max_steps=4,
+    metrics = run_metrics(pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "run", max_steps=4,
                                            learning_rate=1e-4, head_learning_rate=1e-3)))
     assert all(m["head_lr"] == pytest.approx(10 * m["lr"]) for m in metrics)
     assert metrics[0]["lr"] > 0
@@ -422,7 +411,7 @@ def test_stage_two_runs_from_the_cli(stage_one, tiny_corpus, tmp_path):
                  "--batch-size", "4", "--max-length", "32", "--cache-dir", str(tmp_path / "cache")]) == 0
     resolved = json.loads((tmp_path / "stage2" / "config.json").read_text())
     assert (resolved["init_from"], resolved["model"]) == (str(output), None)
-    assert {"contrastive", "decoder"} <= set(read_metrics(tmp_path / "stage2")[0])
+    assert {"contrastive", "decoder"} <= set(run_metrics(tmp_path / "stage2")[0])
 
 
 def test_stage_two_rejects_a_head_of_another_objective(stage_one, tiny_corpus, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_sentences
+from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
 import retromae.train
 from retromae.cli import main
@@ -35,15 +35,7 @@ IDS = [f"d{i}" for i in range(len(TEXTS))]
 
 
 def run_config(model: Path, corpus: Path, output: Path, **overrides) -> PretrainConfig:
-    values = dict(model=str(model), corpus=[str(corpus)], output=str(output), max_steps=6, batch_size=4,
-                  max_length=32, log_every=1, save_every=2, keep_checkpoints=2, learning_rate=1e-3,
-                  cache_dir=str(output.parent / "cache"))
-    values.update(overrides)
-    return PretrainConfig(**values)
-
-
-def metrics(output: Path) -> list[dict]:
-    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    return tiny_pretrain_config(model, corpus, output, **{"save_every": 2, "keep_checkpoints": 2, **overrides})
 
 
 def checkpoints(output: Path) -> list[str]:
@@ -55,12 +47,12 @@ def checkpoints(output: Path) -> list[str]:
 def test_a_second_run_into_a_used_folder_is_refused(tiny_model_dir, tiny_corpus, tmp_path):
     output = tmp_path / "full"
     pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))
-    before = metrics(output)
+    before = run_metrics(output)
     with pytest.raises(ConfigError) as error:
         pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7))
     message = str(error.value)
     assert str(output) in message and "--resume" in message and "--overwrite" in message and "\n" not in message
-    assert metrics(output) == before and checkpoints(output) == ["step-0000002", "step-0000004"]
+    assert run_metrics(output) == before and checkpoints(output) == ["step-0000002", "step-0000004"]
 
 
 def test_overwrite_clears_only_our_files(tiny_model_dir, tiny_corpus, tmp_path):
@@ -69,7 +61,7 @@ def test_overwrite_clears_only_our_files(tiny_model_dir, tiny_corpus, tmp_path):
     (output / "notes.txt").write_text("mine")
     (output / "plots").mkdir()
     pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7, overwrite=True))
-    assert [m["step"] for m in metrics(output)] == [1, 2, 3]
+    assert [m["step"] for m in run_metrics(output)] == [1, 2, 3]
     assert checkpoints(output) == ["step-0000002", "step-0000003"]
     assert (output / "notes.txt").read_text() == "mine" and (output / "plots").is_dir()
 
@@ -133,11 +125,11 @@ def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, 
     reference, seen[:] = list(seen), []
     longer = tmp_path / "longer"
     pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=4))
-    first = metrics(longer)
+    first = run_metrics(longer)
     pretrain(run_config(tiny_model_dir, tiny_corpus, longer, max_steps=6, resume=True))
     assert seen == reference
-    assert metrics(longer)[:4] == first and [m["step"] for m in metrics(longer)] == list(range(1, 7))
-    for ours, theirs in zip(metrics(longer)[4:], metrics(straight)[4:], strict=True):
+    assert run_metrics(longer)[:4] == first and [m["step"] for m in run_metrics(longer)] == list(range(1, 7))
+    for ours, theirs in zip(run_metrics(longer)[4:], run_metrics(straight)[4:], strict=True):
         assert ours["lr"] == pytest.approx(theirs["lr"])
 
 
@@ -150,7 +142,7 @@ def test_resume_with_other_logging_and_saving_is_accepted(tiny_model_dir, tiny_c
 
 
 def test_kill_minus_nine_then_resume_reproduces_the_losses(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
-    reference = metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "straight")))
+    reference = run_metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "straight")))
     original = retromae.train.Trainer._optimizer_step
 
     def dies_in_step_five(self, batches):
@@ -162,7 +154,7 @@ def test_kill_minus_nine_then_resume_reproduces_the_losses(tiny_model_dir, tiny_
     with pytest.raises(KeyboardInterrupt):
         pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed"))
     monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", original)
-    resumed = metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed", resume=True)))
+    resumed = run_metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed", resume=True)))
     assert [m["loss"] for m in resumed] == pytest.approx([m["loss"] for m in reference], rel=1e-5)
 
 
@@ -342,4 +334,4 @@ def test_trec_writer_still_writes_atomically(tmp_path):
 def test_save_every_zero_leaves_no_checkpoint(tiny_model_dir, tiny_corpus, tmp_path):
     output = pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "lean", max_steps=3, save_every=0))
     assert not (output / "checkpoints").exists() and (output / "encoder").is_dir()
-    assert [m["step"] for m in metrics(output)] == [1, 2, 3]
+    assert [m["step"] for m in run_metrics(output)] == [1, 2, 3]
