@@ -5,6 +5,8 @@
 # decoding needs exactly one layer). retromae-enhanced (0.3 / 0.5) and retromae-basic (one layer) are shared with
 # recipes/objectives.sh and trained once.
 # Usage: recipes/ablations.sh [RUNS_DIR]   (from the repository root; sizes from the environment: recipes/small_encoder.sh)
+# GPU scale (the H100 measurement's settings, three variants sharing the GPU at once; not yet run by this project):
+#   SCALE=gpu recipes/ablations.sh runs/gpu-scale
 source "$(dirname "$0")/small_encoder.sh"
 
 variant retromae-enhanced --objective retromae --decoding enhanced
@@ -18,6 +20,8 @@ variant retromae-basic --objective retromae --decoding basic
 for layers in 2 3; do
   variant "basic-$layers-layers" --objective retromae --decoding basic --decoder-layers "$layers"
 done
+
+finish_variants
 
 report() {  # report NAME TITLE VARIANT...
   local name=$1 title=$2; shift 2

@@ -7,6 +7,8 @@
 # Usage: recipes/objectives.sh [RUNS_DIR]   (from the repository root; sizes from the environment: recipes/small_encoder.sh)
 # Full scale (GPUs): TOKENIZER=bert-base-uncased HIDDEN=768 LAYERS=12 LENGTH=512 BATCH=64 STEPS=100000 FT_POOLING=cls \
 #   CORPUS=hf:wikimedia/wikipedia:20231101.en LAUNCH="accelerate launch -m" recipes/objectives.sh runs/objectives-full
+# GPU scale (the H100 measurement's settings, three variants sharing the GPU at once; not yet run by this project):
+#   SCALE=gpu recipes/objectives.sh runs/gpu-scale
 source "$(dirname "$0")/small_encoder.sh"
 
 variant none
@@ -16,5 +18,6 @@ variant retromae-basic --objective retromae --decoding basic
 variant retromae-enhanced --objective retromae --decoding enhanced
 variant retromae-contrastive --objective retromae+contrastive
 
+finish_variants
 $PY -m retromae report --overwrite --variants "$RUNS"/{none,mlm,seed,retromae-basic,retromae-enhanced,retromae-contrastive} \
   --output "$RUNS/report-objectives" --title "Pre-training objectives under one budget"

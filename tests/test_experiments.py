@@ -71,6 +71,7 @@ def test_report_gathers_variants_into_a_table_json_and_plots(variants, tmp_path)
     assert [v["name"] for v in saved] == ["none", "retromae"]
     assert saved[1]["seconds"] == {"pretrain": 90.0, "finetune": 25.0, "eval-scifact": 5.0}
     assert [step for step, _ in saved[1]["pretrain_losses"]] == [2, 4]
+    assert [step for step, _ in saved[1]["encoder_mlm_losses"]] == [2, 4] and saved[0]["encoder_mlm_losses"] == []
     for plot in ("pretrain-loss.png", "metrics.png"):
         assert (tmp_path / "report" / plot).read_bytes().startswith(b"\x89PNG")
 
@@ -96,3 +97,14 @@ def test_bad_variant_folders_are_named(variants, tmp_path):
         read_variant(tmp_path / "empty")
     with pytest.raises(DataError, match="missing: no such variant folder"):
         report_table([read_variant(tmp_path / "missing")])
+
+
+def test_a_variant_with_only_a_metrics_file_is_reported_as_unknown_pre_training(variants, tmp_path):
+    copied = tmp_path / "copied" / "pretrain"
+    copied.mkdir(parents=True)
+    (copied / "metrics.jsonl").write_bytes((variants[1] / "pretrain" / "metrics.jsonl").read_bytes())
+    variant = read_variant(copied.parent)
+    assert variant.pretraining == "unknown (no pretrain/config.json)" and len(variant.pretrain_losses) == 2
+    header, rule, row = report_table([variant]).splitlines()  # no metric columns: still one cell per column
+    assert header == "| variant | pre-training | pre-training loss | minutes |" and rule == "|---|---|---|---:|"
+    assert row.startswith("| copied | unknown (no pretrain/config.json) | ") and row.endswith(" | – |")

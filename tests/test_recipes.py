@@ -1,5 +1,5 @@
-"""The experiment recipes: every script parses; the objectives, fine-tuning and crossover recipes run end to end at
-toy size (slow)."""
+"""The experiment recipes: every script parses; the objectives, two-stage, fine-tuning and crossover recipes run end
+to end at toy size (slow)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def tiny_shared_data(folder: Path) -> None:
     (folder / "pretrain").mkdir()
     corpus = [json.dumps({"id": str(i), "text": " ".join(make_sentences(4, seed=i))}) for i in range(40)]
     (folder / "pretrain" / "corpus.jsonl").write_text("\n".join(corpus) + "\n")
+    (folder / "pairs").mkdir()
+    pairs = [json.dumps({"query": sentences[i], "pos": [sentences[i + 1]], "neg": []}) for i in range(30)]
+    (folder / "pairs" / "snli-dev-test.jsonl").write_text("\n".join(pairs) + "\n")
 
 
 @pytest.mark.slow
@@ -53,6 +56,27 @@ def test_objectives_recipe_runs_every_variant_and_reports(tiny_model_dir, tmp_pa
     subprocess.run(["bash", "recipes/objectives.sh", str(runs)], cwd=ROOT, env=environment, check=True,
                    capture_output=True)
     assert (runs / "mlm" / "times.txt").read_text() == first  # a finished stage is never run again
+
+
+@pytest.mark.slow
+def test_two_stage_recipe_continues_stage_one_on_the_corpus_and_on_pairs_in_parallel(tiny_model_dir, tmp_path):
+    tiny_shared_data(tmp_path / "data")
+    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
+                   "DATA": str(tmp_path / "data"), "CORPUS": str(tmp_path / "data" / "pretrain" / "corpus.jsonl"),
+                   "TOKENIZER": str(tiny_model_dir), "HIDDEN": "64", "LAYERS": "1", "LENGTH": "32", "BATCH": "4",
+                   "STEPS": "6", "FT_EPOCHS": "1", "PARALLEL": "2"}
+    runs = tmp_path / "runs"
+    subprocess.run(["bash", "recipes/two_stage.sh", str(runs)], cwd=ROOT, env=environment, check=True,
+                   capture_output=True)
+    table = (runs / "report-two-stage" / "report.md").read_text().splitlines()
+    assert [row.split(" | ")[0].removeprefix("| ") for row in table[4:]] == [
+        "retromae-enhanced", "stage2-scifact", "stage2-snli"]
+    for stage2, source in (("stage2-scifact", "corpus"), ("stage2-snli", "pairs")):
+        config = json.loads((runs / stage2 / "pretrain" / "config.json").read_text())
+        assert config["objective"] == "retromae+contrastive" and config["max_steps"] == 2
+        assert config["init_from"] == str(runs / "retromae-enhanced" / "pretrain") and config[source]
+        assert (runs / stage2 / "eval" / "stsb.json").is_file()
+    assert (runs / "stage2-scifact" / "cache").is_dir()  # concurrent runs keep their own token stores
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ class Variant:
     name: str
     pretraining: str
     pretrain_losses: list[tuple[int, float]]
+    encoder_mlm_losses: list[tuple[int, float]] = field(default_factory=list)  # comparable across objectives
     scores: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     probes: list[ProbePoint] = field(default_factory=list)
@@ -86,9 +87,9 @@ def read_metrics(metrics: Path) -> list[dict]:
     return [parse_json_line(metrics, number, line) for number, line in numbered_lines(metrics)]
 
 
-def losses(records: list[dict]) -> list[tuple[int, float]]:
-    """(step, loss) of every training record of a metrics.jsonl."""
-    return [(int(record["step"]), float(record["loss"])) for record in records if "loss" in record]
+def losses(records: list[dict], key: str = "loss") -> list[tuple[int, float]]:
+    """(step, value of `key`: the total loss or one component) of every training record of a metrics.jsonl."""
+    return [(int(record["step"]), float(record[key])) for record in records if key in record]
 
 
 def read_times(path: Path) -> dict[str, float]:
@@ -111,8 +112,9 @@ def read_variant(folder: Path) -> Variant:
     records = read_metrics(pretrain / "metrics.jsonl") if (pretrain / "metrics.jsonl").exists() else []
     variant = Variant(
         name=folder.name,
-        pretraining=describe_pretraining(_read_json(pretrain / "config.json")) if pretrain.is_dir() else "none",
-        pretrain_losses=losses(records), probes=probe_points(records))
+        pretraining=_pretraining_cell(pretrain),
+        pretrain_losses=losses(records), encoder_mlm_losses=losses(records, "encoder_mlm"),
+        probes=probe_points(records))
     for path in sorted((folder / "eval").glob("*.json")):
         results = _read_json(path)
         variant.scores.update({f"{path.stem} {metric}": float(results[metric])
@@ -124,6 +126,16 @@ def read_variant(folder: Path) -> Variant:
     return variant
 
 
+def _pretraining_cell(pretrain: Path) -> str:
+    """The pre-training column: from its config.json; a metrics.jsonl alone (a run copied without its folder)
+    says so."""
+    if not pretrain.is_dir():
+        return "none"
+    if not (pretrain / "config.json").exists():
+        return "unknown (no pretrain/config.json)"
+    return describe_pretraining(_read_json(pretrain / "config.json"))
+
+
 def _loss_cell(losses: list[tuple[int, float]]) -> str:
     return f"{losses[0][1]:.2f} → {losses[-1][1]:.2f}" if losses else "–"
 
@@ -131,26 +143,31 @@ def _loss_cell(losses: list[tuple[int, float]]) -> str:
 def report_table(variants: list[Variant]) -> str:
     """A Markdown table: variant, pre-training, its loss, every metric column, minutes."""
     columns = metric_columns(variants)
-    lines = ["| variant | pre-training | pre-training loss | " + " | ".join(columns) + " | minutes |",
+    lines = ["| " + " | ".join(["variant", "pre-training", "pre-training loss", *columns, "minutes"]) + " |",
              "|---|---|---|" + "---:|" * (len(columns) + 1)]
     for variant in variants:
         cells = [f"{variant.scores[c]:.4f}" if c in variant.scores else "–" for c in columns]
         minutes = f"{sum(variant.seconds.values()) / 60:.1f}" if variant.seconds else "–"
-        lines.append(f"| {variant.name} | {variant.pretraining} | {_loss_cell(variant.pretrain_losses)} | "
-                     + " | ".join(cells) + f" | {minutes} |")
+        lines.append("| " + " | ".join([variant.name, variant.pretraining, _loss_cell(variant.pretrain_losses),
+                                         *cells, minutes]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot_pretrain_losses(variants: list[Variant], path: Path) -> None:
-    """Pre-training loss against step, one line per variant that pre-trained."""
+    """Pre-training loss against step, one line per variant that pre-trained: the objective's total and, when any
+    variant logged one, the encoder's MLM loss (the one term every reconstruction objective shares)."""
     plt = pyplot()
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for variant in variants:
-        if variant.pretrain_losses:
-            steps, losses = zip(*variant.pretrain_losses, strict=True)
-            axis.plot(steps, losses, label=variant.name)
-    axis.set(xlabel="step", ylabel="pre-training loss (objective's total)")
-    axis.legend(fontsize=8)
+    panels = [("pretrain_losses", "pre-training loss (objective's total)")]
+    if any(variant.encoder_mlm_losses for variant in variants):
+        panels.append(("encoder_mlm_losses", "encoder MLM loss (nats per masked token)"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4), squeeze=False)
+    for axis, (attribute, label) in zip(axes[0], panels, strict=True):
+        for variant in variants:
+            if getattr(variant, attribute):
+                steps, values = zip(*getattr(variant, attribute), strict=True)
+                axis.plot(steps, values, label=variant.name)
+        axis.set(xlabel="step", ylabel=label)
+        axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
