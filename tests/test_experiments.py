@@ -108,3 +108,14 @@ def test_a_variant_with_only_a_metrics_file_is_reported_as_unknown_pre_training(
     header, rule, row = report_table([variant]).splitlines()  # no metric columns: still one cell per column
     assert header == "| variant | pre-training | pre-training loss | minutes |" and rule == "|---|---|---|---:|"
     assert row.startswith("| copied | unknown (no pretrain/config.json) | ") and row.endswith(" | – |")
+
+
+def test_a_wordpiece_vocabulary_trained_twice_on_the_same_texts_has_the_same_ids():
+    from itertools import islice
+
+    from retromae.data.stdlib_docs import iter_doc_pairs
+    from retromae.scratch import SPECIAL_TOKENS, train_wordpiece
+
+    texts = [pair.text for pair in islice(iter_doc_pairs(), 300)]
+    first, second = (train_wordpiece(texts, 600).get_vocab() for _ in range(2))
+    assert first == second and [first[token] for token in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))

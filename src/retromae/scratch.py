@@ -30,6 +30,11 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, model_max_length: int
     # tokenizers' own bar prints blank lines when stderr is not a terminal; it shows under --verbose only.
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=verbose())
     tokenizer.train_from_iterator(texts, trainer)
+    # The trainer numbers tokens of equal frequency in hash-map order, which differs from run to run; numbering
+    # them in sorted order makes the same texts give the same ids, so a seeded model from scratch is reproducible.
+    learned = sorted(token for token in tokenizer.get_vocab() if token not in SPECIAL_TOKENS)
+    tokenizer.model = models.WordPiece({token: i for i, token in enumerate(SPECIAL_TOKENS + learned)},
+                                       unk_token="[UNK]")
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
