@@ -40,6 +40,11 @@ def test_stages_are_numbered_with_the_expected_remaining_time(capsys):
     assert lines[0].strip().startswith("1/8 build the standard-library docstring set (about ")
     assert "pre-train with RetroMAE (enhanced), 1200 steps x 32 x 64 tokens" in lines[6]
     assert lines[-1].startswith("8/8 fine-tune and evaluate: RetroMAE (enhanced)")
+    seconds = dict(plan)  # each objective's pre-training is planned at its own pace
+    shape = "1200 steps x 32 x 64 tokens"
+    mlm, retromae = (seconds[f"pre-train with {name}, {shape}"] for name in ("MLM", "RetroMAE (enhanced)"))
+    pace = PRESETS["cpu"].seconds_per_step
+    assert retromae / mlm == pytest.approx(pace["retromae"] / pace["mlm"])
 
 
 def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_path, capsys):

@@ -62,7 +62,7 @@ class Budget:
     finetune_epochs: float
     finetune_batch_size: int
     mixed_precision: str
-    seconds_per_pretrain_step: float  # both objectives' mean; these three drive the expected remaining time
+    seconds_per_step: dict[str, float]  # per pre-training objective; with the next two, the expected time left
     seconds_per_finetune: float
     seconds_per_evaluation: float
 
@@ -70,18 +70,18 @@ class Budget:
 PRESETS = {
     # Chosen by measurement on two idle cores (docs/RESULTS.md, section 0): by about 1,000 steps RetroMAE's [CLS]
     # leaves the unigram plateau (its zero-shot probe rises while MLM's stays at chance), and 1,200 steps give it a
-    # fine-tuned NDCG@10 gap over MLM and no pre-training well beyond the seeds' spread. MLM about 0.08 s and
+    # fine-tuned NDCG@10 gap over MLM and no pre-training well beyond the seeds' spread. MLM about 0.10 s and
     # RetroMAE 0.17 s a step; 3 fine-tuning epochs about 25 s per variant.
     "cpu": Budget(vocab_size=2000, hidden_size=128, layers=2, max_length=64, pretrain_steps=1200,
                   pretrain_batch_size=32, learning_rate=2e-3, finetune_epochs=3.0, finetune_batch_size=32,
-                  mixed_precision="no", seconds_per_pretrain_step=0.125, seconds_per_finetune=25.0,
+                  mixed_precision="no", seconds_per_step={"mlm": 0.10, "retromae": 0.17}, seconds_per_finetune=25.0,
                   seconds_per_evaluation=5.0),
     # The H100 measurement's settings (../shared/measurements/h100-2026-11-22: 4 x 256, 128 x 128 tokens, 1e-3,
     # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Not run
     # yet (no GPU here); its stage seconds are guesses from that measurement's ~300k tokens/s.
     "cuda": Budget(vocab_size=8000, hidden_size=256, layers=4, max_length=128, pretrain_steps=2000,
                    pretrain_batch_size=128, learning_rate=1e-3, finetune_epochs=4.0, finetune_batch_size=32,
-                   mixed_precision="bf16", seconds_per_pretrain_step=0.06, seconds_per_finetune=30.0,
+                   mixed_precision="bf16", seconds_per_step={"mlm": 0.04, "retromae": 0.08}, seconds_per_finetune=30.0,
                    seconds_per_evaluation=10.0),
 }
 OVERRIDABLE = ("vocab_size", "hidden_size", "layers", "max_length", "pretrain_steps", "pretrain_batch_size",
@@ -137,14 +137,14 @@ class QuickstartConfig(OutputOptions):
 
 def planned_stages(budget: Budget, build_data: bool) -> list[tuple[str, float]]:
     """The stages of a run and the seconds each is expected to take."""
-    pretrain_seconds = budget.pretrain_steps * budget.seconds_per_pretrain_step
     shape = f"{budget.pretrain_steps} steps x {budget.pretrain_batch_size} x {budget.max_length} tokens"
     stages = [("build the standard-library docstring set", 10.0)] if build_data else []
     stages += [("train a WordPiece tokenizer, initialise the encoder", 10.0),
                ("BM25 on the test queries", 5.0)]
     for name, objective, _ in VARIANTS:
         if objective:
-            stages.append((f"pre-train with {name}, {shape}", pretrain_seconds))
+            seconds = budget.pretrain_steps * budget.seconds_per_step[objective]
+            stages.append((f"pre-train with {name}, {shape}", seconds))
         stages.append((f"fine-tune and evaluate: {name}", budget.seconds_per_finetune + budget.seconds_per_evaluation))
     return stages
 
