@@ -36,13 +36,17 @@ def tiny_shared_data(folder: Path) -> None:
     (folder / "pairs" / "snli-dev-test.jsonl").write_text("\n".join(pairs) + "\n")
 
 
+def small_encoder_environment(tiny_model_dir: Path, tmp_path: Path, **sizes: str) -> dict[str, str]:
+    """Toy-size shared data under tmp_path, and the environment that runs recipes/small_encoder.sh on it."""
+    tiny_shared_data(tmp_path / "data")
+    return {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"), "DATA": str(tmp_path / "data"),
+            "CORPUS": str(tmp_path / "data" / "pretrain" / "corpus.jsonl"), "TOKENIZER": str(tiny_model_dir),
+            "HIDDEN": "64", "LAYERS": "1", "LENGTH": "32", "BATCH": "4", "FT_EPOCHS": "1", **sizes}
+
+
 @pytest.mark.slow
 def test_objectives_recipe_runs_every_variant_and_reports(tiny_model_dir, tmp_path):
-    tiny_shared_data(tmp_path / "data")
-    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
-                   "DATA": str(tmp_path / "data"), "CORPUS": str(tmp_path / "data" / "pretrain" / "corpus.jsonl"),
-                   "TOKENIZER": str(tiny_model_dir), "HIDDEN": "64", "LAYERS": "1", "LENGTH": "32", "BATCH": "4",
-                   "STEPS": "2", "FT_EPOCHS": "1"}
+    environment = small_encoder_environment(tiny_model_dir, tmp_path, STEPS="2")
     runs = tmp_path / "runs"
     subprocess.run(["bash", "recipes/objectives.sh", str(runs)], cwd=ROOT, env=environment, check=True,
                    capture_output=True)
@@ -60,11 +64,7 @@ def test_objectives_recipe_runs_every_variant_and_reports(tiny_model_dir, tmp_pa
 
 @pytest.mark.slow
 def test_two_stage_recipe_continues_stage_one_on_the_corpus_and_on_pairs_in_parallel(tiny_model_dir, tmp_path):
-    tiny_shared_data(tmp_path / "data")
-    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
-                   "DATA": str(tmp_path / "data"), "CORPUS": str(tmp_path / "data" / "pretrain" / "corpus.jsonl"),
-                   "TOKENIZER": str(tiny_model_dir), "HIDDEN": "64", "LAYERS": "1", "LENGTH": "32", "BATCH": "4",
-                   "STEPS": "6", "FT_EPOCHS": "1", "PARALLEL": "2"}
+    environment = small_encoder_environment(tiny_model_dir, tmp_path, STEPS="6", PARALLEL="2")
     runs = tmp_path / "runs"
     subprocess.run(["bash", "recipes/two_stage.sh", str(runs)], cwd=ROOT, env=environment, check=True,
                    capture_output=True)
