@@ -38,12 +38,12 @@ else
   [ -f "$PROBE/corpus.jsonl" ] || $PY -c "import sys; from pathlib import Path
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$PROBE"
-  [ -f "$INIT/config.json" ] || $PY -c "import sys; from pathlib import Path
-from retromae.data.corpus import iter_corpus
-from retromae.scratch import save_random_bert, train_wordpiece
-tokenizer = train_wordpiece((d.text for d in iter_corpus([sys.argv[1]])), int(sys.argv[2]))
-save_random_bert(tokenizer, Path(sys.argv[3]), hidden_size=int(sys.argv[4]), layers=int(sys.argv[5]), seed=42)
-" "${CORPUS[0]}" "$VOCAB" "$INIT" "$HIDDEN" "$LAYERS"
+  [ -f "$INIT/config.json" ] || $PY -c "import dataclasses, sys; from pathlib import Path
+from retromae.quickstart import PRESETS, initial_model
+budget = dataclasses.replace(PRESETS['cpu'], vocab_size=int(sys.argv[2]), hidden_size=int(sys.argv[4]),
+                             layers=int(sys.argv[5]), max_length=int(sys.argv[6]))
+initial_model([sys.argv[1]], budget, Path(sys.argv[3]), seed=42)
+" "${CORPUS[0]}" "$VOCAB" "$INIT" "$HIDDEN" "$LAYERS" "$LENGTH"
 fi
 PROBE_OPTIONS=(--probe "$PROBE" --probe-every "$PROBE_EVERY" --probe-queries "${PROBE_QUERIES:-200}"
                --probe-documents "${PROBE_DOCUMENTS:-5000}" --keep-best-probe)

@@ -157,14 +157,14 @@ def plot_pretrain_losses(variants: list[Variant], path: Path) -> None:
     """Pre-training loss against step, one line per variant that pre-trained: the objective's total and, when any
     variant logged one, the encoder's MLM loss (the one term every reconstruction objective shares)."""
     plt = pyplot()
-    panels = [("pretrain_losses", "pre-training loss (objective's total)")]
+    panels = [("pre-training loss (objective's total)", [v.pretrain_losses for v in variants])]
     if any(variant.encoder_mlm_losses for variant in variants):
-        panels.append(("encoder_mlm_losses", "encoder MLM loss (nats per masked token)"))
+        panels.append(("encoder MLM loss (nats per masked token)", [v.encoder_mlm_losses for v in variants]))
     figure, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4), squeeze=False)
-    for axis, (attribute, label) in zip(axes[0], panels, strict=True):
-        for variant in variants:
-            if getattr(variant, attribute):
-                steps, values = zip(*getattr(variant, attribute), strict=True)
+    for axis, (label, curves) in zip(axes[0], panels, strict=True):
+        for variant, curve in zip(variants, curves, strict=True):
+            if curve:
+                steps, values = zip(*curve, strict=True)
                 axis.plot(steps, values, label=variant.name)
         axis.set(xlabel="step", ylabel=label)
         axis.legend(fontsize=8)
