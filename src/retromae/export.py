@@ -46,9 +46,11 @@ def declared_max_length(source: str | Path) -> int | None:
         return None
 
 
-def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
-    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
-    `max_length` its metadata declares as `max_seq_length`."""
+def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str | None = None,
+                                normalize: bool = False) -> None:
+    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling (default: the one
+    its metadata declares) and the `max_length` its metadata declares as `max_seq_length`."""
+    pooling = pooling or describe_folder(str(encoder_dir)).pooling.pooling
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
