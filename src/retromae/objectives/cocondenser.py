@@ -41,9 +41,9 @@ def span_pair_loss(embeddings: torch.Tensor, temperature: float = 1.0) -> torch.
     offset = dist.get_rank() * rows if gathered.shape[0] > rows else 0
     local = torch.arange(rows, device=embeddings.device)  # (2B,)
     partner = offset + (local + rows // 2) % rows  # (2B,): the other span of the same document
-    scores = embeddings.float() @ gathered.T / temperature  # (2B, W * 2B)
-    own = torch.tensor(torch.finfo(scores.dtype).min, device=scores.device)
-    scores = scores.index_put((local, offset + local), own)  # a span is not its own candidate
+    scores = (embeddings.float() @ gathered.T).float() / temperature  # (2B, W * 2B); float32 under autocast too
+    own = F.one_hot(offset + local, gathered.shape[0]).bool()  # (2B, W * 2B): a span is not its own candidate
+    scores = scores.masked_fill(own, torch.finfo(scores.dtype).min)
     return F.cross_entropy(scores, partner)
 
 

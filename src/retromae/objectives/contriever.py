@@ -46,7 +46,7 @@ def moco_loss(queries: torch.Tensor, keys: torch.Tensor, queue: torch.Tensor, te
     keys (B, D): each query's positive; queue (K, D): negatives shared by every query. float32 scores.
     """
     positive = (queries.float() * keys.float()).sum(dim=-1, keepdim=True)  # (B, 1)
-    negative = queries.float() @ queue.float().T  # (B, K)
+    negative = (queries.float() @ queue.float().T).float()  # (B, K); float32 under autocast too
     logits = torch.cat([positive, negative], dim=1) / temperature  # (B, 1 + K)
     return F.cross_entropy(logits, torch.zeros(queries.shape[0], dtype=torch.long, device=queries.device))
 
