@@ -4,11 +4,13 @@ Reference: `BertForMaskedLM` with `DataCollatorForLanguageModeling` (15% masking
 forward + backward + AdamW step. Ours: the same encoder, batch and length through every `retromae` objective
 (masks built on the device, vocabulary projection only where a loss is taken), forward + backward + AdamW step.
 The contrastive objectives read the same B rows as B/2 pairs (first views, then their positives), so every run
-processes the same tokens per step. Rounds alternate between the runs so machine noise hits them alike; the
-figure is the median step time. The whole objective (decoder included) runs on `--device`, and the device is
-synchronised before every clock read.
+reads the same tokens per step; unsupervised SimCSE reads B blocks and encodes each twice (its two dropout views),
+and Contriever encodes the key half without gradient through its momentum encoder (queue of 131,072 keys).
+Rounds alternate between the runs so machine noise hits them alike; the figure is the median step time. The whole
+objective (decoder included) runs on `--device`, and the device is synchronised before every clock read.
 
 Run: PYTHONPATH=src python benchmarks/pretrain_throughput.py [--batch-size 16] [--max-length 128] [--device cpu]
+     [--runs dupmae contriever ...]  (a subset of the runs; the reference always runs)
 Targets (CPU, MiniLM-L6, L=128, B=16): RetroMAE enhanced ≤ 1.3× the reference step; our MLM faster than it.
 """
 
@@ -34,6 +36,11 @@ RUNS = {
     "seed (3 layers, k=2)": dict(objective="seed", decoder_layers=3, attention_window=2),
     "contrastive": dict(objective="contrastive"),
     "retromae+contrastive": dict(objective="retromae+contrastive", decoding="enhanced", decoder_layers=1),
+    "dupmae": dict(objective="dupmae", decoding="enhanced", decoder_layers=1),
+    "condenser (0.15)": dict(objective="condenser", encoder_mask_ratio=0.15),
+    "cocondenser (0.15)": dict(objective="cocondenser", encoder_mask_ratio=0.15),
+    "contriever": dict(objective="contriever"),
+    "simcse (unsupervised)": dict(objective="simcse"),
 }
 
 
@@ -101,6 +108,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS), metavar="RUN")
     args = parser.parse_args()
     device = torch.device(args.device)
     new_model, tokenizer = load_encoder(device)
@@ -113,10 +121,12 @@ def main() -> None:
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     steps = {"reference HF MLM (0.15)": reference_step(
         reference, torch.optim.AdamW(reference.parameters(), lr=1e-5), collator, ids, device)}
-    for name, overrides in RUNS.items():
+    for name in args.runs:
+        overrides = RUNS[name]
         settings = SimpleNamespace(**{"encoder_mask_ratio": 0.3, "decoder_mask_ratio": 0.5, "whole_word_mask": False,
                                       "decoding": "enhanced", "decoder_layers": None, "attention_window": 2,
-                                      "temperature": 0.05, **overrides})
+                                      "temperature": None, "bow_weight": 0.1, "skip_from": None,
+                                      "momentum": 0.9995, "queue_size": 131_072, "pairs": None, **overrides})
         objective = build_objective(settings.objective, new_model(), tokenizer, settings).to(device).train()
         steps[name] = our_step(objective, torch.optim.AdamW(objective.parameters(), lr=1e-5), ids, device, special)
 
