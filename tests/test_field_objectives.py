@@ -262,8 +262,22 @@ def test_supervised_simcse_trains_on_triples(tiny_model_dir, tiny_corpus, tmp_pa
 
 def test_supervised_simcse_without_hard_negatives_names_the_line(tiny_model_dir, tiny_corpus, tmp_path):
     pairs = write_triples(tmp_path / "pairs.jsonl", negatives=False)
-    with pytest.raises(DataError, match=r"pairs.jsonl:1: supervised SimCSE needs a hard negative .*'neg'"):
+    with pytest.raises(DataError, match=r"pairs.jsonl:1: supervised SimCSE needs hard negatives: add a field 'neg'"):
         pretrain(field_config(tiny_model_dir, tiny_corpus, tmp_path / "run", "simcse", corpus=[], pairs=str(pairs)))
+
+
+def test_queries_without_a_hard_negative_are_left_out_with_a_warning(tiny_tokenizer, tmp_path, caplog):
+    from retromae.data.contrastive import PairsDataset
+
+    pairs = write_triples(tmp_path / "nli.jsonl", count=4)
+    lines = pairs.read_text().splitlines()
+    lines[1] = lines[1].replace('"neg": [', '"neg": [], "was": [')
+    pairs.write_text("\n".join(lines) + "\n")
+    assert len(PairsDataset(pairs, tiny_tokenizer, 32, seed=0, negatives=True)) == 3
+    assert "1 of 4 queries have no hard negative" in caplog.text
+    pairs.write_text("".join(json.dumps({"query": "q", "pos": "p", "neg": []}) + "\n" for _ in range(2)))
+    with pytest.raises(DataError, match="no line has a hard negative"):
+        PairsDataset(pairs, tiny_tokenizer, 32, seed=0, negatives=True)
 
 
 @pytest.mark.parametrize("name", ["cocondenser", "contriever"])
@@ -350,3 +364,26 @@ def test_loss_falls_on_real_text(tmp_path, name):
                            queue_size=64)
     losses = [m["loss"] for m in run_metrics(output)]
     assert sum(losses[-10:]) < sum(losses[:10]), losses
+
+
+@pytest.mark.parametrize("source,name", [("txt", "cocondenser"), ("beir", "contriever"), ("parquet", "simcse")])
+def test_corpus_formats_feed_the_new_objectives(tiny_model_dir, tmp_path, source, name):
+    """The token store is shared by every objective (its formats: tests/test_data.py); spans, crops and doubled
+    blocks read it from any of them."""
+    from conftest import tiny_beir
+
+    texts = [" ".join(make_sentences(3, seed=i)) for i in range(24)]
+    if source == "txt":
+        corpus = tmp_path / "corpus.txt"
+        corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    elif source == "beir":
+        corpus = tmp_path / "beir"
+        tiny_beir(corpus)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        corpus = tmp_path / "corpus.parquet"
+        pq.write_table(pa.table({"text": texts}), corpus)
+    output = pretrain(field_config(tiny_model_dir, corpus, tmp_path / name, name, max_steps=2, save_every=0))
+    assert all(np.isfinite(m["loss"]) for m in run_metrics(output))

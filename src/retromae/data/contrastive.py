@@ -17,6 +17,7 @@ lands in another batch). No model code and no masking.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from retromae.errors import DataError
 SUBSPAN_SHARE = (0.25, 0.5)
 CROP_SHARE = (0.1, 0.5)  # Contriever's ratio_min, ratio_max
 DELETE_PROBABILITY = 0.1  # Contriever's token deletion (prob_augmentation)
+logger = logging.getLogger(__name__)
 
 
 def batch_generator(seed: int, indices: Sequence[int]) -> np.random.Generator:
@@ -154,11 +156,24 @@ def _check_pair(record: object, where: str) -> tuple[str, list[str]]:
 
 
 def _check_negatives(record: dict, where: str) -> list[str]:
+    """The hard negatives of a line: "neg" must be there; an empty list says this query has none."""
     if "neg" not in record:
-        raise DataError(f"{where}: supervised SimCSE needs a hard negative for every pair: add a field 'neg' (a "
-                        "string or a list of strings, e.g. the NLI contradiction), or train on --corpus "
-                        "(unsupervised)")
-    return _texts(record["neg"], "neg", where)
+        raise DataError(f"{where}: supervised SimCSE needs hard negatives: add a field 'neg' (a string or a list "
+                        "of strings, e.g. the NLI contradictions; [] for a query without one), or train on "
+                        "--corpus (unsupervised)")
+    return [] if record["neg"] == [] else _texts(record["neg"], "neg", where)
+
+
+def _with_negatives(pairs: list, path: str | Path) -> list:
+    """The pairs whose query has a hard negative; the others are left out, with a warning saying how many."""
+    kept = [pair for pair in pairs if pair[2]]
+    if not kept:
+        raise DataError(f"{path}: no line has a hard negative ('neg' is empty on all {len(pairs)}); supervised "
+                        "SimCSE needs (query, positive, hard negative) triples")
+    if len(kept) < len(pairs):
+        logger.warning("%s: %d of %d queries have no hard negative ('neg': []) and are left out", path,
+                       len(pairs) - len(kept), len(pairs))
+    return kept
 
 
 def _texts(value: object, field: str, where: str) -> list[str]:
@@ -183,6 +198,8 @@ class PairsDataset(_BatchSeeded):
         pairs = list(iter_pairs(Path(path), negatives))
         if not pairs:
             raise DataError(f"{path}: no pairs in the file")
+        if negatives:
+            pairs = _with_negatives(pairs, path)
         texts = [text for query, positives, hard, _ in pairs for text in (query, *positives, *hard)]
         blocks = iter(_tokenise(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False)))
         self.groups: list[list[list[Block]]] = []  # per item: [[query], positives, negatives (maybe empty)]
