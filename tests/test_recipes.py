@@ -115,7 +115,7 @@ def test_crossover_recipe_probes_both_objectives_and_reports_curves(tiny_model_d
 @pytest.mark.slow
 def test_field_objectives_recipe_scores_every_seed_and_gathers_the_seeds(tmp_path):
     tiny_shared_data(tmp_path / "data")
-    variants = ["none", "cocondenser", "contriever", "simcse"]
+    variants = ["none", "contriever"]  # every stage of the recipe; the other objectives only change its options
     environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
                    "DATA": str(tmp_path / "data"), "DATASET": str(tmp_path / "data" / "beir" / "scifact"),
                    "VOCAB": "200", "HIDDEN": "64", "LAYERS": "2", "LENGTH": "32", "BATCH": "4", "STEPS": "2",
