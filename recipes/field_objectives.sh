@@ -37,15 +37,8 @@ contrastive}
 DATASET=${DATASET:-$RUNS/data} INIT=$RUNS/initial-model  # DATASET: any BEIR folder with train and test qrels
 mkdir -p "$RUNS"
 
-[ -f "$DATASET/corpus.jsonl" ] || $PY -c "import sys; from pathlib import Path
-from retromae.data.stdlib_docs import build_stdlib_retrieval_set
-print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$DATASET"
-[ -f "$INIT/config.json" ] || $PY -c "import dataclasses, sys; from pathlib import Path
-from retromae.quickstart import PRESETS, initial_model
-budget = dataclasses.replace(PRESETS['cpu'], vocab_size=int(sys.argv[2]), hidden_size=int(sys.argv[4]),
-                             layers=int(sys.argv[5]), max_length=int(sys.argv[6]))
-initial_model([sys.argv[1]], budget, Path(sys.argv[3]), seed=42)
-" "$DATASET/corpus.jsonl" "$VOCAB" "$INIT" "$HIDDEN" "$LAYERS" "$LENGTH"
+stdlib_dataset "$DATASET"
+quickstart_initial_model "$DATASET/corpus.jsonl" "$INIT" "$VOCAB" "$HIDDEN" "$LAYERS" "$LENGTH"
 
 objective_options() {  # objective_options VARIANT: the pre-training options that make the variant
   case $1 in

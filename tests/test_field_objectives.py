@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import kill_after_checkpoint, make_sentences, run_metrics
+from conftest import kill_after_checkpoint, make_sentences, run_metrics, run_two_processes
 from conftest import tiny_pretrain_config as config
 from safetensors.torch import load_file
 from test_objectives import build, generator, make_batch
@@ -328,12 +328,7 @@ def test_probe_scores_with_the_trained_pooling(tiny_model_dir, tiny_corpus, tmp_
 
 
 def test_two_process_gathers_equal_one_process_over_the_whole_batch():
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(ROOT / "tests" / "dist_field_objectives.py")]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert result.stdout.count("== single-process") == 6
+    assert run_two_processes("dist_field_objectives.py").count("== single-process") == 6
 
 
 @pytest.mark.slow
