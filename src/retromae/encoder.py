@@ -25,8 +25,8 @@ from retromae.config import option, require
 from retromae.console import progress
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, write_text_atomic
+from retromae.model_source import ENCODER_FILE, check_tokenizer, resolve_model
 
-ENCODER_FILE = "retromae_encoder.json"
 POOLINGS = ("cls", "mean")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_MAX_LENGTH = 512
@@ -63,12 +63,6 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConf
         mask = attention_mask.unsqueeze(-1).float()  # (B, L, 1)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
     return F.normalize(pooled, dim=-1) if config.normalize else pooled
-
-
-def _looks_local(name_or_path: str) -> bool:
-    """A hub id is `name` or `owner/name`; anything else (absolute, ./, ~, deeper paths) is a folder."""
-    return (os.path.isabs(name_or_path) or name_or_path.startswith((".", "~"))
-            or name_or_path.count("/") > 1 or os.path.exists(name_or_path))
 
 
 def _read_json(source: str, filename: str) -> dict[str, Any] | None:
@@ -203,6 +197,7 @@ class Encoder:
         self.config = pooling or PoolingConfig()
         self.max_length = max_length or _default_max_length(model, tokenizer, None)
         self.amp_dtype = amp_dtype
+        self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
 
     @property
     def pooling(self) -> str:
@@ -225,10 +220,8 @@ class Encoder:
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
              max_length: int | None = None) -> Encoder:
         """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win."""
-        source = str(name_or_path)
-        source = os.path.expanduser(source)
-        if _looks_local(source) and not os.path.isdir(source):
-            raise _load_error(source, "no such folder")
+        resolved = resolve_model(name_or_path)
+        source = resolved.folder
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
@@ -238,9 +231,12 @@ class Encoder:
             model = AutoModel.from_pretrained(source, subfolder=spec.subfolder)
         except (OSError, ValueError, KeyError) as error:
             raise _load_error(source, str(error)) from error
+        check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
         model.to(device).eval()
         length = max_length or _default_max_length(model, tokenizer, spec.max_length)
-        return cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+        encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+        encoder.source = resolved.given
+        return encoder
 
     def save(self, path: str | Path) -> None:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""

@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from retromae.encoder import describe_folder
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
+from retromae.model_source import resolve_model
 
 ENCODER_METADATA = "retromae_encoder.json"
 HEAD_FILE = "pretrain_head.safetensors"
@@ -41,7 +42,7 @@ def declared_max_length(source: str | Path) -> int | None:
     """The input length a model folder declares (`max_seq_length` of sentence-transformers, or our metadata's
     `max_length`; e.g. 256 for all-MiniLM-L6-v2), or None when it declares none or cannot be read."""
     try:
-        return describe_folder(str(source)).max_length
+        return describe_folder(resolve_model(source).folder).max_length
     except ModelLoadError:
         return None
 

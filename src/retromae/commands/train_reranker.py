@@ -19,9 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from retromae.console import wrote
+    from retromae.processes import is_main_process
     from retromae.reranker import RERANKER_DIR, RerankerConfig, train_reranker
 
     started = time.perf_counter()
     output = train_reranker(build_config(RerankerConfig, args))
-    print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}, started))
+    if is_main_process():
+        print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}, started))
     return 0
