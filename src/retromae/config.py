@@ -5,7 +5,8 @@ inputs first, then the command's own options, then one group per shared config c
 `OPTION_GROUP`; each default printed once), old spellings of renamed options (hidden aliases that still work
 for one release, with a note saying the new name), merging a YAML/JSON config file with command-line flags
 (flags win) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON beside the
-outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
+outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the names
+follow is in docs/cli.md.
 """
 
 from __future__ import annotations
