@@ -43,7 +43,8 @@ def test_the_launchers_environment_gives_the_process_count():
 def test_accelerate_cpu_launch_of_two_processes_is_refused(tiny_model_dir, tiny_corpus, tmp_path):
     """`accelerate launch --cpu --num_processes 2` starts ONE process: before, it trained alone, as a single run."""
     result = launch([*ACCELERATE, "--cpu"], "pretrain", "--model", tiny_model_dir, "--corpus", tiny_corpus,
-                    "--output", tmp_path / "out", "--max-steps", 1)
+                    "--output", tmp_path / "out", "--max-steps", 1, "--batch-size", 2, "--max-length", 32,
+                    "--cache-dir", tmp_path / "cache")
     assert result.returncode != 0  # retromae exits 2; accelerate's launcher reports that as its own failure
     assert result.stderr.count("retromae: error:") == 1 and "--nproc_per_node N" in result.stderr
     assert not (tmp_path / "out").exists()
