@@ -31,7 +31,7 @@ from retromae.errors import ModelLoadError
 from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
 from retromae.io import atomic_directory
-from retromae.model_source import resolve_model
+from retromae.model_source import check_tokenizer, resolve_model
 from retromae.retrieval.mining import MiningOptions
 from retromae.train import HeadTrainingConfig, Trainer, claim_output, make_accelerator, seed_everything
 
@@ -93,6 +93,7 @@ def _load_classifier(name: str):
         model = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1)
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"cannot load model {name!r} as a cross-encoder: {error}") from error
+    check_tokenizer(tokenizer, f"--model {name}", model.config.vocab_size)
     return model, tokenizer
 
 
