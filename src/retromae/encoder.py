@@ -25,7 +25,7 @@ from retromae.config import option, require
 from retromae.console import progress
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, write_text_atomic
-from retromae.model_source import ENCODER_FILE, check_tokenizer, resolve_model
+from retromae.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
 
 POOLINGS = ("cls", "mean")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -68,7 +68,7 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConf
 def _read_json(source: str, filename: str) -> dict[str, Any] | None:
     """A JSON file of a local folder or hub repository, or None when it has no such file."""
     if os.path.isdir(source):
-        return _read_local_json(Path(source) / filename)
+        return read_json(Path(source) / filename)
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -80,15 +80,6 @@ def _read_json(source: str, filename: str) -> dict[str, Any] | None:
         return None
     except Exception as error:  # any other hub failure (missing repo, bad id, network) means it cannot load
         raise _load_error(source, f"not a local folder, and the Hugging Face Hub lookup failed: {error}") from error
-
-
-def _read_local_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
 
 
 def _load_error(source: str, reason: str) -> ModelLoadError:

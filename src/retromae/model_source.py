@@ -75,10 +75,10 @@ def resolve_tokenizer(name: str | Path, option: str = "--tokenizer") -> ModelSou
 def _model_folder(given: str, folder: Path, option: str, kind: str | None = None) -> ModelSource:
     if (folder / ENCODER_FILE).is_file():
         return ModelSource(given, str(folder), "", kind or "encoder")
-    modules = _read_json(folder / "modules.json")
+    modules = read_json(folder / "modules.json")
     if isinstance(modules, list):
         return ModelSource(given, str(folder), _transformer_path(modules, folder), kind or "sentence-transformers")
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     if isinstance(config, dict) and "model_type" in config:
         return ModelSource(given, str(folder), "", kind or "hugging-face")
     raise ModelLoadError(f"{option} {given}: not a model: {_found(folder)}; {PASS}")
@@ -92,7 +92,8 @@ def _transformer_path(modules: list[Any], folder: Path) -> str:
     raise ModelLoadError(f"{folder / 'modules.json'}: no Transformer module; not a sentence-transformers text model")
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The JSON value of a model folder's file, or None when there is no such file; ModelLoadError when invalid."""
     if not path.is_file():
         return None
     try:
@@ -103,7 +104,7 @@ def _read_json(path: Path) -> Any:
 
 def _found(folder: Path) -> str:
     """What a folder that is not a model holds, in a few words."""
-    marker = _read_json(folder / RUN_MARKER)
+    marker = read_json(folder / RUN_MARKER)
     if isinstance(marker, dict) and marker.get("command") in ("pretrain", "finetune", "train-reranker"):
         where = "checkpoints/ only, " if (folder / "checkpoints").is_dir() else ""
         return (f"the output folder of an unfinished `retromae {marker['command']}` run ({where}no encoder/ yet: "
