@@ -123,8 +123,9 @@ def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) 
     if len(tokenizer) <= len(special):
         raise ModelLoadError(f"{source}: its tokenizer knows only its {len(tokenizer)} special tokens, so every word "
                              "would be read as [UNK]: the folder holds no vocabulary (tokenizer.json or vocab.txt); "
-                             "copy the tokenizer files of the model it was made from into it, or make the folder "
-                             "with `retromae init-model --tokenizer NAME`")
+                             "copy in the tokenizer files of the model it was made from, or pass a folder or hub "
+                             "name that has them (`retromae init-model --tokenizer NAME` makes a model folder with "
+                             "both)")
     if vocab_size is not None and len(tokenizer) > vocab_size:
         raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens but the model embeds only "
                              f"{vocab_size}; use the tokenizer the model was made with")
