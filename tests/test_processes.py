@@ -31,10 +31,13 @@ def test_the_launchers_environment_gives_the_process_count():
     assert launched_processes({}) == 1
     assert launched_processes({"WORLD_SIZE": "2"}) == 2  # torchrun, accelerate launch --multi_gpu
     assert launched_processes({"OMPI_COMM_WORLD_SIZE": "4"}) == 4  # mpirun
-    check_launch({"ACCELERATE_USE_CPU": "True"})  # accelerate launch of one process
-    check_launch({"ACCELERATE_USE_CPU": "True", "MASTER_PORT": "29500", "PMI_SIZE": "2"})  # under mpirun
+    check_launch("pretrain", True, {"ACCELERATE_USE_CPU": "True"})  # accelerate launch of one process
+    check_launch("pretrain", True, {"ACCELERATE_USE_CPU": "True", "MASTER_PORT": "29500", "PMI_SIZE": "2"})  # mpirun
     with pytest.raises(LaunchError, match="started only this one .*`accelerate launch --multi_gpu"):
-        check_launch({"ACCELERATE_USE_CPU": "True", "MASTER_PORT": "29500"})
+        check_launch("pretrain", True, {"ACCELERATE_USE_CPU": "True", "MASTER_PORT": "29500"})
+    check_launch("evaluate", False, {})
+    with pytest.raises(LaunchError, match="`retromae evaluate` runs in one process, and 2 would each do its whole"):
+        check_launch("evaluate", False, {"WORLD_SIZE": "2"})
     check_process_count(1)
     with pytest.raises(LaunchError, match="sees 2: each would do the whole work alone"):
         check_process_count(2)

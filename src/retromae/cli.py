@@ -4,6 +4,7 @@ Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' o
 `retromae.console`), and turning library errors into a one-line message and exit
 code 2, Ctrl-C into one line (exit code 130), and refusing a multi-process launch that started one process
 (`retromae.processes`). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
+a command that splits its work over a multi-process launch says so with `PROCESSES = "several"`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
 
 Start-up stays light: the command list (`retromae --help`) is read from each module's source without importing
@@ -101,10 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     handler = args.__dict__.pop("handler")
-    args.__dict__.pop("command")
+    name = args.__dict__.pop("command")
     verbose = args.__dict__.pop("verbose")
     try:
-        check_launch()
+        check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         with library_output(verbose):
             return handler(args) or 0
     except RetroMAEError as error:

@@ -4,8 +4,9 @@ Owns: reading the launcher's environment (torchrun and `accelerate launch --mult
 PMI_SIZE or OMPI_COMM_WORLD_SIZE), the Accelerate process state that every command splitting its work uses (DDP over
 gloo on a machine without CUDA, where Accelerate would otherwise see one process per process), and the checks that
 refuse a launch whose processes would each do the whole work alone: `accelerate launch --cpu --num_processes N`
-starts one process (Accelerate starts several CPU processes only through mpirun), and a state that counts fewer
-processes than the launcher started. Nothing heavy is imported at module level: the CLI checks the launch before
+starts one process (Accelerate starts several CPU processes only through mpirun), a state that counts other than
+the launcher's number of processes, and several processes for a command that runs in one (each would write the
+same outputs). Nothing heavy is imported at module level: the CLI checks the launch before
 any command loads torch. Does not own training or encoding.
 """
 
@@ -34,12 +35,18 @@ def launched_processes(env: Mapping[str, str] = os.environ) -> int:
     return 1
 
 
-def check_launch(env: Mapping[str, str] = os.environ) -> None:
-    """LaunchError for Accelerate's single-process launcher asked for several processes: it always sets
-    ACCELERATE_USE_CPU, and MASTER_PORT only when --num_processes (or --num_machines) exceeds 1, yet starts one."""
-    if "ACCELERATE_USE_CPU" in env and "MASTER_PORT" in env and launched_processes(env) == 1:
+def check_launch(command: str, splits_work: bool, env: Mapping[str, str] = os.environ) -> None:
+    """LaunchError for a launch that would not split `command`'s work: Accelerate's single-process launcher asked
+    for several processes (it always sets ACCELERATE_USE_CPU, and MASTER_PORT only when --num_processes or
+    --num_machines exceeds 1, yet starts one), or several processes for a command that runs in one."""
+    started = launched_processes(env)
+    if "ACCELERATE_USE_CPU" in env and "MASTER_PORT" in env and started == 1:
         raise LaunchError("this `accelerate launch` asked for several processes but started only this one (Accelerate "
                           f"starts several CPU processes only through mpirun); use {WORKING_FORMS}")
+    if started > 1 and not splits_work:
+        raise LaunchError(f"`retromae {command}` runs in one process, and {started} would each do its whole work "
+                          "into the same outputs; start it without torchrun or accelerate launch (pretrain, finetune, "
+                          "train-reranker and encode split their work over several)")
 
 
 def without_gpus() -> bool:

@@ -17,6 +17,7 @@ from retromae.encoder import EncoderOptions
 from retromae.retrieval.encode import encode_to_dir
 from retromae.run_folder import OutputOptions
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 

@@ -8,6 +8,7 @@ import time
 
 from retromae.config import add_config_arguments, build_config
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "fine-tune a dense retriever (in-batch, BM25, mined or ANCE negatives; distillation); flags override --config"
 
 

@@ -7,6 +7,7 @@ import time
 
 from retromae.config import add_config_arguments, build_config
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "pre-train an encoder (RetroMAE, SEED, MLM, contrastive, RetroMAE+contrastive); flags override --config"
 
 

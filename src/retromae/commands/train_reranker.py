@@ -8,6 +8,7 @@ import time
 from retromae.config import add_config_arguments, build_config
 
 NAME = "train-reranker"
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "train a cross-encoder reranker (listwise loss over mined negatives), the teacher for finetune --distill"
 
 
