@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -58,14 +59,16 @@ def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bo
 
 
 def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_length: int | None):
-    """A SentenceTransformer over the model in `encoder_dir`: its transformer, the pooling, optionally Normalize."""
+    """A SentenceTransformer over the model in `encoder_dir`: its transformer, the pooling, optionally Normalize.
+    Built in the middle of a training (a best-probe export), it leaves the global RNG as it found it."""
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Normalize, Pooling, Transformer
 
-    transformer = Transformer(str(encoder_dir), max_seq_length=max_length)
+    with torch.random.fork_rng(devices=[]):  # weights it initialises (a pooler) must not draw from a training's RNG
+        transformer = Transformer(str(encoder_dir), max_seq_length=max_length)
     modules: list[nn.Module] = [transformer, Pooling(transformer.auto_model.config.hidden_size, pooling)]
     if normalize:
         modules.append(Normalize())
