@@ -48,7 +48,9 @@ def declared_max_length(source: str | Path) -> int | None:
 
 def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
     """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
-    `max_length` its metadata declares as `max_seq_length`."""
+    `max_length` its metadata declares as `max_seq_length`. Its similarity is the score the model was trained and is
+    searched with: the dot product of unnormalised vectors (cosine when they are normalised), so that
+    sentence-transformers and mteb rank as `retromae evaluate` does."""
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
@@ -60,7 +62,8 @@ def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "c
     if normalize:
         modules.append(Normalize())
     with atomic_directory(Path(path)) as staging:
-        SentenceTransformer(modules=modules, device="cpu").save(str(staging))
+        similarity = "cosine" if normalize else "dot"
+        SentenceTransformer(modules=modules, device="cpu", similarity_fn_name=similarity).save(str(staging))
 
 
 def save_head(objective: nn.Module, output: Path) -> None:
