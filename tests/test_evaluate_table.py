@@ -68,6 +68,10 @@ def test_a_folder_of_sets_and_any_metric(tmp_path, sets, tiny_model_dir, capsys)
     printed = capsys.readouterr().out
     assert "| data set | queries | documents | model MRR@5 | model MAP@20 |" in printed
     assert "| alpha |" in printed and "| beta |" in printed and "| average |" in printed
+    assert cli("evaluate", "--model", tiny_model_dir, *MODEL, "--data", sets / "alpha", "--bm25") == 0
+    assert "| data set | queries | documents | model NDCG@10 | model R@100 | BM25 NDCG@10 |" in capsys.readouterr().out
+    assert cli("evaluate", "--model", tiny_model_dir, "--data", sets / "alpha", "--metrics", "mrr@5") == 2
+    assert "--metrics: chooses a table's columns" in capsys.readouterr().err
 
 
 def count_encoded_batches(monkeypatch, kill_at: int | None = None) -> list[int]:

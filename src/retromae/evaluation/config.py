@@ -70,6 +70,15 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         """The folder the table goes to: --output unless it names a .json file."""
         return None if self.output is None or self.output.suffix == ".json" else self.output
 
+    def is_table(self, sets: dict[str, Path]) -> bool:
+        """Whether the results are a table: several data sets, BM25 beside the model, or a report folder. One data
+        set alone reports every metric at --k-values instead (ConfigError if --metrics asks for others)."""
+        table = len(sets) > 1 or self.bm25 or self.report_folder is not None
+        require(table or list(self.metrics) == list(DEFAULT_METRICS), "metrics",
+                "chooses a table's columns (several data sets, --bm25 or an --output folder); one data set alone "
+                "reports every metric at --k-values")
+        return table
+
     def table_ks(self) -> list[int]:
         """The cut-offs the table's metrics need."""
         return sorted({metric_k(metric) for metric in self.metrics})

@@ -44,7 +44,7 @@ def evaluate(config: EvaluateConfig | None = None, /, **options: Any) -> dict[st
     plus "per_query" when asked; a table: `Table.as_dict()` plus its Markdown under "table"."""
     config = config if config is not None else EvaluateConfig(**options)
     sets = config.data_sets()
-    if config.report_folder is None and len(sets) == 1:
+    if not config.is_table(sets):
         return evaluate_one(config, next(iter(sets.values())))
     table = evaluate_table(config, sets)
     return {**table.as_dict(), "table": table.markdown()}
