@@ -109,7 +109,7 @@ def test_an_interrupted_evaluation_resumes_from_its_cached_vectors(tmp_path, set
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--run", "{sets}/alpha/corpus.jsonl"], "--run: applies to one data set; --data names 2"),
+    (["--run", "{sets}/alpha/corpus.jsonl"], "--run: applies to one data set evaluated alone, not to a table"),
     (["--output", "{tmp}/table.json"], "goes into a folder (results.md"),
     (["--metrics", "ndcg"], "--metrics: 'ndcg' is not a metric"),
 ])

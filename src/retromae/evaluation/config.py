@@ -96,8 +96,9 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
 
     def check_table(self, sets: dict[str, Path]) -> None:
         """ConfigError for options that need exactly one data set when a table of several is asked for."""
-        for name, given in (("run", self.run), ("save_run", self.save_run), ("per_query", self.per_query or None)):
-            require(given is None, name, f"applies to one data set; --data names {len(sets)}")
+        for name in ("run", "save_run", "per_query"):
+            require(getattr(self, name) in (None, False), name,
+                    f"applies to one data set evaluated alone, not to a table ({len(sets)} data sets)")
         if self.output is not None and self.report_folder is None:
             raise ConfigError(f"--output {self.output}: a table of several data sets goes into a folder (results.md, "
                               ".csv, .json, .png), not a .json file")
