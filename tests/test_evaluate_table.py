@@ -108,6 +108,18 @@ def test_an_interrupted_evaluation_resumes_from_its_cached_vectors(tmp_path, set
     assert cli(*command) == 0 and again == []  # started again when finished: every vector from the cache
 
 
+def test_evaluations_share_a_cache_dir(tmp_path, sets, tiny_model_dir, monkeypatch):
+    shared = ["evaluate", "--model", tiny_model_dir, *MODEL, "--cache-dir", tmp_path / "cache"]
+    first = count_encoded_batches(monkeypatch)
+    assert cli(*shared, "--data", sets / "alpha", "--bm25", "--output", tmp_path / "one") == 0 and len(first) == 1
+    second = count_encoded_batches(monkeypatch)
+    assert cli(*shared, "--data", sets / "alpha", sets / "beta", "--output", tmp_path / "two") == 0
+    assert len(second) == 1  # beta only: alpha's vectors came from the shared cache
+    one, two = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("one", "two"))
+    assert one["sets"]["alpha"]["model"] == two["sets"]["alpha"]["model"]
+    assert not (tmp_path / "two" / "embeddings").exists()
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--run", "{sets}/alpha/corpus.jsonl"], "--run: applies to one data set evaluated alone, not to a table"),
     (["--output", "{tmp}/table.json"], "goes into a folder (results.md"),

@@ -44,6 +44,9 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "
                                        "several: results.md, .csv, .json, .png, and embeddings/ caching each data "
                                        "set's corpus vectors (the same command started again resumes)")
+    cache_dir: Path | None = option(None, "a table's corpus vectors cache, a folder per model (and its encoding "
+                                          "options) and data set, which evaluations may share; default: "
+                                          "OUTPUT/embeddings with an --output folder, else none")
     save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set)")
     query_prefix: str = option("", "text put before every query, e.g. 'query: '")
     passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")

@@ -127,7 +127,8 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
         claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
                      overwrite=config.overwrite, resumable=False)
     encoder = config.load_encoder()
-    cache = folder / EMBEDDINGS_DIR / cache_key(config, encoder) if folder is not None else None
+    root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
+    cache = root / cache_key(config, encoder) if root is not None else None
     stages = Stages(len(sets))
     rows = [table_row(config, encoder, name, path, cache, stages) for name, path in sets.items()]
     table = Table([MODEL, BM25] if config.bm25 else [MODEL], list(config.metrics), rows)
