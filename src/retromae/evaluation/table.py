@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,7 +129,3 @@ def plot_table(table: Table, path: Path) -> None:
         figure.savefig(tmp, dpi=120, format="png")
     plt.close(figure)
 
-
-def metric_ks(metrics: Sequence[str]) -> list[int]:
-    """The cut-offs the shown metrics need, each once, ascending."""
-    return sorted({metric_k(metric) for metric in metrics})
