@@ -25,15 +25,14 @@ class CallableModule(types.ModuleType):
 def encode(config: Any = None, /, **options: Any) -> Path:
     """Encode a corpus or queries file into an embeddings folder as `config` (an `EncodeConfig`, or its options as
     keywords) says; returns the folder (`retrieval.encode` describes its layout)."""
-    from accelerate import PartialState
-
     from retromae.commands.encode import EncodeConfig, read_texts
+    from retromae.processes import process_state
     from retromae.retrieval.encode import encode_to_dir
 
     config = config if config is not None else EncodeConfig(**options)
     ids, texts = read_texts(config)
     prefix, max_length = config.text_options
-    encoder = config.load_encoder(PartialState().device)
+    encoder = config.load_encoder(process_state().device)
     return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,

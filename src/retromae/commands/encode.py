@@ -12,13 +12,12 @@ import json
 import time
 from pathlib import Path
 
-from accelerate import PartialState
-
 from retromae.config import add_config_arguments, build_config, option, require
 from retromae.data.retrieval_sets import load_corpus, load_queries
 from retromae.encoder import EncoderOptions
 from retromae.run_folder import OutputOptions
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 
@@ -95,11 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from retromae.api import encode
     from retromae.console import format_seconds
+    from retromae.processes import is_main_process
     from retromae.retrieval.encode import INFO_FILE
 
     started = time.perf_counter()
     folder = encode(build_config(EncodeConfig, args))
-    if PartialState().is_main_process:
+    if is_main_process():
         info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
         print(f"encoded {info['count']:,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
               f"({info['dim']} dimensions, at most {info['max_length']} tokens, pooling {info['pooling']}, "
