@@ -35,12 +35,13 @@ from retromae.errors import DataError
 from retromae.io import write_text_atomic
 from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 # What the loop writes into --output; a command adds its exported models (cleared by --overwrite, `claim_output`).
-TRAINING_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json")
+TRAINING_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json", TENSORBOARD_DIR)
 
 
 class TrainState:
@@ -197,10 +198,11 @@ def prune_checkpoints(output: Path, keep: int, identity: dict) -> None:
 
 
 class MetricsLog:
-    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped."""
+    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped. The
+    trackers of `--report-to` (`reporter`) get every record too."""
 
-    def __init__(self, path: Path, resume_step: int | None):
-        self.path = path
+    def __init__(self, path: Path, resume_step: int | None, reporter: Reporter | None = None):
+        self.path, self.reporter = path, reporter
         if resume_step is not None and path.exists():
             kept = [line for line in path.read_text(encoding="utf-8").splitlines()
                     if line.strip() and json.loads(line)["step"] <= resume_step]
@@ -211,6 +213,12 @@ class MetricsLog:
     def append(self, record: dict[str, float]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+        if self.reporter is not None:
+            self.reporter.log(record)
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.finish()
 
 
 class Trainer:
@@ -265,7 +273,8 @@ class Trainer:
         numbers."""
         started = time.perf_counter()
         resumed = self._maybe_resume()
-        metrics = MetricsLog(self.output / "metrics.jsonl", resumed) if self.accelerator.is_main_process else None
+        metrics = (MetricsLog(self.output / "metrics.jsonl", resumed, start_reporter(self.config))
+                   if self.accelerator.is_main_process else None)
         batches = iter(self._data_loader())
         bar = progress(self.summary.description, self.config.max_steps, "step", initial=self.state.step,
                        enabled=self.accelerator.is_local_main_process)
@@ -292,6 +301,8 @@ class Trainer:
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self.save_checkpoint()
         bar.close()
+        if metrics:
+            metrics.close()
         if self.config.save_every and latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
             self.save_checkpoint()
         self.summary.seconds = time.perf_counter() - started

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retromae.config import option, require
+from retromae.trackers import TRACKERS, check_installed
 
 
 @dataclass(kw_only=True)
@@ -41,6 +42,9 @@ class TrainingConfig:
     num_workers: int | None = option(None, "data loader worker processes (default: 2 on CUDA, so that batches are "
                                            "collated while the GPU works; 0 on CPU, where workers would take cores "
                                            "from the step)")
+    report_to: list[str] = option([], "also report metrics.jsonl's scalars to these experiment trackers (through "
+                                      "Accelerate; tensorboard writes OUTPUT/tensorboard/); each needs its package",
+                                  choices=tuple(TRACKERS))
     # Options only where new heads sit on a pre-trained body (`HeadTrainingConfig`); elsewhere all trains as one.
     head_learning_rate: ClassVar[float | None] = None
     freeze_encoder_steps: ClassVar[int] = 0
@@ -55,6 +59,9 @@ class TrainingConfig:
         require(self.save_every >= 0, "save_every", "must be 0 or positive")
         require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
         require(self.num_workers is None or self.num_workers >= 0, "num_workers", "must be 0 or positive")
+        require(all(name in TRACKERS for name in self.report_to), "report_to",
+                f"must name trackers among {', '.join(TRACKERS)}")
+        check_installed(self.report_to)
 
     @property
     def separate_heads(self) -> bool:
