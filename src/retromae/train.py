@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
@@ -31,7 +32,7 @@ from transformers import PreTrainedModel
 
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
-from retromae.errors import DataError
+from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.io import write_text_atomic
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
@@ -57,31 +58,6 @@ class TrainState:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.micro_batches = state["step"], state["micro_batches"]
         self.tokens = state.get("tokens", 0)  # checkpoints written before tokens were counted
-
-
-class ResumableBatchSampler:
-    """Seeded, epoch-wise shuffled micro-batches of one process's shard, starting at any position.
-
-    Epoch e is a permutation drawn from `seed + e`; each global batch of `batch_size * world_size` indices is
-    split by rank, so every process sees distinct examples and the order does not depend on restarts.
-    """
-
-    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1, start: int = 0):
-        self.global_batch = batch_size * world_size
-        if size < self.global_batch:
-            raise DataError(f"the data has {size} examples, fewer than one global batch of {self.global_batch}")
-        self.size, self.batch_size, self.seed = size, batch_size, seed
-        self.rank, self.start = rank, start
-        self.batches_per_epoch = size // self.global_batch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        position = self.start
-        while True:
-            epoch, offset = divmod(position, self.batches_per_epoch)
-            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + epoch))
-            first = offset * self.global_batch + self.rank * self.batch_size
-            yield order[first:first + self.batch_size].tolist()
-            position += 1
 
 
 def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device) -> torch.Generator:
@@ -380,13 +356,18 @@ class Trainer:
             sampler = self.batch_sampler(rank, world, start)
         else:
             sampler = ResumableBatchSampler(len(self.dataset), self.config.batch_size, self.config.seed, rank, world,
-                                            start=start)
+                                            start=start, lengths=self._example_lengths())
         # A private generator: creating the loader's iterator must not draw from the global RNG restored on resume.
         # Pinned host memory lets the copies to CUDA run asynchronously (`non_blocking` in `_optimizer_step`).
         workers = self._loader_workers()
         return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate, num_workers=workers,
                           persistent_workers=workers > 0, pin_memory=self.accelerator.device.type == "cuda",
                           generator=torch.Generator().manual_seed(self.config.seed))
+
+    def _example_lengths(self) -> np.ndarray | None:
+        """The dataset's example lengths when batches are grouped by length (--group-by-length) and it has them."""
+        lengths = getattr(self.dataset, "lengths", None)
+        return lengths() if self.config.group_by_length and lengths is not None else None
 
     def _checkpoint_path(self, step: int) -> Path:
         return self.output / "checkpoints" / f"step-{step:07d}"

@@ -30,6 +30,9 @@ class TrainingConfig:
     gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
     compile: bool = option(False, "compile the model's forward with torch.compile (faster steps on GPUs after a "
                                   "warm-up of a minute or so; needs a C++ compiler on CPU)")
+    group_by_length: bool = option(True, "read examples in batches of similar length (seeded, resumable, the same "
+                                         "examples each epoch), so that batches pay less padding; pre-training "
+                                         "blocks only")
     seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
     log_every: int = option(10, "log metrics every N steps")
     save_every: int = option(500, "write a checkpoint every N steps and at the end (0: none at all; a killed run then "
