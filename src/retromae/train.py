@@ -19,13 +19,14 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import set_seed
+from accelerate.utils import InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel
@@ -33,6 +34,7 @@ from transformers import PreTrainedModel
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
+from retromae.data.workers import started_workers, worker_context
 from retromae.io import write_text_atomic
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
@@ -121,10 +123,38 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     """The run's Accelerator; create it before any distributed work (e.g. building a data cache on rank 0 first).
 
     Accelerate keeps one process-wide state; it is reset (the distributed set-up kept) so that one process can run
-    several trainings with different precision, as the quickstart and the tests do.
+    several trainings with different precision, as the quickstart and the tests do. Processes wait for each other
+    up to --distributed-timeout minutes (rank 0 probes and mines negatives while the others wait in a collective).
     """
     AcceleratorState._reset_state(reset_partial_state=False)
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
+    waiting = InitProcessGroupKwargs(timeout=timedelta(minutes=config.distributed_timeout))
+    accelerator = Accelerator(mixed_precision=resolve_mixed_precision(config.mixed_precision),
+                              cpu=_launched_without_gpus(), kwargs_handlers=[waiting])
+    use_tensor_cores(accelerator.device)
+    if config.mixed_precision == "auto" and accelerator.device.type == "cuda":
+        accelerator.print(_precision_notice(accelerator.mixed_precision))
+    return accelerator
+
+
+def resolve_mixed_precision(requested: str) -> str:
+    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it, else "no" (fp32)."""
+    if requested != "auto":
+        return requested
+    cuda = torch.cuda.is_available() and not _launched_without_gpus()
+    return "bf16" if cuda and torch.cuda.is_bf16_supported() else "no"
+
+
+def _precision_notice(resolved: str) -> str:
+    if resolved == "bf16":
+        return "mixed precision: bf16 (the default on GPUs that support it; --mixed-precision no trains in fp32)"
+    return "mixed precision: none, this GPU has no bf16 (--mixed-precision fp16 uses its tensor cores)"
+
+
+def use_tensor_cores(device: torch.device) -> None:
+    """On CUDA, let fp32 matrix products run on tensor cores (TF32, 10 mantissa bits), as bf16 autocast leaves
+    some products (the loss, the optimiser's view of the weights) in fp32."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
 
 
 def _launched_without_gpus() -> bool:
@@ -244,7 +274,7 @@ class Trainer:
         started = time.perf_counter()
         resumed = self._maybe_resume()
         metrics = MetricsLog(self.output / "metrics.jsonl", resumed) if self.accelerator.is_main_process else None
-        batches = iter(self._data_loader())
+        batches = started_workers(self._data_loader())
         bar = progress(self.summary.description, self.config.max_steps, "step", initial=self.state.step,
                        enabled=self.accelerator.is_local_main_process)
         shown: dict[str, float] = {}  # the postfix keeps the latest value of every metric (probes between probes)
@@ -326,11 +356,11 @@ class Trainer:
         """Mean loss components over the window and all processes; tokens/s over all processes.
 
         The one host synchronisation of the loop: the values are read (`tolist`) before the clock, so tokens/s
-        counts the device's time too."""
+        counts the device's time too. Tokens are summed as int64: float32 rounds counts past 2^24."""
         names = sorted(window.totals)
         means = torch.stack([window.totals[n] for n in names]) / window.steps  # (C,) on the device
-        tokens = torch.tensor([float(window.tokens)], device=means.device)
-        summed = self.accelerator.reduce(torch.cat([means.float(), tokens]), reduction="sum").tolist()
+        summed = self.accelerator.reduce(means.float(), reduction="sum").tolist()
+        summed.append(self._reduce_tokens(window.tokens, means.device))
         world = self.accelerator.num_processes
         record: dict[str, float] = {"step": self.state.step}
         record.update({name: summed[i] / world for i, name in enumerate(names)})
@@ -342,6 +372,11 @@ class Trainer:
         self.state.tokens += round(summed[-1])
         record["tokens"] = self.state.tokens
         return record
+
+    def _reduce_tokens(self, tokens: int, device: torch.device) -> int:
+        """This window's tokens summed over all processes, exactly (int64)."""
+        count = torch.tensor([tokens], dtype=torch.int64, device=device)
+        return int(self.accelerator.reduce(count, reduction="sum").item())
 
     def _loader_workers(self) -> int:
         """--num-workers, or by default 2 on CUDA and 0 on CPU; 0 too with an `on_step` hook, which may change the
@@ -362,7 +397,8 @@ class Trainer:
         workers = self._loader_workers()
         return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate, num_workers=workers,
                           persistent_workers=workers > 0, pin_memory=self.accelerator.device.type == "cuda",
-                          generator=torch.Generator().manual_seed(self.config.seed))
+                          generator=torch.Generator().manual_seed(self.config.seed),
+                          multiprocessing_context=worker_context() if workers else None)
 
     def _example_lengths(self) -> np.ndarray | None:
         """The dataset's example lengths when batches are grouped by length (--group-by-length) and it has them."""
