@@ -8,8 +8,9 @@ Measured in one process on `--blocks` examples (default 10M, Wikipedia's 7M bloc
   window and length, with lengths drawn like a real corpus's blocks (72% full, the rest uniform).
 
 For each: the first micro-batch (the epoch's start) and the median of the next `--batches` micro-batches, in ms,
-the cost per micro-batch amortised over an epoch (blocks / B micro-batches), and the reference's over ours. The GPU step of BERT-base at B=32, L=512 is about 72 ms (issue 20): a stall
-on the main process longer than a fraction of it leaves the GPU idle.
+the cost per micro-batch amortised over an epoch (blocks / B micro-batches), and the reference's over ours. The
+GPU step of BERT-base at B=32, L=512 is about 72 ms (issue 20): a stall on the main process longer than a
+fraction of it leaves the GPU idle.
 
 Run: PYTHONPATH=src python benchmarks/batch_sampler.py [--blocks 10000000] [--batch-size 32] [--batches 20]
 """
