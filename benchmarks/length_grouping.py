@@ -4,10 +4,12 @@ its fill ratio (real tokens / padded tokens) and its loss curve, against the sam
 Two `retromae pretrain` runs of RetroMAE (enhanced decoding) in one process, identical but for the option: the
 same randomly initialised BERT (`--layers` × `--hidden`), the same real corpus (`../shared/data/pretrain/
 nltk-english.jsonl`, where about a quarter of the blocks at L=512 are partial), the same seed, steps and batch
-size. Printed: real and padded tokens/s (median over log windows after the first), the fill ratio of the batches
-each run read, the step time, and the loss of every logged step side by side with the mean over the last half.
+size. Printed first, without training: the share of partial blocks and the fill ratio of one whole epoch read
+either way (`--steps 0` stops there). Then, for each run: real and padded tokens/s (median over log windows after
+the first), the fill ratio of the batches it read, the step time, and the loss of every logged step side by side
+with the mean over the last half.
 
-Run: PYTHONPATH=src python benchmarks/length_grouping.py [--device cpu] [--max-length 512] [--steps 120]
+Run: PYTHONPATH=src python benchmarks/length_grouping.py [--max-length 512] [--batch-size 8] [--steps 120]
 """
 
 from __future__ import annotations
@@ -17,12 +19,31 @@ import statistics
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 from common import minilm_path
-from gpu_pretrain import REAL_CORPUS, ours_end_to_end, write_model
+from gpu_pretrain import REAL_CORPUS, SEED, ours_end_to_end, write_model
 from transformers import AutoTokenizer
 
+from retromae.data.batch_sampler import epoch_order
+from retromae.data.token_store import TokenStore
+
 RUNS = {"grouped by length": "retromae enhanced", "random batches": "retromae enhanced, ungrouped"}
+
+
+def epoch_fill(lengths: np.ndarray, batch_size: int, grouped: bool) -> float:
+    """Real tokens / padded tokens over one epoch of `batch_size` batches (2 special tokens a block)."""
+    order = epoch_order(len(lengths), batch_size, SEED, 0, lengths if grouped else None).numpy()
+    batches = lengths[order].reshape(-1, batch_size) + 2  # (batches, B)
+    return float(batches.sum() / (batches.max(axis=1).sum() * batch_size))
+
+
+def report_fill(corpus: list[str], tokenizer, args: argparse.Namespace, work: Path) -> None:
+    lengths = TokenStore.build_or_load(corpus, tokenizer, args.max_length, cache_dir=work / "cache").block_lengths()
+    partial = float(np.mean(lengths < lengths.max()))
+    print(f"{len(lengths):,} blocks at L={args.max_length}, {partial:.1%} partial; fill ratio of one epoch at "
+          f"B={args.batch_size}: grouped {epoch_fill(lengths, args.batch_size, True):.1%}, "
+          f"random {epoch_fill(lengths, args.batch_size, False):.1%}")
 
 
 def main() -> None:
@@ -44,6 +65,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     with tempfile.TemporaryDirectory(prefix="length-grouping-") as folder:
         work = Path(folder)
+        report_fill(args.corpus, tokenizer, args, work)
+        if not args.steps:
+            return
         model_dir = write_model(work / "model", tokenizer, args)
         runs = {label: ours_end_to_end(name, args, model_dir, args.corpus, work) for label, name in RUNS.items()}
     print(f"device={'cuda' if torch.cuda.is_available() else 'cpu'} threads={torch.get_num_threads()} "
