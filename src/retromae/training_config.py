@@ -36,7 +36,7 @@ class TrainingConfig:
                                          "blocks only")
     distributed_timeout: int = option(120, "minutes a process waits for the others before the run is declared "
                                            "hung (rank 0 alone probes, mines and refreshes negatives meanwhile; "
-                                           "NCCL's own default is 10)")
+                                           "NCCL alone waits 10)")
     seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
     log_every: int = option(10, "log metrics every N steps")
     save_every: int = option(500, "write a checkpoint every N steps and at the end (0: none at all; a killed run then "
