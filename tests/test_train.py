@@ -196,3 +196,21 @@ def test_tf32_matmuls_on_cuda_only():
         assert torch.get_float32_matmul_precision() == "high"
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+class Lengths(list):
+    """The regression rows, with a length per example as a token store's blocks have."""
+
+    def lengths(self):
+        import numpy as np
+
+        return np.arange(1, len(self) + 1)
+
+
+def test_batches_are_grouped_by_length_where_the_data_has_lengths(tmp_path):
+    grouped = Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path))._data_loader()
+    assert grouped.batch_sampler.lengths is not None
+    plain = Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path, group_by_length=False))
+    assert plain._data_loader().batch_sampler.lengths is None
+    without = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))  # a plain list: no lengths
+    assert without._data_loader().batch_sampler.lengths is None

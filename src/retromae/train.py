@@ -2,8 +2,10 @@
 
 Owns: optimiser and schedule (AdamW, linear warmup then linear decay; heads outside the pre-trained body may have
 their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradient accumulation and clipping,
-mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the progress bar
-and end-of-run summary (`retromae.console`), `metrics.jsonl`, and atomic checkpoints that resume exactly (model,
+mixed precision (`auto`: bf16 where the GPU has it; TF32 matmuls on CUDA), gradient checkpointing, the data
+position (the order itself: `retromae.data.batch_sampler`; workers: `retromae.data.workers`), per-step mask
+generators, the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the processes' waiting
+time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
 optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
 that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
 or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
