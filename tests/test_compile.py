@@ -19,6 +19,8 @@ from retromae import backbone
 # whose shape depends on the data (`nonzero`, and indexing with a boolean mask, which runs it).
 READ_BACK = {"_local_scalar_dense", "nonzero", "masked_select", "is_nonzero"}
 INDEXING = {"index", "index_put", "index_put_"}
+# torch's own: importing dynamo's compile path touches the deprecated torch.jit.script_method.
+DYNAMO_IMPORT_WARNING = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 CASES = {
     "retromae enhanced": ("retromae", {}),
     "retromae basic": ("retromae", {"decoding": "basic", "decoder_layers": 2}),
@@ -126,6 +128,7 @@ def module_calls(objective, batch) -> list[tuple[torch.nn.Module, tuple, dict]]:
 
 @pytest.mark.parametrize("case", [pytest.param(case, marks=() if case == "retromae enhanced" else pytest.mark.slow)
                                   for case in CASES])
+@DYNAMO_IMPORT_WARNING
 def test_every_compiled_module_is_one_graph(tiny_tokenizer, case):
     """Before: forward compiled whole, 16 graphs and 15 breaks for RetroMAE (generators, `.any()`, nonzero)."""
     name, overrides = CASES[case]
@@ -139,6 +142,7 @@ def test_every_compiled_module_is_one_graph(tiny_tokenizer, case):
                                                                                 explained.break_reasons)
 
 
+@DYNAMO_IMPORT_WARNING
 def test_compile_compiles_the_modules_not_the_forward(tiny_tokenizer):
     objective = build("retromae", tiny_tokenizer)
     objective.compile()
