@@ -38,6 +38,7 @@ from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.data.workers import started_workers, worker_context
 from retromae.io import write_text_atomic
+from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -131,7 +132,8 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     AcceleratorState._reset_state(reset_partial_state=False)
     waiting = InitProcessGroupKwargs(timeout=timedelta(minutes=config.distributed_timeout))
     accelerator = Accelerator(mixed_precision=resolve_mixed_precision(config.mixed_precision),
-                              cpu=_launched_without_gpus(), kwargs_handlers=[waiting])
+                              cpu=without_gpus(), kwargs_handlers=[waiting])
+    check_process_count(accelerator.num_processes)
     use_tensor_cores(accelerator.device)
     if config.mixed_precision == "auto" and accelerator.device.type == "cuda":
         accelerator.print(_precision_notice(accelerator.mixed_precision))
@@ -142,7 +144,7 @@ def resolve_mixed_precision(requested: str) -> str:
     """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it, else "no" (fp32)."""
     if requested != "auto":
         return requested
-    cuda = torch.cuda.is_available() and not _launched_without_gpus()
+    cuda = torch.cuda.is_available() and not without_gpus()
     return "bf16" if cuda and torch.cuda.is_bf16_supported() else "no"
 
 
@@ -157,11 +159,6 @@ def use_tensor_cores(device: torch.device) -> None:
     some products (the loss, the optimiser's view of the weights) in fp32."""
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")
-
-
-def _launched_without_gpus() -> bool:
-    """True for a multi-process launch (torchrun, accelerate launch) on a machine without CUDA: DDP over gloo."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
 def _enable_gradient_checkpointing(model: nn.Module) -> None:
