@@ -201,7 +201,7 @@ class PairsDataset(_BatchSeeded):
         if negatives:
             pairs = _with_negatives(pairs, path)
         texts = [text for query, positives, hard, _ in pairs for text in (query, *positives, *hard)]
-        blocks = iter(_tokenise(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False)))
+        blocks = iter(text_blocks(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False)))
         self.groups: list[list[list[Block]]] = []  # per item: [[query], positives, negatives (maybe empty)]
         for _, positives, hard, where in pairs:
             group = [[next(blocks)], [next(blocks) for _ in positives], [next(blocks) for _ in hard]]
@@ -217,7 +217,7 @@ class PairsDataset(_BatchSeeded):
         return (query[0], *(texts[int(rng.integers(len(texts)))] for texts in choices))
 
 
-def _tokenise(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> list[Block]:
+def text_blocks(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> list[Block]:
     """Token ids (no special tokens) and word starts of each text, cut to `max_tokens`."""
     encodings = plain_backend(tokenizer).encode_batch(texts, add_special_tokens=False)
     return [(np.asarray(e.ids[:max_tokens], dtype=np.int32), word_starts_of(e.word_ids)[:max_tokens])

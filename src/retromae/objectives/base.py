@@ -97,12 +97,29 @@ class PretrainingObjective(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def compile(self, *args, **kwargs) -> None:
+        """torch.compile, in place, each module that does the work (`compiled_modules`) rather than forward: the
+        masks are drawn between them from a torch.Generator, which dynamo cannot trace (a graph break at every
+        draw). With the losses free of reads from the device, each compiled module is one graph."""
+        for module in self.compiled_modules():
+            module.compile(*args, **kwargs)
+
+    def compiled_modules(self) -> list[nn.Module]:
+        """The encoder body and the MLM head; objectives with a decoder add its layers."""
+        return [self.encoder.base_model, self.lm_head]
+
     def encode_masked(self, batch: dict[str, torch.Tensor],
                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask the encoder input (80/10/10), encode it; returns final hidden states (B, L, D) and the MLM loss."""
         corrupted, labels = self.mask_encoder_input(batch, generator)
         hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
-        return hidden, backbone.masked_lm_loss(self.lm_head, hidden, labels)
+        return hidden, self.masked_token_loss(hidden, labels)
+
+    def masked_token_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The MLM-head loss of states (B, L, D) at the positions `mask_encoder_input` labelled (B, L), projected at
+        a fixed number of positions (`backbone.label_capacity`) so that no step waits for the device."""
+        capacity = backbone.label_capacity(labels.numel(), self.masking.encoder_mask_ratio)
+        return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
 
     def mask_encoder_input(self, batch: dict[str, torch.Tensor],
                            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

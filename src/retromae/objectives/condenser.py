@@ -48,6 +48,9 @@ class Condenser(PretrainingObjective):
         layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
         return cls(encoder, masking, head_layers=layers, skip_from=config.skip_from)
 
+    def compiled_modules(self) -> list[nn.Module]:
+        return [*super().compiled_modules(), *self.condenser_head]
+
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         _, losses = self.condenser_losses(batch, generator)
         return losses
@@ -58,11 +61,11 @@ class Condenser(PretrainingObjective):
         corrupted, labels = self.mask_encoder_input(batch, generator)
         layers = backbone.layer_hidden_states(self.encoder, corrupted, batch["attention_mask"])
         last = layers[-1]  # (B, L, D)
-        late_loss = backbone.masked_lm_loss(self.lm_head, last, labels)
+        late_loss = self.masked_token_loss(last, labels)
         hidden = torch.cat([last[:, :1], layers[self.skip_from][:, 1:]], dim=1)  # (B, L, D)
         visible = batch["attention_mask"].bool()[:, None, :]  # (B, 1, L)
         for layer in self.condenser_head:
             hidden = layer(hidden, hidden, visible)
-        head_loss = backbone.masked_lm_loss(self.lm_head, hidden, labels)
+        head_loss = self.masked_token_loss(hidden, labels)
         return last[:, 0], {"loss": head_loss + late_loss, "condenser_mlm": head_loss.detach(),
                             "encoder_mlm": late_loss.detach()}

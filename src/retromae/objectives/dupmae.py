@@ -70,7 +70,7 @@ class DupMAE(RetroMAE):
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         corrupted, labels = self.mask_encoder_input(batch, generator)
         hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
-        encoder_loss = backbone.masked_lm_loss(self.lm_head, hidden, labels)
+        encoder_loss = self.masked_token_loss(hidden, labels)
         decoder_loss = self.decoder_loss(batch, hidden[:, :1], generator)
         pooled = max_pooled_logits(self.lm_head(hidden), batch["attention_mask"])  # (B, V)
         weights = bag_of_words_weights(batch["input_ids"], batch["special_tokens_mask"], pooled.shape[-1])
