@@ -11,12 +11,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from accelerate import PartialState
-
 from retromae.config import add_config_arguments, build_config, option, require
-from retromae.data.retrieval_sets import load_corpus, load_queries
-from retromae.encoder import EncoderOptions
-from retromae.retrieval.encode import encode_to_dir
+from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions
 
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
@@ -81,6 +77,8 @@ class EncodeConfig(OutputOptions, EncoderOptions):
 
 def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
     """Ids and texts of the corpus (title and text joined) or of the queries file."""
+    from retromae.data.retrieval_sets import load_corpus, load_queries
+
     if config.queries is not None:
         queries = load_queries(config.queries)
         return list(queries), list(queries.values())
@@ -93,7 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
     from retromae.console import format_seconds
+    from retromae.retrieval.encode import encode_to_dir
 
     started = time.perf_counter()
     config = build_config(EncodeConfig, args)

@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
-from retromae.data.retrieval_sets import load_retrieval_set, load_sts_pairs, read_trec_run, write_trec_run
-from retromae.encoder import EncoderOptions
-from retromae.evaluation import evaluate_run, print_results, save_results, sts_correlations
-from retromae.retrieval.search import TextOptions, dense_search
+from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "Evaluate a model or a run: NDCG/MRR/Recall/MAP/P@k on BEIR or MS MARCO, Pearson/Spearman on STS"
@@ -64,6 +61,9 @@ def sts_file(config: EvaluateConfig) -> Path | None:
 
 
 def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
+    from retromae.data.retrieval_sets import load_sts_pairs
+    from retromae.evaluation import sts_correlations
+
     require(config.model is not None, "model", "STS evaluation needs a model (a run has no similarities)")
     first, second, gold = load_sts_pairs(path)
     encoder = config.load_encoder()
@@ -72,6 +72,8 @@ def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
 
 
 def model_run(config: EvaluateConfig, corpus: dict[str, str], queries: dict[str, str]) -> dict[str, dict[str, float]]:
+    from retromae.retrieval.search import TextOptions, dense_search
+
     encoder = config.load_encoder()
     return dense_search(encoder, corpus, queries, config.top_k or max(config.k_values),
                         passages=TextOptions(config.passage_prefix, config.passage_max_length),
@@ -80,6 +82,9 @@ def model_run(config: EvaluateConfig, corpus: dict[str, str], queries: dict[str,
 
 
 def evaluate_retrieval(config: EvaluateConfig) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    from retromae.data.retrieval_sets import load_retrieval_set, read_trec_run, write_trec_run
+    from retromae.evaluation import evaluate_run
+
     data = load_retrieval_set(config.data, config.split)
     if config.run is not None:
         run = read_trec_run(config.run)
@@ -97,6 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.evaluation import print_results, save_results
+
     config = build_config(EvaluateConfig, args)
     claim_file(config.output, config.overwrite)
     claim_file(config.save_run, config.overwrite, "save_run")

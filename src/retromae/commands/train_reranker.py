@@ -6,20 +6,19 @@ import argparse
 import time
 
 from retromae.config import add_config_arguments, build_config
+from retromae.reranker_config import RerankerConfig
 
 NAME = "train-reranker"
 HELP = "train a cross-encoder reranker (listwise loss over mined negatives), the teacher for finetune --distill"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.reranker import RerankerConfig
-
     add_config_arguments(parser, RerankerConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     from retromae.console import wrote
-    from retromae.reranker import RERANKER_DIR, RerankerConfig, train_reranker
+    from retromae.reranker import RERANKER_DIR, train_reranker
 
     started = time.perf_counter()
     output = train_reranker(build_config(RerankerConfig, args))
