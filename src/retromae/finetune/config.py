@@ -36,8 +36,10 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
     pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
     normalize: bool | None = option(None, "L2-normalise embeddings (cosine scores); default: the model folder's")
     untie: bool = option(False, "train separate query and passage encoders (both start from --model)")
-    query_max_length: int = option(64, "max tokens per query")
-    passage_max_length: int = option(256, "max tokens per passage")
+    query_max_length: int | None = option(None, "max tokens per query; default: the 95th percentile of the training "
+                                                "queries' lengths, at most 64")
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the 95th percentile of the "
+                                                  "training passages' lengths, at most 256 and the model's limit")
     chunk_size: int = option(0, "gradient caching: encode a batch this many texts at a time and backpropagate "
                                 "through cached embeddings, so the batch size is bounded by time, not memory "
                                 "(0: off)")
@@ -45,7 +47,10 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
                                   "KL divergence over each query's group")
     distill_temperature: float = option(1.0, "temperature of both score distributions in the KL divergence")
     contrastive_weight: float = option(1.0, "weight of the InfoNCE loss (0 with --distill: distillation alone)")
-    epochs: float | None = option(None, "train for this many epochs over the queries (overrides --max-steps)")
+    epochs: float | None = option(None, "passes over the training queries; default 2 unless --max-steps is given")
+    max_steps: int | None = option(None, "optimiser steps instead of --epochs")
+    batch_size: int | None = option(None, "queries per device per micro-batch; default 32, at most half the "
+                                          "training queries one process sees")
     encode_batch_size: int = option(64, "texts per forward pass when mining negatives")
     learning_rate: float = option(2e-5, "peak learning rate of AdamW")
 
@@ -60,8 +65,9 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
         require(self.contrastive_weight >= 0, "contrastive_weight", "must be 0 or positive")
         require(self.distill or self.contrastive_weight > 0, "contrastive_weight", "must be positive without --distill")
         require(self.epochs is None or self.epochs > 0, "epochs", "must be positive")
-        require(self.query_max_length >= 4 and self.passage_max_length >= 4, "passage_max_length",
-                "max lengths must be at least 4")
+        require(self.epochs is None or self.max_steps is None, "epochs", "give --epochs or --max-steps, not both")
+        for name in ("query_max_length", "passage_max_length"):
+            require(getattr(self, name) is None or getattr(self, name) >= 4, name, "must be at least 4")
         require(not (self.refresh_negatives_every and self.num_workers), "num_workers",
                 "must be 0 with --refresh-negatives-every (workers would batch with stale negatives)")
         require(not (self.distill and self.refresh_negatives_every), "refresh_negatives_every",

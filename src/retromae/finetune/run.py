@@ -9,7 +9,7 @@ untied runs add `query-encoder/` and `query-sentence-transformer/`), `config.jso
 
 from __future__ import annotations
 
-import math
+import time
 from pathlib import Path
 
 from retromae.backbone import check_max_length
@@ -21,6 +21,7 @@ from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDat
 from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
+from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
 from retromae.train import Trainer, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
 OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
@@ -83,6 +84,7 @@ def finetune(config: FinetuneConfig) -> Path:
     data = load_training_data(config.data, config.split)
     source = config.negative_source(Path(config.data).is_dir())
     _check_data(config, data, source)
+    resolve_defaults(config, data, passage_encoder.tokenizer, passage_encoder.model.config, accelerator.num_processes)
     claim_output(config, "finetune", OUTPUTS, accelerator)
     group_size = config.resolved_group_size(source)
     miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
@@ -97,11 +99,12 @@ def finetune(config: FinetuneConfig) -> Path:
     collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
                                      config.passage_max_length), GroupDataset(data)
     probe = sampler(0, accelerator.num_processes, 0)
-    if config.epochs is not None:
-        config.max_steps = max(1, math.ceil(config.epochs * probe.batches_per_epoch
-                                            / config.gradient_accumulation_steps))
+    resolve_steps(config, probe.batches_per_epoch)
     first = collate([dataset[group] for group in next(iter(probe))])
+    started = time.perf_counter()
     freeze_unused_parameters(model, {key: value.to(accelerator.device) for key, value in first.items()})
+    if accelerator.is_main_process:
+        print(plan_line(config, len(data.examples), group_size, time.perf_counter() - started), flush=True)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
