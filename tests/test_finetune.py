@@ -17,14 +17,13 @@ from conftest import kill_after_checkpoint, make_sentences, tiny_bert_config
 from transformers import BertModel
 
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data.training_groups import TrainingExample, TrainingSet, load_training_data, load_training_file
 from retromae.encoder import Encoder, PoolingConfig, pool
 from retromae.errors import DataError
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator
 from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions
-from retromae.finetune.plan import covering_length
+from retromae.finetune.plan import covering_length, resolve_steps
 from retromae.losses import distillation_kl
 from retromae.retrieval.mining import MiningOptions, bm25_rankings, choose_negatives, dense_rankings
 
@@ -153,7 +152,7 @@ from transformers import BertModel
 from retromae.encoder import PoolingConfig
 from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions
-from retromae.finetune.plan import covering_length
+from retromae.finetune.plan import covering_length, resolve_steps
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -336,14 +335,17 @@ def test_finetune_defaults_scale_to_the_data_and_the_plan_is_printed(tiny_beir, 
 
 
 def test_covering_length_is_the_95th_percentile_rounded_up_and_capped(tiny_tokenizer):
-    texts = [" ".join(["word"] * n) for n in range(1, 101)]  # 1..100 words, each one token, plus [CLS] and [SEP]
+    texts = [" ".join(["model"] * n) for n in range(1, 101)]  # 1..100 words, each one token, plus [CLS] and [SEP]
     assert covering_length(tiny_tokenizer, texts, cap=256, seed=0) == 112  # 95 + 2 tokens, rounded up to 16
     assert covering_length(tiny_tokenizer, texts, cap=64, seed=0) == 64
 
 
-def test_epochs_and_max_steps_are_exclusive():
-    with pytest.raises(ConfigError, match="--epochs"):
-        FinetuneConfig(model="m", data="d", output="o", epochs=1, max_steps=10)
+@pytest.mark.parametrize(("epochs", "max_steps", "expected"), [(None, None, 14), (1.5, None, 11), (None, 5, 5),
+                                                              (1.0, 5, 7)])
+def test_steps_come_from_epochs_unless_only_max_steps_is_given(epochs, max_steps, expected):
+    config = FinetuneConfig(model="m", data="d", output="o", epochs=epochs, max_steps=max_steps)
+    resolve_steps(config, batches_per_epoch=7)
+    assert config.max_steps == expected
 
 
 def test_ance_refresh_resumes_exactly(tiny_beir, tiny_model_dir, tmp_path, monkeypatch):

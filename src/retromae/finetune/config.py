@@ -47,8 +47,9 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
                                   "KL divergence over each query's group")
     distill_temperature: float = option(1.0, "temperature of both score distributions in the KL divergence")
     contrastive_weight: float = option(1.0, "weight of the InfoNCE loss (0 with --distill: distillation alone)")
-    epochs: float | None = option(None, "passes over the training queries; default 2 unless --max-steps is given")
-    max_steps: int | None = option(None, "optimiser steps instead of --epochs")
+    epochs: float | None = option(None, "passes over the training queries (overrides --max-steps); default 2 unless "
+                                        "--max-steps is given")
+    max_steps: int | None = option(None, "optimiser steps, when --epochs is not given")
     batch_size: int | None = option(None, "queries per device per micro-batch; default 32, at most half the "
                                           "training queries one process sees")
     encode_batch_size: int = option(64, "texts per forward pass when mining negatives")
@@ -65,7 +66,6 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
         require(self.contrastive_weight >= 0, "contrastive_weight", "must be 0 or positive")
         require(self.distill or self.contrastive_weight > 0, "contrastive_weight", "must be positive without --distill")
         require(self.epochs is None or self.epochs > 0, "epochs", "must be positive")
-        require(self.epochs is None or self.max_steps is None, "epochs", "give --epochs or --max-steps, not both")
         for name in ("query_max_length", "passage_max_length"):
             require(getattr(self, name) is None or getattr(self, name) >= 4, name, "must be at least 4")
         require(not (self.refresh_negatives_every and self.num_workers), "num_workers",

@@ -54,11 +54,11 @@ def resolve_defaults(config: FinetuneConfig, data: TrainingSet, tokenizer: PreTr
 
 
 def resolve_steps(config: FinetuneConfig, batches_per_epoch: int) -> None:
-    """Set `max_steps` from `--epochs` (2 when neither it nor `--max-steps` is given)."""
-    if config.max_steps is None:
-        epochs = DEFAULT_EPOCHS if config.epochs is None else config.epochs
-        config.epochs = epochs
-        config.max_steps = max(1, math.ceil(epochs * batches_per_epoch / config.gradient_accumulation_steps))
+    """Set `max_steps` from `--epochs`, which overrides `--max-steps` (2 epochs when neither is given)."""
+    if config.epochs is None and config.max_steps is None:
+        config.epochs = DEFAULT_EPOCHS
+    if config.epochs is not None:
+        config.max_steps = max(1, math.ceil(config.epochs * batches_per_epoch / config.gradient_accumulation_steps))
 
 
 def plan_line(config: FinetuneConfig, queries: int, group_size: int, seconds_per_step: float) -> str:
