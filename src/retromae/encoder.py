@@ -271,7 +271,8 @@ class Encoder:
 
     def _fast_kernels(self) -> contextlib.AbstractContextManager:
         """Autocast to the lower precision asked for; in float32, oneDNN's prepacked linear layers on CPU
-        (`retromae.onednn`: the same vectors to 1e-6, in about 0.6 of the time where MKL lacks AVX-512 kernels)."""
+        (`retromae.onednn`: the same vectors to 1e-6, in about two thirds of the time where MKL lacks AVX-512
+        kernels)."""
         if self.amp_dtype is not None:
             return torch.autocast(self.device.type, dtype=self.amp_dtype)
         return packed_linears(self.model)
