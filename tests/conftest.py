@@ -139,8 +139,11 @@ def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int, run) -> No
             raise KeyboardInterrupt(f"simulated kill after the step-{step} checkpoint")
 
     monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        run()
+    try:
+        killed = run() == 130  # the CLI turns the interrupt into one line and exit code 130
+    except KeyboardInterrupt:  # the library lets it through
+        killed = True
+    assert killed
     monkeypatch.setattr(Trainer, "save_checkpoint", original_save)
 
 

@@ -188,6 +188,14 @@ def test_bm25_ranks_the_obvious_document_first():
     assert set(run["q1"]) == {"cats", "mixed"}  # only documents sharing a term are returned
 
 
+@pytest.mark.parametrize("corpus", [{"empty": ""}, {"stop": "the of and", "blank": "   "}])
+def test_bm25_over_documents_without_a_term_finds_nothing(corpus):
+    run = bm25_search(corpus, {"q1": "cat", "q2": "the"}, k=10, show_progress=False)
+    assert run == {"q1": {}, "q2": {}}  # before: bm25s's "ValueError: max() arg is an empty sequence"
+    mixed = bm25_search({**corpus, "cats": "a cat sat"}, {"q1": "cat"}, k=10, show_progress=False)
+    assert list(mixed["q1"]) == ["cats"]
+
+
 def test_bm25_options_are_checked():
     with pytest.raises(ConfigError, match="--b"):
         BM25Params(b=2.0)

@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
+from retromae.model_source import ModelSource, check_tokenizer, resolve_model
 
 IGNORE_INDEX = -100
 logger = logging.getLogger(__name__)
@@ -42,36 +43,42 @@ def check_max_length(config, value: int | None, option_name: str) -> None:
                           f"(its position embeddings); give {limit} or less")
 
 
-def load_masked_lm(name_or_path: str, from_config: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """A masked-LM model and its fast tokenizer; `from_config` builds fresh weights from the config alone."""
+def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: bool = False,
+                   option: str = "--model") -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A masked-LM model and its fast tokenizer from any source `retromae.model_source` resolves; `from_config`
+    builds fresh weights from the config alone; `head_restored` (the caller loads the MLM head itself, as
+    `--init-from` does) silences the note that the checkpoint has none."""
+    source = resolve_model(name_or_path, option)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+        tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
         if from_config:
-            config = AutoConfig.from_pretrained(name_or_path)
+            config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
             model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
         else:
-            model, info = AutoModelForMaskedLM.from_pretrained(name_or_path, attn_implementation="sdpa",
-                                                               output_loading_info=True)
-            _report_missing(name_or_path, model, info["missing_keys"])
+            model, info = AutoModelForMaskedLM.from_pretrained(source.folder, subfolder=source.subfolder,
+                                                               attn_implementation="sdpa", output_loading_info=True)
+            _report_missing(source, model, info["missing_keys"], head_restored)
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load model {name_or_path!r}: {error}") from error
     if not tokenizer.is_fast:
         raise ModelLoadError(f"{name_or_path!r}: a fast (Rust) tokenizer is required (tokenizer.json)")
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
+    check_tokenizer(tokenizer, f"{option} {name_or_path}", model.config.vocab_size)
     return model, tokenizer
 
 
-def _report_missing(name_or_path: str, model: PreTrainedModel, missing: list[str]) -> None:
+def _report_missing(source: ModelSource, model: PreTrainedModel, missing: list[str], head_restored: bool) -> None:
     """Say once, in our words, which weights the checkpoint lacked: a missing MLM head is expected (sentence
     encoders such as all-MiniLM-L6-v2 ship none), missing body weights are not."""
     body = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
     head = sorted(set(missing) - set(body))
-    if head:
-        logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch",
-                       name_or_path, len(head))
+    if head and not head_restored:
+        hint = f" (--init-from {source.given} continues with its head)" if source.kind == "run" else ""
+        logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch%s",
+                       source.given, len(head), hint)
     if body:
-        logger.warning("%s lacks %d tensors of the encoder body (e.g. %s); they start random", name_or_path,
+        logger.warning("%s lacks %d tensors of the encoder body (e.g. %s); they start random", source.given,
                        len(body), body[0])
 
 

@@ -30,12 +30,14 @@ from retromae.export import (
     load_head,
     save_head,
 )
+from retromae.model_source import check_unknown_share
 from retromae.objectives import PretrainingObjective, build_objective
 from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
+TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
 OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
                     "retromae+contrastive": "RetroMAE + contrastive"}
 
@@ -95,7 +97,7 @@ def load_backbone(config: PretrainConfig) -> tuple[PreTrainedModel, PreTrainedTo
     if not Path(encoder_dir).is_dir():
         raise ModelLoadError(f"--init-from {config.init_from}: no encoder/ folder; give the output folder of a "
                              "finished `retromae pretrain` run")
-    return load_masked_lm(encoder_dir)
+    return load_masked_lm(encoder_dir, head_restored=True, option="--init-from")
 
 
 def init_head(objective: PretrainingObjective, config: PretrainConfig) -> None:
@@ -129,6 +131,8 @@ def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast,
     store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
                                      cache_dir=Path(config.cache_dir) if config.cache_dir else None,
                                      show_progress=show_progress)
+    check_unknown_share(tokenizer, store.first_ids(TOKENIZER_SAMPLE).tolist(), model_source(config),
+                        ", ".join(map(str, config.corpus)))
     if objective.pair_batches:
         return SpanPairDataset(store, config.seed), PairCollator(tokenizer)
     return BlockDataset(store), BlockCollator(tokenizer)

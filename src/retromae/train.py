@@ -33,6 +33,7 @@ from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
+from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -149,12 +150,9 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     several trainings with different precision, as the quickstart and the tests do.
     """
     AcceleratorState._reset_state(reset_partial_state=False)
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
-
-
-def _launched_without_gpus() -> bool:
-    """True for a multi-process launch (torchrun, accelerate launch) on a machine without CUDA: DDP over gloo."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+    accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=without_gpus())
+    check_process_count(accelerator.num_processes)
+    return accelerator
 
 
 def _enable_gradient_checkpointing(model: nn.Module) -> None:

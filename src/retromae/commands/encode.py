@@ -15,6 +15,7 @@ from retromae.config import add_config_arguments, build_config, option, require
 from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 
@@ -91,22 +92,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelerate import PartialState
-
     from retromae.console import format_seconds
+    from retromae.processes import process_state
     from retromae.retrieval.encode import encode_to_dir
 
     started = time.perf_counter()
     config = build_config(EncodeConfig, args)
     ids, texts = read_texts(config)
     prefix, max_length = config.text_options
-    encoder = config.load_encoder(PartialState().device)
+    encoder = config.load_encoder(process_state().device)
     folder = encode_to_dir(encoder, ids, texts, config.output, model_name=config.model,
                            shard_size=config.shard_size, batch_size=config.batch_size,
                            max_length=max_length, prefix=prefix, show_progress=config.progress,
                            overwrite=config.overwrite,
                            description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)")
-    if PartialState().is_main_process:
+    if process_state().is_main_process:
         print(f"encoded {len(ids):,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
               f"({encoder.dimension} dimensions, at most {max_length or encoder.max_length} tokens, "
               f"pooling {encoder.pooling}, normalize {encoder.normalize})")

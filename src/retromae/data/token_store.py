@@ -256,6 +256,10 @@ class TokenStore:
     def __len__(self) -> int:
         return len(self._documents)
 
+    def first_ids(self, count: int) -> np.ndarray:
+        """The first `count` token ids of the store (fewer in a smaller one), e.g. to check the tokenizer on them."""
+        return np.array(self._ids[:count])
+
     def _check(self, index: int) -> int:
         if not -len(self) <= index < len(self):
             raise IndexError(f"block {index} out of range for a store of {len(self)} blocks")

@@ -22,21 +22,17 @@ from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
 from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
+from retromae.model_source import check_unknown_share
 from retromae.train import Trainer, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
+TOKENIZER_SAMPLE = 200  # passages checked for [UNK] before training
 OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
-
-
-def model_folder(model: str) -> str:
-    """A pre-training or fine-tuning output folder stands for its encoder/."""
-    encoder = Path(model) / "encoder"
-    return str(encoder) if (encoder / "config.json").is_file() else model
 
 
 def _load_encoders(config: FinetuneConfig, device) -> tuple[Encoder, Encoder]:
     """(passage encoder, query encoder): the same object unless --untie."""
-    passage = Encoder.load(model_folder(config.model), config.pooling, config.normalize, device=device)
-    query = Encoder.load(model_folder(config.model), config.pooling, config.normalize, device=device) \
+    passage = Encoder.load(config.model, config.pooling, config.normalize, device=device)
+    query = Encoder.load(config.model, config.pooling, config.normalize, device=device) \
         if config.untie else passage
     return passage, query
 
@@ -82,6 +78,9 @@ def finetune(config: FinetuneConfig) -> Path:
     check_max_length(passage_encoder.model.config, config.query_max_length, "query_max_length")
     check_max_length(passage_encoder.model.config, config.passage_max_length, "passage_max_length")
     data = load_training_data(config.data, config.split)
+    sample = passage_encoder.tokenize(data.texts[:TOKENIZER_SAMPLE], config.passage_max_length)
+    check_unknown_share(passage_encoder.tokenizer, [token for ids in sample for token in ids], config.model,
+                        data.source)
     source = config.negative_source(Path(config.data).is_dir())
     _check_data(config, data, source)
     resolve_defaults(config, data, passage_encoder.tokenizer, passage_encoder.model.config, accelerator.num_processes)
@@ -114,7 +113,7 @@ def finetune(config: FinetuneConfig) -> Path:
     trainer.run()
     if accelerator.is_main_process:
         export_towers(trainer.unwrapped_model, passage_encoder, output,
-                      declared_max_length(model_folder(config.model)))
+                      declared_max_length(config.model))
     accelerator.wait_for_everyone()
     return output
 

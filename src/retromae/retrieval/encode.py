@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from accelerate import PartialState
 
 from retromae.config import ConfigError, require
 from retromae.console import progress
 from retromae.encoder import Encoder
 from retromae.errors import DataError
 from retromae.io import atomic_path, write_text_atomic
+from retromae.processes import process_state
 from retromae.run_folder import claim_folder, input_fingerprint
 
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -120,7 +120,8 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     require(shard_size > 0, "shard_size", "must be positive")
     _check_ids(ids, texts)
     output_dir = Path(output_dir)
-    state = PartialState()
+    state = process_state()
+    model_name = model_name or encoder.source
     info = encoder_info(encoder, model_name, prefix, max_length)
     manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
