@@ -106,10 +106,10 @@ def tiny_corpus(tmp_path) -> Path:
     return path
 
 
-def tiny_beir(folder: Path) -> None:
+def tiny_beir(folder: Path, seed: int = 7) -> None:
     """A 48-document BEIR folder whose queries are their document's first four words (36 train, 12 test)."""
     (folder / "qrels").mkdir(parents=True)
-    documents = make_sentences(48, seed=7)
+    documents = make_sentences(48, seed=seed)
     with (folder / "corpus.jsonl").open("w") as corpus, (folder / "queries.jsonl").open("w") as queries:
         for i, text in enumerate(documents):
             corpus.write(json.dumps({"_id": f"d{i}", "title": "", "text": text}) + "\n")

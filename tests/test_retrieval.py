@@ -231,3 +231,14 @@ def test_bm25s_keeps_jax_off_the_gpu_unless_the_user_chose(monkeypatch):
     bm25._bm25s()
     assert os.environ["JAX_PLATFORMS"] == "cuda"
 
+
+
+def test_the_gpu_memory_check_child_searches_and_exits_cleanly():
+    """The child of test_gpu's BM25 memory check must finish its search: run here on CPU, exit code checked."""
+    import subprocess
+
+    from test_gpu import BM25_CHILD
+
+    done = subprocess.run([sys.executable, "-c", BM25_CHILD], input="", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["searched"]

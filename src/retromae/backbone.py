@@ -10,6 +10,7 @@ pooling (`retromae.encoder`) or export (`retromae.export`).
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 import torch.nn.functional as F
@@ -113,15 +114,36 @@ def token_embeddings(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.T
 
 
 def hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Final hidden states of the backbone, shape (B, L, D)."""
-    return model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    """Final hidden states of the backbone, shape (B, L, D).
+
+    The padding mask goes in as (B, 1, 1, L) booleans, which transformers hands to attention as it is: from a 2D
+    mask it would first ask whether the batch has any padding (`padding_mask.all()`), a read from the device on
+    every step (under torch.compile it skips the question and always builds the mask, as here)."""
+    visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
+    return model.base_model(input_ids=input_ids, attention_mask=visible).last_hidden_state
 
 
-def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy at labelled positions only: the vocabulary projection never runs on the others."""
-    selected = labels != IGNORE_INDEX  # (B, L)
-    if not selected.any():
-        return hidden.sum() * 0.0
-    logits = head(hidden[selected])  # (M, V)
-    return F.cross_entropy(logits.float(), labels[selected])
+def label_capacity(positions: int, ratio: float) -> int:
+    """How many positions the MLM loss projects onto the vocabulary for a mask drawn at `ratio` over `positions`
+    tokens: the expected count plus 8 standard deviations of a token-level draw (4 of a whole-word draw whose
+    words average 4 tokens) plus 16, at most `positions`. A fixed number, so that the loss never asks the device
+    how many positions were drawn; a draw past it (beyond 8 sigma) leaves its last labels out of the loss."""
+    spread = math.sqrt(positions * ratio * (1 - ratio))
+    return min(positions, math.ceil(ratio * positions + 8 * spread) + 16)
 
+
+def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                   capacity: int | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the labelled positions (labels != -100), with no read from the device.
+
+    With `capacity` (`label_capacity`), the vocabulary projection runs on that many positions, the labelled ones
+    first (a stable sort of the flattened labels, then a gather): shapes never depend on the draw, so there is no
+    boolean indexing to wait for and no graph break under torch.compile. Without, it runs on every position (for
+    losses over nearly all tokens). A batch without labels gives 0."""
+    hidden, labels = hidden.flatten(0, -2), labels.flatten()  # (N, D), (N,)
+    if capacity is not None and capacity < labels.numel():
+        first = torch.argsort((labels == IGNORE_INDEX).to(torch.uint8), stable=True)[:capacity]  # (C,) labelled first
+        hidden, labels = hidden[first], labels[first]  # (C, D), (C,)
+    logits = head(hidden)  # (C, V)
+    total = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)

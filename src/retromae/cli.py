@@ -31,7 +31,7 @@ VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars
                 "warnings), hidden by default; before or after the command name")
 
 INTERRUPTED = ("retromae: interrupted; finished checkpoints, shards and output files are kept (written atomically): "
-               "`--resume` continues a training run, the same `encode` command continues an encoding")
+               "`--resume` continues a training run, the same `encode` or `evaluate` command continues an encoding")
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,8 @@ def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[st
     kwargs: dict[str, Any] = {"type": scalar, "choices": field.metadata.get("choices")}
     if scalar in (int, float) and not field.metadata.get("choices"):
         kwargs["metavar"] = "N" if scalar is int else "X"
-    if is_list:
-        kwargs["nargs"] = "+"
+    if is_list:  # `--data A B` and `--data A --data B` alike
+        kwargs.update(nargs="+", action="extend")
     return kwargs
 
 
@@ -151,16 +151,17 @@ def _usage_part(field: dataclasses.Field) -> str:
 
 def _add_field(group: argparse._ArgumentGroup, field: dataclasses.Field, hints: dict[str, Any]) -> None:
     flag, kwargs = _flag(field.name), _argument_kwargs(field, hints)
+    old_kwargs = {key: value for key, value in kwargs.items() if key != "action"}  # they act as `_OldSpelling`
     deprecated = field.metadata.get("deprecated")
     if deprecated:
         group.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                           action=_OldSpelling, message=f"retromae: note: {deprecated}", **kwargs)
+                           action=_OldSpelling, message=f"retromae: note: {deprecated}", **old_kwargs)
         return
     flags = [field.metadata["short"], flag] if field.metadata.get("short") else [flag]
     group.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS, help=_help_text(field), **kwargs)
     for alias in field.metadata.get("aliases", ()):
         group.add_argument(alias, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                           action=_OldSpelling, message=renamed_note(alias, flag), **kwargs)
+                           action=_OldSpelling, message=renamed_note(alias, flag), **old_kwargs)
 
 
 def _default_of(field: dataclasses.Field) -> Any:

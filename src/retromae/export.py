@@ -72,7 +72,7 @@ def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_
     modules: list[nn.Module] = [transformer, Pooling(transformer.auto_model.config.hidden_size, pooling)]
     if normalize:
         modules.append(Normalize())
-    return SentenceTransformer(modules=modules, device="cpu")
+    return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine" if normalize else "dot")
 
 
 def declared_max_length(source: str | Path) -> int | None:
@@ -86,7 +86,9 @@ def declared_max_length(source: str | Path) -> int | None:
 
 def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
     """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
-    `max_length` its metadata declares as `max_seq_length`."""
+    `max_length` its metadata declares as `max_seq_length`. Its similarity is the score the model was trained and is
+    searched with: the dot product of unnormalised vectors (cosine when they are normalised), so that
+    sentence-transformers and mteb rank as `retromae evaluate` does."""
     model = _sentence_transformer(encoder_dir, pooling, normalize, declared_max_length(encoder_dir))
     with atomic_directory(Path(path)) as staging:
         model.save(str(staging))

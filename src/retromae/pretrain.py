@@ -3,19 +3,23 @@
 Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-light `retromae.pretrain_config`), the
 choice of data for an objective (blocks of a token store; for the contrastive objectives, two spans per document or
 given pairs), and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training
-head). Does not own data reading, masking, objectives or the loop itself; it wires them together.
+head). Does not own data reading, masking, objectives or the loop itself; it wires them together. The module
+itself can be called: `retromae.pretrain(config)` is `pretrain(config)` (`retromae.api.CallableModule`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from retromae.api import CallableModule
 from retromae.backbone import check_max_length, load_masked_lm
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
@@ -42,8 +46,9 @@ OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM"
                     "retromae+contrastive": "RetroMAE + contrastive"}
 
 
-def pretrain(config: PretrainConfig) -> Path:
-    """Run pre-training as configured; returns the output folder."""
+def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
+    """Run pre-training as `config` (or `PretrainConfig(**options)`) says; returns the output folder."""
+    config = config if config is not None else PretrainConfig(**options)
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
@@ -143,3 +148,7 @@ def export_outputs(objective, tokenizer, output: Path, max_length: int | None = 
     export_encoder(objective.encoder, tokenizer, output / "encoder", max_length=max_length)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer")
     save_head(objective, output)
+
+
+__entry__ = f"{__name__}:pretrain"
+sys.modules[__name__].__class__ = CallableModule

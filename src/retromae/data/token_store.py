@@ -271,6 +271,10 @@ class TokenStore:
         start, end = int(self._offsets[index]), int(self._offsets[index + 1])
         return np.array(self._ids[start:end]), self._word_starts[start:end].astype(bool)
 
+    def block_lengths(self) -> np.ndarray:
+        """(num_blocks,) int64: the tokens of every block."""
+        return np.diff(np.asarray(self._offsets))
+
     def block_document(self, index: int) -> int:
         """The index of the document block `index` came from; a document's blocks are contiguous and in order."""
         return int(self._documents[self._check(index)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from retromae.backbone import check_max_length
 from retromae.config import ConfigError, save_config
@@ -69,8 +70,9 @@ def _dual_encoder(config: FinetuneConfig, passage: Encoder, query: Encoder, grou
     return DualEncoder(query.model, passage.model if config.untie else None, passage.config, options)
 
 
-def finetune(config: FinetuneConfig) -> Path:
-    """Fine-tune a dense retriever as configured; returns the output folder."""
+def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
+    """Fine-tune a dense retriever as `config` (or `FinetuneConfig(**options)`) says; returns the output folder."""
+    config = config if config is not None else FinetuneConfig(**options)
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
