@@ -11,8 +11,10 @@ length, two figures:
   data loader and collator, per-step mask generator, forward, backward, gradient clipping, AdamW and the schedule.
 
 The contrastive objectives read the same B rows as B/2 pairs (first views, then their positives), so every run
-processes the same tokens per step. Rounds alternate between the runs so machine noise hits them alike; the
-figure is the median step time. The device is synchronised before every clock read.
+processes the same tokens per step (unsupervised SimCSE reads B blocks and encodes each twice, its two dropout
+views; Contriever encodes the key half without gradient through its momentum encoder, queue of 131,072 keys). Rounds
+alternate between the runs so machine noise hits them alike; the figure is the median step time. The device is
+synchronised before every clock read.
 
 Run: PYTHONPATH=src python benchmarks/pretrain_throughput.py [--batch-size 16] [--max-length 128] [--device cpu]
      [--runs "retromae enhanced" ...] [--rounds 10]
@@ -46,6 +48,11 @@ RUNS = {
     "seed (3 layers, k=2)": dict(objective="seed", decoder_layers=3, attention_window=2),
     "contrastive": dict(objective="contrastive"),
     "retromae+contrastive": dict(objective="retromae+contrastive", decoding="enhanced", decoder_layers=1),
+    "dupmae": dict(objective="dupmae", decoding="enhanced", decoder_layers=1),
+    "condenser (0.15)": dict(objective="condenser", encoder_mask_ratio=0.15),
+    "cocondenser (0.15)": dict(objective="cocondenser", encoder_mask_ratio=0.15),
+    "contriever": dict(objective="contriever"),
+    "simcse (unsupervised)": dict(objective="simcse"),
 }
 REFERENCE = "reference HF MLM (0.15)"
 Block = tuple[np.ndarray, np.ndarray]
@@ -132,7 +139,8 @@ def build_steps(args: argparse.Namespace, device: torch.device, folder: Path) ->
     for name in args.runs:
         settings = SimpleNamespace(**{"encoder_mask_ratio": 0.3, "decoder_mask_ratio": 0.5, "whole_word_mask": False,
                                       "decoding": "enhanced", "decoder_layers": None, "attention_window": 2,
-                                      "temperature": 0.05, **RUNS[name]})
+                                      "temperature": None, "bow_weight": 0.1, "skip_from": None,
+                                      "momentum": 0.9995, "queue_size": 131_072, "pairs": None, **RUNS[name]})
         objective = build_objective(settings.objective, new_model(), tokenizer, settings).to(device).train()
         steps[f"{name}: step"] = our_step(objective, torch.optim.AdamW(objective.parameters(), lr=1e-5), collate,
                                           blocks, device)

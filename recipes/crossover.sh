@@ -35,15 +35,8 @@ else
   PROBE=${PROBE:-$RUNS/data} PROBE_STS=${PROBE_STS:-}
   CORPUS=("$PROBE/corpus.jsonl")
   INIT=$RUNS/initial-model
-  [ -f "$PROBE/corpus.jsonl" ] || $PY -c "import sys; from pathlib import Path
-from retromae.data.stdlib_docs import build_stdlib_retrieval_set
-print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$PROBE"
-  [ -f "$INIT/config.json" ] || $PY -c "import dataclasses, sys; from pathlib import Path
-from retromae.quickstart import PRESETS, initial_model
-budget = dataclasses.replace(PRESETS['cpu'], vocab_size=int(sys.argv[2]), hidden_size=int(sys.argv[4]),
-                             layers=int(sys.argv[5]), max_length=int(sys.argv[6]))
-initial_model([sys.argv[1]], budget, Path(sys.argv[3]), seed=42)
-" "${CORPUS[0]}" "$VOCAB" "$INIT" "$HIDDEN" "$LAYERS" "$LENGTH"
+  stdlib_dataset "$PROBE"
+  quickstart_initial_model "${CORPUS[0]}" "$INIT" "$VOCAB" "$HIDDEN" "$LAYERS" "$LENGTH"
 fi
 PROBE_OPTIONS=(--probe "$PROBE" --probe-every "$PROBE_EVERY" --probe-queries "${PROBE_QUERIES:-200}"
                --probe-documents "${PROBE_DOCUMENTS:-5000}" --keep-best-probe)

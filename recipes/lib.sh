@@ -58,3 +58,19 @@ bm25_variant() {  # bm25_variant VARIANT_DIR: BM25 (bm25s) on SciFact test → r
   [ -f "$1/run.trec" ] || timed "$1" bm25 $PY -m retromae bm25 --data "$SCIFACT" --split test --output "$1/run.trec"
   evaluate_variant "$1" scifact --run "$1/run.trec" --data "$SCIFACT"
 }
+
+stdlib_dataset() {  # stdlib_dataset FOLDER: the standard library's docstring retrieval set (built offline), once
+  [ -f "$1/corpus.jsonl" ] || $PY -c "import sys; from pathlib import Path
+from retromae.data.stdlib_docs import build_stdlib_retrieval_set
+print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$1"
+}
+
+quickstart_initial_model() {  # quickstart_initial_model CORPUS FOLDER VOCAB HIDDEN LAYERS LENGTH: the quickstart's
+  # initial model (a WordPiece vocabulary trained on CORPUS, a random BERT; seed 42), byte-identical to its own, once
+  [ -f "$2/config.json" ] || $PY -c "import dataclasses, sys; from pathlib import Path
+from retromae.quickstart import PRESETS, initial_model
+budget = dataclasses.replace(PRESETS['cpu'], vocab_size=int(sys.argv[2]), hidden_size=int(sys.argv[4]),
+                             layers=int(sys.argv[5]), max_length=int(sys.argv[6]))
+initial_model([sys.argv[1]], budget, Path(sys.argv[3]), seed=42)
+" "$1" "$3" "$2" "$4" "$5" "$6"
+}

@@ -162,3 +162,17 @@ def run_metrics(output: Path) -> list[dict]:
     from retromae.evaluation.experiments import read_metrics
 
     return read_metrics(output / "metrics.jsonl")
+
+
+def run_two_processes(script: str) -> str:
+    """Run tests/`script` under torch.distributed.run with 2 CPU (gloo) processes; its stdout, once it exited 0."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root / 'tests'}", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(root / "tests" / script)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout

@@ -137,4 +137,4 @@ def test_missing_or_empty_pairs_file(tmp_path, tiny_tokenizer):
 
 def test_snli_pairs_load(tiny_tokenizer):
     dataset = PairsDataset(shared_data("pairs/snli-dev-test.jsonl"), tiny_tokenizer, 64, seed=0)
-    assert len(dataset) == 6162 and all(len(group) >= 1 for group in dataset.positives)
+    assert len(dataset) == 6162 and all(len(group[1]) >= 1 for group in dataset.groups)

@@ -28,6 +28,11 @@ OBJECTIVES = {
     "seed": ["--objective", "seed"],
     "contrastive": ["--objective", "contrastive"],
     "retromae+contrastive": ["--objective", "retromae+contrastive"],
+    "dupmae": ["--objective", "dupmae"],
+    "condenser": ["--objective", "condenser"],
+    "cocondenser": ["--objective", "cocondenser"],
+    "contriever": ["--objective", "contriever", "--queue-size", "16"],
+    "simcse": ["--objective", "simcse"],
 }
 
 

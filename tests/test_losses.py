@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_two_processes
 
 from retromae.losses import gather_with_grad, gathered_positive_index, info_nce
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def hand_info_nce(queries: list[list[float]], passages: list[list[float]], temperature: float,
@@ -56,9 +51,4 @@ def test_gathering_is_the_identity_in_one_process():
 
 
 def test_gathered_loss_and_gradient_equal_one_process_over_the_whole_batch():
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'tests'}", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(ROOT / "tests" / "dist_info_nce.py")]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert result.stdout.count("== single-process") == 4
+    assert run_two_processes("dist_info_nce.py").count("== single-process") == 4

@@ -2,9 +2,9 @@
 
 Owns: loading any Hugging Face masked-LM encoder (BERT, RoBERTa, MiniLM, ...) from a checkpoint or from a
 config (scratch) with PyTorch SDPA attention, saying which of its weights start fresh; finding its MLM head and
-absolute position embeddings through public accessors only; the longest input its position embeddings allow; the
-encoder MLM loss computed at masked positions only. Does not own masking, the objectives' decoders, inference-time
-pooling (`retromae.encoder`) or export (`retromae.export`).
+absolute position embeddings through public accessors only; its final or per-layer hidden states; the longest
+input its position embeddings allow; the encoder MLM loss computed at masked positions only. Does not own
+masking, the objectives' decoders, inference-time pooling (`retromae.encoder`) or export (`retromae.export`).
 """
 
 from __future__ import annotations
@@ -121,6 +121,15 @@ def hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mas
     every step (under torch.compile it skips the question and always builds the mask, as here)."""
     visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
     return model.base_model(input_ids=input_ids, attention_mask=visible).last_hidden_state
+
+
+def layer_hidden_states(model: PreTrainedModel, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The embedding output, then every layer's hidden states, each (B, L, D): index i is layer i's output. The
+    padding mask goes in as booleans, as in `hidden_states`."""
+    visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
+    output = model.base_model(input_ids=input_ids, attention_mask=visible, output_hidden_states=True)
+    return output.hidden_states
 
 
 def label_capacity(positions: int, ratio: float) -> int:

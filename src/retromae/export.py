@@ -84,11 +84,13 @@ def declared_max_length(source: str | Path) -> int | None:
         return None
 
 
-def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
-    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
-    `max_length` its metadata declares as `max_seq_length`. Its similarity is the score the model was trained and is
-    searched with: the dot product of unnormalised vectors (cosine when they are normalised), so that
-    sentence-transformers and mteb rank as `retromae evaluate` does."""
+def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str | None = None,
+                                normalize: bool = False) -> None:
+    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling (default: the one
+    its metadata declares) and the `max_length` its metadata declares as `max_seq_length`. Its similarity is the
+    score the model was trained and is searched with: the dot product of unnormalised vectors (cosine when they are
+    normalised), so that sentence-transformers and mteb rank as `retromae evaluate` does."""
+    pooling = pooling or describe_folder(str(encoder_dir)).pooling.pooling
     model = _sentence_transformer(encoder_dir, pooling, normalize, declared_max_length(encoder_dir))
     with atomic_directory(Path(path)) as staging:
         model.save(str(staging))

@@ -23,7 +23,7 @@ from retromae.api import CallableModule
 from retromae.backbone import check_max_length, load_masked_lm
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
-from retromae.data.contrastive import PairCollator, PairsDataset, SpanPairDataset
+from retromae.data.contrastive import CropPairDataset, PairCollator, PairsDataset, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import (
@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
 TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
 OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
-                    "retromae+contrastive": "RetroMAE + contrastive"}
+                    "retromae+contrastive": "RetroMAE + contrastive", "dupmae": "DupMAE", "condenser": "Condenser",
+                    "cocondenser": "coCondenser", "contriever": "Contriever", "simcse": "SimCSE"}
 
 
 def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
@@ -130,22 +131,28 @@ def previous_objective(folder: Path) -> str:
 
 def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, objective: PretrainingObjective,
                      max_length: int, show_progress: bool = True) -> tuple[Dataset, Callable]:
-    """Dataset and collator for the objective: blocks, or two views per example (spans or given pairs)."""
+    """Dataset and collator for the objective: blocks, or two views per example (spans, crops or given pairs), or
+    three (given triples)."""
     if config.pairs is not None:
-        return PairsDataset(config.pairs, tokenizer, max_length, config.seed), PairCollator(tokenizer)
+        negatives = objective.pairs_views == "triples"
+        pairs = PairsDataset(config.pairs, tokenizer, max_length, config.seed, negatives=negatives)
+        return pairs, PairCollator(tokenizer)
     store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
                                      cache_dir=Path(config.cache_dir) if config.cache_dir else None,
                                      show_progress=show_progress)
     check_unknown_share(tokenizer, store.first_ids(TOKENIZER_SAMPLE).tolist(), model_source(config),
                         ", ".join(map(str, config.corpus)))
-    if objective.pair_batches:
-        return SpanPairDataset(store, config.seed), PairCollator(tokenizer)
-    return BlockDataset(store), BlockCollator(tokenizer)
+    if objective.corpus_views == "blocks":
+        return BlockDataset(store), BlockCollator(tokenizer)
+    views = CropPairDataset if objective.corpus_views == "crops" else SpanPairDataset
+    return views(store, config.seed, objective.min_document_tokens, config.batch_size,
+                 config.objective), PairCollator(tokenizer)
 
 
 def export_outputs(objective, tokenizer, output: Path, max_length: int | None = None) -> None:
-    """encoder/, sentence-transformer/ (CLS pooling, the source model's max length) and the pre-training head."""
-    export_encoder(objective.encoder, tokenizer, output / "encoder", max_length=max_length)
+    """encoder/, sentence-transformer/ (the objective's pooling, the source model's max length) and the
+    pre-training head."""
+    export_encoder(objective.encoder, tokenizer, output / "encoder", pooling=objective.pooling, max_length=max_length)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer")
     save_head(objective, output)
 

@@ -14,7 +14,8 @@ from retromae.config import option, require
 from retromae.training_config import HeadTrainingConfig
 
 # The keys of `retromae.objectives.OBJECTIVES`, in its order; named here so that the options need no objective code.
-OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive")
+OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
+                   "cocondenser", "contriever", "simcse")
 PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 
 
@@ -78,15 +79,24 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])",
                                required_unless="--pairs")
     pairs: str | None = option(None, "contrastive objectives: JSON lines of {\"query\": str, \"pos\": str or [str]} "
-                                     "pairs, used instead of two spans per --corpus document")
+                                     "pairs, used instead of two spans per --corpus document; simcse (supervised) "
+                                     "also needs \"neg\": str or [str], hard negatives")
     from_config: bool = option(False, "start from fresh weights built from --model's config (scratch)")
     objective: str = option("retromae", "pre-training objective", choices=OBJECTIVE_NAMES)
     decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
                            choices=("enhanced", "basic"))
-    decoder_layers: int | None = option(None, "decoder transformer layers (default: the objective's; retromae 1, "
-                                              "and enhanced decoding uses exactly 1; seed 3)")
+    decoder_layers: int | None = option(None, "decoder (or head) transformer layers (default: the objective's; "
+                                              "retromae and dupmae 1, and enhanced decoding uses exactly 1; seed 3; "
+                                              "condenser and cocondenser 2)")
     attention_window: int = option(2, "seed: the decoder attends to this many previous tokens (plus [CLS])")
-    temperature: float = option(0.05, "contrastive objectives: InfoNCE temperature over cosine similarities")
+    temperature: float | None = option(None, "contrastive objectives: similarity temperature (default: the "
+                                             "objective's; 0.05 over cosine similarities, cocondenser 1.0 over dot "
+                                             "products, contriever 0.05 over dot products)")
+    bow_weight: float = option(0.1, "dupmae: weight of the bag-of-words loss")
+    skip_from: int | None = option(None, "condenser, cocondenser: the layer whose token states the head reads "
+                                         "(default: half the depth, 6 of 12)")
+    momentum: float = option(0.9995, "contriever: momentum of the key encoder's moving average")
+    queue_size: int = option(131_072, "contriever: keys kept in the MoCo queue as negatives")
     encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)")
     decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder")
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
@@ -106,9 +116,10 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
         require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
         objective.check_config(self)
         require(self.max_length >= 8, "max_length", "must be at least 8")
-        require(self.pairs is None or objective.pair_batches, "pairs",
-                f"the {self.objective} objective reads blocks of --corpus, not pairs")
+        require(self.pairs is None or objective.pairs_views is not None, "pairs",
+                f"the {self.objective} objective reads --corpus, not pairs")
         require(self.pairs is None or not self.corpus, "pairs", "give --pairs or --corpus, not both")
         require(len(self.corpus) > 0 or self.pairs is not None, "corpus", "give at least one corpus file")
-        require(not (self.freeze_encoder_steps and self.objective == "contrastive"), "freeze_encoder_steps",
-                "the contrastive objective has no head to train while the encoder is frozen")
+        require(not (self.freeze_encoder_steps and self.objective in ("contrastive", "contriever")),
+                "freeze_encoder_steps", f"the {self.objective} objective has no head to train while the encoder is "
+                                        "frozen")

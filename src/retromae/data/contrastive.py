@@ -1,9 +1,12 @@
-"""Two views per example for the contrastive objectives: two spans of one document, or a given pair.
+"""Two or three views per example for the contrastive objectives: spans or crops of one document, or given pairs.
 
 Owns: `SpanPairDataset` (coCondenser-style positives: two random spans of the same document of a `TokenStore`),
-`PairsDataset` (given pairs from `{"query": str, "pos": str | [str]}` JSON lines, e.g. NLI entailment pairs),
-reading and checking those files (errors name file and line), and `PairCollator` (pairs of blocks → one padded
-batch of 2B rows: the B first views, then the B second views in the same order).
+`CropPairDataset` (Contriever's positives: two independent random crops of one block of a document, each with
+random token deletion), `PairsDataset` (given pairs from `{"query": str, "pos": str | [str]}` JSON lines, e.g.
+NLI entailment pairs, and with `"neg"` hard negatives, triples for supervised SimCSE), reading and checking those
+files (errors name file and line), the check that enough documents are long enough for two views, and
+`PairCollator` (tuples of blocks → one padded batch of 2B or 3B rows: the B first views, then the B second views,
+then any third views, in the same order).
 
 One example is one document (or one query), so a batch never holds two documents' views as false negatives of
 each other. Random choices (which spans, which positive) come from a generator seeded by the run seed and the
@@ -14,6 +17,7 @@ lands in another batch). No model code and no masking.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,6 +31,9 @@ from retromae.data.token_store import TokenStore, plain_backend, word_starts_of
 from retromae.errors import DataError
 
 SUBSPAN_SHARE = (0.25, 0.5)
+CROP_SHARE = (0.1, 0.5)  # Contriever's ratio_min, ratio_max
+DELETE_PROBABILITY = 0.1  # Contriever's token deletion (prob_augmentation)
+logger = logging.getLogger(__name__)
 
 
 def batch_generator(seed: int, indices: Sequence[int]) -> np.random.Generator:
@@ -64,22 +71,53 @@ def random_subspan(block: Block, rng: np.random.Generator) -> Block:
     return ids[first:first + size].copy(), crop_starts
 
 
+def random_crop(block: Block, rng: np.random.Generator) -> Block:
+    """Contriever's view: a contiguous crop of a uniform 10-50% of the block (at least one token), then each token
+    deleted with probability 0.1 (at least one kept)."""
+    ids, starts = block
+    size = max(1, int(len(ids) * rng.uniform(*CROP_SHARE)))
+    first = int(rng.integers(len(ids) - size + 1))
+    kept = rng.random(size) > DELETE_PROBABILITY
+    kept[int(rng.integers(size))] |= not kept.any()
+    crop_starts = starts[first:first + size][kept].copy()
+    crop_starts[0] = True
+    return ids[first:first + size][kept].copy(), crop_starts
+
+
+def long_enough_documents(store: TokenStore, min_tokens: int, min_documents: int, objective: str) -> np.ndarray:
+    """The documents with at least `min_tokens` tokens; a DataError saying how many qualify when fewer than
+    `min_documents` do."""
+    counts = store.document_token_counts()  # (num_documents,)
+    qualified = np.flatnonzero(counts >= min_tokens)
+    if len(qualified) < min_documents:
+        sources = ", ".join(store.meta.get("sources", [])) or str(store.path)
+        raise DataError(f"{sources}: only {len(qualified)} of {len(counts)} documents have the {min_tokens} tokens "
+                        f"that two views of the {objective} objective need, fewer than one batch of {min_documents}; "
+                        "give longer documents or a smaller --batch-size")
+    return qualified
+
+
 class SpanPairDataset(_BatchSeeded):
-    """Item d: two spans of document d of the store (coCondenser, Gao and Callan 2021b).
+    """Item i: two spans of the i-th document of the store that has `min_tokens` tokens (coCondenser, Gao and
+    Callan 2021b).
 
     A document of several blocks gives two distinct blocks drawn at random; a one-block document gives two
-    independent random sub-spans of its block (`random_subspan`).
+    independent random sub-spans of its block (`random_subspan`). Fewer than `min_documents` such documents is a
+    DataError naming how many qualify.
     """
 
-    def __init__(self, store: TokenStore, seed: int) -> None:
+    def __init__(self, store: TokenStore, seed: int, min_tokens: int = 1, min_documents: int = 1,
+                 objective: str = "contrastive") -> None:
         self.store, self.seed = store, seed
         self.offsets = store.document_block_offsets()  # (num_documents + 1,)
+        self.documents = long_enough_documents(store, min_tokens, min_documents, objective)  # (N,)
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self.documents)
 
     def draw(self, index: int, rng: np.random.Generator) -> tuple[Block, Block]:
-        first, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        document = int(self.documents[index])
+        first, end = int(self.offsets[document]), int(self.offsets[document + 1])
         if end - first >= 2:
             a, b = rng.choice(end - first, size=2, replace=False)
             return self.store.block(first + int(a)), self.store.block(first + int(b))
@@ -87,55 +125,96 @@ class SpanPairDataset(_BatchSeeded):
         return random_subspan(block, rng), random_subspan(block, rng)
 
 
-def iter_pairs(path: Path) -> Iterator[tuple[str, list[str], str]]:
-    """(query, positives, "file:line") for each line of a pairs file; other fields (e.g. "neg") are ignored."""
+class CropPairDataset(SpanPairDataset):
+    """Item i: two independent `random_crop`s of one random block of the i-th long-enough document (Contriever:
+    the reference crops 256-token chunks; here a block of --max-length tokens)."""
+
+    def draw(self, index: int, rng: np.random.Generator) -> tuple[Block, Block]:
+        document = int(self.documents[index])
+        first, end = int(self.offsets[document]), int(self.offsets[document + 1])
+        block = self.store.block(first + int(rng.integers(end - first)))
+        return random_crop(block, rng), random_crop(block, rng)
+
+
+def iter_pairs(path: Path, negatives: bool = False) -> Iterator[tuple[str, list[str], list[str], str]]:
+    """(query, positives, hard negatives, "file:line") for each line of a pairs file; the negatives ("neg") are
+    read, and required, only with `negatives`; other fields are ignored."""
     for number, line in numbered_lines(Path(path)):
         where = f"{path}:{number}"
-        yield (*_check_pair(parse_json_line(path, number, line), where), where)
+        record = parse_json_line(path, number, line)
+        query, positives = _check_pair(record, where)
+        yield query, positives, _check_negatives(record, where) if negatives else [], where
 
 
 def _check_pair(record: object, where: str) -> tuple[str, list[str]]:
     if not isinstance(record, dict) or "query" not in record or "pos" not in record:
         raise DataError(f"{where}: expected a JSON object with fields 'query' and 'pos'")
-    query, positives = record["query"], record["pos"]
-    positives = [positives] if isinstance(positives, str) else positives
+    query = record["query"]
     if not isinstance(query, str) or not query.strip():
         raise DataError(f"{where}: field 'query' must be a non-empty string")
-    if not isinstance(positives, list) or not positives:
-        raise DataError(f"{where}: field 'pos' must be a string or a non-empty list of strings")
-    if not all(isinstance(text, str) and text.strip() for text in positives):
-        raise DataError(f"{where}: every entry of 'pos' must be a non-empty string")
-    return query, positives
+    return query, _texts(record["pos"], "pos", where)
+
+
+def _check_negatives(record: dict, where: str) -> list[str]:
+    """The hard negatives of a line: "neg" must be there; an empty list says this query has none."""
+    if "neg" not in record:
+        raise DataError(f"{where}: supervised SimCSE needs hard negatives: add a field 'neg' (a string or a list "
+                        "of strings, e.g. the NLI contradictions; [] for a query without one), or train on "
+                        "--corpus (unsupervised)")
+    return [] if record["neg"] == [] else _texts(record["neg"], "neg", where)
+
+
+def _with_negatives(pairs: list, path: str | Path) -> list:
+    """The pairs whose query has a hard negative; the others are left out, with a warning saying how many."""
+    kept = [pair for pair in pairs if pair[2]]
+    if not kept:
+        raise DataError(f"{path}: no line has a hard negative ('neg' is empty on all {len(pairs)}); supervised "
+                        "SimCSE needs (query, positive, hard negative) triples")
+    if len(kept) < len(pairs):
+        logger.warning("%s: %d of %d queries have no hard negative ('neg': []) and are left out", path,
+                       len(pairs) - len(kept), len(pairs))
+    return kept
+
+
+def _texts(value: object, field: str, where: str) -> list[str]:
+    """A field holding a string or a non-empty list of non-empty strings, as a list."""
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts:
+        raise DataError(f"{where}: field '{field}' must be a string or a non-empty list of strings")
+    if not all(isinstance(text, str) and text.strip() for text in texts):
+        raise DataError(f"{where}: every entry of '{field}' must be a non-empty string")
+    return texts
 
 
 class PairsDataset(_BatchSeeded):
-    """Item i: (query i, one of its positives drawn at random), tokenised once at load, cut to `max_length`."""
+    """Item i: (query i, one of its positives drawn at random), and with `negatives` one of its hard negatives
+    drawn at random too; tokenised once at load, cut to `max_length`."""
 
-    def __init__(self, path: str | Path, tokenizer: PreTrainedTokenizerBase, max_length: int, seed: int) -> None:
+    def __init__(self, path: str | Path, tokenizer: PreTrainedTokenizerBase, max_length: int, seed: int,
+                 negatives: bool = False) -> None:
         self.seed = seed
         if not Path(path).is_file():
             raise DataError(f"{path}: pairs file not found")
-        pairs = list(iter_pairs(Path(path)))
+        pairs = list(iter_pairs(Path(path), negatives))
         if not pairs:
             raise DataError(f"{path}: no pairs in the file")
-        texts = [text for query, positives, _ in pairs for text in (query, *positives)]
-        blocks = text_blocks(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False))
-        self.queries: list[Block] = []
-        self.positives: list[list[Block]] = []
-        first = 0
-        for _, positives, where in pairs:
-            group, first = blocks[first:first + 1 + len(positives)], first + 1 + len(positives)
-            if any(len(ids) == 0 for ids, _ in group):
+        if negatives:
+            pairs = _with_negatives(pairs, path)
+        texts = [text for query, positives, hard, _ in pairs for text in (query, *positives, *hard)]
+        blocks = iter(text_blocks(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False)))
+        self.groups: list[list[list[Block]]] = []  # per item: [[query], positives, negatives (maybe empty)]
+        for _, positives, hard, where in pairs:
+            group = [[next(blocks)], [next(blocks) for _ in positives], [next(blocks) for _ in hard]]
+            if any(len(ids) == 0 for texts in group for ids, _ in texts):
                 raise DataError(f"{where}: a text has no tokens")
-            self.queries.append(group[0])
-            self.positives.append(group[1:])
+            self.groups.append(group if negatives else group[:2])
 
     def __len__(self) -> int:
-        return len(self.queries)
+        return len(self.groups)
 
-    def draw(self, index: int, rng: np.random.Generator) -> tuple[Block, Block]:
-        positives = self.positives[index]
-        return self.queries[index], positives[int(rng.integers(len(positives)))]
+    def draw(self, index: int, rng: np.random.Generator) -> tuple[Block, ...]:
+        query, *choices = self.groups[index]
+        return (query[0], *(texts[int(rng.integers(len(texts)))] for texts in choices))
 
 
 def text_blocks(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> list[Block]:
@@ -146,10 +225,11 @@ def text_blocks(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens
 
 
 class PairCollator:
-    """Pairs of blocks → one `BlockCollator` batch of 2B rows: rows 0..B-1 the first views, B..2B-1 the second."""
+    """Pairs (or triples) of blocks → one `BlockCollator` batch of 2B (3B) rows: rows 0..B-1 the first views,
+    B..2B-1 the second, then any third."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.blocks = BlockCollator(tokenizer)
 
-    def __call__(self, pairs: list[tuple[Block, Block]]) -> dict[str, torch.Tensor]:
-        return self.blocks([first for first, _ in pairs] + [second for _, second in pairs])
+    def __call__(self, pairs: list[tuple[Block, ...]]) -> dict[str, torch.Tensor]:
+        return self.blocks([block for view in zip(*pairs, strict=True) for block in view])

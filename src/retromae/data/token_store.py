@@ -284,6 +284,12 @@ class TokenStore:
         documents = np.asarray(self._documents)  # (num_blocks,), non-decreasing
         return np.searchsorted(documents, np.arange(self.num_documents + 1), side="left").astype(np.int64)
 
+    def document_token_counts(self) -> np.ndarray:
+        """(num_documents,) int64: the tokens each document kept, over all its blocks (no special tokens)."""
+        lengths = np.diff(np.asarray(self._offsets, dtype=np.int64))  # (num_blocks,)
+        documents = np.asarray(self._documents, dtype=np.int64)
+        return np.bincount(documents, weights=lengths, minlength=self.num_documents).astype(np.int64)
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickle only the folder (DataLoader workers re-open the memory maps instead of copying the data)."""
         return {"path": str(self.path)}

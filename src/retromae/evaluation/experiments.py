@@ -65,9 +65,9 @@ def _read_json(path: Path) -> dict:
 def describe_pretraining(config: dict) -> str:
     """A short description of a pre-training run's method, from its saved config."""
     objective = config["objective"]
-    retromae = objective.startswith("retromae")
+    retromae = objective.startswith("retromae") or objective == "dupmae"  # RetroMAE's decoder
     parts = [f"{objective} {config['decoding']}" if retromae else objective]
-    if objective != "contrastive":
+    if objective not in ("contrastive", "contriever", "simcse"):  # the objectives that mask their input
         parts.append(f"enc mask {config['encoder_mask_ratio']:g}")
     if retromae:
         parts.append(f"dec mask {config['decoder_mask_ratio']:g}")

@@ -97,8 +97,8 @@ class Probe:
         started = time.perf_counter()
         objective = trainer.unwrapped_model
         training = objective.training
-        encoder = Encoder(objective.encoder.base_model, self.tokenizer, PoolingConfig("cls", False), self.max_length,
-                          AMP_DTYPES.get(trainer.accelerator.mixed_precision))
+        encoder = Encoder(objective.encoder.base_model, self.tokenizer, PoolingConfig(objective.pooling, False),
+                          self.max_length, AMP_DTYPES.get(trainer.accelerator.mixed_precision))
         device = encoder.device
         # Eval mode draws nothing at random; forking the RNG guarantees the training trajectory whatever the backbone.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -147,7 +147,7 @@ class Probe:
         objective = trainer.unwrapped_model
         staging = self.best_folder.with_name(BEST_FOLDER + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        export_encoder(objective.encoder, self.tokenizer, staging / "encoder")
+        export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling)
         save_head(objective, staging)
         info = {"step": trainer.state.step, "tokens": trainer.state.tokens, "metric": key, **scores}
         write_text_atomic(staging / BEST_FILE, json.dumps(info, indent=2) + "\n")

@@ -15,11 +15,16 @@ from typing import Any
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.cocondenser import CoCondenser
+from retromae.objectives.condenser import Condenser
 from retromae.objectives.contrastive import Contrastive
+from retromae.objectives.contriever import Contriever
+from retromae.objectives.dupmae import DupMAE
 from retromae.objectives.mlm import MaskedLanguageModeling
 from retromae.objectives.retromae import RetroMAE
 from retromae.objectives.retromae_contrastive import RetroMAEContrastive
 from retromae.objectives.seed import SEEDEncoder
+from retromae.objectives.simcse import SimCSE
 
 OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "retromae": RetroMAE,
@@ -27,6 +32,11 @@ OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "seed": SEEDEncoder,
     "contrastive": Contrastive,
     "retromae+contrastive": RetroMAEContrastive,
+    "dupmae": DupMAE,
+    "condenser": Condenser,
+    "cocondenser": CoCondenser,
+    "contriever": Contriever,
+    "simcse": SimCSE,
 }
 
 

@@ -1,9 +1,10 @@
 """What every pre-training objective shares: the backbone, its MLM head, the masking settings.
 
 Owns: the `PretrainingObjective` base class (forward(batch, generator) → named losses, "loss" the sum to
-optimise; class attributes saying which data it reads and its decoder's default depth; its config checks),
-`MaskingSettings`, the masked encoder pass used by MLM, RetroMAE and SEED alike, and the decoder input stream
-[h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share. Does not own any decoder or objective-specific loss.
+optimise; class attributes saying which data it reads, the pooling it trains, its decoder's default depth; its
+config checks), `MaskingSettings`, the masked encoder pass used by MLM, RetroMAE, SEED, DupMAE and Condenser alike,
+and the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share. Does not own any decoder or
+objective-specific loss.
 """
 
 from __future__ import annotations
@@ -38,13 +39,24 @@ class MaskingSettings:
 class PretrainingObjective(nn.Module):
     """An encoder (a Hugging Face masked LM) plus whatever head the objective trains beside it.
 
-    `pair_batches`: the objective reads two views per example (a `PairCollator` batch of 2B rows) instead of
-    blocks. `default_decoder_layers`: the decoder depth when `--decoder-layers` is not given; None when the
-    objective has no decoder.
+    `corpus_views`: what one example of a --corpus is: "blocks" (a `BlockCollator` batch of B rows), "spans" (two
+    spans of one document) or "crops" (two augmented crops of one document), the last two a `PairCollator` batch of
+    2B rows. `pairs_views`: what one line of --pairs gives, "pairs" (2B rows) or "triples" (query, positive, hard
+    negative: 3B rows), None when the objective reads no pairs. `min_document_tokens`: the fewest tokens a document
+    needs to give two spans or crops. `pooling`: the sentence embedding the objective trains, "cls" or "mean"; the
+    probe and the exports use it. `default_decoder_layers`: the decoder depth when `--decoder-layers` is not given;
+    None when the objective has no decoder. `default_temperature`: the similarity temperature when `--temperature`
+    is not given; None when the objective has none. `checkpoint_only`: prefixes of state that checkpoints keep but
+    the exported head leaves out (e.g. a momentum encoder and its queue).
     """
 
-    pair_batches: bool = False
+    corpus_views: str = "blocks"
+    pairs_views: str | None = None
+    min_document_tokens: int = 1
+    pooling: str = "cls"
     default_decoder_layers: int | None = None
+    default_temperature: float | None = None
+    checkpoint_only: tuple[str, ...] = ()
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings):
         super().__init__()
@@ -58,6 +70,19 @@ class PretrainingObjective(nn.Module):
         return backbone.mlm_head(self.encoder)
 
     @classmethod
+    def temperature_of(cls, config) -> float:
+        """--temperature, or the objective's own default when it is not given."""
+        return cls.default_temperature if config.temperature is None else config.temperature
+
+    def freeze_unused_mlm_head(self) -> None:
+        """For objectives that never call the MLM head: freeze it, so DDP waits for no gradient. Tied embeddings
+        stay trained."""
+        shared = {id(p) for p in self.encoder.base_model.parameters()}
+        for parameter in self.lm_head.parameters():
+            if id(parameter) not in shared:
+                parameter.requires_grad_(False)
+
+    @classmethod
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> PretrainingObjective:
         """Build from a pre-training config; objectives with options of their own override this."""
         return cls(encoder, masking)
@@ -67,6 +92,7 @@ class PretrainingObjective(nn.Module):
         """Raise ConfigError for options this objective cannot honour; objectives with options extend it."""
         require(cls.default_decoder_layers is not None or config.decoder_layers is None, "decoder_layers",
                 f"the {config.objective} objective has no decoder")
+        require(config.temperature is None or config.temperature > 0, "temperature", "must be positive")
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
@@ -85,14 +111,24 @@ class PretrainingObjective(nn.Module):
     def encode_masked(self, batch: dict[str, torch.Tensor],
                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask the encoder input (80/10/10), encode it; returns final hidden states (B, L, D) and the MLM loss."""
-        corrupted, labels = mlm_mask(
+        corrupted, labels = self.mask_encoder_input(batch, generator)
+        hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
+        return hidden, self.masked_token_loss(hidden, labels)
+
+    def masked_token_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The MLM-head loss of states (B, L, D) at the positions `mask_encoder_input` labelled (B, L), projected at
+        a fixed number of positions (`backbone.label_capacity`) so that no step waits for the device."""
+        capacity = backbone.label_capacity(labels.numel(), self.masking.encoder_mask_ratio)
+        return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
+
+    def mask_encoder_input(self, batch: dict[str, torch.Tensor],
+                           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The corrupted encoder input (B, L) at `encoder_mask_ratio` (80/10/10) and its MLM labels (B, L)."""
+        return mlm_mask(
             batch["input_ids"], batch["special_tokens_mask"], ratio=self.masking.encoder_mask_ratio,
             mask_token_id=self.masking.mask_token_id, vocab_size=self.masking.vocab_size, generator=generator,
             word_starts=batch["word_starts"] if self.masking.whole_word_mask else None,
         )
-        hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
-        capacity = backbone.label_capacity(labels.numel(), self.masking.encoder_mask_ratio)
-        return hidden, backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
 
     def cls_and_token_stream(self, input_ids: torch.Tensor, cls_embedding: torch.Tensor) -> torch.Tensor:
         """[h_cls, e(x_1)+p_1, ..., e(x_N)+p_N], shape (B, L, D): the sentence embedding (B, 1, D) at position 0, then
@@ -101,11 +137,12 @@ class PretrainingObjective(nn.Module):
         return torch.cat([cls_embedding, embedded[:, 1:]], dim=1)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every tensor outside the encoder's base model (MLM head, decoder), each tied tensor once."""
+        """Every tensor outside the encoder's base model (MLM head, decoder), each tied tensor once; state under
+        `checkpoint_only` stays in checkpoints."""
         seen = {id(p) for p in self.encoder.base_model.parameters()}
         head = {}
         for name, tensor in self.state_dict(keep_vars=True).items():
-            if id(tensor) not in seen:
+            if id(tensor) not in seen and not name.startswith(self.checkpoint_only):
                 seen.add(id(tensor))
                 head[name] = tensor
         return head

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from retromae import backbone
-from retromae.config import require
 from retromae.losses import cross_device_info_nce
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 
@@ -34,37 +33,23 @@ def contrastive_loss(embeddings: torch.Tensor, temperature: float) -> torch.Tens
     return cross_device_info_nce(queries, passages, temperature)
 
 
-def check_temperature(config) -> None:
-    require(config.temperature > 0, "temperature", "must be positive")
-
-
 class Contrastive(PretrainingObjective):
     """InfoNCE alone on the [CLS] embeddings of both views; the MLM head is kept (and saved) but not trained."""
 
-    pair_batches = True
+    corpus_views = "spans"
+    pairs_views = "pairs"
+    default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, temperature: float = 0.05):
         super().__init__(encoder, masking)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.temperature = temperature
-        self._freeze_unused_head()
-
-    def _freeze_unused_head(self) -> None:
-        """The MLM head gets no gradient here; frozen, so DDP does not wait for one. Tied embeddings stay trained."""
-        shared = {id(p) for p in self.encoder.base_model.parameters()}
-        for parameter in self.lm_head.parameters():
-            if id(parameter) not in shared:
-                parameter.requires_grad_(False)
+        self.freeze_unused_mlm_head()
 
     @classmethod
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> Contrastive:
-        return cls(encoder, masking, temperature=config.temperature)
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        check_temperature(config)
+        return cls(encoder, masking, temperature=cls.temperature_of(config))
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         hidden = backbone.hidden_states(self.encoder, batch["input_ids"], batch["attention_mask"])  # (2B, L, D)

@@ -62,8 +62,13 @@ class RetroMAE(PretrainingObjective):
         """The sentence embeddings h_X (B, D) of the masked input, the encoder MLM loss and the decoder loss."""
         hidden, encoder_loss = self.encode_masked(batch, generator)
         cls_embedding = hidden[:, :1]  # (B, 1, D): the sentence embedding h_X
+        return cls_embedding[:, 0], encoder_loss, self.decoder_loss(batch, cls_embedding, generator)
+
+    def decoder_loss(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
+                     generator: torch.Generator) -> torch.Tensor:
+        """The decoder's reconstruction loss of the batch from the sentence embeddings (B, 1, D)."""
         decode = self._enhanced_decoding if self.decoding == "enhanced" else self._basic_decoding
-        return cls_embedding[:, 0], encoder_loss, decode(batch, cls_embedding, generator)
+        return decode(batch, cls_embedding, generator)
 
     def _basic_decoding(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
                         generator: torch.Generator) -> torch.Tensor:

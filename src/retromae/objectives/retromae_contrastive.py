@@ -12,14 +12,16 @@ import torch
 from transformers import PreTrainedModel
 
 from retromae.objectives.base import MaskingSettings
-from retromae.objectives.contrastive import check_temperature, contrastive_loss
+from retromae.objectives.contrastive import contrastive_loss
 from retromae.objectives.retromae import RetroMAE
 
 
 class RetroMAEContrastive(RetroMAE):
     """RetroMAE's losses on every view plus InfoNCE between the two views' [CLS] embeddings."""
 
-    pair_batches = True
+    corpus_views = "spans"
+    pairs_views = "pairs"
+    default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
                  decoder_layers: int = 1, temperature: float = 0.05):
@@ -32,12 +34,7 @@ class RetroMAEContrastive(RetroMAE):
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> RetroMAEContrastive:
         layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
         return cls(encoder, masking, decoding=config.decoding, decoder_layers=layers,
-                   temperature=config.temperature)
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        check_temperature(config)
+                   temperature=cls.temperature_of(config))
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         embeddings, encoder_loss, decoder_loss = self.reconstruction_losses(batch, generator)  # (2B, D), ...
