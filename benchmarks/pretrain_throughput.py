@@ -116,7 +116,7 @@ def main() -> None:
     for name, overrides in RUNS.items():
         settings = SimpleNamespace(**{"encoder_mask_ratio": 0.3, "decoder_mask_ratio": 0.5, "whole_word_mask": False,
                                       "decoding": "enhanced", "decoder_layers": None, "attention_window": 2,
-                                      "temperature": 0.05, **overrides})
+                                      "temperature": 0.05, "contrastive_weight": None, **overrides})
         objective = build_objective(settings.objective, new_model(), tokenizer, settings).to(device).train()
         steps[name] = our_step(objective, torch.optim.AdamW(objective.parameters(), lr=1e-5), ids, device, special)
 

@@ -17,7 +17,8 @@ from retromae.objectives.seed import next_token_labels
 
 def settings(**overrides):
     values = dict(encoder_mask_ratio=0.3, decoder_mask_ratio=0.5, whole_word_mask=False,
-                  decoding="enhanced", decoder_layers=None, attention_window=2, temperature=0.05)
+                  decoding="enhanced", decoder_layers=None, attention_window=2, temperature=0.05,
+                  contrastive_weight=None)
     values.update(overrides)
     return SimpleNamespace(**values)
 
