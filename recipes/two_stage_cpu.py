@@ -8,14 +8,17 @@ options:
   initial model  a WordPiece vocabulary trained on ../shared/data/pretrain (2,000 tokens) and a random 2 x 128 BERT
                  (the quickstart's cpu preset, `retromae.quickstart.initial_model`)
   stage 1        retromae (enhanced, masks 0.3 / 0.5) and mlm (0.15): 1,200 steps of 32 x 64-token blocks, 2e-3
-  stage 2        from each stage-1 model, on SNLI pairs and on SciFact span pairs, 200 steps of 16 pairs (32 rows):
-                 retromae+contrastive (weight 1), contrastive alone, retromae alone (retromae+contrastive with
+  stage 2        from each stage-1 model, on SNLI pairs and on SciFact span pairs, 150 steps of 16 pairs (32 rows),
+                 1e-3: retromae+contrastive (weight 1), contrastive alone, retromae alone (retromae+contrastive with
                  --contrastive-weight 0: the same batches, the InfoNCE term logged but not trained); the stage-1
                  model itself is the fourth arm (no stage 2)
-  scratch        retromae+contrastive from the initial model on span pairs of the stage-1 corpus, stage 1's steps
-                 and rows per step, once per --scratch-weights value (seed --scratch-seed only)
+  scratch        retromae+contrastive from the initial model on span pairs of the stage-1 corpus, stage 1's steps,
+                 learning rate and rows per step, once per --scratch-weights value (first stage-1 seed only)
   scoring        STS-B test Spearman of the [CLS] vector zero-shot; SciFact: fine-tuned with in-batch negatives
                  (2 epochs of 32 queries, 5e-4, CLS pooling, normalised), NDCG@10 and Recall@100 on test
+With --stage1-seed S, the initial model and stage 1 are trained once (seed S) and every seed of --seeds runs the
+stage-2 arms and the fine-tuning from them: the seeds' spread is then that of stage 2 and fine-tuning alone.
+STS-B dev is probed zero-shot while every pre-training runs (metrics.jsonl: probe_sts_spearman).
 Every job is skipped when its output exists (a killed run resumes; training resumes from its checkpoints). Jobs run
 --parallel at a time (one thread each), the paper's arms before the MLM control's, so a cut run has finished the
 most important part. Writes `two-stage.md` (the table: mean and min..max over the finished seeds) and
@@ -23,13 +26,14 @@ most important part. Writes `two-stage.md` (the table: mean and min..max over th
 
 Usage (from the repository root; run it under `nice` on a shared machine):
     PYTHONPATH=src nice -n 10 python recipes/two_stage_cpu.py --output runs/two-stage-cpu --seeds 42 1 2 \
-        [--parallel 2] [--stage1-steps 1200] [--stage2-steps 200] [--report-only]
+        [--stage1-seed 42] [--parallel 2] [--stage1-steps 1200] [--stage2-steps 150] [--report-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -60,7 +64,7 @@ class Settings:
     data: Path
     corpus: list[str]
     stage1_steps: int = 1200
-    stage2_steps: int = 200
+    stage2_steps: int = 150
     batch_size: int = 32
     max_length: int = 64
     vocab_size: int = 2000
@@ -130,39 +134,48 @@ def initial_job(settings: Settings, seed: int) -> Job:
     return Job(f"initial model {seed}", [command], folder / "config.json", [], 0, folder.parent / "initial-model.log")
 
 
-def seed_jobs(settings: Settings, seed: int) -> list[Job]:
-    """Every job of one seed; priorities put the paper's branch (stage-1 RetroMAE) before the MLM control."""
-    root, initial = settings.output / f"seed{seed}", settings.output / f"seed{seed}" / "initial-model"
-    jobs = [initial_job(settings, seed),
-            scoring_job(f"none {seed}", initial, root / "none", settings, seed, [f"initial model {seed}"], 5)]
-    stage2_sources = {"snli": ["--pairs", str(settings.data / "pairs" / "snli-dev-test.jsonl")],
-                      "scifact": ["--corpus", str(settings.data / "beir" / "scifact")]}
+def stage1_jobs(settings: Settings, seed: int) -> list[Job]:
+    """The initial model of one seed and both stage-1 runs from it."""
+    root = settings.output / f"seed{seed}"
+    jobs = [initial_job(settings, seed)]
     for stage1, options in STAGE1.items():
-        rank = 0 if stage1 == "retromae" else 3
-        folder, name = root / stage1, f"stage 1 {stage1} {seed}"
-        command = cli("pretrain", "--model", str(initial), "--corpus", *settings.corpus, "--output",
-                      str(folder / "pretrain"), *options,
+        command = cli("pretrain", "--model", str(root / "initial-model"), "--corpus", *settings.corpus, "--output",
+                      str(root / stage1 / "pretrain"), *options,
                       *training_options(settings, seed, settings.stage1_steps, settings.batch_size, "2e-3", "0.05"))
-        jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [f"initial model {seed}"],
-                        rank, folder / "pretrain.log"))
-        jobs.append(scoring_job(f"{stage1} {seed}", folder / "pretrain" / "encoder", folder, settings, seed, [name],
-                                rank + 1))
-        for data in STAGE2_DATA:
-            for arm, arm_options in ARMS.items():
-                arm_folder, arm_name = folder / data / arm, f"stage 2 {stage1} {data} {arm} {seed}"
-                command = cli("pretrain", "--init-from", str(folder / "pretrain"), *stage2_sources[data], "--output",
-                              str(arm_folder / "pretrain"), *arm_options,
-                              *training_options(settings, seed, settings.stage2_steps, settings.batch_size // 2,
-                                                "1e-3", "0.1"))
-                jobs.append(Job(arm_name, [command], arm_folder / "pretrain" / "sentence-transformer", [name],
-                                rank + 1, arm_folder / "pretrain.log"))
-                jobs.append(scoring_job(f"{stage1} {data} {arm} {seed}", arm_folder / "pretrain" / "encoder",
-                                        arm_folder, settings, seed, [arm_name], rank + 2))
+        jobs.append(Job(f"stage 1 {stage1} {seed}", [command], root / stage1 / "pretrain" / "sentence-transformer",
+                        [f"initial model {seed}"], 0, root / stage1 / "pretrain.log"))
+    return jobs
+
+
+def stage2_jobs(settings: Settings, seed: int, stage1_seed: int) -> list[Job]:
+    """From the initial and stage-1 models of `stage1_seed`: every stage-2 arm, and the scoring of every model, run
+    with `seed`. Priorities put the paper's branch (stage-1 RetroMAE) before the MLM control."""
+    source, root = settings.output / f"seed{stage1_seed}", settings.output / f"seed{seed}"
+    jobs = [scoring_job(f"none {seed}", source / "initial-model", root / "none", settings, seed,
+                        [f"initial model {stage1_seed}"], 1)]
+    data_options = {"snli": ["--pairs", str(settings.data / "pairs" / "snli-dev-test.jsonl")],
+                    "scifact": ["--corpus", str(settings.data / "beir" / "scifact")]}
+    for stage1 in STAGE1:
+        rank = 1 if stage1 == "retromae" else 3
+        after, stage1_output = f"stage 1 {stage1} {stage1_seed}", source / stage1 / "pretrain"
+        jobs.append(scoring_job(f"{stage1} {seed}", stage1_output / "encoder", root / stage1, settings, seed, [after],
+                                rank))
+        for data, arm in itertools.product(STAGE2_DATA, ARMS):
+            folder, name = root / stage1 / data / arm, f"stage 2 {stage1} {data} {arm} {seed}"
+            command = cli("pretrain", "--init-from", str(stage1_output), *data_options[data], "--output",
+                          str(folder / "pretrain"), *ARMS[arm],
+                          *training_options(settings, seed, settings.stage2_steps, settings.batch_size // 2, "1e-3",
+                                            "0.1"))
+            jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [after], rank,
+                            folder / "pretrain.log"))
+            jobs.append(scoring_job(f"{stage1} {data} {arm} {seed}", folder / "pretrain" / "encoder", folder,
+                                    settings, seed, [name], rank))
     return jobs
 
 
 def scratch_jobs(settings: Settings, seed: int, weights: list[str]) -> list[Job]:
-    """retromae+contrastive from the random initialisation at each weight, on span pairs of the stage-1 corpus."""
+    """retromae+contrastive from the random initialisation at each weight, on span pairs of the stage-1 corpus, with
+    stage 1's steps, learning rate and rows per step; the first weight among the paper's branch, the others last."""
     jobs = []
     initial = settings.output / f"seed{seed}" / "initial-model"
     for weight in weights:
@@ -171,7 +184,7 @@ def scratch_jobs(settings: Settings, seed: int, weights: list[str]) -> list[Job]
                       str(folder / "pretrain"), "--objective", "retromae+contrastive", "--contrastive-weight", weight,
                       *training_options(settings, seed, settings.stage1_steps, settings.batch_size // 2, "2e-3",
                                         "0.05"))
-        rank = 2 if weight == weights[0] else 4
+        rank = 1 if weight == weights[0] else 5
         jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [f"initial model {seed}"],
                         rank, folder / "pretrain.log"))
         jobs.append(scoring_job(f"scratch w{weight} {seed}", folder / "pretrain" / "encoder", folder, settings, seed,
@@ -299,10 +312,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--parallel", type=int, default=2, help="jobs at once, one thread each")
     parser.add_argument("--stage1-steps", type=int, default=1200)
-    parser.add_argument("--stage2-steps", type=int, default=200)
+    parser.add_argument("--stage2-steps", type=int, default=150)
     parser.add_argument("--scratch-weights", nargs="*", default=["1", "0.1"],
                         help="contrastive weights of the from-scratch retromae+contrastive runs")
-    parser.add_argument("--scratch-seed", type=int, default=42)
+    parser.add_argument("--stage1-seed", type=int, default=None,
+                        help="pre-train stage 1 once, with this seed, and run stage 2 and fine-tuning from it with "
+                             "each of --seeds (default: every seed its own initial model and stage 1)")
     parser.add_argument("--sizes", type=json.loads, default={},
                         help='other Settings fields as JSON, e.g. \'{"hidden_size": 64, "layers": 1}\' (toy runs)')
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
@@ -312,9 +327,12 @@ def main() -> None:
                         stage2_steps=args.stage2_steps, **args.sizes)
     if not args.report_only:
         args.output.mkdir(parents=True, exist_ok=True)
-        jobs = [job for seed in args.seeds for job in seed_jobs(settings, seed)]
-        if args.scratch_weights and args.scratch_seed in args.seeds:
-            jobs += scratch_jobs(settings, args.scratch_seed, args.scratch_weights)
+        stage1_seeds = [args.stage1_seed] if args.stage1_seed is not None else args.seeds
+        jobs = [job for seed in stage1_seeds for job in stage1_jobs(settings, seed)]
+        if args.scratch_weights:
+            jobs += scratch_jobs(settings, stage1_seeds[0], args.scratch_weights)
+        jobs += [job for seed in args.seeds
+                 for job in stage2_jobs(settings, seed, seed if args.stage1_seed is None else args.stage1_seed)]
         failed = run_jobs(jobs, args.parallel)
         if failed:
             print(f"failed or not run: {', '.join(failed)}", file=sys.stderr)
