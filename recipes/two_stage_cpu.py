@@ -63,6 +63,8 @@ class Settings:
     output: Path
     data: Path
     corpus: list[str]
+    stage1: tuple[str, ...] = tuple(STAGE1)
+    stage2_data: tuple[str, ...] = STAGE2_DATA
     stage1_steps: int = 1200
     stage2_steps: int = 150
     batch_size: int = 32
@@ -138,9 +140,9 @@ def stage1_jobs(settings: Settings, seed: int) -> list[Job]:
     """The initial model of one seed and both stage-1 runs from it."""
     root = settings.output / f"seed{seed}"
     jobs = [initial_job(settings, seed)]
-    for stage1, options in STAGE1.items():
+    for stage1 in settings.stage1:
         command = cli("pretrain", "--model", str(root / "initial-model"), "--corpus", *settings.corpus, "--output",
-                      str(root / stage1 / "pretrain"), *options,
+                      str(root / stage1 / "pretrain"), *STAGE1[stage1],
                       *training_options(settings, seed, settings.stage1_steps, settings.batch_size, "2e-3", "0.05"))
         jobs.append(Job(f"stage 1 {stage1} {seed}", [command], root / stage1 / "pretrain" / "sentence-transformer",
                         [f"initial model {seed}"], 0, root / stage1 / "pretrain.log"))
@@ -155,12 +157,12 @@ def stage2_jobs(settings: Settings, seed: int, stage1_seed: int) -> list[Job]:
                         [f"initial model {stage1_seed}"], 1)]
     data_options = {"snli": ["--pairs", str(settings.data / "pairs" / "snli-dev-test.jsonl")],
                     "scifact": ["--corpus", str(settings.data / "beir" / "scifact")]}
-    for stage1 in STAGE1:
+    for stage1 in settings.stage1:
         rank = 1 if stage1 == "retromae" else 3
         after, stage1_output = f"stage 1 {stage1} {stage1_seed}", source / stage1 / "pretrain"
         jobs.append(scoring_job(f"{stage1} {seed}", stage1_output / "encoder", root / stage1, settings, seed, [after],
                                 rank))
-        for data, arm in itertools.product(STAGE2_DATA, ARMS):
+        for data, arm in itertools.product(settings.stage2_data, ARMS):
             folder, name = root / stage1 / data / arm, f"stage 2 {stage1} {data} {arm} {seed}"
             command = cli("pretrain", "--init-from", str(stage1_output), *data_options[data], "--output",
                           str(folder / "pretrain"), *ARMS[arm],
@@ -311,6 +313,10 @@ def main() -> None:
                         help="stage-1 corpus (default: DATA/pretrain/nltk-english.jsonl and python-docs.jsonl)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--parallel", type=int, default=2, help="jobs at once, one thread each")
+    parser.add_argument("--stage1", nargs="+", choices=tuple(STAGE1), default=list(STAGE1),
+                        help="stage-1 objectives (default: both)")
+    parser.add_argument("--stage2-data", nargs="+", choices=STAGE2_DATA, default=list(STAGE2_DATA),
+                        help="stage-2 data (default: both)")
     parser.add_argument("--stage1-steps", type=int, default=1200)
     parser.add_argument("--stage2-steps", type=int, default=150)
     parser.add_argument("--scratch-weights", nargs="*", default=["1", "0.1"],
@@ -323,7 +329,8 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
     args = parser.parse_args()
     corpus = args.corpus or [str(args.data / "pretrain" / name) for name in ("nltk-english.jsonl", "python-docs.jsonl")]
-    settings = Settings(output=args.output, data=args.data, corpus=corpus, stage1_steps=args.stage1_steps,
+    settings = Settings(output=args.output, data=args.data, corpus=corpus, stage1=tuple(args.stage1),
+                        stage2_data=tuple(args.stage2_data), stage1_steps=args.stage1_steps,
                         stage2_steps=args.stage2_steps, **args.sizes)
     if not args.report_only:
         args.output.mkdir(parents=True, exist_ok=True)

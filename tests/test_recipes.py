@@ -110,3 +110,32 @@ def test_crossover_recipe_probes_both_objectives_and_reports_curves(tiny_model_d
         assert (runs / variant / "pretrain" / "best-probe" / "encoder").is_dir()
     assert "### probe_ndcg@10" in (runs / "report" / "report.md").read_text()
     assert (runs / "report" / "probe-curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_two_stage_cpu_recipe_scores_every_arm_from_one_stage_one_and_writes_one_table(tmp_path):
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    tiny_shared_data(data)
+    sts = data / "sts" / "stsbenchmark"
+    (sts / "sts-dev.csv").write_text((sts / "sts-test.csv").read_text())
+    sizes = {"vocab_size": 200, "hidden_size": 64, "layers": 1, "max_length": 32, "batch_size": 8,
+             "finetune_epochs": 1.0, "log_every": 1, "probe_every": 2}
+    command = [sys.executable, "recipes/two_stage_cpu.py", "--output", str(runs), "--data", str(data),
+               "--corpus", str(data / "pretrain" / "corpus.jsonl"), "--seeds", "1", "--stage1-seed", "42",
+               "--stage1", "retromae", "--stage2-data", "snli", "--stage1-steps", "4", "--stage2-steps", "2",
+               "--scratch-weights", "1", "--sizes", json.dumps(sizes)]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True)
+    rows = [[cell.strip() for cell in row.split("|")[1:5]] for row in
+            (runs / "two-stage.md").read_text().splitlines()[2:]]
+    arms = ["RetroMAE + contrastive", "contrastive alone", "RetroMAE alone"]
+    assert rows == [["none", "–", "no pre-training", "1"], ["retromae", "–", "no stage 2", "1"],
+                    *[["retromae", "snli", arm, "1"] for arm in arms]]
+    assert (runs / "two-stage.png").is_file()
+    assert not (runs / "seed1" / "initial-model").exists()  # stage 1 is trained once, with --stage1-seed
+    assert (runs / "seed42" / "scratch-w1" / "eval" / "stsb.json").is_file()  # not a row: seed 42 is not in --seeds
+    stage2 = json.loads((runs / "seed1" / "retromae" / "snli" / "retromae" / "pretrain" / "config.json").read_text())
+    assert stage2["init_from"] == str(runs / "seed42" / "retromae" / "pretrain")
+    assert (stage2["objective"], stage2["contrastive_weight"], stage2["seed"]) == ("retromae+contrastive", 0.0, 1)
+    again = subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True, text=True)
+    assert " start " not in again.stdout  # every finished job is skipped
