@@ -15,7 +15,7 @@ options:
   scratch        retromae+contrastive from the initial model on span pairs of the stage-1 corpus, stage 1's steps,
                  learning rate and rows per step, once per --scratch-weights value (first stage-1 seed only)
   scoring        STS-B test Spearman of the [CLS] vector zero-shot; SciFact: fine-tuned with in-batch negatives
-                 (2 epochs of 32 queries, 5e-4, CLS pooling, normalised), NDCG@10 and Recall@100 on test
+                 (1 epoch of 32 queries, 5e-4, CLS pooling, normalised), NDCG@10 and Recall@100 on test
 With --stage1-seed S, the initial model and stage 1 are trained once (seed S) and every seed of --seeds runs the
 stage-2 arms and the fine-tuning from them: the seeds' spread is then that of stage 2 and fine-tuning alone.
 STS-B dev is probed zero-shot while every pre-training runs (metrics.jsonl: probe_sts_spearman).
@@ -72,7 +72,7 @@ class Settings:
     vocab_size: int = 2000
     hidden_size: int = 128
     layers: int = 2
-    finetune_epochs: float = 2.0
+    finetune_epochs: float = 1.0
     log_every: int = 50
     probe_every: int = 300
 
