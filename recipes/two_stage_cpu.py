@@ -22,7 +22,7 @@ STS-B dev is probed zero-shot while every pre-training runs (metrics.jsonl: prob
 Every job is skipped when its output exists (a killed run resumes; training resumes from its checkpoints). Jobs run
 --parallel at a time (one thread each), the paper's arms before the MLM control's, so a cut run has finished the
 most important part. Writes `two-stage.md` (the table: mean and min..max over the finished seeds) and
-`two-stage.png` into the output folder.
+`two-stage.png` (bars: the means; dots: each seed) into the output folder.
 
 Usage (from the repository root; run it under `nice` on a shared machine):
     PYTHONPATH=src nice -n 10 python recipes/two_stage_cpu.py --output runs/two-stage-cpu --seeds 42 1 2 \
@@ -276,20 +276,20 @@ def markdown(rows) -> str:
 
 
 def plot(rows, path: Path) -> None:
-    """One panel per metric: a bar per cell (mean over seeds), the seeds' min..max as an error bar."""
+    """One panel per metric: a bar per cell (mean over the seeds), each seed's value a dot."""
     plt = pyplot()
-    figure, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    figure, axes = plt.subplots(1, 2, figsize=(13, 0.45 * len(rows) + 1.5))
     labels = [f"{s1} · {data} · {arm}" if data != "–" else f"{s1} · {arm}" for s1, data, arm, _ in rows]
     colours = {"none": "tab:grey", "retromae": "tab:blue", "mlm": "tab:orange", "scratch": "tab:red"}
     for axis, (key, title) in zip(axes, (("stsb", "STS-B test Spearman, [CLS] zero-shot"),
                                          ("ndcg@10", "SciFact test NDCG@10 after fine-tuning")), strict=True):
-        means = [statistics.fmean(v[key]) for *_, v in rows]
-        errors = [[m - min(v[key]) for m, (*_, v) in zip(means, rows, strict=True)],
-                  [max(v[key]) - m for m, (*_, v) in zip(means, rows, strict=True)]]
-        axis.barh(range(len(rows)), means, xerr=errors, capsize=3, color=[colours[r[0]] for r in rows])
+        axis.barh(range(len(rows)), [statistics.fmean(v[key]) for *_, v in rows],
+                  color=[colours[r[0]] for r in rows], alpha=0.7)
+        for position, (*_, values) in enumerate(rows):
+            axis.plot(values[key], [position] * len(values[key]), "k.", markersize=5)
         axis.set_yticks(range(len(rows)), labels if key == "stsb" else [""] * len(rows), fontsize=8)
         axis.invert_yaxis()
-        axis.set(title=title, xlabel=f"{title.split(',')[0]} (bars: mean; whiskers: seeds' range)")
+        axis.set(title=title, xlabel="bar: mean over seeds; dots: each seed")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
