@@ -151,14 +151,16 @@ def stage1_jobs(settings: Settings, seed: int) -> list[Job]:
 
 def stage2_jobs(settings: Settings, seed: int, stage1_seed: int) -> list[Job]:
     """From the initial and stage-1 models of `stage1_seed`: every stage-2 arm, and the scoring of every model, run
-    with `seed`. Priorities put the paper's branch (stage-1 RetroMAE) before the MLM control."""
+    with `seed`. Priorities put the paper's branch (stage-1 RetroMAE) before the MLM control, within a branch the
+    SNLI arms of every seed before the SciFact arms, and the random initialisation's reference row of a seed other
+    than `stage1_seed` last."""
     source, root = settings.output / f"seed{stage1_seed}", settings.output / f"seed{seed}"
     jobs = [scoring_job(f"none {seed}", source / "initial-model", root / "none", settings, seed,
-                        [f"initial model {stage1_seed}"], 1)]
+                        [f"initial model {stage1_seed}"], 1 if seed == stage1_seed else 6)]
     data_options = {"snli": ["--pairs", str(settings.data / "pairs" / "snli-dev-test.jsonl")],
                     "scifact": ["--corpus", str(settings.data / "beir" / "scifact")]}
     for stage1 in settings.stage1:
-        rank = 1 if stage1 == "retromae" else 3
+        rank = 1 if stage1 == "retromae" else 4
         after, stage1_output = f"stage 1 {stage1} {stage1_seed}", source / stage1 / "pretrain"
         jobs.append(scoring_job(f"{stage1} {seed}", stage1_output / "encoder", root / stage1, settings, seed, [after],
                                 rank))
@@ -168,10 +170,11 @@ def stage2_jobs(settings: Settings, seed: int, stage1_seed: int) -> list[Job]:
                           str(folder / "pretrain"), *ARMS[arm],
                           *training_options(settings, seed, settings.stage2_steps, settings.batch_size // 2, "1e-3",
                                             "0.1"))
-            jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [after], rank,
+            order = rank + STAGE2_DATA.index(data)
+            jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [after], order,
                             folder / "pretrain.log"))
             jobs.append(scoring_job(f"{stage1} {data} {arm} {seed}", folder / "pretrain" / "encoder", folder,
-                                    settings, seed, [name], rank))
+                                    settings, seed, [name], order))
     return jobs
 
 
@@ -186,7 +189,7 @@ def scratch_jobs(settings: Settings, seed: int, weights: list[str]) -> list[Job]
                       str(folder / "pretrain"), "--objective", "retromae+contrastive", "--contrastive-weight", weight,
                       *training_options(settings, seed, settings.stage1_steps, settings.batch_size // 2, "2e-3",
                                         "0.05"))
-        rank = 1 if weight == weights[0] else 5
+        rank = 1 if weight == weights[0] else 7
         jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [f"initial model {seed}"],
                         rank, folder / "pretrain.log"))
         jobs.append(scoring_job(f"scratch w{weight} {seed}", folder / "pretrain" / "encoder", folder, settings, seed,
