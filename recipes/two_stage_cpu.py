@@ -278,6 +278,25 @@ def markdown(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired_gaps(output: Path, seeds: list[int]) -> str:
+    """The paper's claim seed by seed: RetroMAE + contrastive minus each single-objective arm (and minus no stage 2),
+    over the seeds where both cells are scored, per stage-1 model and stage-2 data."""
+    lines = ["| stage 1 | stage 2 data | RetroMAE + contrastive minus | seeds | STS-B Spearman | SciFact NDCG@10 |",
+             "|---|---|---|---:|---:|---:|"]
+    for stage1, data in itertools.product(STAGE1, STAGE2_DATA):
+        arms = ((Path(stage1, data, "retromae"), "RetroMAE alone"),
+                (Path(stage1, data, "contrastive"), "contrastive alone"), (Path(stage1), "no stage 2"))
+        for other, name in arms:
+            pairs = [(both, single) for seed in seeds
+                     if (both := read_scores(output / f"seed{seed}" / stage1 / data / "retromae+contrastive"))
+                     and (single := read_scores(output / f"seed{seed}" / other))]
+            if pairs:
+                gaps = {key: [both[key] - single[key] for both, single in pairs] for key in ("stsb", "ndcg@10")}
+                lines.append(f"| {stage1} | {data} | {name} | {len(pairs)} | {spread(gaps['stsb'])} | "
+                             f"{spread(gaps['ndcg@10'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows, path: Path) -> None:
     """One panel per metric: a bar per cell (mean over the seeds), each seed's value a dot."""
     plt = pyplot()
@@ -302,7 +321,7 @@ def report(output: Path, seeds: list[int]) -> str:
     rows = table_rows(output, seeds)
     if not rows:
         raise SystemExit(f"{output}: no scored model yet")
-    table = markdown(rows)
+    table = markdown(rows) + "\nPaired by seed:\n\n" + paired_gaps(output, seeds)
     write_text_atomic(output / "two-stage.md", table)
     plot(rows, output / "two-stage.png")
     return table
