@@ -126,11 +126,13 @@ def test_two_stage_cpu_recipe_scores_every_arm_from_one_stage_one_and_writes_one
                "--scratch-weights", "1", "--sizes", json.dumps(sizes)]
     environment = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True)
-    rows = [[cell.strip() for cell in row.split("|")[1:5]] for row in
-            (runs / "two-stage.md").read_text().splitlines()[2:]]
+    table, _, paired = (runs / "two-stage.md").read_text().split("\n\n")
+    rows = [[cell.strip() for cell in row.split("|")[1:5]] for row in table.splitlines()[2:]]
     arms = ["RetroMAE + contrastive", "contrastive alone", "RetroMAE alone"]
     assert rows == [["none", "–", "no pre-training", "1"], ["retromae", "–", "no stage 2", "1"],
                     *[["retromae", "snli", arm, "1"] for arm in arms]]
+    assert [[cell.strip() for cell in row.split("|")[1:5]] for row in paired.splitlines()[2:]] == [
+        ["retromae", "snli", other, "1"] for other in ("RetroMAE alone", "contrastive alone", "no stage 2")]
     assert (runs / "two-stage.png").is_file()
     assert not (runs / "seed1" / "initial-model").exists()  # stage 1 is trained once, with --stage1-seed
     assert (runs / "seed42" / "scratch-w1" / "eval" / "stsb.json").is_file()  # not a row: seed 42 is not in --seeds
