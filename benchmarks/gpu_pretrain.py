@@ -1,19 +1,27 @@
 """End-to-end pre-training throughput of `retromae pretrain` against a plain transformers MLM loop, on CPU or CUDA.
 
 For each objective, and for a `BertForMaskedLM` + `DataCollatorForLanguageModeling` loop in the same process
-(same model, same token-store blocks, same DataLoader settings, fused AdamW on CUDA, clipping), two figures:
+(same model, same token-store blocks, same DataLoader settings, fused AdamW on CUDA, clipping), equal work:
 
-- end to end: tokens/s of the whole loop (data loading, collation, copies, masks, step, logging). Ours is
+- end to end: the whole loop (data loading, collation, copies, masks, step, logging). Ours is
   `retromae.pretrain.pretrain` itself, read from its metrics.jsonl (median over log windows after the first);
-  the HF loop is timed the same way, in windows of `--log-every` steps.
-- pure step: forward + backward + gradient clipping + AdamW on one random batch already on the device, no data
-  loading (median over `--rounds`).
+  the HF loop is timed the same way, in windows of `--log-every` steps, over one DataLoader that is never
+  restarted within the run (the corpus holds more blocks than the run reads);
+- pure step: forward + backward + gradient clipping + AdamW on the first `--warmup + --rounds` batches the run
+  itself reads (ours from its sampler and collator, the HF loop's from its own), already on the device: the
+  same shapes and padding as end to end, without the data loading.
 
-From them: the loop overhead share, 1 − pure step time / end-to-end step time (the loop's time outside the model
-step), and the model FLOPs utilisation against `--peak-tflops`. Model FLOPs per token are those of the encoder
-alone, the same for every run: 6 × its parameters (embeddings and the tied vocabulary projection counted once)
-+ 12 × layers × hidden × L for attention (PaLM's estimate); a decoder's extra work is not counted. The device is
-synchronised before every clock read.
+Rates count real tokens (the attention mask) and padded tokens (B × the batch's length); their ratio is the fill
+ratio. Step times are measured, not derived from a rate. From them: the loop overhead share, 1 − pure step
+time / end-to-end step time, and the model FLOPs utilisation against `--peak-tflops` on real tokens. Model FLOPs
+per token are those of the encoder alone: 6 × its parameters (embeddings and the tied vocabulary projection
+counted once) + 12 × layers × hidden × L for attention (PaLM's estimate); a decoder's extra work is not counted.
+The device is synchronised before every clock read.
+
+The corpus is `../shared/data/pretrain/nltk-english.jsonl` when present (real documents: at L=512 about a
+quarter of the blocks are a document's partial last block), else generated documents of log-normal lengths.
+Ours groups batches by length (`--group-by-length`, the default); `--objectives` may add "retromae enhanced,
+ungrouped" to measure that alone.
 
 Run (CPU, small):  PYTHONPATH=src python benchmarks/gpu_pretrain.py --device cpu --layers 2 --hidden 128 \
                      --batch-size 8 --max-length 128 --steps 30 --log-every 5
@@ -27,12 +35,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import math
 import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -40,18 +50,23 @@ from common import minilm_path, synchronize
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
-from retromae.data.collate import BlockDataset, special_token_template
+from retromae.data.batch_sampler import ResumableBatchSampler
+from retromae.data.collate import BlockCollator, BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
 from retromae.objectives import build_objective
 from retromae.pretrain import PretrainConfig, pretrain
 
 OBJECTIVES = {
     "retromae enhanced": dict(objective="retromae", decoding="enhanced"),
+    "retromae enhanced, ungrouped": dict(objective="retromae", decoding="enhanced", group_by_length=False),
     "retromae basic": dict(objective="retromae", decoding="basic"),
     "mlm (0.15)": dict(objective="mlm", encoder_mask_ratio=0.15),
     "seed": dict(objective="seed"),
 }
+DEFAULT_OBJECTIVES = ["retromae enhanced", "retromae basic", "mlm (0.15)", "seed"]
 REFERENCE = "HF BertForMaskedLM loop"
+REAL_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pretrain" / "nltk-english.jsonl"
+SEED = 42  # `retromae pretrain`'s default seed: its data order
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -77,13 +92,31 @@ def write_model(folder: Path, tokenizer, args: argparse.Namespace) -> Path:
 
 
 def write_corpus(path: Path, tokenizer, words: int) -> Path:
-    """Deterministic documents of whole-word vocabulary entries: enough text, no download."""
+    """Deterministic documents of whole-word vocabulary entries, `words` in all, of log-normal lengths (median 300
+    words, as web and news text): long documents fill blocks, each document's last block is partial."""
     vocabulary = [w for w in tokenizer.get_vocab() if w.isalpha() and len(w) > 2]
     rng = random.Random(0)
     with path.open("w", encoding="utf-8") as handle:
-        for _ in range(words // 400):
-            handle.write(json.dumps({"text": " ".join(rng.choice(vocabulary) for _ in range(400))}) + "\n")
+        while words > 0:
+            length = min(words, max(20, round(rng.lognormvariate(math.log(300), 0.8))))
+            handle.write(json.dumps({"text": " ".join(rng.choices(vocabulary, k=length))}) + "\n")
+            words -= length
     return path
+
+
+class Batches:
+    """Real and padded tokens of the batches a run read."""
+
+    def __init__(self) -> None:
+        self.real = self.padded = 0
+
+    def add(self, attention_mask: torch.Tensor) -> None:
+        self.real += int(attention_mask.sum())
+        self.padded += attention_mask.numel()
+
+    @property
+    def fill(self) -> float:
+        return self.real / max(1, self.padded)
 
 
 def model_flops_per_token(model: BertForMaskedLM, length: int) -> float:
@@ -92,22 +125,48 @@ def model_flops_per_token(model: BertForMaskedLM, length: int) -> float:
     return 6 * parameters + 12 * config.num_hidden_layers * config.hidden_size * length
 
 
-def ours_end_to_end(name: str, args: argparse.Namespace, model_dir: Path, corpus: list[str], work: Path) -> float:
-    """Median tokens/s of `retromae pretrain` over its log windows after the first (warm-up, compilation)."""
-    output = work / name.replace(" ", "-").replace("(", "").replace(")", "")
-    config = PretrainConfig(model=str(model_dir), corpus=corpus, output=str(output), max_steps=args.steps,
-                            batch_size=args.batch_size, max_length=args.max_length, log_every=args.log_every,
-                            save_every=0, mixed_precision=args.mixed_precision, compile=args.compile,
-                            cache_dir=str(work / "cache"), **OBJECTIVES[name])
+def pretrain_config(name: str, args: argparse.Namespace, model_dir: Path, corpus: list[str], work: Path):
+    output = work / name.replace(" ", "-").replace("(", "").replace(")", "").replace(",", "")
+    return PretrainConfig(model=str(model_dir), corpus=corpus, output=str(output), max_steps=args.steps,
+                          batch_size=args.batch_size, max_length=args.max_length, log_every=args.log_every,
+                          save_every=0, mixed_precision=args.mixed_precision, compile=args.compile, seed=SEED,
+                          cache_dir=str(work / "cache"), **OBJECTIVES[name])
+
+
+def ours_end_to_end(name: str, args: argparse.Namespace, model_dir: Path, corpus: list[str],
+                    work: Path) -> dict[str, float]:
+    """Median real tokens/s and step time of `retromae pretrain` over its log windows after the first (warm-up,
+    compilation); the fill ratio of the batches it read (its own sampler and collator, replayed); the logged loss
+    by step."""
+    config = pretrain_config(name, args, model_dir, corpus, work)
     pretrain(config)
-    records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
-    return statistics.median(record["tokens_per_s"] for record in records[1:])
+    records = [json.loads(line) for line in (Path(config.output) / "metrics.jsonl").read_text().splitlines()]
+    seconds = [(now["tokens"] - before["tokens"]) / now["tokens_per_s"] / (now["step"] - before["step"])
+               for before, now in itertools.pairwise(records)]
+    batches = Batches()
+    for batch in ours_batches(config, args.steps):
+        batches.add(batch["attention_mask"])
+    return {"rate": statistics.median(r["tokens_per_s"] for r in records[1:]), "step": statistics.median(seconds),
+            "fill": batches.fill, "losses": {r["step"]: r["loss"] for r in records}}
 
 
-def hf_end_to_end(args: argparse.Namespace, model_dir: Path, tokenizer, corpus: list[str], work: Path,
-                  device: torch.device) -> float:
-    """Median tokens/s of the HF loop over windows of `--log-every` steps after the first, like ours."""
+def ours_batches(config, count: int) -> Iterator[dict[str, torch.Tensor]]:
+    """The first `count` host batches `retromae pretrain` reads with `config`: its sampler, its collator."""
+    tokenizer = AutoTokenizer.from_pretrained(config.model)
+    store = TokenStore.build_or_load(config.corpus, tokenizer, config.max_length, cache_dir=Path(config.cache_dir))
+    dataset, collate = BlockDataset(store), BlockCollator(tokenizer)
+    lengths = dataset.lengths() if config.group_by_length else None
+    sampler = iter(ResumableBatchSampler(len(dataset), config.batch_size, config.seed, lengths=lengths))
+    for _ in range(count):
+        yield collate([dataset[i] for i in next(sampler)])
+
+
+def hf_loader(args: argparse.Namespace, tokenizer, corpus: list[str], work: Path, device: torch.device) -> DataLoader:
+    """The HF loop's data: the same token-store blocks, shuffled (seeded), collated by transformers' MLM collator."""
     store = TokenStore.build_or_load(corpus, tokenizer, args.max_length, cache_dir=work / "cache")
+    if len(store) < args.steps * args.batch_size:
+        raise SystemExit(f"the corpus has {len(store):,} blocks, fewer than the {args.steps * args.batch_size:,} "
+                         "a run reads: give a larger --corpus or fewer --steps")
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     prefix, suffix = special_token_template(tokenizer)
 
@@ -115,20 +174,24 @@ def hf_end_to_end(args: argparse.Namespace, model_dir: Path, tokenizer, corpus: 
         return collator([{"input_ids": prefix + ids.tolist() + suffix} for ids, _ in blocks])
 
     cuda = device.type == "cuda"
-    loader = DataLoader(BlockDataset(store), batch_size=args.batch_size, shuffle=True, drop_last=True,
-                        collate_fn=collate, num_workers=2 if cuda else 0, pin_memory=cuda, persistent_workers=cuda)
+    return DataLoader(BlockDataset(store), batch_size=args.batch_size, shuffle=True, drop_last=True,
+                      collate_fn=collate, num_workers=2 if cuda else 0, pin_memory=cuda, persistent_workers=cuda,
+                      generator=torch.Generator().manual_seed(SEED))
+
+
+def hf_end_to_end(args: argparse.Namespace, model_dir: Path, loader: DataLoader,
+                  device: torch.device) -> dict[str, float]:
+    """Median real tokens/s and step time of the HF loop over windows of `--log-every` steps after the first, like
+    ours, over one pass of its DataLoader; the fill ratio of the batches it read."""
     model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).train()
     if args.compile:
         model.compile()
     optimizer = adamw(model, device)
-    rates, steps, tokens, batches = [], 0, 0, iter(())
+    rates, seconds, tokens, read = [], [], 0, Batches()
     started = time.perf_counter()
-    while steps < args.steps:
-        batch = next(batches, None)
-        if batch is None:
-            batches = iter(loader)
-            continue
+    for steps, batch in enumerate(itertools.islice(loader, args.steps), start=1):
         tokens += int(batch["attention_mask"].sum())
+        read.add(batch["attention_mask"])
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with autocast(device, args.mixed_precision):
             loss = model(**batch).loss
@@ -136,25 +199,27 @@ def hf_end_to_end(args: argparse.Namespace, model_dir: Path, tokenizer, corpus: 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        steps += 1
         if steps % args.log_every == 0:
             float(loss.detach())  # a log line reads the loss, as ours does
             synchronize(device)
-            rates.append(tokens / (time.perf_counter() - started))
+            elapsed = time.perf_counter() - started
+            rates.append(tokens / elapsed)
+            seconds.append(elapsed / args.log_every)
             tokens, started = 0, time.perf_counter()
-    return statistics.median(rates[1:])
+    return {"rate": statistics.median(rates[1:]), "step": statistics.median(seconds[1:]), "fill": read.fill}
 
 
-def pure_step(module: torch.nn.Module, forward: Callable[[], torch.Tensor], device: torch.device,
-              args: argparse.Namespace) -> float:
-    """Median seconds of forward + backward + clipping + AdamW on one batch already on the device."""
+def pure_step(module: torch.nn.Module, forward: Callable[[dict], torch.Tensor], batches: list[dict],
+              device: torch.device, args: argparse.Namespace) -> dict[str, float]:
+    """Median seconds of forward + backward + clipping + AdamW over `batches` already on the device (the first
+    `--warmup` untimed), and the real tokens/s of the timed ones."""
     optimizer = adamw(module, device)
-    times = []
-    for round_ in range(args.warmup + args.rounds):
+    times, tokens = [], 0
+    for round_, batch in enumerate(batches):
         synchronize(device)
         started = time.perf_counter()
         with autocast(device, args.mixed_precision):
-            loss = forward()
+            loss = forward(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
         optimizer.step()
@@ -162,52 +227,44 @@ def pure_step(module: torch.nn.Module, forward: Callable[[], torch.Tensor], devi
         synchronize(device)
         if round_ >= args.warmup:
             times.append(time.perf_counter() - started)
-    return statistics.median(times)
+            tokens += int(batch["attention_mask"].sum())
+    return {"step": statistics.median(times), "rate": tokens / sum(times)}
 
 
-def random_batch(tokenizer, args: argparse.Namespace, device: torch.device) -> dict[str, torch.Tensor]:
-    """(B, L) full-length blocks [CLS] random content [SEP], with the masks our collator returns."""
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, len(tokenizer), (args.batch_size, args.max_length), generator=generator)
-    ids[:, 0], ids[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id
-    special = torch.zeros_like(ids, dtype=torch.bool)
-    special[:, 0] = special[:, -1] = True
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "special_tokens_mask": special,
-             "word_starts": ~special}
-    return {key: value.to(device) for key, value in batch.items()}
-
-
-def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, device: torch.device) -> dict[str, float]:
-    batch = random_batch(tokenizer, args, device)
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    hf_batch = {k: v.to(device) for k, v in collator([{"input_ids": row} for row in batch["input_ids"].cpu()]).items()}
+def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, loader: DataLoader, corpus: list[str],
+               work: Path, device: torch.device) -> dict[str, dict[str, float]]:
+    """Pure steps of every run on the first batches that run reads (`pure_step`)."""
+    count = args.warmup + args.rounds
+    hf_batches = [{k: v.to(device) for k, v in batch.items()} for batch in itertools.islice(loader, count)]
     model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).train()
-    seconds = {REFERENCE: pure_step(model, lambda: model(**hf_batch).loss, device, args)}
+    pure = {REFERENCE: pure_step(model, lambda batch: model(**batch).loss, hf_batches, device, args)}
     for name in args.objectives:
-        settings = PretrainConfig(model=str(model_dir), corpus=["-"], output="-", **OBJECTIVES[name])
+        config = pretrain_config(name, args, model_dir, corpus, work)
+        batches = [{k: v.to(device) for k, v in batch.items()} for batch in ours_batches(config, count)]
         encoder = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa")
-        objective = build_objective(settings.objective, encoder, tokenizer, settings).to(device).train()
+        objective = build_objective(config.objective, encoder, tokenizer, config).to(device).train()
         if args.compile:
             objective.compile()
         generator = torch.Generator(device=device).manual_seed(0)
-        seconds[name] = pure_step(objective, lambda o=objective, g=generator: o(batch, g)["loss"], device, args)
-    return seconds
+        pure[name] = pure_step(objective, lambda batch, o=objective, g=generator: o(batch, g)["loss"], batches,
+                               device, args)
+    return pure
 
 
-def report(args: argparse.Namespace, end_to_end: dict[str, float], pure: dict[str, float], flops: float,
-           device: torch.device) -> None:
-    tokens_per_step = args.batch_size * args.max_length
+def report(args: argparse.Namespace, end_to_end: dict[str, dict[str, float]], pure: dict[str, dict[str, float]],
+           flops: float, device: torch.device) -> None:
     print(f"device={device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}) "
           f"threads={torch.get_num_threads()} precision={args.mixed_precision} compile={args.compile} "
-          f"model={args.layers}x{args.hidden} B={args.batch_size} L={args.max_length} steps={args.steps}")
-    print(f"{'run':<26}{'e2e tokens/s':>14}{'× HF':>7}{'pure tokens/s':>15}{'pure ms':>9}{'e2e ms':>9}"
-          f"{'overhead':>10}{'MFU':>8}")
-    for name, rate in end_to_end.items():
-        step = tokens_per_step / rate
-        overhead = 1 - pure[name] / step
-        mfu = flops * rate / (args.peak_tflops * 1e12) if args.peak_tflops else float("nan")
-        print(f"{name:<26}{rate:>14,.0f}{rate / end_to_end[REFERENCE]:>7.2f}{tokens_per_step / pure[name]:>15,.0f}"
-              f"{1000 * pure[name]:>9.1f}{1000 * step:>9.1f}{overhead:>10.1%}{mfu:>8.1%}")
+          f"model={args.layers}x{args.hidden} B={args.batch_size} L={args.max_length} steps={args.steps} "
+          f"corpus={', '.join(Path(c).name for c in args.corpus)}")
+    print(f"{'run':<30}{'e2e real tok/s':>15}{'× HF':>7}{'fill':>7}{'e2e padded tok/s':>18}{'pure real tok/s':>17}"
+          f"{'pure ms':>9}{'e2e ms':>9}{'overhead':>10}{'MFU':>8}")
+    for name, run in end_to_end.items():
+        overhead = 1 - pure[name]["step"] / run["step"]
+        mfu = flops * run["rate"] / (args.peak_tflops * 1e12) if args.peak_tflops else float("nan")
+        print(f"{name:<30}{run['rate']:>15,.0f}{run['rate'] / end_to_end[REFERENCE]['rate']:>7.2f}"
+              f"{run['fill']:>7.1%}{run['rate'] / run['fill']:>18,.0f}{pure[name]['rate']:>17,.0f}"
+              f"{1000 * pure[name]['step']:>9.1f}{1000 * run['step']:>9.1f}{overhead:>10.1%}{mfu:>8.1%}")
 
 
 def main() -> None:
@@ -224,11 +281,12 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=20, help="end-to-end timing window (steps)")
     parser.add_argument("--rounds", type=int, default=20, help="timed pure steps per run")
     parser.add_argument("--warmup", type=int, default=3, help="untimed pure steps per run")
-    parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=list(OBJECTIVES))
+    parser.add_argument("--objectives", nargs="+", default=DEFAULT_OBJECTIVES, choices=list(OBJECTIVES))
     parser.add_argument("--compile", action="store_true", help="torch.compile every model (ours: --compile)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak dense TFLOP/s at the precision used (H100 SXM bf16: 989)")
-    parser.add_argument("--corpus", nargs="+", default=None, help="corpus files (default: generated text)")
+    parser.add_argument("--corpus", nargs="+", default=None,
+                        help="corpus files (default: ../shared/data/pretrain/nltk-english.jsonl, else generated)")
     args = parser.parse_args()
     device = torch.device(args.device)
     args.mixed_precision = args.mixed_precision or ("bf16" if device.type == "cuda" else "no")
@@ -242,15 +300,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gpu-pretrain-") as folder:
         work = Path(folder)
         model_dir = write_model(work / "model", tokenizer, args)
-        words = 4 * args.batch_size * args.max_length
-        corpus = args.corpus or [str(write_corpus(work / "corpus.jsonl", tokenizer, words))]
-        end_to_end = {REFERENCE: hf_end_to_end(args, model_dir, tokenizer, corpus, work, device)}
+        if args.corpus is None:
+            words = 2 * args.steps * args.batch_size * args.max_length
+            args.corpus = [str(REAL_CORPUS if REAL_CORPUS.is_file() else write_corpus(work / "corpus.jsonl",
+                                                                                     tokenizer, words))]
+        loader = hf_loader(args, tokenizer, args.corpus, work, device)
+        end_to_end = {REFERENCE: hf_end_to_end(args, model_dir, loader, device)}
         for name in args.objectives:
-            end_to_end[name] = ours_end_to_end(name, args, model_dir, corpus, work)
-        pure = pure_steps(args, model_dir, tokenizer, device)
+            end_to_end[name] = ours_end_to_end(name, args, model_dir, args.corpus, work)
+        pure = pure_steps(args, model_dir, tokenizer, loader, args.corpus, work, device)
         flops = model_flops_per_token(BertForMaskedLM.from_pretrained(model_dir), args.max_length)
     report(args, end_to_end, pure, flops, device)
-
 
 if __name__ == "__main__":
     main()

@@ -1,12 +1,7 @@
 """End to end on tiny files: encode → index → search → evaluate, BM25, STS, and the errors users see."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import make_sentences, shared_data
 
@@ -141,17 +136,3 @@ def test_sts_benchmark_spearman_of_minilm(tmp_path, monkeypatch):
     assert cli("evaluate", "--model", minilm_path(), "--data", sts, "--split", "test",
                "--output", tmp_path / "s.json") == 0
     assert json.loads((tmp_path / "s.json").read_text())["spearman"] == pytest.approx(0.820, abs=0.005)
-
-
-@pytest.mark.slow
-def test_two_processes_under_accelerate_match_one(tmp_path, beir, tiny_model_dir):
-    command = ["encode", "--model", tiny_model_dir, "--corpus", beir / "corpus.jsonl", "--shard-size", 4,
-               "--no-progress"]
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "retromae"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    subprocess.run([*launch, *map(str, command), "--output", str(tmp_path / "two")], check=True, env=env)
-    assert cli(*command, "--output", tmp_path / "one") == 0
-    two, one = (np.load(tmp_path / name / "embeddings.npy") for name in ("two", "one"))
-    np.testing.assert_allclose(two, one, atol=1e-6)
-    assert (tmp_path / "two" / "ids.txt").read_text() == (tmp_path / "one" / "ids.txt").read_text()

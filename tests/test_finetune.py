@@ -353,3 +353,37 @@ def test_finetune_errors_are_one_line(tiny_beir, tiny_model_dir, tmp_path, capsy
     assert "bad.jsonl:1: 'pos' is empty" in capsys.readouterr().err
     assert main(_finetune_args(tiny_model_dir, tiny_beir, tmp_path / "out", "--distill")) == 2
     assert "--distill" in capsys.readouterr().err
+
+
+# ---- finding unused parameters --------------------------------------------------------------------------------
+
+
+def saved_activation_bytes(run) -> int:
+    """The bytes of every tensor autograd saves for the backward pass while `run()` builds its graph: the
+    activation memory of a pass, measured on any device."""
+    saved = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor.numel() * tensor.element_size())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        run()
+    return sum(saved)
+
+
+def test_finding_unused_parameters_costs_the_same_memory_for_any_batch(tiny_tokenizer):
+    """Gradient caching exists for batches too large to encode at once: finding the pooler unused must not
+    encode the whole first batch (it ran out of memory before step 1)."""
+    from retromae.finetune.model import freeze_unused_parameters
+
+    small = tiny_batch(tiny_tokenizer, groups=2, group_size=2)
+    costs, frozen = [], []
+    for copies in (1, 16):  # 2 and 32 queries, of the same lengths
+        torch.manual_seed(0)
+        model = DualEncoder(BertModel(tiny_bert_config(len(tiny_tokenizer))), None, PoolingConfig("cls", True),
+                            LossOptions(temperature=0.1, group_size=2, chunk_size=2))
+        batch = {key: value.repeat(copies, 1) for key, value in small.items()}
+        costs.append(saved_activation_bytes(lambda m=model, b=batch: frozen.append(freeze_unused_parameters(m, b))))
+    assert costs[0] == costs[1] > 0
+    assert frozen[0] == frozen[1] and frozen[0] and all(".pooler." in name for name in frozen[0])

@@ -66,7 +66,9 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
     assert "| model | NDCG@10 | MRR@10 | Recall@100 | minutes |" in table and "| RetroMAE (enhanced) |" in table
     assert (output / "results.png").stat().st_size > 0
     printed, stages = capsys.readouterr()
-    assert "device: " in printed and "cpu preset" in printed and "\n7/7 fine-tune and evaluate" in stages
+    assert "device: " in printed and "budget: the cpu preset, about " in printed and "{" not in printed
+    assert "each objective pre-trains it for 3 steps of 4 blocks of 32 tokens" in printed
+    assert "\n7/7 fine-tune and evaluate" in stages
     mlm = json.loads((output / "pretrain-mlm" / "config.json").read_text())
     retromae = json.loads((output / "pretrain-retromae" / "config.json").read_text())
     assert (mlm["objective"], mlm["encoder_mask_ratio"]) == ("mlm", 0.15)

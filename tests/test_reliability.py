@@ -2,16 +2,20 @@
 
 Each test reproduces one failure mode of the issue: a re-used output folder, a resume of another run, pruning
 across runs, options beyond the model, files with a byte-order mark / CRLF / control characters, and the same
-guarantees for every command that writes an output.
+guarantees for every command that writes an output; and the smaller traps of issue 21 (resuming with the saved
+options, Ctrl-C, file permissions, the model an index records).
 """
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
+import retromae.pretrain
 import retromae.train
 from retromae.cli import main
 from retromae.config import ConfigError
@@ -335,3 +339,52 @@ def test_save_every_zero_leaves_no_checkpoint(tiny_model_dir, tiny_corpus, tmp_p
     output = pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "lean", max_steps=3, save_every=0))
     assert not (output / "checkpoints").exists() and (output / "encoder").is_dir()
     assert [m["step"] for m in run_metrics(output)] == [1, 2, 3]
+
+
+# 7. The smaller traps a newcomer hit following the docs (issue 21, item 6).
+
+def test_resume_needs_only_the_output_folder(tiny_model_dir, tiny_corpus, tmp_path):
+    output = tmp_path / "run"
+    options = ["--model", tiny_model_dir, "--corpus", tiny_corpus, "--max-length", 32, "--batch-size", 4,
+               "--log-every", 1, "--save-every", 2, "--cache-dir", tmp_path / "cache", "--seed", 7]
+    assert main([str(a) for a in ("pretrain", *options, "--output", output, "--max-steps", 2)]) == 0
+    # before: "--model: give exactly one of --model and --init-from" unless every option was repeated
+    assert main([str(a) for a in ("pretrain", "--output", output, "--resume", "--max-steps", 3)]) == 0
+    assert [record["step"] for record in run_metrics(output)] == [1, 2, 3]
+    assert json.loads((output / "config.json").read_text())["seed"] == 7
+
+
+def test_ctrl_c_prints_one_line(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch, capsys):
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(retromae.pretrain, "pretrain", interrupted)
+    assert main(["pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus), "--output",
+                 str(tmp_path / "run")]) == 130
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("retromae: interrupted") and "\n" not in error and "--resume" in error
+
+
+def test_atomic_writes_get_the_permissions_of_the_umask(tmp_path):
+    from retromae.io import atomic_directory, write_text_atomic
+
+    previous = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "file.txt", "x")
+        with atomic_directory(tmp_path / "folder") as staging:
+            (staging / "inner").mkdir(mode=0o700)
+            write_text_atomic(staging / "inner" / "weights.bin", "y")
+    finally:
+        os.umask(previous)
+    mode = {path.name: stat.S_IMODE(path.stat().st_mode) for path in tmp_path.rglob("*")}
+    assert mode == {"file.txt": 0o644, "folder": 0o755, "inner": 0o755, "weights.bin": 0o644}  # before: 0600, 0700
+
+
+def test_an_index_of_encode_to_dir_vectors_knows_its_model(tmp_path, tiny_model_dir, beir):
+    encoder = Encoder.load(tiny_model_dir, device="cpu")
+    encode_to_dir(encoder, IDS, TEXTS, tmp_path / "emb", show_progress=False)  # no model_name given
+    assert load_embeddings(tmp_path / "emb")[2]["model"] == str(tiny_model_dir)  # before: ""
+    assert main(["index", "--embeddings", str(tmp_path / "emb"), "--output", str(tmp_path / "index")]) == 0
+    assert main(["search", "--index", str(tmp_path / "index"), "--queries", str(beir / "queries.jsonl"),
+                 "--output", str(tmp_path / "run.trec")]) == 0  # before: "--model: the index records no model"
+    assert set(read_trec_run(tmp_path / "run.trec")) == {"q0", "q1", "q2", "q3"}

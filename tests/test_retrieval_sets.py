@@ -101,14 +101,15 @@ def test_missing_split_lists_the_files_looked_for(beir_folder, msmarco_folder):
         load_retrieval_set(beir_folder / "absent")
 
 
-def test_qrels_naming_unknown_documents_or_queries_warn_once_with_counts(beir_folder):
+def test_qrels_naming_unknown_documents_or_queries_warn_once_with_counts(beir_folder, caplog):
     write(beir_folder / "qrels" / "test.tsv",
           "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tghost\t1\nq2\tghost\t1\nq2\tspook\t1\nq9\td1\t1\nq9\td2\t1\n")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a note in our words (a log record), not a raw UserWarning
         data = load_retrieval_set(beir_folder)
-    assert len(caught) == 1
-    message = str(caught[0].message)
+    notes = [record for record in caplog.records if record.name.startswith("retromae")]
+    assert len(notes) == 1 and notes[0].levelname == "WARNING"
+    message = notes[0].getMessage()
     assert "test.tsv" in message
     assert "2 judgments name 1 queries missing from queries.jsonl (e.g. 'q9')" in message
     assert "3 judgments name 2 documents missing from corpus.jsonl (e.g. 'ghost', 'spook')" in message
@@ -118,7 +119,7 @@ def test_qrels_naming_unknown_documents_or_queries_warn_once_with_counts(beir_fo
 
 def test_no_query_left_is_an_error(beir_folder):
     write(beir_folder / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\tghost\t1\n")
-    with pytest.warns(UserWarning), pytest.raises(DataError, match="test.tsv: no judged query left"):
+    with pytest.raises(DataError, match="test.tsv: no judged query left"):
         load_retrieval_set(beir_folder)
 
 
@@ -156,7 +157,7 @@ def test_empty_files_are_errors(tmp_path):
     ("queries.tsv", "1\ta\n2 b\n", load_queries, r":2: expected 'id<TAB>text', found 1"),
     ("queries.jsonl", '{"_id": "1"}\n', load_queries, r":1: missing field 'text'"),
     ("qrels.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\thigh\n", load_qrels, r":3: relevance grade 'high'"),
-    ("qrels.tsv", "q1 0 d1 1\nq1 d1\n", load_qrels, r":2: expected 'query-id corpus-id score' or 'qid 0 docid rel'"),
+    ("qrels.tsv", "q1 0 d1 1\nq1 d1\n", load_qrels, r":2: 2 fields where the file's first line has 4"),
     ("qrels.tsv", "q1 0 d1 1\nq1 0 d1 2\n", load_qrels, r":2: query 'q1' judges document 'd1' twice \(1, 2\)"),
     ("run.trec", "q1 Q0 d1 1 0.5 x\nq1 Q0 d2 2 0.4\n", read_trec_run, r":2: expected 'qid Q0 docid rank score tag'"),
     ("run.trec", "q1 Q0 d1 1 high x\n", read_trec_run, r":1: rank '1' or score 'high' is not a number"),
@@ -218,3 +219,26 @@ def test_real_scifact_test_split():
     assert len(data.queries) == 300
     assert sum(len(docs) for docs in data.qrels.values()) == 339
     assert set(data.qrels) == set(data.queries)
+
+
+@pytest.mark.parametrize("text", [
+    "query-id\tcorpus-id\tscore\n3\t14717500\t1\t0\n",  # a 4-field line under a 3-column header
+    "3\t14717500\t1\t0\n",  # 4 fields, no header, and not TREC's 'qid 0 docid rel'
+])
+def test_four_column_beir_lines_are_never_read_as_trec(tmp_path, text):
+    with pytest.raises(DataError, match=r"qrels.tsv:(1: cannot tell the qrels format|2: 4 fields)"):
+        load_qrels(write(tmp_path / "qrels.tsv", text))
+
+
+def test_qrels_format_comes_from_the_header_or_the_declaration(tmp_path):
+    header = write(tmp_path / "named.tsv", "query-id\tcorpus-id\tscore\titeration\n3\t14717500\t1\t0\n")
+    assert load_qrels(header) == {"3": {"14717500": 1}}  # columns by their names, not by their count
+    reordered = write(tmp_path / "reordered.tsv", "corpus-id\tquery-id\tscore\nd7\tq1\t2\n")
+    assert load_qrels(reordered) == {"q1": {"d7": 2}}
+    trec = write(tmp_path / "trec.tsv", "q1 0 d1 1\nq1 Q0 d2 0\n")
+    assert load_qrels(trec) == {"q1": {"d1": 1, "d2": 0}}
+    covid = write(tmp_path / "covid.tsv", "1 0.5 doc-a 2\n1 1 doc-b 1\n")  # TREC-COVID's rounds as iterations
+    with pytest.raises(DataError, match="cannot tell the qrels format"):
+        load_qrels(covid)
+    assert load_qrels(covid, qrels_format="trec") == {"1": {"doc-a": 2, "doc-b": 1}}
+    assert load_qrels(write(tmp_path / "plain.tsv", "q1\td1\t1\n"), qrels_format="beir") == {"q1": {"d1": 1}}

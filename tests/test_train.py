@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+import types
+from datetime import timedelta
 
 import pytest
 import torch
@@ -18,8 +20,11 @@ from retromae.train import (
     _optimizer,
     _scheduler,
     _Window,
+    make_accelerator,
     mask_generator,
+    resolve_mixed_precision,
     seed_everything,
+    use_tensor_cores,
 )
 
 
@@ -137,7 +142,8 @@ def test_ordinary_steps_read_nothing_back_from_the_device(tmp_path, host_reads_b
     config = settings(tmp_path, max_steps=6, log_every=3)
     seed_everything(config.seed)
     Trainer(NoisyRegression(), dataset(), collate, config, count_tokens=lambda batch: len(batch["x"]) * 3).run()
-    assert host_reads_by_the_loop == ["tolist@_reduce", "tolist@_reduce"]  # one read per log line, none per step
+    per_log_line = ["tolist@_reduce", "item@_reduce_tokens"]  # the loss means, then the exact token count
+    assert host_reads_by_the_loop == per_log_line * 2  # reads at log lines only, none per step
 
 
 def test_loader_workers_default_to_none_on_cpu_and_honour_the_option(tmp_path):
@@ -146,3 +152,65 @@ def test_loader_workers_default_to_none_on_cpu_and_honour_the_option(tmp_path):
     assert not trainer._data_loader().pin_memory
     trainer.config.num_workers = 2
     assert trainer._loader_workers() == 2
+
+
+def test_token_counts_stay_exact_past_two_to_the_24(tmp_path):
+    """A window of 2^24 + 1 tokens (about 33k blocks of 512): float32 would log 2^24."""
+    trainer = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))
+    window = _Window()
+    window.add({"loss": torch.tensor(1.0, dtype=torch.float64)}, 2**24 + 1)
+    record = trainer._reduce(window)
+    assert record["tokens"] == 2**24 + 1 and trainer.state.tokens == 2**24 + 1
+
+
+def test_workers_start_by_forkserver_once_jax_is_loaded(tmp_path, monkeypatch):
+    trainer = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path, num_workers=1))
+    assert trainer._data_loader().multiprocessing_context is None  # the platform's default (fork on Linux)
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
+    assert trainer._data_loader().multiprocessing_context.get_start_method() == "forkserver"
+
+
+def test_processes_wait_for_rank_zero_work_past_nccl_default(tmp_path):
+    accelerator = make_accelerator(settings(tmp_path, distributed_timeout=180))
+    assert accelerator.init_handler.timeout == timedelta(minutes=180)
+    assert make_accelerator(settings(tmp_path)).init_handler.timeout == timedelta(hours=2)
+
+
+def test_mixed_precision_defaults_to_bf16_on_gpus_that_have_it(monkeypatch):
+    assert TrainingConfig(output="x").mixed_precision == "auto"
+    assert resolve_mixed_precision("auto") == "no"  # this CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_mixed_precision("auto") == "bf16"
+    assert resolve_mixed_precision("no") == "no" and resolve_mixed_precision("fp16") == "fp16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    assert resolve_mixed_precision("auto") == "no"  # a V100 or T4: fp32 unless told fp16
+
+
+def test_tf32_matmuls_on_cuda_only():
+    before = torch.get_float32_matmul_precision()
+    try:
+        use_tensor_cores(torch.device("cpu"))
+        assert torch.get_float32_matmul_precision() == before == "highest"
+        use_tensor_cores(torch.device("cuda"))
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+class Lengths(list):
+    """The regression rows, with a length per example as a token store's blocks have."""
+
+    def lengths(self):
+        import numpy as np
+
+        return np.arange(1, len(self) + 1)
+
+
+def test_batches_are_grouped_by_length_where_the_data_has_lengths(tmp_path):
+    grouped = Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path))._data_loader()
+    assert grouped.batch_sampler.lengths is not None
+    plain = Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path, group_by_length=False))
+    assert plain._data_loader().batch_sampler.lengths is None
+    without = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))  # a plain list: no lengths
+    assert without._data_loader().batch_sampler.lengths is None

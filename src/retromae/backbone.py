@@ -10,6 +10,7 @@ pooling (`retromae.encoder`) or export (`retromae.export`).
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
+from retromae.model_source import ModelSource, check_tokenizer, resolve_model
 
 IGNORE_INDEX = -100
 logger = logging.getLogger(__name__)
@@ -42,36 +44,42 @@ def check_max_length(config, value: int | None, option_name: str) -> None:
                           f"(its position embeddings); give {limit} or less")
 
 
-def load_masked_lm(name_or_path: str, from_config: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """A masked-LM model and its fast tokenizer; `from_config` builds fresh weights from the config alone."""
+def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: bool = False,
+                   option: str = "--model") -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A masked-LM model and its fast tokenizer from any source `retromae.model_source` resolves; `from_config`
+    builds fresh weights from the config alone; `head_restored` (the caller loads the MLM head itself, as
+    `--init-from` does) silences the note that the checkpoint has none."""
+    source = resolve_model(name_or_path, option)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+        tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
         if from_config:
-            config = AutoConfig.from_pretrained(name_or_path)
+            config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
             model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
         else:
-            model, info = AutoModelForMaskedLM.from_pretrained(name_or_path, attn_implementation="sdpa",
-                                                               output_loading_info=True)
-            _report_missing(name_or_path, model, info["missing_keys"])
+            model, info = AutoModelForMaskedLM.from_pretrained(source.folder, subfolder=source.subfolder,
+                                                               attn_implementation="sdpa", output_loading_info=True)
+            _report_missing(source, model, info["missing_keys"], head_restored)
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load model {name_or_path!r}: {error}") from error
     if not tokenizer.is_fast:
         raise ModelLoadError(f"{name_or_path!r}: a fast (Rust) tokenizer is required (tokenizer.json)")
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
+    check_tokenizer(tokenizer, f"{option} {name_or_path}", model.config.vocab_size)
     return model, tokenizer
 
 
-def _report_missing(name_or_path: str, model: PreTrainedModel, missing: list[str]) -> None:
+def _report_missing(source: ModelSource, model: PreTrainedModel, missing: list[str], head_restored: bool) -> None:
     """Say once, in our words, which weights the checkpoint lacked: a missing MLM head is expected (sentence
     encoders such as all-MiniLM-L6-v2 ship none), missing body weights are not."""
     body = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
     head = sorted(set(missing) - set(body))
-    if head:
-        logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch",
-                       name_or_path, len(head))
+    if head and not head_restored:
+        hint = f" (--init-from {source.given} continues with its head)" if source.kind == "run" else ""
+        logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch%s",
+                       source.given, len(head), hint)
     if body:
-        logger.warning("%s lacks %d tensors of the encoder body (e.g. %s); they start random", name_or_path,
+        logger.warning("%s lacks %d tensors of the encoder body (e.g. %s); they start random", source.given,
                        len(body), body[0])
 
 
@@ -106,15 +114,36 @@ def token_embeddings(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.T
 
 
 def hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Final hidden states of the backbone, shape (B, L, D)."""
-    return model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    """Final hidden states of the backbone, shape (B, L, D).
+
+    The padding mask goes in as (B, 1, 1, L) booleans, which transformers hands to attention as it is: from a 2D
+    mask it would first ask whether the batch has any padding (`padding_mask.all()`), a read from the device on
+    every step (under torch.compile it skips the question and always builds the mask, as here)."""
+    visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
+    return model.base_model(input_ids=input_ids, attention_mask=visible).last_hidden_state
 
 
-def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy at labelled positions only: the vocabulary projection never runs on the others."""
-    selected = labels != IGNORE_INDEX  # (B, L)
-    if not selected.any():
-        return hidden.sum() * 0.0
-    logits = head(hidden[selected])  # (M, V)
-    return F.cross_entropy(logits.float(), labels[selected])
+def label_capacity(positions: int, ratio: float) -> int:
+    """How many positions the MLM loss projects onto the vocabulary for a mask drawn at `ratio` over `positions`
+    tokens: the expected count plus 8 standard deviations of a token-level draw (4 of a whole-word draw whose
+    words average 4 tokens) plus 16, at most `positions`. A fixed number, so that the loss never asks the device
+    how many positions were drawn; a draw past it (beyond 8 sigma) leaves its last labels out of the loss."""
+    spread = math.sqrt(positions * ratio * (1 - ratio))
+    return min(positions, math.ceil(ratio * positions + 8 * spread) + 16)
 
+
+def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+                   capacity: int | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the labelled positions (labels != -100), with no read from the device.
+
+    With `capacity` (`label_capacity`), the vocabulary projection runs on that many positions, the labelled ones
+    first (a stable sort of the flattened labels, then a gather): shapes never depend on the draw, so there is no
+    boolean indexing to wait for and no graph break under torch.compile. Without, it runs on every position (for
+    losses over nearly all tokens). A batch without labels gives 0."""
+    hidden, labels = hidden.flatten(0, -2), labels.flatten()  # (N, D), (N,)
+    if capacity is not None and capacity < labels.numel():
+        first = torch.argsort((labels == IGNORE_INDEX).to(torch.uint8), stable=True)[:capacity]  # (C,) labelled first
+        hidden, labels = hidden[first], labels[first]  # (C, D), (C,)
+    logits = head(hidden)  # (C, V)
+    total = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)

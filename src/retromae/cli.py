@@ -2,7 +2,9 @@
 
 Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see
 `retromae.console`), and turning library errors into a one-line message and exit
-code 2. Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
+code 2, Ctrl-C into one line (exit code 130), and refusing a multi-process launch that started one process
+(`retromae.processes`). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
+a command that splits its work over a multi-process launch says so with `PROCESSES = "several"`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
 
 Start-up stays light: the command list (`retromae --help`) is read from each module's source without importing
@@ -23,9 +25,13 @@ from pathlib import Path
 from retromae import commands
 from retromae.console import library_output
 from retromae.errors import RetroMAEError
+from retromae.processes import check_launch
 
 VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars and reports, bm25s bars, "
                 "warnings), hidden by default; before or after the command name")
+
+INTERRUPTED = ("retromae: interrupted; finished checkpoints, shards and output files are kept (written atomically): "
+               "`--resume` continues a training run, the same `encode` or `evaluate` command continues an encoding")
 
 
 @dataclass(frozen=True)
@@ -96,14 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     handler = args.__dict__.pop("handler")
-    args.__dict__.pop("command")
+    name = args.__dict__.pop("command")
     verbose = args.__dict__.pop("verbose")
     try:
+        check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         with library_output(verbose):
             return handler(args) or 0
     except RetroMAEError as error:
         print(f"retromae: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

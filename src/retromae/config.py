@@ -4,8 +4,9 @@ Owns: declaring a documented field (`option`), turning a config dataclass into a
 inputs first, then the command's own options, then one group per shared config class that names itself in
 `OPTION_GROUP`; each default printed once), old spellings of renamed options (hidden aliases that still work
 for one release, with a note saying the new name), merging a YAML/JSON config file with command-line flags
-(flags win), and saving a resolved config as JSON beside the outputs. Does not own any command's fields: each
-command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
+(flags win) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON beside the
+outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the names
+follow is in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from retromae.io import write_text_atomic
 
 ConfigT = TypeVar("ConfigT")
 REQUIRED = dataclasses.MISSING
+SAVED_CONFIG = "config.json"  # the resolved options a training run saves in its output folder
 
 
 class ConfigError(RetroMAEError, ValueError):
@@ -114,8 +116,8 @@ def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[st
     kwargs: dict[str, Any] = {"type": scalar, "choices": field.metadata.get("choices")}
     if scalar in (int, float) and not field.metadata.get("choices"):
         kwargs["metavar"] = "N" if scalar is int else "X"
-    if is_list:
-        kwargs["nargs"] = "+"
+    if is_list:  # `--data A B` and `--data A --data B` alike
+        kwargs.update(nargs="+", action="extend")
     return kwargs
 
 
@@ -149,16 +151,17 @@ def _usage_part(field: dataclasses.Field) -> str:
 
 def _add_field(group: argparse._ArgumentGroup, field: dataclasses.Field, hints: dict[str, Any]) -> None:
     flag, kwargs = _flag(field.name), _argument_kwargs(field, hints)
+    old_kwargs = {key: value for key, value in kwargs.items() if key != "action"}  # they act as `_OldSpelling`
     deprecated = field.metadata.get("deprecated")
     if deprecated:
         group.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                           action=_OldSpelling, message=f"retromae: note: {deprecated}", **kwargs)
+                           action=_OldSpelling, message=f"retromae: note: {deprecated}", **old_kwargs)
         return
     flags = [field.metadata["short"], flag] if field.metadata.get("short") else [flag]
     group.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS, help=_help_text(field), **kwargs)
     for alias in field.metadata.get("aliases", ()):
         group.add_argument(alias, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                           action=_OldSpelling, message=renamed_note(alias, flag), **kwargs)
+                           action=_OldSpelling, message=renamed_note(alias, flag), **old_kwargs)
 
 
 def _default_of(field: dataclasses.Field) -> Any:
@@ -185,7 +188,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 
 def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str, Any]) -> ConfigT:
-    """Merge `--config FILE` (if given) with explicit flags into a validated `config_cls`."""
+    """Merge the options a resumed run saved (`--resume`), `--config FILE` (if given) and explicit flags, each
+    overriding the one before, into a validated `config_cls`."""
     given = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
     config_path = given.pop("config", None)
     values = _new_spellings(load_config_file(config_path), config_cls) if config_path else {}
@@ -193,6 +197,7 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
+    values = {**_saved_options(given, known), **values}
     values.update({key: value for key, value in given.items() if key in known})
     missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
@@ -202,6 +207,18 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         return config_cls(**values)
     except TypeError as error:
         raise ConfigError(str(error)) from error
+
+
+def _saved_options(given: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """With `--resume --output DIR`: the options the run saved in DIR/config.json (`save_config`), so that a resume
+    needs no option repeated; nothing otherwise."""
+    if not (given.get("resume") and given.get("output") and "resume" in known):
+        return {}
+    path = Path(given["output"]) / SAVED_CONFIG
+    if not path.is_file():
+        return {}
+    saved = load_config_file(path)
+    return {key: value for key, value in saved.items() if key in known and key not in ("resume", "overwrite")}
 
 
 def _new_spellings(values: dict[str, Any], config_cls: type) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from retromae.config import option, require
 from retromae.console import progress
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, write_text_atomic
+from retromae.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
 
-ENCODER_FILE = "retromae_encoder.json"
 POOLINGS = ("cls", "mean")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_MAX_LENGTH = 512
@@ -65,16 +65,10 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConf
     return F.normalize(pooled, dim=-1) if config.normalize else pooled
 
 
-def _looks_local(name_or_path: str) -> bool:
-    """A hub id is `name` or `owner/name`; anything else (absolute, ./, ~, deeper paths) is a folder."""
-    return (os.path.isabs(name_or_path) or name_or_path.startswith((".", "~"))
-            or name_or_path.count("/") > 1 or os.path.exists(name_or_path))
-
-
 def _read_json(source: str, filename: str) -> dict[str, Any] | None:
     """A JSON file of a local folder or hub repository, or None when it has no such file."""
     if os.path.isdir(source):
-        return _read_local_json(Path(source) / filename)
+        return read_json(Path(source) / filename)
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
@@ -86,15 +80,6 @@ def _read_json(source: str, filename: str) -> dict[str, Any] | None:
         return None
     except Exception as error:  # any other hub failure (missing repo, bad id, network) means it cannot load
         raise _load_error(source, f"not a local folder, and the Hugging Face Hub lookup failed: {error}") from error
-
-
-def _read_local_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
 
 
 def _load_error(source: str, reason: str) -> ModelLoadError:
@@ -203,6 +188,7 @@ class Encoder:
         self.config = pooling or PoolingConfig()
         self.max_length = max_length or _default_max_length(model, tokenizer, None)
         self.amp_dtype = amp_dtype
+        self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
 
     @property
     def pooling(self) -> str:
@@ -225,10 +211,8 @@ class Encoder:
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
              max_length: int | None = None) -> Encoder:
         """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win."""
-        source = str(name_or_path)
-        source = os.path.expanduser(source)
-        if _looks_local(source) and not os.path.isdir(source):
-            raise _load_error(source, "no such folder")
+        resolved = resolve_model(name_or_path)
+        source = resolved.folder
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
@@ -238,9 +222,12 @@ class Encoder:
             model = AutoModel.from_pretrained(source, subfolder=spec.subfolder)
         except (OSError, ValueError, KeyError) as error:
             raise _load_error(source, str(error)) from error
+        check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
         model.to(device).eval()
         length = max_length or _default_max_length(model, tokenizer, spec.max_length)
-        return cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+        encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+        encoder.source = resolved.given
+        return encoder
 
     def save(self, path: str | Path) -> None:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""

@@ -1,7 +1,8 @@
 """What a training run leaves behind for its users: the encoder in the formats the field loads.
 
 Owns: `OUTPUT/encoder/` (a plain Hugging Face model + tokenizer + `retromae_encoder.json` naming its pooling
-and, when the source model declared one, its max length), `OUTPUT/sentence-transformer/` (the same weights with
+and, when the source model declared one, its max length, + the sentence-transformers modules of that pooling, so
+that `SentenceTransformer("OUTPUT/encoder")` pools as trained), `OUTPUT/sentence-transformer/` (the same weights with
 the same pooling and `max_seq_length`, loadable by `SentenceTransformer`),
 `OUTPUT/pretrain_head.safetensors` (the objective's MLM head and decoder, so pre-training can continue) and
 `OUTPUT/config.json` (the resolved config). Every folder is written atomically. Does not own training.
@@ -10,8 +11,11 @@ the same pooling and `max_seq_length`, loadable by `SentenceTransformer`),
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -19,15 +23,19 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from retromae.encoder import describe_folder
 from retromae.errors import ModelLoadError
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
+from retromae.model_source import resolve_model
 
 ENCODER_METADATA = "retromae_encoder.json"
 HEAD_FILE = "pretrain_head.safetensors"
+# What sentence-transformers writes beside the weights (and module folders such as 1_Pooling/): copied into encoder/.
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
 
 
 def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path,
                    pooling: str = "cls", normalize: bool = False, max_length: int | None = None) -> None:
-    """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel`;
-    `max_length` (the source model's declared input length, see `declared_max_length`) is kept when given."""
+    """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel` and, with
+    the same pooling, by `SentenceTransformer`; `max_length` (the source model's declared input length, see
+    `declared_max_length`) is kept when given."""
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -35,32 +43,55 @@ def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, p
         if max_length is not None:
             metadata["max_length"] = max_length
         write_text_atomic(staging / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
+        _add_sentence_transformers_modules(staging, pooling, normalize, max_length)
 
 
-def declared_max_length(source: str | Path) -> int | None:
-    """The input length a model folder declares (`max_seq_length` of sentence-transformers, or our metadata's
-    `max_length`; e.g. 256 for all-MiniLM-L6-v2), or None when it declares none or cannot be read."""
-    try:
-        return describe_folder(str(source)).max_length
-    except ModelLoadError:
-        return None
+def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bool, max_length: int | None) -> None:
+    """modules.json and the Pooling (and Normalize) modules beside a model folder's weights, so that
+    `SentenceTransformer(folder)` pools as the model was trained rather than by its default mean, unnormalised."""
+    with tempfile.TemporaryDirectory(prefix=".modules.", dir=folder.parent) as scratch:
+        _sentence_transformer(folder, pooling, normalize, max_length).save(scratch)
+        for entry in Path(scratch).iterdir():
+            if entry.is_dir():
+                shutil.copytree(entry, folder / entry.name)
+            elif entry.name in SENTENCE_TRANSFORMERS_FILES:
+                shutil.copy(entry, folder / entry.name)
 
 
-def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
-    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
-    `max_length` its metadata declares as `max_seq_length`."""
+def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_length: int | None):
+    """A SentenceTransformer over the model in `encoder_dir`: its transformer, the pooling, optionally Normalize.
+    Built in the middle of a training (a best-probe export), it leaves the global RNG as it found it."""
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Normalize, Pooling, Transformer
 
-    transformer = Transformer(str(encoder_dir), max_seq_length=declared_max_length(encoder_dir))
+    with torch.random.fork_rng(devices=[]):  # weights it initialises (a pooler) must not draw from a training's RNG
+        transformer = Transformer(str(encoder_dir), max_seq_length=max_length)
     modules: list[nn.Module] = [transformer, Pooling(transformer.auto_model.config.hidden_size, pooling)]
     if normalize:
         modules.append(Normalize())
+    return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine" if normalize else "dot")
+
+
+def declared_max_length(source: str | Path) -> int | None:
+    """The input length a model folder declares (`max_seq_length` of sentence-transformers, or our metadata's
+    `max_length`; e.g. 256 for all-MiniLM-L6-v2), or None when it declares none or cannot be read."""
+    try:
+        return describe_folder(resolve_model(source).folder).max_length
+    except ModelLoadError:
+        return None
+
+
+def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str = "cls", normalize: bool = False) -> None:
+    """Wrap an exported encoder folder as a sentence-transformers model with the given pooling and the
+    `max_length` its metadata declares as `max_seq_length`. Its similarity is the score the model was trained and is
+    searched with: the dot product of unnormalised vectors (cosine when they are normalised), so that
+    sentence-transformers and mteb rank as `retromae evaluate` does."""
+    model = _sentence_transformer(encoder_dir, pooling, normalize, declared_max_length(encoder_dir))
     with atomic_directory(Path(path)) as staging:
-        SentenceTransformer(modules=modules, device="cpu").save(str(staging))
+        model.save(str(staging))
 
 
 def save_head(objective: nn.Module, output: Path) -> None:

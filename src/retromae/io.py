@@ -1,6 +1,8 @@
 """Atomic file writing shared by every command: a killed process never leaves a half-written file.
 
-Owns: writing text, JSON lines, numpy arrays and whole directories through a temporary name and a rename.
+Owns: writing text, JSON lines, numpy arrays and whole directories through a temporary name and a rename, with
+the permissions an ordinary write would give under the user's umask (the temporary names start private: 0600
+files, 0700 folders, and a colleague could not read an exported model).
 """
 
 from __future__ import annotations
@@ -23,9 +25,27 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        share_as_umask_allows(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back: the only way the OS offers)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_as_umask_allows(path: Path) -> None:
+    """Give `path` (and everything under a folder) the read and write bits a plain create would: 0666 for files and
+    0777 for folders, less the umask; bits already set are kept."""
+    allowed = ~current_umask()
+    for item in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        if not item.is_symlink():
+            wanted = (0o777 if item.is_dir() else 0o666) & allowed
+            item.chmod(item.stat().st_mode & 0o7777 | wanted)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -42,6 +62,7 @@ def atomic_directory(path: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        share_as_umask_allows(tmp)
         old = path.with_name(f".{path.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if path.exists():

@@ -3,19 +3,23 @@
 Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-light `retromae.pretrain_config`), the
 choice of data for an objective (blocks of a token store; for the contrastive objectives, two spans per document or
 given pairs), and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training
-head). Does not own data reading, masking, objectives or the loop itself; it wires them together.
+head). Does not own data reading, masking, objectives or the loop itself; it wires them together. The module
+itself can be called: `retromae.pretrain(config)` is `pretrain(config)` (`retromae.api.CallableModule`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+from retromae.api import CallableModule
 from retromae.backbone import check_max_length, load_masked_lm
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
@@ -30,18 +34,21 @@ from retromae.export import (
     load_head,
     save_head,
 )
+from retromae.model_source import check_unknown_share
 from retromae.objectives import PretrainingObjective, build_objective
 from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
+TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
 OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
                     "retromae+contrastive": "RetroMAE + contrastive"}
 
 
-def pretrain(config: PretrainConfig) -> Path:
-    """Run pre-training as configured; returns the output folder."""
+def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
+    """Run pre-training as `config` (or `PretrainConfig(**options)`) says; returns the output folder."""
+    config = config if config is not None else PretrainConfig(**options)
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
@@ -95,7 +102,7 @@ def load_backbone(config: PretrainConfig) -> tuple[PreTrainedModel, PreTrainedTo
     if not Path(encoder_dir).is_dir():
         raise ModelLoadError(f"--init-from {config.init_from}: no encoder/ folder; give the output folder of a "
                              "finished `retromae pretrain` run")
-    return load_masked_lm(encoder_dir)
+    return load_masked_lm(encoder_dir, head_restored=True, option="--init-from")
 
 
 def init_head(objective: PretrainingObjective, config: PretrainConfig) -> None:
@@ -129,6 +136,8 @@ def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast,
     store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
                                      cache_dir=Path(config.cache_dir) if config.cache_dir else None,
                                      show_progress=show_progress)
+    check_unknown_share(tokenizer, store.first_ids(TOKENIZER_SAMPLE).tolist(), model_source(config),
+                        ", ".join(map(str, config.corpus)))
     if objective.pair_batches:
         return SpanPairDataset(store, config.seed), PairCollator(tokenizer)
     return BlockDataset(store), BlockCollator(tokenizer)
@@ -139,3 +148,7 @@ def export_outputs(objective, tokenizer, output: Path, max_length: int | None = 
     export_encoder(objective.encoder, tokenizer, output / "encoder", max_length=max_length)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer")
     save_head(objective, output)
+
+
+__entry__ = f"{__name__}:pretrain"
+sys.modules[__name__].__class__ = CallableModule

@@ -149,6 +149,18 @@ def planned_stages(budget: Budget, build_data: bool) -> list[tuple[str, float]]:
     return stages
 
 
+def describe_budget(preset: str, budget: Budget, seconds: float) -> str:
+    """The budget in words: the preset, its expected time, the model, and each stage's size."""
+    precision = "" if budget.mixed_precision == "no" else f", in {budget.mixed_precision}"
+    minutes = max(1, round(seconds / 60))
+    return (f"the {preset} preset, about {minutes} minute{'s' if minutes > 1 else ''} in all: a {budget.layers}-layer "
+            f"encoder of hidden size {budget.hidden_size} with a WordPiece vocabulary of {budget.vocab_size:,} tokens; "
+            "each objective "
+            f"pre-trains it for {budget.pretrain_steps:,} steps of {budget.pretrain_batch_size} blocks of "
+            f"{budget.max_length} tokens (peak learning rate {budget.learning_rate:g}{precision}), then each model "
+            f"fine-tunes for {budget.finetune_epochs:g} epochs in batches of {budget.finetune_batch_size} queries")
+
+
 def prepare_data(config: QuickstartConfig, output: Path) -> Path:
     """The BEIR folder to use: the user's, or the standard library's docstrings built under `output`."""
     if config.data:
@@ -291,8 +303,10 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     preset, budget = config.budget(device)
     claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
     save_config(config, output / "quickstart-config.json")
-    print(f"device: {device}; budget: the {preset} preset, {dataclasses.asdict(budget)}", flush=True)
-    stages = Stages.planned(planned_stages(budget, build_data=config.data is None))
+    plan = planned_stages(budget, build_data=config.data is None)
+    print(f"device: {device}; budget: {describe_budget(preset, budget, sum(seconds for _, seconds in plan))}",
+          flush=True)
+    stages = Stages.planned(plan)
     if config.data is None:
         stages.next()
     data = prepare_data(config, output)

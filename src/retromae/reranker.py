@@ -30,8 +30,8 @@ from retromae.encoder import Encoder
 from retromae.errors import ModelLoadError
 from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
-from retromae.finetune.run import model_folder
 from retromae.io import atomic_directory
+from retromae.model_source import check_tokenizer, resolve_model
 from retromae.retrieval.mining import MiningOptions
 from retromae.train import HeadTrainingConfig, Trainer, claim_output, make_accelerator, seed_everything
 
@@ -87,11 +87,13 @@ class ListwiseObjective(nn.Module):
 
 
 def _load_classifier(name: str):
+    source = resolve_model(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForSequenceClassification.from_pretrained(name, num_labels=1)
+        tokenizer = AutoTokenizer.from_pretrained(source.transformer)
+        model = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1)
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"cannot load model {name!r} as a cross-encoder: {error}") from error
+    check_tokenizer(tokenizer, f"--model {name}", model.config.vocab_size)
     return model, tokenizer
 
 
@@ -101,7 +103,7 @@ def _training_set(config: RerankerConfig, accelerator):
     if source == "file" and not any(example.negatives for example in data.examples):
         raise ConfigError(f"--negatives: {data.source} lists no negatives; use --negatives bm25 or model")
     if source in ("bm25", "model"):
-        encoder = Encoder.load(model_folder(config.model), device=accelerator.device) if source == "model" else None
+        encoder = Encoder.load(config.model, device=accelerator.device) if source == "model" else None
         Miner(data, config, encoder).mine(source, accelerator, config.seed)
     return data
 
@@ -111,7 +113,7 @@ def train_reranker(config: RerankerConfig) -> Path:
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
-    model, tokenizer = _load_classifier(model_folder(config.model))
+    model, tokenizer = _load_classifier(config.model)
     check_max_length(model.config, config.max_length, "max_length")
     claim_output(config, "train-reranker", (RERANKER_DIR,), accelerator)
     data = _training_set(config, accelerator)
@@ -137,7 +139,7 @@ class CrossEncoder:
     """A one-logit sequence classifier scoring (query, passage) pairs."""
 
     def __init__(self, name: str, device: str | None = None, max_length: int = 256) -> None:
-        self.model, self.tokenizer = _load_classifier(model_folder(name))
+        self.model, self.tokenizer = _load_classifier(name)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device).eval()
         self.max_length = max_length

@@ -27,7 +27,7 @@ FINGERPRINT_BYTES = 1 << 20  # head and tail of each file read for its fingerpri
 # sample and metric stay part of a run, so that its probe scores (and its best probe) compare across a resume.
 RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
-                         "progress", "probe_every", "probe_batch_size"})
+                         "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
 # Options naming input files or folders, fingerprinted by content so that a changed file is a different run.
 INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "input", "embeddings")
 

@@ -2,8 +2,10 @@
 
 Owns: optimiser and schedule (AdamW, linear warmup then linear decay; heads outside the pre-trained body may have
 their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradient accumulation and clipping,
-mixed precision, gradient checkpointing, data order and its position, per-step mask generators, the progress bar
-and end-of-run summary (`retromae.console`), `metrics.jsonl`, and atomic checkpoints that resume exactly (model,
+mixed precision (`auto`: bf16 where the GPU has it; TF32 matmuls on CUDA), gradient checkpointing, the data
+position (the order itself: `retromae.data.batch_sampler`; workers: `retromae.data.workers`), per-step mask
+generators, the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the processes' waiting
+time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
 optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
 that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
 or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
@@ -19,27 +21,32 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import set_seed
+from accelerate.utils import InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel
 
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
-from retromae.errors import DataError
+from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
+from retromae.data.workers import started_workers, worker_context
 from retromae.io import write_text_atomic
+from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
 
 CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
 # What the loop writes into --output; a command adds its exported models (cleared by --overwrite, `claim_output`).
-TRAINING_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json")
+TRAINING_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.json", TENSORBOARD_DIR)
 
 
 class TrainState:
@@ -57,31 +64,6 @@ class TrainState:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.micro_batches = state["step"], state["micro_batches"]
         self.tokens = state.get("tokens", 0)  # checkpoints written before tokens were counted
-
-
-class ResumableBatchSampler:
-    """Seeded, epoch-wise shuffled micro-batches of one process's shard, starting at any position.
-
-    Epoch e is a permutation drawn from `seed + e`; each global batch of `batch_size * world_size` indices is
-    split by rank, so every process sees distinct examples and the order does not depend on restarts.
-    """
-
-    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1, start: int = 0):
-        self.global_batch = batch_size * world_size
-        if size < self.global_batch:
-            raise DataError(f"the data has {size} examples, fewer than one global batch of {self.global_batch}")
-        self.size, self.batch_size, self.seed = size, batch_size, seed
-        self.rank, self.start = rank, start
-        self.batches_per_epoch = size // self.global_batch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        position = self.start
-        while True:
-            epoch, offset = divmod(position, self.batches_per_epoch)
-            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + epoch))
-            first = offset * self.global_batch + self.rank * self.batch_size
-            yield order[first:first + self.batch_size].tolist()
-            position += 1
 
 
 def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device) -> torch.Generator:
@@ -145,15 +127,39 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     """The run's Accelerator; create it before any distributed work (e.g. building a data cache on rank 0 first).
 
     Accelerate keeps one process-wide state; it is reset (the distributed set-up kept) so that one process can run
-    several trainings with different precision, as the quickstart and the tests do.
+    several trainings with different precision, as the quickstart and the tests do. Processes wait for each other
+    up to --distributed-timeout minutes (rank 0 probes and mines negatives while the others wait in a collective).
     """
     AcceleratorState._reset_state(reset_partial_state=False)
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=_launched_without_gpus())
+    waiting = InitProcessGroupKwargs(timeout=timedelta(minutes=config.distributed_timeout))
+    accelerator = Accelerator(mixed_precision=resolve_mixed_precision(config.mixed_precision),
+                              cpu=without_gpus(), kwargs_handlers=[waiting])
+    check_process_count(accelerator.num_processes)
+    use_tensor_cores(accelerator.device)
+    if config.mixed_precision == "auto" and accelerator.device.type == "cuda":
+        accelerator.print(_precision_notice(accelerator.mixed_precision))
+    return accelerator
 
 
-def _launched_without_gpus() -> bool:
-    """True for a multi-process launch (torchrun, accelerate launch) on a machine without CUDA: DDP over gloo."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+def resolve_mixed_precision(requested: str) -> str:
+    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it, else "no" (fp32)."""
+    if requested != "auto":
+        return requested
+    cuda = torch.cuda.is_available() and not without_gpus()
+    return "bf16" if cuda and torch.cuda.is_bf16_supported() else "no"
+
+
+def _precision_notice(resolved: str) -> str:
+    if resolved == "bf16":
+        return "mixed precision: bf16 (the default on GPUs that support it; --mixed-precision no trains in fp32)"
+    return "mixed precision: none, this GPU has no bf16 (--mixed-precision fp16 uses its tensor cores)"
+
+
+def use_tensor_cores(device: torch.device) -> None:
+    """On CUDA, let fp32 matrix products run on tensor cores (TF32, 10 mantissa bits), as bf16 autocast leaves
+    some products (the loss, the optimiser's view of the weights) in fp32."""
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
 
 
 def _enable_gradient_checkpointing(model: nn.Module) -> None:
@@ -199,10 +205,11 @@ def prune_checkpoints(output: Path, keep: int, identity: dict) -> None:
 
 
 class MetricsLog:
-    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped."""
+    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped. The
+    trackers of `--report-to` (`reporter`) get every record too."""
 
-    def __init__(self, path: Path, resume_step: int | None):
-        self.path = path
+    def __init__(self, path: Path, resume_step: int | None, reporter: Reporter | None = None):
+        self.path, self.reporter = path, reporter
         if resume_step is not None and path.exists():
             kept = [line for line in path.read_text(encoding="utf-8").splitlines()
                     if line.strip() and json.loads(line)["step"] <= resume_step]
@@ -213,6 +220,12 @@ class MetricsLog:
     def append(self, record: dict[str, float]) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+        if self.reporter is not None:
+            self.reporter.log(record)
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.finish()
 
 
 class Trainer:
@@ -267,8 +280,9 @@ class Trainer:
         numbers."""
         started = time.perf_counter()
         resumed = self._maybe_resume()
-        metrics = MetricsLog(self.output / "metrics.jsonl", resumed) if self.accelerator.is_main_process else None
-        batches = iter(self._data_loader())
+        metrics = (MetricsLog(self.output / "metrics.jsonl", resumed, start_reporter(self.config))
+                   if self.accelerator.is_main_process else None)
+        batches = started_workers(self._data_loader())
         bar = progress(self.summary.description, self.config.max_steps, "step", initial=self.state.step,
                        enabled=self.accelerator.is_local_main_process)
         shown: dict[str, float] = {}  # the postfix keeps the latest value of every metric (probes between probes)
@@ -294,6 +308,8 @@ class Trainer:
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self.save_checkpoint()
         bar.close()
+        if metrics:
+            metrics.close()
         if self.config.save_every and latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
             self.save_checkpoint()
         self.summary.seconds = time.perf_counter() - started
@@ -350,11 +366,11 @@ class Trainer:
         """Mean loss components over the window and all processes; tokens/s over all processes.
 
         The one host synchronisation of the loop: the values are read (`tolist`) before the clock, so tokens/s
-        counts the device's time too."""
+        counts the device's time too. Tokens are summed as int64: float32 rounds counts past 2^24."""
         names = sorted(window.totals)
         means = torch.stack([window.totals[n] for n in names]) / window.steps  # (C,) on the device
-        tokens = torch.tensor([float(window.tokens)], device=means.device)
-        summed = self.accelerator.reduce(torch.cat([means.float(), tokens]), reduction="sum").tolist()
+        summed = self.accelerator.reduce(means.float(), reduction="sum").tolist()
+        summed.append(self._reduce_tokens(window.tokens, means.device))
         world = self.accelerator.num_processes
         record: dict[str, float] = {"step": self.state.step}
         record.update({name: summed[i] / world for i, name in enumerate(names)})
@@ -366,6 +382,11 @@ class Trainer:
         self.state.tokens += round(summed[-1])
         record["tokens"] = self.state.tokens
         return record
+
+    def _reduce_tokens(self, tokens: int, device: torch.device) -> int:
+        """This window's tokens summed over all processes, exactly (int64)."""
+        count = torch.tensor([tokens], dtype=torch.int64, device=device)
+        return int(self.accelerator.reduce(count, reduction="sum").item())
 
     def _loader_workers(self) -> int:
         """--num-workers, or by default 2 on CUDA and 0 on CPU; 0 too with an `on_step` hook, which may change the
@@ -380,13 +401,19 @@ class Trainer:
             sampler = self.batch_sampler(rank, world, start)
         else:
             sampler = ResumableBatchSampler(len(self.dataset), self.config.batch_size, self.config.seed, rank, world,
-                                            start=start)
+                                            start=start, lengths=self._example_lengths())
         # A private generator: creating the loader's iterator must not draw from the global RNG restored on resume.
         # Pinned host memory lets the copies to CUDA run asynchronously (`non_blocking` in `_optimizer_step`).
         workers = self._loader_workers()
         return DataLoader(self.dataset, batch_sampler=sampler, collate_fn=self.collate, num_workers=workers,
                           persistent_workers=workers > 0, pin_memory=self.accelerator.device.type == "cuda",
-                          generator=torch.Generator().manual_seed(self.config.seed))
+                          generator=torch.Generator().manual_seed(self.config.seed),
+                          multiprocessing_context=worker_context() if workers else None)
+
+    def _example_lengths(self) -> np.ndarray | None:
+        """The dataset's example lengths when batches are grouped by length (--group-by-length) and it has them."""
+        lengths = getattr(self.dataset, "lengths", None)
+        return lengths() if self.config.group_by_length and lengths is not None else None
 
     def _checkpoint_path(self, step: int) -> Path:
         return self.output / "checkpoints" / f"step-{step:07d}"

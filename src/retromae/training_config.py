@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retromae.config import option, require
+from retromae.trackers import TRACKERS, check_installed
 
 
 @dataclass(kw_only=True)
@@ -26,10 +27,17 @@ class TrainingConfig:
     weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
     warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly")
     max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)")
-    mixed_precision: str = option("no", "mixed precision", choices=("no", "fp16", "bf16"))
+    mixed_precision: str = option("auto", "mixed precision; auto: bf16 on a CUDA GPU that supports it (with TF32 "
+                                          "matmuls), fp32 elsewhere", choices=("auto", "no", "fp16", "bf16"))
     gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
     compile: bool = option(False, "compile the model's forward with torch.compile (faster steps on GPUs after a "
                                   "warm-up of a minute or so; needs a C++ compiler on CPU)")
+    group_by_length: bool = option(True, "read examples in batches of similar length (seeded, resumable, the same "
+                                         "examples each epoch), so that batches pay less padding; pre-training "
+                                         "blocks only")
+    distributed_timeout: int = option(120, "minutes a process waits for the others before the run is declared "
+                                           "hung (rank 0 alone probes, mines and refreshes negatives meanwhile; "
+                                           "NCCL alone waits 10)")
     seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
     log_every: int = option(10, "log metrics every N steps")
     save_every: int = option(500, "write a checkpoint every N steps and at the end (0: none at all; a killed run then "
@@ -41,6 +49,9 @@ class TrainingConfig:
     num_workers: int | None = option(None, "data loader worker processes (default: 2 on CUDA, so that batches are "
                                            "collated while the GPU works; 0 on CPU, where workers would take cores "
                                            "from the step)")
+    report_to: list[str] = option([], "also report metrics.jsonl's scalars to these experiment trackers (through "
+                                      "Accelerate; tensorboard writes OUTPUT/tensorboard/); each needs its package",
+                                  choices=tuple(TRACKERS))
     # Options only where new heads sit on a pre-trained body (`HeadTrainingConfig`); elsewhere all trains as one.
     head_learning_rate: ClassVar[float | None] = None
     freeze_encoder_steps: ClassVar[int] = 0
@@ -53,8 +64,12 @@ class TrainingConfig:
         require(0 <= self.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)")
         require(self.log_every > 0, "log_every", "must be positive")
         require(self.save_every >= 0, "save_every", "must be 0 or positive")
+        require(self.distributed_timeout > 0, "distributed_timeout", "must be positive")
         require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
         require(self.num_workers is None or self.num_workers >= 0, "num_workers", "must be 0 or positive")
+        require(all(name in TRACKERS for name in self.report_to), "report_to",
+                f"must name trackers among {', '.join(TRACKERS)}")
+        check_installed(self.report_to)
 
     @property
     def separate_heads(self) -> bool:

@@ -1,24 +1,23 @@
 """`retromae encode`: a corpus or query file → an embeddings folder (float32 .npy + ids.txt), resumable.
 
-Thin: parse → `EncodeConfig` → `retrieval.encode.encode_to_dir`. Several GPUs or processes share the work
-when started with `accelerate launch -m retromae encode ...`.
+Thin: parse → `EncodeConfig` → `retromae.api.encode` (`retrieval.encode.encode_to_dir`). Several GPUs or
+processes share the work when started with `accelerate launch -m retromae encode ...`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
-
-from accelerate import PartialState
 
 from retromae.config import add_config_arguments, build_config, option, require
 from retromae.data.retrieval_sets import load_corpus, load_queries
 from retromae.encoder import EncoderOptions
-from retromae.retrieval.encode import encode_to_dir
 from retromae.run_folder import OutputOptions
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 
@@ -93,20 +92,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.api import encode
     from retromae.console import format_seconds
+    from retromae.processes import is_main_process
+    from retromae.retrieval.encode import INFO_FILE
 
     started = time.perf_counter()
-    config = build_config(EncodeConfig, args)
-    ids, texts = read_texts(config)
-    prefix, max_length = config.text_options
-    encoder = config.load_encoder(PartialState().device)
-    folder = encode_to_dir(encoder, ids, texts, config.output, model_name=config.model,
-                           shard_size=config.shard_size, batch_size=config.batch_size,
-                           max_length=max_length, prefix=prefix, show_progress=config.progress,
-                           overwrite=config.overwrite,
-                           description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)")
-    if PartialState().is_main_process:
-        print(f"encoded {len(ids):,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
-              f"({encoder.dimension} dimensions, at most {max_length or encoder.max_length} tokens, "
-              f"pooling {encoder.pooling}, normalize {encoder.normalize})")
+    folder = encode(build_config(EncodeConfig, args))
+    if is_main_process():
+        info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+        print(f"encoded {info['count']:,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
+              f"({info['dim']} dimensions, at most {info['max_length']} tokens, pooling {info['pooling']}, "
+              f"normalize {info['normalize']})")
     return 0

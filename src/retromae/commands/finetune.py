@@ -8,6 +8,7 @@ import time
 
 from retromae.config import add_config_arguments, build_config
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "fine-tune a dense retriever (in-batch, BM25, mined or ANCE negatives; distillation); flags override --config"
 
 
@@ -20,10 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from retromae.console import wrote
     from retromae.finetune.run import FinetuneConfig, finetune
+    from retromae.processes import is_main_process
 
     started = time.perf_counter()
     output = finetune(build_config(FinetuneConfig, args))
     towers = ("", "query-") if (output / "query-encoder").is_dir() else ("",)
-    print(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers
-                 for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}, started))
+    if is_main_process():
+        print(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers
+                     for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}, started))
     return 0

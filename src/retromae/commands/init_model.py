@@ -33,13 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
+    from retromae.model_source import check_tokenizer, resolve_tokenizer
     from retromae.scratch import save_random_bert
 
     config = build_config(InitModelConfig, args)
+    source = resolve_tokenizer(config.tokenizer)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
-    except OSError as error:
+        tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder)
+    except (OSError, ValueError) as error:
         raise ModelLoadError(f"--tokenizer {config.tokenizer}: no tokenizer there ({error})") from error
+    check_tokenizer(tokenizer, f"--tokenizer {config.tokenizer}")
     folder = save_random_bert(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
                               max_positions=config.max_positions, seed=config.seed)
     print(f"random BERT ({config.layers} layers, hidden {config.hidden_size}, vocabulary {len(tokenizer)}) → {folder}")

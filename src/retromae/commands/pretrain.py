@@ -7,6 +7,7 @@ import time
 
 from retromae.config import add_config_arguments, build_config
 
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "pre-train an encoder (RetroMAE, SEED, MLM, contrastive, RetroMAE+contrastive); flags override --config"
 
 
@@ -20,10 +21,12 @@ def run(args: argparse.Namespace) -> int:
     from retromae.console import wrote
     from retromae.export import HEAD_FILE
     from retromae.pretrain import PretrainConfig, pretrain
+    from retromae.processes import is_main_process
 
     started = time.perf_counter()
     output = pretrain(build_config(PretrainConfig, args))
-    print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
-                 "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}, started))
+    if is_main_process():
+        print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
+                     "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}, started))
     return 0
 

@@ -38,6 +38,10 @@ class BlockDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Block:
         return self.store.block(index)
 
+    def lengths(self) -> np.ndarray:
+        """(N,) int64: the tokens of every block, without special tokens (for batches grouped by length)."""
+        return self.store.block_lengths()
+
 
 class BlockCollator:
     """Blocks → {input_ids, attention_mask, special_tokens_mask, word_starts}, each (B, L), right-padded."""

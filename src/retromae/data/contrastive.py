@@ -119,7 +119,7 @@ class PairsDataset(_BatchSeeded):
         if not pairs:
             raise DataError(f"{path}: no pairs in the file")
         texts = [text for query, positives, _ in pairs for text in (query, *positives)]
-        blocks = _tokenise(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False))
+        blocks = text_blocks(texts, tokenizer, max_length - tokenizer.num_special_tokens_to_add(pair=False))
         self.queries: list[Block] = []
         self.positives: list[list[Block]] = []
         first = 0
@@ -138,7 +138,7 @@ class PairsDataset(_BatchSeeded):
         return self.queries[index], positives[int(rng.integers(len(positives)))]
 
 
-def _tokenise(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> list[Block]:
+def text_blocks(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> list[Block]:
     """Token ids (no special tokens) and word starts of each text, cut to `max_tokens`."""
     encodings = plain_backend(tokenizer).encode_batch(texts, add_special_tokens=False)
     return [(np.asarray(e.ids[:max_tokens], dtype=np.int32), word_starts_of(e.word_ids)[:max_tokens])

@@ -8,18 +8,23 @@ Does not own: models, encoding, search or metrics. Every file may also be gzip-c
 
 from __future__ import annotations
 
-import warnings
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from retromae.config import require
 from retromae.data.lines import json_object_line, numbered_lines
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
 
+logger = logging.getLogger(__name__)
 MAX_IDS_SHOWN = 5
+QRELS_FORMATS = ("auto", "beir", "trec")
+BEIR_COLUMNS = ("query-id", "corpus-id", "score")
+TREC_ITERATIONS = ("0", "Q0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,28 +136,47 @@ def _split_fields(line: str) -> list[str]:
     return [f.strip() for f in line.split("\t")] if "\t" in line else line.split()
 
 
-def _qrel_fields(path: Path, number: int, line: str) -> tuple[str, str, str]:
-    """(qid, docid, grade) from a BEIR (3 fields) or TREC (4 fields) qrels line."""
+def _qrels_layout(path: Path, first: str, qrels_format: str) -> tuple[bool, tuple[int, int, int], int | None]:
+    """(has a header, positions of qid / docid / grade, the field count every line must have or None), decided once
+    per file by its header or the declared format, never by each line's field count."""
+    fields = _split_fields(first)
+    if set(BEIR_COLUMNS) <= set(fields):  # a header names the columns (BEIR: query-id corpus-id score)
+        return True, tuple(fields.index(name) for name in BEIR_COLUMNS), len(fields)
+    if qrels_format == "beir" or (qrels_format == "auto" and len(fields) == 3):
+        return not fields[-1].lstrip("-").isdigit(), (0, 1, 2), 3  # another header: query, document, grade
+    if qrels_format == "trec" or (qrels_format == "auto" and len(fields) == 4 and fields[1] in TREC_ITERATIONS):
+        return False, (0, 2, 3), 4
+    raise DataError(f"{path}:1: cannot tell the qrels format ({len(fields)} fields, no header line): a BEIR file "
+                    f"starts with the header {chr(9).join(BEIR_COLUMNS)!r}; a TREC file has 'qid 0 docid rel' lines")
+
+
+def _qrel_fields(path: Path, number: int, line: str, positions: tuple[int, int, int],
+                 count: int | None) -> tuple[str, str, str]:
+    """(qid, docid, grade) of a qrels line laid out as `_qrels_layout` decided."""
     fields = _split_fields(line)
-    if len(fields) == 4:
-        return fields[0], fields[2], fields[3]
-    if len(fields) == 3:
-        return fields[0], fields[1], fields[2]
-    raise DataError(f"{path}:{number}: expected 'query-id corpus-id score' or 'qid 0 docid rel', "
-                    f"found {len(fields)} fields")
+    if len(fields) != count:
+        raise DataError(f"{path}:{number}: {len(fields)} fields where the file's first line has {count}: a BEIR "
+                        "file's lines have the columns its header names, a TREC file's are 'qid 0 docid rel'")
+    return tuple(fields[i] for i in positions)
 
 
-def load_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """Relevance judgments: BEIR tsv (header `query-id corpus-id score`) or TREC qrels (`qid 0 docid rel`)."""
+def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, int]]:
+    """Relevance judgments: BEIR tsv (a header naming `query-id`, `corpus-id`, `score`, in any order, among its
+    columns) or TREC qrels (`qid 0 docid rel`). `qrels_format` "beir" or "trec" declares a header-less file's
+    layout; "auto" reads a header-less file of 3 fields as BEIR and of 4 as TREC only when its second field is 0."""
     path = Path(path)
+    require(qrels_format in QRELS_FORMATS, "qrels_format", f"must be one of {', '.join(QRELS_FORMATS)}")
     qrels: dict[str, dict[str, int]] = {}
-    for index, (number, line) in enumerate(numbered_lines(path)):
-        qid, docid, grade = _qrel_fields(path, number, line)
+    layout = None
+    for number, line in numbered_lines(path):
+        if layout is None:
+            header, *layout = _qrels_layout(path, line, qrels_format)
+            if header:
+                continue
+        qid, docid, grade = _qrel_fields(path, number, line, *layout)
         try:
             value = int(grade)
         except ValueError:
-            if index == 0:  # the BEIR header line
-                continue
             raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer") from None
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
         if previous != value:
@@ -196,15 +220,15 @@ def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict
     if dropped_by_doc:
         parts.append(f"{dropped_by_doc} judgments name {len(unknown_docs)} documents missing from "
                      f"{paths['corpus'].name} (e.g. {_examples(unknown_docs)})")
-    warnings.warn(f"{paths['qrels']}: dropped them: {'; '.join(parts)}", stacklevel=3)
+    logger.warning("%s: dropped them: %s", paths["qrels"], "; ".join(parts))
 
 
-def load_retrieval_set(folder: Path, split: str = "test") -> RetrievalSet:
+def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "auto") -> RetrievalSet:
     """A BEIR folder or an MS MARCO folder, restricted to the queries judged in `split`.
 
     BEIR: `corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`. MS MARCO: `collection.tsv`,
     `queries.{split}.tsv` (or `queries.{split}.small.tsv`, `queries.tsv`), `qrels.{split}.tsv`
-    (or `qrels.{split}.small.tsv`, `qrels.tsv`).
+    (or `qrels.{split}.small.tsv`, `qrels.tsv`). `qrels_format` as in `load_qrels`.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -216,7 +240,7 @@ def load_retrieval_set(folder: Path, split: str = "test") -> RetrievalSet:
         "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
                                 "qrels.tsv"], f"qrels (split {split!r})"),
     }
-    qrels = load_qrels(paths["qrels"])
+    qrels = load_qrels(paths["qrels"], qrels_format)
     all_queries = load_queries(paths["queries"])
     corpus = load_corpus(paths["corpus"])
     _drop_dangling(qrels, corpus, all_queries, paths)

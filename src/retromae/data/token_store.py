@@ -256,6 +256,10 @@ class TokenStore:
     def __len__(self) -> int:
         return len(self._documents)
 
+    def first_ids(self, count: int) -> np.ndarray:
+        """The first `count` token ids of the store (fewer in a smaller one), e.g. to check the tokenizer on them."""
+        return np.array(self._ids[:count])
+
     def _check(self, index: int) -> int:
         if not -len(self) <= index < len(self):
             raise IndexError(f"block {index} out of range for a store of {len(self)} blocks")
@@ -266,6 +270,10 @@ class TokenStore:
         index = self._check(index)
         start, end = int(self._offsets[index]), int(self._offsets[index + 1])
         return np.array(self._ids[start:end]), self._word_starts[start:end].astype(bool)
+
+    def block_lengths(self) -> np.ndarray:
+        """(num_blocks,) int64: the tokens of every block."""
+        return np.diff(np.asarray(self._offsets))
 
     def block_document(self, index: int) -> int:
         """The index of the document block `index` came from; a document's blocks are contiguous and in order."""

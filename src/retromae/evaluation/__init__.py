@@ -1,8 +1,10 @@
-"""Evaluation: ranking metrics over run/qrels dicts, STS correlations, result tables and JSON reports, and the
-retrieval probes run while pre-training (`evaluation.probe`, which alone here uses a model, through `retrieval`).
+"""Evaluation: ranking metrics over run/qrels dicts, STS correlations, result tables and JSON reports, the table of
+many data sets (`evaluation.table`), `retromae evaluate` itself (`evaluation.config`, `evaluation.run`), a BEIR
+folder as an mteb task (`evaluation.mteb_task`) and the retrieval probes run while pre-training (`evaluation.probe`).
 
-Owns: metric definitions and reporting. Does not own: models, torch, encoding or search (see `retromae.retrieval`),
-nor reading data files (see `retromae.data.retrieval_sets`).
+Owns: metric definitions and reporting. Only `run` and `probe` use a model, through `retromae.retrieval`; this
+package's top level imports no torch. Does not own encoding or search (see `retromae.retrieval`), nor reading data
+files (see `retromae.data.retrieval_sets`).
 """
 
 from retromae.evaluation.metrics import METRICS, evaluate_run

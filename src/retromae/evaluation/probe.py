@@ -98,7 +98,7 @@ class Probe:
         objective = trainer.unwrapped_model
         training = objective.training
         encoder = Encoder(objective.encoder.base_model, self.tokenizer, PoolingConfig("cls", False), self.max_length,
-                          AMP_DTYPES.get(trainer.config.mixed_precision))
+                          AMP_DTYPES.get(trainer.accelerator.mixed_precision))
         device = encoder.device
         # Eval mode draws nothing at random; forking the RNG guarantees the training trajectory whatever the backbone.
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):

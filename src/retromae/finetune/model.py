@@ -80,13 +80,16 @@ class DualEncoder(nn.Module):
 
 def freeze_unused_parameters(model: DualEncoder, batch: dict[str, torch.Tensor]) -> list[str]:
     """Stop training parameters the embeddings never use (e.g. BERT's pooler), found by one backward pass in
-    eval mode; DDP then sees a gradient for every trainable parameter. Returns the frozen names."""
+    eval mode over the first query and the first passage of `batch` alone: which parameters an embedding uses
+    does not depend on the batch size, and a pass over the whole batch (outside gradient caching and autocast)
+    would need more memory than any training step. DDP then sees a gradient for every trainable parameter.
+    Returns the frozen names."""
     was_training = model.training
     model.eval()
     options, model.options = model.options, LossOptions(temperature=1.0, group_size=1)
-    queries = model.embed(model.query_model, batch["query_input_ids"], batch["query_attention_mask"])
-    passages = model.embed(model.passage_model, batch["passage_input_ids"], batch["passage_attention_mask"])
-    (queries.sum() + passages.sum()).backward()
+    queries = model.embed(model.query_model, batch["query_input_ids"][:1], batch["query_attention_mask"][:1])
+    passages = model.embed(model.passage_model, batch["passage_input_ids"][:1], batch["passage_attention_mask"][:1])
+    (queries.sum() + passages.sum()).backward()  # (1, D) each
     model.options = options
     frozen = []
     for name, parameter in model.named_parameters():

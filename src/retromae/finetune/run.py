@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from retromae.backbone import check_max_length
 from retromae.config import ConfigError, option, require, save_config
@@ -21,9 +22,11 @@ from retromae.export import declared_max_length, export_encoder, export_sentence
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
+from retromae.model_source import check_unknown_share
 from retromae.retrieval.mining import MiningOptions
 from retromae.train import Trainer, TrainingConfig, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
+TOKENIZER_SAMPLE = 200  # passages checked for [UNK] before training
 NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
 OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
 
@@ -88,16 +91,10 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
         return self.group_size or (1 if source == "none" and not self.refresh_negatives_every else 8)
 
 
-def model_folder(model: str) -> str:
-    """A pre-training or fine-tuning output folder stands for its encoder/."""
-    encoder = Path(model) / "encoder"
-    return str(encoder) if (encoder / "config.json").is_file() else model
-
-
 def _load_encoders(config: FinetuneConfig, device) -> tuple[Encoder, Encoder]:
     """(passage encoder, query encoder): the same object unless --untie."""
-    passage = Encoder.load(model_folder(config.model), config.pooling, config.normalize, device=device)
-    query = Encoder.load(model_folder(config.model), config.pooling, config.normalize, device=device) \
+    passage = Encoder.load(config.model, config.pooling, config.normalize, device=device)
+    query = Encoder.load(config.model, config.pooling, config.normalize, device=device) \
         if config.untie else passage
     return passage, query
 
@@ -134,8 +131,9 @@ def _dual_encoder(config: FinetuneConfig, passage: Encoder, query: Encoder, grou
     return DualEncoder(query.model, passage.model if config.untie else None, passage.config, options)
 
 
-def finetune(config: FinetuneConfig) -> Path:
-    """Fine-tune a dense retriever as configured; returns the output folder."""
+def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
+    """Fine-tune a dense retriever as `config` (or `FinetuneConfig(**options)`) says; returns the output folder."""
+    config = config if config is not None else FinetuneConfig(**options)
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
@@ -143,6 +141,9 @@ def finetune(config: FinetuneConfig) -> Path:
     check_max_length(passage_encoder.model.config, config.query_max_length, "query_max_length")
     check_max_length(passage_encoder.model.config, config.passage_max_length, "passage_max_length")
     data = load_training_data(config.data, config.split)
+    sample = passage_encoder.tokenize(data.texts[:TOKENIZER_SAMPLE], config.passage_max_length)
+    check_unknown_share(passage_encoder.tokenizer, [token for ids in sample for token in ids], config.model,
+                        data.source)
     source = config.negative_source(Path(config.data).is_dir())
     _check_data(config, data, source)
     claim_output(config, "finetune", OUTPUTS, accelerator)
@@ -173,7 +174,7 @@ def finetune(config: FinetuneConfig) -> Path:
     trainer.run()
     if accelerator.is_main_process:
         export_towers(trainer.unwrapped_model, passage_encoder, output,
-                      declared_max_length(model_folder(config.model)))
+                      declared_max_length(config.model))
     accelerator.wait_for_everyone()
     return output
 

@@ -3,10 +3,14 @@
 Every objective is a `PretrainingObjective`: forward(batch, generator) returns a dict of named losses whose
 "loss" entry is optimised; the training loop logs every entry. Each class builds itself from a pre-training
 config with `from_config` and checks its options with `check_config`; adding an objective means adding its
-module and one registry entry.
+module and one registry entry. `create_objective` builds one for a loop of one's own, without a config.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -32,3 +36,20 @@ def build_objective(name: str, encoder: PreTrainedModel, tokenizer: PreTrainedTo
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
     return OBJECTIVES[name].from_config(encoder, MaskingSettings.create(tokenizer, config), config)
+
+
+def create_objective(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                     **options: Any) -> PretrainingObjective:
+    """The objective `name` around `model` (a masked LM), with `retromae pretrain`'s defaults for every option not
+    given (e.g. `decoding="basic"`, `encoder_mask_ratio=0.15`); the options are checked as the command checks them."""
+    from retromae.pretrain_config import PretrainConfig
+
+    defaults = {field.name: field.default for field in dataclasses.fields(PretrainConfig)
+                if field.default is not dataclasses.MISSING}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"create_objective() got unknown option(s) {', '.join(unknown)}")
+    config = types.SimpleNamespace(**{**defaults, **options, "objective": name})
+    if name in OBJECTIVES:
+        OBJECTIVES[name].check_config(config)
+    return build_objective(name, model, tokenizer, config)

@@ -71,6 +71,17 @@ class PretrainingObjective(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def compile(self, *args, **kwargs) -> None:
+        """torch.compile, in place, each module that does the work (`compiled_modules`) rather than forward: the
+        masks are drawn between them from a torch.Generator, which dynamo cannot trace (a graph break at every
+        draw). With the losses free of reads from the device, each compiled module is one graph."""
+        for module in self.compiled_modules():
+            module.compile(*args, **kwargs)
+
+    def compiled_modules(self) -> list[nn.Module]:
+        """The encoder body and the MLM head; objectives with a decoder add its layers."""
+        return [self.encoder.base_model, self.lm_head]
+
     def encode_masked(self, batch: dict[str, torch.Tensor],
                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask the encoder input (80/10/10), encode it; returns final hidden states (B, L, D) and the MLM loss."""
@@ -80,7 +91,8 @@ class PretrainingObjective(nn.Module):
             word_starts=batch["word_starts"] if self.masking.whole_word_mask else None,
         )
         hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
-        return hidden, backbone.masked_lm_loss(self.lm_head, hidden, labels)
+        capacity = backbone.label_capacity(labels.numel(), self.masking.encoder_mask_ratio)
+        return hidden, backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
 
     def cls_and_token_stream(self, input_ids: torch.Tensor, cls_embedding: torch.Tensor) -> torch.Tensor:
         """[h_cls, e(x_1)+p_1, ..., e(x_N)+p_N], shape (B, L, D): the sentence embedding (B, 1, D) at position 0, then

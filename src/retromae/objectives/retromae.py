@@ -49,6 +49,9 @@ class RetroMAE(PretrainingObjective):
         require(config.decoding == "basic" or config.decoder_layers in (None, 1), "decoder_layers",
                 "enhanced decoding uses exactly one layer; pass --decoding basic for deeper decoders")
 
+    def compiled_modules(self) -> list[nn.Module]:
+        return [*super().compiled_modules(), *self.decoder]
+
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         _, encoder_loss, decoder_loss = self.reconstruction_losses(batch, generator)
         return {"loss": encoder_loss + decoder_loss, "encoder_mlm": encoder_loss.detach(),
@@ -75,7 +78,8 @@ class RetroMAE(PretrainingObjective):
         for layer in self.decoder:
             hidden = layer(hidden, hidden, visible)
         labels = input_ids.masked_fill(~masked, backbone.IGNORE_INDEX)
-        return backbone.masked_lm_loss(self.lm_head, hidden, labels)
+        capacity = backbone.label_capacity(labels.numel(), self.masking.decoder_mask_ratio)
+        return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
 
     def _enhanced_decoding(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
                            generator: torch.Generator) -> torch.Tensor:
@@ -89,4 +93,4 @@ class RetroMAE(PretrainingObjective):
         )  # (B, L, L)
         hidden = self.decoder[0](query, context, visible)
         labels = input_ids.masked_fill(batch["special_tokens_mask"], backbone.IGNORE_INDEX)
-        return backbone.masked_lm_loss(self.lm_head, hidden, labels)
+        return backbone.masked_lm_loss(self.lm_head, hidden, labels)  # every real token: projected everywhere

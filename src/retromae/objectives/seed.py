@@ -58,11 +58,14 @@ class SEEDEncoder(PretrainingObjective):
         super().check_config(config)
         require(config.attention_window >= 1, "attention_window", "must be at least 1")
 
+    def compiled_modules(self) -> list[nn.Module]:
+        return [*super().compiled_modules(), *self.weak_decoder]
+
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         hidden, encoder_loss = self.encode_masked(batch, generator)
         decoded = self.decode(batch, hidden[:, :1])  # (B, L, D)
         labels = next_token_labels(batch["input_ids"], batch["special_tokens_mask"])
-        decoder_loss = backbone.masked_lm_loss(self.lm_head, decoded, labels)
+        decoder_loss = backbone.masked_lm_loss(self.lm_head, decoded, labels)  # every next token: projected everywhere
         return {"loss": encoder_loss + decoder_loss, "encoder_mlm": encoder_loss.detach(),
                 "decoder": decoder_loss.detach()}
 

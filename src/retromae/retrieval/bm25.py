@@ -70,6 +70,7 @@ class BM25:
         self.params = params or BM25Params()
         self.stem = _stemmer(self.params.stemmer)
         self.ids: list[str] = []
+        self.searchable = False
         self.retriever = _bm25s().BM25(k1=self.params.k1, b=self.params.b, method=self.params.variant)
 
     def _tokens(self, texts: Sequence[str], show_progress: bool | None) -> list[list[str]]:
@@ -81,7 +82,10 @@ class BM25:
         """Index `texts` under `ids`; returns self. bm25s's bars show when `show_progress` (default: --verbose)."""
         require(len(ids) == len(texts) and len(ids) > 0, "corpus", "needs one text per id and at least one text")
         self.ids = list(ids)
-        self.retriever.index(self._tokens(texts, show_progress), show_progress=_bars(show_progress))
+        tokens = self._tokens(texts, show_progress)
+        self.searchable = any(tokens)  # bm25s cannot index a corpus without a term (empty or stopwords only)
+        if self.searchable:
+            self.retriever.index(tokens, show_progress=_bars(show_progress))
         return self
 
     def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool | None = None,
@@ -89,6 +93,8 @@ class BM25:
         """Run `{query_id: {doc_id: score}}` of the top-k documents that share a term with each query."""
         require(k > 0, "k", "must be positive")
         query_ids = list(queries)
+        if not self.searchable:  # no document has a term a query could share
+            return {query_id: {} for query_id in query_ids}
         tokens = self._tokens([queries[query_id] for query_id in query_ids], show_progress)
         rows, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=_bars(show_progress),
                                                n_threads=threads)  # (Q, k) each

@@ -14,6 +14,9 @@ with the same manifest, a run continues (or, finished, is left as it is); with a
 
 Shard i holds rows [i * shard_size, (i + 1) * shard_size). Under Accelerate each process encodes the shards
 with `i % num_processes == process_index`; a killed run that is started again skips every finished shard.
+`encode_cached` keeps a corpus's vectors in such a folder for evaluations that come back to it: it encodes the
+texts in the order `Encoder.encode` batches them (longest first) with shards a whole number of batches, so every
+batch, and so every vector, is the one an in-memory `Encoder.encode` of the same texts gives.
 Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.encoder`).
 """
 
@@ -27,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from accelerate import PartialState
 
 from retromae.config import ConfigError, require
 from retromae.console import progress
 from retromae.encoder import Encoder
 from retromae.errors import DataError
 from retromae.io import atomic_path, write_text_atomic
+from retromae.processes import process_state
 from retromae.run_folder import claim_folder, input_fingerprint
 
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -42,6 +45,7 @@ INFO_FILE = "encode.json"
 SHARDS_DIR = "shards"
 MANIFEST_FILE = "manifest.json"
 OUTPUTS = (EMBEDDINGS_FILE, IDS_FILE, INFO_FILE, SHARDS_DIR)
+CACHE_SHARD_TEXTS = 10_000  # about this many texts per shard of `encode_cached` (rounded to whole batches)
 
 
 def _fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
@@ -120,7 +124,8 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     require(shard_size > 0, "shard_size", "must be positive")
     _check_ids(ids, texts)
     output_dir = Path(output_dir)
-    state = PartialState()
+    state = process_state()
+    model_name = model_name or encoder.source
     info = encoder_info(encoder, model_name, prefix, max_length)
     manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
@@ -174,3 +179,20 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
     info_path = folder / INFO_FILE
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
     return ids, vectors, info
+
+
+def encode_cached(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], folder: str | Path, *,
+                  model_name: str, batch_size: int = 64, max_length: int | None = None, prefix: str = "",
+                  show_progress: bool = True, description: str | None = None) -> np.ndarray:
+    """Float32 `(N, D)` vectors of `texts` in input order, equal to `encoder.encode(texts, ...)`'s, kept in `folder`
+    (an embeddings folder, resumed by shard when a run was killed; read back when complete)."""
+    lengths = [-len(tokens) for tokens in encoder.tokenize(texts, max_length, prefix)] if len(texts) else []
+    order = np.argsort(lengths, kind="stable")  # the order `Encoder.encode` batches in
+    encode_to_dir(encoder, [ids[row] for row in order], [texts[row] for row in order], folder,
+                  model_name=model_name, shard_size=batch_size * max(1, CACHE_SHARD_TEXTS // batch_size),
+                  batch_size=batch_size, max_length=max_length, prefix=prefix, show_progress=show_progress,
+                  description=description)
+    _, sorted_vectors, _ = load_embeddings(folder, mmap=False)
+    vectors = np.empty_like(sorted_vectors)  # (N, D)
+    vectors[order] = sorted_vectors
+    return vectors

@@ -1,7 +1,7 @@
 """Dense search end to end (encode passages and queries, index, top-k) and turning hits into runs.
 
 A run is `{query_id: {doc_id: score}}`, the shape `evaluation.metrics` and TREC run files use.
-Owns `TextOptions` (prefix and max length of one side), `results_to_run` and `dense_search`.
+Owns `TextOptions` (prefix and max length of one side), `results_to_run`, `vector_search` and `dense_search`.
 Does not own the model (`retromae.encoder`), the index (`retrieval.index`) or file formats.
 """
 
@@ -51,6 +51,12 @@ def dense_search(encoder: Encoder, corpus: Mapping[str, str], queries: Mapping[s
                                show_progress, f"encoding corpus ({len(doc_ids):,} texts)")  # (N, D)
     query_vectors = encode_texts(encoder, [queries[i] for i in query_ids], questions or TextOptions(), batch_size,
                                  show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
+    return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=factory, params=params)
+
+
+def vector_search(doc_ids: Sequence[str], doc_vectors: np.ndarray, query_ids: Sequence[str],
+                  query_vectors: np.ndarray, k: int = 100, *, factory: str = "Flat", params: str = "") -> Run:
+    """Index passage vectors `(N, D)`, search query vectors `(Q, D)` and return the top-k run."""
     index = build_index(doc_vectors, factory=factory, params=params)
     scores, indices = search(index, query_vectors, k)  # (Q, k) each
     return results_to_run(query_ids, doc_ids, scores, indices)

@@ -1,0 +1,122 @@
+"""The options of `retromae evaluate` (and of `retromae.evaluate(...)`), declared apart from running them.
+
+Owns: `EvaluateConfig`, which data it names (one retrieval set or STS file, several sets, or a folder of sets:
+`data_sets`) and where its results go (one JSON file, or a report folder). Does not own evaluating
+(`evaluation.run`) nor the table (`evaluation.table`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from retromae.config import ConfigError, option, require
+from retromae.encoder import EncoderOptions
+from retromae.errors import DataError
+from retromae.evaluation.table import DEFAULT_METRICS, metric_k
+from retromae.run_folder import OutputOptions
+
+TASKS = ("auto", "retrieval", "sts")
+CORPUS_FILES = ("corpus.jsonl", "collection.tsv", "corpus.tsv")
+
+
+@dataclasses.dataclass(kw_only=True)
+class EvaluateConfig(OutputOptions, EncoderOptions):
+    """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
+
+    model: str | None = option(None, "model to evaluate (our export, sentence-transformers folder, HF encoder)",
+                               required_unless="--run")
+    run: Path | None = option(None, "TREC run file to evaluate instead of a model (one retrieval set only)",
+                              required_unless="--model")
+    data: list[Path] = option(help="one or more BEIR / MS MARCO folders, or a folder holding such folders (a row "
+                                   "each in one table, and their average); or STS pairs (an STS Benchmark file, or "
+                                   "its folder holding sts-{split}.csv)")
+    split: str = option("test", "split: qrels/{split}.tsv, qrels.{split}.tsv or sts-{split}.csv")
+    task: str = option("auto", "retrieval or sts; auto: sts for a file or a folder holding sts-{split}.csv",
+                       choices=TASKS)
+    metrics: list[str] = option(list(DEFAULT_METRICS), "the table's columns, NAME@K with NAME one of ndcg, mrr, "
+                                                       "recall, map, p")
+    bm25: bool = option(False, "BM25 (bm25s: k1 1.2, b 0.75, English stopwords) beside the model in the table")
+    k_values: list[int] = option([10, 100], "one data set without a report folder: the cut-offs k of its NDCG@k, "
+                                            "MRR@k, Recall@k, MAP@k, P@k")
+    top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed")
+    per_query: bool = option(False, "also report every query's scores (in the --output JSON file)")
+    output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "
+                                       "several: results.md, .csv, .json, .png, and embeddings/ caching each data "
+                                       "set's corpus vectors (the same command started again resumes)")
+    cache_dir: Path | None = option(None, "a table's corpus vectors cache, a folder per model (and its encoding "
+                                          "options) and data set, which evaluations may share; default: "
+                                          "OUTPUT/embeddings with an --output folder, else none")
+    save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set)")
+    query_prefix: str = option("", "text put before every query, e.g. 'query: '")
+    passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own")
+    factory: str = option("Flat", "faiss index factory string for the dense search")
+    params: str = option("", "faiss search parameters, e.g. efSearch=128")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data = [Path(path) for path in ([self.data] if isinstance(self.data, (str, Path)) else self.data)]
+        require(len(self.data) > 0, "data", "give at least one data set")
+        require(all(k > 0 for k in self.k_values), "k_values", "must be positive")
+        require(self.top_k is None or self.top_k > 0, "top_k", "must be positive")
+        require(len(self.metrics) > 0, "metrics", "give at least one metric")
+        for metric in self.metrics:
+            metric_k(metric)
+        if (self.model is None) == (self.run is None):
+            raise ConfigError("--model: give either --model or --run")
+        require(self.run is None or not self.bm25, "bm25", "compares BM25 with a model, not with a run")
+
+    @property
+    def report_folder(self) -> Path | None:
+        """The folder the table goes to: --output unless it names a .json file."""
+        return None if self.output is None or self.output.suffix == ".json" else self.output
+
+    def is_table(self, sets: dict[str, Path]) -> bool:
+        """Whether the results are a table: several data sets, BM25 beside the model, or a report folder. One data
+        set alone reports every metric at --k-values instead (ConfigError if --metrics asks for others)."""
+        table = len(sets) > 1 or self.bm25 or self.report_folder is not None
+        require(table or list(self.metrics) == list(DEFAULT_METRICS), "metrics",
+                "chooses a table's columns (several data sets, --bm25 or an --output folder); one data set alone "
+                "reports every metric at --k-values")
+        return table
+
+    def table_ks(self) -> list[int]:
+        """The cut-offs the table's metrics need."""
+        return sorted({metric_k(metric) for metric in self.metrics})
+
+    def data_sets(self) -> dict[str, Path]:
+        """Name → folder of every retrieval set --data names (a folder of sets gives each of its sets, sorted); a
+        name is the folder's, with its parent's prepended where two would clash. STS pairs: the one path given."""
+        found = [path for given in self.data for path in _sets_in(given, self.split)]
+        names = [path.name for path in found]
+        named = {(f"{path.parent.name}/{path.name}" if names.count(path.name) > 1 else path.name): path
+                 for path in found}
+        if len(named) != len(found):
+            raise ConfigError("--data: names a data set twice")
+        return named
+
+    def check_table(self, sets: dict[str, Path]) -> None:
+        """ConfigError for options that need exactly one data set when a table of several is asked for."""
+        for name in ("run", "save_run", "per_query"):
+            require(getattr(self, name) in (None, False), name,
+                    f"applies to one data set evaluated alone, not to a table ({len(sets)} data sets)")
+        if self.output is not None and self.report_folder is None:
+            raise ConfigError(f"--output {self.output}: a table of several data sets goes into a folder (results.md, "
+                              ".csv, .json, .png), not a .json file")
+
+
+def is_retrieval_folder(path: Path) -> bool:
+    """Whether `path` holds a retrieval corpus (BEIR corpus.jsonl or MS MARCO collection.tsv, optionally .gz)."""
+    return any((path / name).is_file() or (path / f"{name}.gz").is_file() for name in CORPUS_FILES)
+
+
+def _sets_in(path: Path, split: str) -> list[Path]:
+    """`path` itself when it is a data set (or an STS file), else the data sets directly inside it."""
+    if not path.is_dir() or is_retrieval_folder(path) or (path / f"sts-{split}.csv").is_file():
+        return [path]
+    inside = sorted(child for child in path.iterdir() if child.is_dir() and is_retrieval_folder(child))
+    if not inside:
+        raise DataError(f"--data {path}: neither a data set (no {', '.join(CORPUS_FILES)}) nor a folder of data sets")
+    return inside

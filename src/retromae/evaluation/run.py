@@ -1,0 +1,163 @@
+"""Evaluating a model (or a TREC run) as `retromae evaluate` and `retromae.evaluate(...)` do.
+
+Owns: `evaluate(config)`: one data set (every metric at --k-values, or STS correlations; optionally into a JSON
+file), or the table of many (`evaluation.table`: a row per data set, the average, BM25 beside the model) with its
+report folder, where each data set's corpus vectors are cached per model (`retrieval.encode.encode_cached`), so
+that the same evaluation started again after a kill resumes, and its figures equal the single-set runs'. Does not
+own the options (`evaluation.config`), the metrics, the search or the file formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from retromae.config import require
+from retromae.console import Stages
+from retromae.data.retrieval_sets import (
+    RetrievalSet,
+    load_retrieval_set,
+    load_sts_pairs,
+    read_trec_run,
+    write_trec_run,
+)
+from retromae.encoder import Encoder
+from retromae.evaluation.config import EvaluateConfig
+from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.report import save_results
+from retromae.evaluation.sts import sts_correlations
+from retromae.evaluation.table import REPORT_FILES, SetRow, Table, write_report
+from retromae.retrieval.bm25 import bm25_search
+from retromae.retrieval.encode import encode_cached
+from retromae.retrieval.search import Run, TextOptions, encode_texts, vector_search
+from retromae.run_folder import RUN_NEUTRAL, claim_file, claim_folder, input_fingerprint, run_identity
+
+EMBEDDINGS_DIR = "embeddings"
+MODEL, BM25 = "model", "BM25"
+
+
+def evaluate(config: EvaluateConfig | None = None, /, **options: Any) -> dict[str, Any]:
+    """Evaluate as `config` (or `EvaluateConfig(**options)`) says. One data set: its metrics (or STS correlations),
+    plus "per_query" when asked; a table: `Table.as_dict()` plus its Markdown under "table"."""
+    config = config if config is not None else EvaluateConfig(**options)
+    sets = config.data_sets()
+    if not config.is_table(sets):
+        return evaluate_one(config, next(iter(sets.values())))
+    table = evaluate_table(config, sets)
+    return {**table.as_dict(), "table": table.markdown()}
+
+
+def sts_file(config: EvaluateConfig, data: Path) -> Path | None:
+    """The STS pairs file `data` points at, or None for a retrieval set."""
+    candidate = data / f"sts-{config.split}.csv" if data.is_dir() else data
+    if config.task == "sts" or (config.task == "auto" and candidate.is_file()):
+        return candidate
+    return None
+
+
+def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
+    """Every metric at --k-values on one retrieval set (or STS correlations), saved to --output when given."""
+    claim_file(config.output, config.overwrite)
+    claim_file(config.save_run, config.overwrite, "save_run")
+    path = sts_file(config, data)
+    per_query = None
+    if path is not None:
+        results = evaluate_sts(config, path)
+    else:
+        results, per_query = evaluate_retrieval(config, data)
+    extra = {"per_query": per_query} if per_query is not None else {}
+    if config.output is not None:
+        source = config.model or str(config.run)
+        save_results({**results, "source": source, "data": str(data), "split": config.split, **extra}, config.output)
+    return {**results, **extra}
+
+
+def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
+    require(config.model is not None, "model", "STS evaluation needs a model (a run has no similarities)")
+    first, second, gold = load_sts_pairs(path)
+    encoder = config.load_encoder()
+    options = {"batch_size": config.batch_size}
+    return sts_correlations(encoder.encode(first, **options), encoder.encode(second, **options), gold)
+
+
+def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, float], dict[str, Any] | None]:
+    data = load_retrieval_set(path, config.split)
+    if config.run is not None:
+        run = read_trec_run(config.run)
+    else:
+        run = model_run(config, config.load_encoder(), data, config.top_k or max(config.k_values))
+    if config.save_run is not None:
+        write_trec_run(run, config.save_run)
+    if config.per_query:
+        return evaluate_run(data.qrels, run, config.k_values, per_query=True)
+    return evaluate_run(data.qrels, run, config.k_values), None
+
+
+def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,
+              name: str = "corpus") -> Run:
+    """The model's top-k run on `data`; its corpus vectors kept in (or read from) `cache` when given."""
+    doc_ids, texts = list(data.corpus), [passage.joined() for passage in data.corpus.values()]
+    passages = TextOptions(config.passage_prefix, config.passage_max_length)
+    description = f"encoding {name} ({len(doc_ids):,} texts)"
+    if cache is None:
+        doc_vectors = encode_texts(encoder, texts, passages, config.batch_size, description=description)  # (N, D)
+    else:
+        doc_vectors = encode_cached(encoder, doc_ids, texts, cache, model_name=config.model,
+                                    batch_size=config.batch_size, max_length=passages.max_length,
+                                    prefix=passages.prefix, description=description)  # (N, D)
+    query_ids = list(data.queries)
+    query_vectors = encode_texts(encoder, [data.queries[i] for i in query_ids],
+                                 TextOptions(config.query_prefix, config.query_max_length), config.batch_size,
+                                 description=f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
+    return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=config.factory,
+                         params=config.params)
+
+
+def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
+    """A row per data set (the model, and BM25 with --bm25, at the table's metrics), written to the report folder."""
+    config.check_table(sets)
+    require(not any(sts_file(config, path) for path in sets.values()), "data",
+            "a table holds retrieval sets; evaluate STS pairs on their own")
+    folder = config.report_folder
+    if folder is not None:
+        identity = run_identity(config, RUN_NEUTRAL | {"device"})
+        claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
+                     overwrite=config.overwrite, resumable=False)
+    encoder = config.load_encoder()
+    root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
+    cache = root / cache_key(config, encoder) if root is not None else None
+    stages = Stages(len(sets))
+    rows = [table_row(config, encoder, name, path, cache, stages) for name, path in sets.items()]
+    table = Table([MODEL, BM25] if config.bm25 else [MODEL], list(config.metrics), rows)
+    if folder is not None:
+        write_report(table, folder, {"model": config.model, "split": config.split,
+                                     "data": {name: str(path) for name, path in sets.items()}})
+    return table
+
+
+def table_row(config: EvaluateConfig, encoder: Encoder, name: str, path: Path, cache: Path | None,
+              stages: Stages) -> SetRow:
+    """One data set's row: the model's metrics (and BM25's) at the table's cut-offs."""
+    data = load_retrieval_set(path, config.split)
+    stages.start(f"{name}: {len(data.queries):,} queries over {len(data.corpus):,} documents")
+    ks = config.table_ks()
+    k = config.top_k or max(ks)
+    folder = cache / name.replace("/", "--") if cache is not None else None
+    scores = {MODEL: evaluate_run(data.qrels, model_run(config, encoder, data, k, folder, f"{name} corpus"), ks)}
+    if config.bm25:
+        scores[BM25] = evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k), ks)
+    return SetRow(name, len(data.queries), len(data.corpus), scores)
+
+
+def cache_key(config: EvaluateConfig, encoder: Encoder) -> str:
+    """The cache folder name of one model's corpus vectors: its folder's name and a hash of what makes its vectors
+    (the model's files, pooling, passage prefix and length, batch size, precision)."""
+    made_by = {"model": input_fingerprint(config.model), "pooling": encoder.pooling, "normalize": encoder.normalize,
+               "prefix": config.passage_prefix, "max_length": config.passage_max_length,
+               "batch_size": config.batch_size, "dtype": str(encoder.amp_dtype)}
+    digest = hashlib.sha1(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.model).name)[:40] or "model"
+    return f"{slug}-{digest}"
