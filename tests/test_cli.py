@@ -43,6 +43,16 @@ def test_pretrain_help_imports_neither_torch_nor_an_optional_library():
     assert not modules & {"torch", "transformers", "accelerate", *OPTIONAL}
 
 
+def test_no_command_help_imports_torch():
+    """Every `retromae COMMAND --help`, each in its own parse, in one fresh interpreter: the options are declared in
+    modules that import neither torch nor transformers nor accelerate (nor an optional library)."""
+    names = [command.name for command in discover_commands()]
+    script = "".join(help_script([name, "--help"]) + "\n" for name in names)
+    modules = imported_modules(script)
+    assert len(names) >= 13
+    assert not modules & {"torch", "transformers", "accelerate", *OPTIONAL}, modules & {"torch", *OPTIONAL}
+
+
 def test_pretraining_run_imports_no_optional_library(tiny_model_dir, tiny_corpus, tmp_path):
     """Up to the end of training nothing optional is loaded; exporting the sentence-transformers folder then needs
     sentence-transformers (and what it imports), but never BM25, jax, faiss or matplotlib."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ from retromae.data.training_groups import TrainingExample, TrainingSet, load_tra
 from retromae.encoder import Encoder, PoolingConfig, pool
 from retromae.errors import DataError
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator
+from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions
+from retromae.finetune.plan import covering_length, resolve_steps
 from retromae.losses import distillation_kl
 from retromae.retrieval.mining import MiningOptions, bm25_rankings, choose_negatives, dense_rankings
 
@@ -147,7 +150,9 @@ import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from transformers import BertModel
 from retromae.encoder import PoolingConfig
+from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions
+from retromae.finetune.plan import covering_length, resolve_steps
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -308,6 +313,39 @@ def test_finetune_from_a_beir_folder_with_bm25_negatives_and_evaluate(tiny_beir,
     again = tmp_path / "again"  # a fine-tuning (or pre-training) output folder is a valid starting model
     assert main(_finetune_args(output, tiny_beir, again, "--max-steps", "1", "--untie")) == 0
     assert (again / "query-encoder" / "config.json").is_file()
+
+
+def test_finetune_defaults_scale_to_the_data_and_the_plan_is_printed(tiny_beir, tiny_model_dir, tmp_path, capsys):
+    """With no --epochs, --max-steps, --batch-size or max lengths: 2 epochs, batches of half the 24 train queries
+    (fewer than 32), lengths covering the data rounded to 16, and the plan with its expected duration printed first."""
+    output = tmp_path / "run"
+    assert main(["finetune", "--model", str(tiny_model_dir), "--data", str(tiny_beir), "--output", str(output),
+                 "--save-every", "0"]) == 0
+    config = json.loads((output / "config.json").read_text())
+    data = load_training_data(tiny_beir, "train")
+    steps = 2 * GroupBatchSampler(data, 12, 1, seed=42).batches_per_epoch
+    assert (config["epochs"], config["batch_size"], config["max_steps"]) == (2.0, 12, steps)
+    tokenizer = Encoder.load(tiny_model_dir).tokenizer
+    lengths = sorted(len(ids) for ids in tokenizer(data.texts)["input_ids"])  # 48 passages: the 46th covers 95%
+    assert config["passage_max_length"] % 16 == 0 and lengths[45] <= config["passage_max_length"] < lengths[45] + 16
+    assert config["query_max_length"] % 16 == 0 and config["query_max_length"] <= 64
+    printed = capsys.readouterr().out
+    assert f"{steps} steps (2 epochs of 24 queries) of 12 queries x 1 passage" in printed
+    assert re.search(r"about [\d.]+ s \([\d.]+ s a step, timed on the first batch\)", printed)
+
+
+def test_covering_length_is_the_95th_percentile_rounded_up_and_capped(tiny_tokenizer):
+    texts = [" ".join(["model"] * n) for n in range(1, 101)]  # 1..100 words, each one token, plus [CLS] and [SEP]
+    assert covering_length(tiny_tokenizer, texts, cap=256, seed=0) == 112  # 95 + 2 tokens, rounded up to 16
+    assert covering_length(tiny_tokenizer, texts, cap=64, seed=0) == 64
+
+
+@pytest.mark.parametrize(("epochs", "max_steps", "expected"), [(None, None, 14), (1.5, None, 11), (None, 5, 5),
+                                                              (1.0, 5, 7)])
+def test_steps_come_from_epochs_unless_only_max_steps_is_given(epochs, max_steps, expected):
+    config = FinetuneConfig(model="m", data="d", output="o", epochs=epochs, max_steps=max_steps)
+    resolve_steps(config, batches_per_epoch=7)
+    assert config.max_steps == expected
 
 
 def test_ance_refresh_resumes_exactly(tiny_beir, tiny_model_dir, tmp_path, monkeypatch):

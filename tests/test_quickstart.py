@@ -12,7 +12,8 @@ from conftest import tiny_beir
 from retromae.cli import main
 from retromae.config import ConfigError
 from retromae.console import Stages
-from retromae.quickstart import PRESETS, QuickstartConfig, choose_preset, planned_stages
+from retromae.quickstart import planned_stages
+from retromae.quickstart_config import PRESETS, QuickstartConfig, choose_preset
 
 
 @pytest.mark.parametrize(("device", "preset"), [("cuda", "cuda"), ("cuda:1", "cuda"), ("cpu", "cpu"), ("mps", "cpu")])

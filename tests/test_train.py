@@ -66,7 +66,7 @@ def reference_records(config: TrainingConfig) -> list[dict[str, float]]:
     micro-batch, summed in Python, averaged per window and rounded to float32 (its old reduce tensor)."""
     seed_everything(config.seed)
     model, data = NoisyRegression(), dataset()
-    optimizer = _optimizer(model, config)
+    optimizer = _optimizer(model, config, fused=True)  # as the loop builds it on the CPU
     scheduler = _scheduler(optimizer, config)
     batches = iter(ResumableBatchSampler(len(data), config.batch_size, config.seed))
     records, window, steps, micro = [], {}, 0, 0

@@ -1,14 +1,14 @@
 """`retromae quickstart`: the papers' comparison on real text, offline, in minutes.
 
-Owns: the quickstart pipeline and its budgets. On the standard library's docstrings (first line = query, rest =
-document, split by module; `retromae.data.stdlib_docs`) or on a BEIR folder the user gives, it trains a WordPiece
-tokenizer, initialises one small BERT, pre-trains it twice under the same budget (MLM, and RetroMAE with enhanced
-decoding), fine-tunes the two pre-trained encoders and the random initialisation itself the same way (in-batch
-negatives, CLS pooling: the papers' protocol), and evaluates the three against BM25 on the test split. It writes
-a table (`results.md`, `results.json`: NDCG@10, MRR@10, Recall@100 and minutes per model) and a plot
-(`results.png`: pre-training losses and NDCG@10 bars). The budget is a preset chosen from the device (`cpu`: ten
-minutes on two cores; `cuda`: a larger one, minutes on one GPU); every size can be overridden. Does not own any of
-the training, retrieval or evaluation steps.
+Owns: the quickstart pipeline (its options and budgets are `retromae.quickstart_config`). On the standard library's
+docstrings (first line = query, rest = document, split by module; `retromae.data.stdlib_docs`) or on a BEIR folder
+the user gives, it trains a WordPiece tokenizer, initialises one small BERT, pre-trains it twice under the same
+budget (MLM, and RetroMAE with enhanced decoding), fine-tunes the two pre-trained encoders and the random
+initialisation itself the same way (in-batch negatives, CLS pooling: the papers' protocol), and evaluates the three
+against BM25 on the test split. It writes a table (`results.md`, `results.json`: NDCG@10, MRR@10, Recall@100 and
+minutes per model) and a plot (`results.png`: pre-training losses and NDCG@10 bars). The budget is a preset chosen
+from the device (`cpu`: ten minutes on two cores; `cuda`: a larger one, minutes on one GPU); every size can be
+overridden. Does not own any of the training, retrieval or evaluation steps.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retromae.config import option, require, save_config
+from retromae.config import save_config
 from retromae.console import NOT_LOSSES, Stages
 from retromae.data.corpus import iter_corpus
 from retromae.data.retrieval_sets import load_retrieval_set
@@ -32,9 +32,10 @@ from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
 from retromae.pretrain import PretrainConfig, pretrain
+from retromae.quickstart_config import Budget, QuickstartConfig
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.run_folder import OutputOptions, claim_folder, run_identity
+from retromae.run_folder import claim_folder, run_identity
 from retromae.scratch import save_random_bert, train_wordpiece
 
 METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
@@ -48,91 +49,11 @@ VARIANTS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    """Sizes and steps of one quickstart run, with the seconds its stages are expected to take."""
-
-    vocab_size: int
-    hidden_size: int
-    layers: int
-    max_length: int
-    pretrain_steps: int
-    pretrain_batch_size: int
-    learning_rate: float
-    finetune_epochs: float
-    finetune_batch_size: int
-    mixed_precision: str
-    seconds_per_step: dict[str, float]  # per pre-training objective; with the next two, the expected time left
-    seconds_per_finetune: float
-    seconds_per_evaluation: float
-
-
-PRESETS = {
-    # Chosen by measurement on two idle cores (docs/RESULTS.md, section 0): by about 1,000 steps RetroMAE's [CLS]
-    # leaves the unigram plateau (its zero-shot probe rises while MLM's stays at chance), and 1,200 steps give it a
-    # fine-tuned NDCG@10 gap over MLM and no pre-training well beyond the seeds' spread. MLM about 0.10 s and
-    # RetroMAE 0.17 s a step; 3 fine-tuning epochs about 25 s per variant.
-    "cpu": Budget(vocab_size=2000, hidden_size=128, layers=2, max_length=64, pretrain_steps=1200,
-                  pretrain_batch_size=32, learning_rate=2e-3, finetune_epochs=3.0, finetune_batch_size=32,
-                  mixed_precision="no", seconds_per_step={"mlm": 0.10, "retromae": 0.17}, seconds_per_finetune=25.0,
-                  seconds_per_evaluation=5.0),
-    # The H100 measurement's settings (../shared/measurements/h100-2026-11-22: 4 x 256, 128 x 128 tokens, 1e-3,
-    # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Not run
-    # yet (no GPU here); its stage seconds are guesses from that measurement's ~300k tokens/s.
-    "cuda": Budget(vocab_size=8000, hidden_size=256, layers=4, max_length=128, pretrain_steps=2000,
-                   pretrain_batch_size=128, learning_rate=1e-3, finetune_epochs=4.0, finetune_batch_size=32,
-                   mixed_precision="bf16", seconds_per_step={"mlm": 0.04, "retromae": 0.08}, seconds_per_finetune=30.0,
-                   seconds_per_evaluation=10.0),
-}
-OVERRIDABLE = ("vocab_size", "hidden_size", "layers", "max_length", "pretrain_steps", "pretrain_batch_size",
-               "learning_rate", "finetune_epochs", "finetune_batch_size")
-
-
 def detect_device() -> str:
     """'cuda' when torch sees a CUDA GPU (the training loop then runs there), else 'cpu'."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def choose_preset(device: str) -> str:
-    """The budget preset for a device string ('cuda', 'cuda:1', 'cpu', 'mps', ...): cuda for CUDA, else cpu."""
-    return "cuda" if device.split(":")[0] == "cuda" else "cpu"
-
-
-@dataclasses.dataclass(kw_only=True)
-class QuickstartConfig(OutputOptions):
-    """Options of `retromae quickstart`; sizes left unset come from the preset."""
-
-    output: str = option("runs/quickstart", "output folder")
-    data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
-                                    "(default: the Python standard library's docstrings, built offline)")
-    corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
-    preset: str | None = option(None, "budget: cpu (ten minutes on 2 cores) or cuda (minutes on one GPU); "
-                                      "default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
-    vocab_size: int | None = option(None, "WordPiece vocabulary trained on the corpus (cpu preset: 2000)")
-    hidden_size: int | None = option(None, "hidden size of the small BERT encoder (cpu preset: 128)")
-    layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")
-    max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)")
-    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 1200)")
-    pretrain_batch_size: int | None = option(None, "pre-training blocks per step (cpu preset: 32)")
-    learning_rate: float | None = option(None, "pre-training peak learning rate (cpu preset: 2e-3)")
-    finetune_epochs: float | None = option(None, "fine-tuning epochs over the train queries (cpu preset: 3)")
-    finetune_batch_size: int | None = option(None, "queries per fine-tuning step, in-batch negatives (cpu: 32)")
-    seed: int = option(42, "random seed (initialisation, data order, masks)")
-
-    def __post_init__(self) -> None:
-        for name in ("pretrain_steps", "pretrain_batch_size", "finetune_batch_size", "layers", "vocab_size"):
-            require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
-        require(self.finetune_epochs is None or self.finetune_epochs > 0, "finetune_epochs", "must be positive")
-        require(self.hidden_size is None or self.hidden_size % 64 == 0, "hidden_size",
-                "must be a multiple of 64 (heads of 64)")
-
-    def budget(self, device: str) -> tuple[str, Budget]:
-        """The preset's name and its budget with this config's overrides applied."""
-        name = self.preset or choose_preset(device)
-        overrides = {key: getattr(self, key) for key in OVERRIDABLE if getattr(self, key) is not None}
-        return name, dataclasses.replace(PRESETS[name], **overrides)
 
 
 def planned_stages(budget: Budget, build_data: bool) -> list[tuple[str, float]]:

@@ -1,19 +1,18 @@
 """Cross-encoder rerankers: the teachers of distillation. Train one on queries with mined negatives, and score
 (query, passage) pairs with it.
 
-Owns `RerankerConfig` and `train_reranker` (a sequence-classification head with one logit on any encoder,
-trained on the loop of `retromae.train` with a listwise softmax cross-entropy over each query's group, the
-positive first: the localized contrastive estimation of Gao et al., 2021, "Rethink Training of BERT
-Rerankers in Multi-Stage Retrieval Pipeline"), `CrossEncoder` (load, score pairs) and `score_training_file`
-(write teacher scores `pos_scores` / `neg_scores` into a training file). Output: `OUTPUT/reranker/` (a Hugging
-Face `AutoModelForSequenceClassification` folder with its tokenizer), `config.json`, `metrics.jsonl`,
-`checkpoints/`. Does not own data formats, batching or mining (shared with `finetune`).
+Owns `train_reranker` (a sequence-classification head with one logit on any encoder, trained on the loop of
+`retromae.train` with a listwise softmax cross-entropy over each query's group, the positive first: the localized
+contrastive estimation of Gao et al., 2021, "Rethink Training of BERT Rerankers in Multi-Stage Retrieval
+Pipeline"), `CrossEncoder` (load, score pairs) and `score_training_file` (write teacher scores `pos_scores` /
+`neg_scores` into a training file). Output: `OUTPUT/reranker/` (a Hugging Face
+`AutoModelForSequenceClassification` folder with its tokenizer), `config.json`, `metrics.jsonl`, `checkpoints/`.
+Does not own its options (`retromae.reranker_config`), data formats, batching or mining (shared with `finetune`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
 from retromae.backbone import check_max_length
-from retromae.config import ConfigError, option, require, save_config
+from retromae.config import ConfigError, save_config
 from retromae.console import progress
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
 from retromae.encoder import Encoder
@@ -32,32 +31,10 @@ from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
 from retromae.io import atomic_directory
 from retromae.model_source import check_tokenizer, resolve_model
-from retromae.retrieval.mining import MiningOptions
-from retromae.train import HeadTrainingConfig, Trainer, claim_output, make_accelerator, seed_everything
+from retromae.reranker_config import RerankerConfig
+from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 RERANKER_DIR = "reranker"
-
-
-@dataclass(kw_only=True)
-class RerankerConfig(MiningOptions, HeadTrainingConfig):
-    """Options of `retromae train-reranker`."""
-
-    model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
-                             "encoder, a sentence-transformers folder, or a pre-training output")
-    data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split")
-    split: str = option("train", "qrels split of a --data folder")
-    negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
-                                    "bi-encoder); auto: file for a training file, bm25 for a folder",
-                            choices=("auto", "file", "bm25", "model"))
-    group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives")
-    max_length: int = option(256, "max tokens of a (query, passage) pair")
-    learning_rate: float = option(2e-5, "peak learning rate of AdamW")
-
-    def __post_init__(self) -> None:
-        HeadTrainingConfig.__post_init__(self)
-        MiningOptions.__post_init__(self)
-        require(self.group_size >= 2, "group_size", "must be at least 2 (a positive and a negative)")
-        require(self.max_length >= 8, "max_length", "must be at least 8")
 
 
 class PairCollator:

@@ -57,8 +57,8 @@ class TrainingConfig:
     freeze_encoder_steps: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
-        require(self.max_steps > 0, "max_steps", "must be positive")
-        require(self.batch_size > 0, "batch_size", "must be positive")
+        require(self.max_steps is None or self.max_steps > 0, "max_steps", "must be positive")  # None: a command's
+        require(self.batch_size is None or self.batch_size > 0, "batch_size", "must be positive")  # data decides
         require(self.gradient_accumulation_steps > 0, "gradient_accumulation_steps", "must be positive")
         require(self.learning_rate > 0, "learning_rate", "must be positive")
         require(0 <= self.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)")

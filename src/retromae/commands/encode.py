@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 from retromae.config import add_config_arguments, build_config, option, require
-from retromae.data.retrieval_sets import load_corpus, load_queries
-from retromae.encoder import EncoderOptions
+from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
@@ -80,6 +79,8 @@ class EncodeConfig(OutputOptions, EncoderOptions):
 
 def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
     """Ids and texts of the corpus (title and text joined) or of the queries file."""
+    from retromae.data.retrieval_sets import load_corpus, load_queries
+
     if config.queries is not None:
         queries = load_queries(config.queries)
         return list(queries), list(queries.values())

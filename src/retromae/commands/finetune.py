@@ -7,20 +7,19 @@ import argparse
 import time
 
 from retromae.config import add_config_arguments, build_config
+from retromae.finetune.config import FinetuneConfig
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "fine-tune a dense retriever (in-batch, BM25, mined or ANCE negatives; distillation); flags override --config"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.finetune.run import FinetuneConfig
-
     add_config_arguments(parser, FinetuneConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     from retromae.console import wrote
-    from retromae.finetune.run import FinetuneConfig, finetune
+    from retromae.finetune.run import finetune
     from retromae.processes import is_main_process
 
     started = time.perf_counter()

@@ -10,7 +10,6 @@ import dataclasses
 from pathlib import Path
 
 from retromae.config import add_config_arguments, build_config, option
-from retromae.retrieval.encode import load_embeddings
 from retromae.retrieval.index import FAISS_FILE, IDS_FILE, INDEX_INFO, METRICS, NUMPY_FILE, build_index, save_index
 from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
@@ -34,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.retrieval.encode import load_embeddings
+
     config = build_config(IndexConfig, args)
     claim_folder(config.output, "index", run_identity(config), (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO),
                  overwrite=config.overwrite, resumable=False)

@@ -11,8 +11,8 @@ import dataclasses
 from pathlib import Path
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option
-from retromae.encoder import EncoderOptions
-from retromae.retrieval.mining import MiningOptions
+from retromae.encoder_config import EncoderOptions
+from retromae.retrieval.mining_options import MiningOptions
 from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "mine hard negatives (BM25 or a dense model) for a BEIR split or a training file; writes training JSON lines"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from retromae.config import add_config_arguments, build_config
+from retromae.quickstart_config import QuickstartConfig
 
 HELP = ("pre-train a small encoder with MLM and with RetroMAE under one budget, fine-tune both and the "
         "un-pre-trained encoder (CLS pooling), and evaluate them against BM25, offline (the standard library's "
@@ -13,13 +14,11 @@ HELP = ("pre-train a small encoder with MLM and with RetroMAE under one budget, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.quickstart import QuickstartConfig
-
     add_config_arguments(parser, QuickstartConfig)
 
 
 def run(args: argparse.Namespace) -> int:
-    from retromae.quickstart import QuickstartConfig, quickstart
+    from retromae.quickstart import quickstart
 
     quickstart(build_config(QuickstartConfig, args))
     return 0

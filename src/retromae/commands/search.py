@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
-from retromae.data.retrieval_sets import load_queries, write_trec_run
-from retromae.encoder import Encoder, EncoderOptions
-from retromae.retrieval.encode import load_embeddings
-from retromae.retrieval.index import load_index, search, set_search_params
-from retromae.retrieval.search import TextOptions, encode_texts, results_to_run
+from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions, claim_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from retromae.encoder import Encoder
 
 HELP = "Search an index with queries (embeddings folder or queries file) and write the top-k as a TREC run"
 
@@ -43,6 +42,8 @@ class SearchConfig(OutputOptions, EncoderOptions):
 
 
 def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encoder:
+    from retromae.encoder import Encoder
+
     model = config.model or recorded.get("model")
     if not model:
         raise ConfigError("--model: the index records no model; name the one that encoded the corpus")
@@ -53,6 +54,12 @@ def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encod
 
 def query_vectors(config: SearchConfig, recorded: dict[str, Any]) -> tuple[list[str], np.ndarray]:
     """Ids and `(Q, D)` vectors of the queries: read from an embeddings folder, or encoded from a file."""
+    import numpy as np
+
+    from retromae.data.retrieval_sets import load_queries
+    from retromae.retrieval.encode import load_embeddings
+    from retromae.retrieval.search import TextOptions, encode_texts
+
     if Path(config.queries).is_dir():
         ids, vectors, _ = load_embeddings(config.queries)
         return ids, np.asarray(vectors, dtype=np.float32)
@@ -67,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.data.retrieval_sets import write_trec_run
+    from retromae.retrieval.index import load_index, search, set_search_params
+    from retromae.retrieval.search import results_to_run
+
     config = build_config(SearchConfig, args)
     claim_file(config.output, config.overwrite)
     index, doc_ids, info = load_index(config.index)

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from retromae.config import add_config_arguments, build_config
+from retromae.reranker_config import RerankerConfig
 
 NAME = "train-reranker"
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
@@ -13,15 +14,13 @@ HELP = "train a cross-encoder reranker (listwise loss over mined negatives), the
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.reranker import RerankerConfig
-
     add_config_arguments(parser, RerankerConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     from retromae.console import wrote
     from retromae.processes import is_main_process
-    from retromae.reranker import RERANKER_DIR, RerankerConfig, train_reranker
+    from retromae.reranker import RERANKER_DIR, train_reranker
 
     started = time.perf_counter()
     output = train_reranker(build_config(RerankerConfig, args))

@@ -3,12 +3,24 @@ many data sets (`evaluation.table`), `retromae evaluate` itself (`evaluation.con
 folder as an mteb task (`evaluation.mteb_task`) and the retrieval probes run while pre-training (`evaluation.probe`).
 
 Owns: metric definitions and reporting. Only `run` and `probe` use a model, through `retromae.retrieval`; this
-package's top level imports no torch. Does not own encoding or search (see `retromae.retrieval`), nor reading data
-files (see `retromae.data.retrieval_sets`).
+package's top level imports nothing: its names are imported when first used, so that `retromae evaluate --help`
+(whose options live in `evaluation.config`) loads neither numpy nor scipy. Does not own encoding or search (see
+`retromae.retrieval`), nor reading data files (see `retromae.data.retrieval_sets`).
 """
 
-from retromae.evaluation.metrics import METRICS, evaluate_run
-from retromae.evaluation.report import format_table, print_results, save_results
-from retromae.evaluation.sts import sts_correlations
+from __future__ import annotations
 
-__all__ = ["METRICS", "evaluate_run", "format_table", "print_results", "save_results", "sts_correlations"]
+import importlib
+from typing import Any
+
+_EXPORTS = {"METRICS": "retromae.evaluation.metrics", "evaluate_run": "retromae.evaluation.metrics",
+            "format_table": "retromae.evaluation.report", "print_results": "retromae.evaluation.report",
+            "save_results": "retromae.evaluation.report", "sts_correlations": "retromae.evaluation.sts"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'retromae.evaluation' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from retromae.config import ConfigError, option, require
-from retromae.encoder import EncoderOptions
+from retromae.encoder_config import EncoderOptions
 from retromae.errors import DataError
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.run_folder import OutputOptions

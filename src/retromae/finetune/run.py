@@ -1,6 +1,6 @@
 """Fine-tuning from end to end: config → training data → negatives → dual encoder → training loop → export.
 
-Owns `FinetuneConfig` (every option of `retromae finetune`) and `finetune(config)`. Does not own reading data,
+Owns `finetune(config)`; its options are `FinetuneConfig` (`retromae.finetune.config`). Does not own reading data,
 mining, batching, the model or the loop; it wires them together. The output folder has the pre-training
 layout: `encoder/` and `sentence-transformer/` (the passage tower, with the pooling it was trained with;
 untied runs add `query-encoder/` and `query-sentence-transformer/`), `config.json`, `metrics.jsonl`,
@@ -9,86 +9,25 @@ untied runs add `query-encoder/` and `query-sentence-transformer/`), `config.jso
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any
 
 from retromae.backbone import check_max_length
-from retromae.config import ConfigError, option, require, save_config
+from retromae.config import ConfigError, save_config
 from retromae.data.training_groups import TrainingSet, load_training_data
-from retromae.encoder import POOLINGS, Encoder
+from retromae.encoder import Encoder
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
+from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
+from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
 from retromae.model_source import check_unknown_share
-from retromae.retrieval.mining import MiningOptions
-from retromae.train import Trainer, TrainingConfig, claim_output, latest_checkpoint, make_accelerator, seed_everything
+from retromae.train import Trainer, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
 TOKENIZER_SAMPLE = 200  # passages checked for [UNK] before training
-NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
 OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
-
-
-@dataclass(kw_only=True)
-class FinetuneConfig(MiningOptions, TrainingConfig):
-    """Options of `retromae finetune`."""
-
-    model: str = option(help="encoder to start from: a `retromae pretrain`/`finetune` output's encoder/ (or the "
-                             "output folder itself), a sentence-transformers folder, or any Hugging Face encoder")
-    data: str = option(help="training file (JSON lines: query, pos, neg[, pos_scores, neg_scores]) or a BEIR / "
-                            "MS MARCO folder whose --split qrels give the positives")
-    split: str = option("train", "qrels split of a --data folder")
-    negatives: str = option("auto", "hard negatives: none (in-batch only), file (the training file's neg lists), "
-                                    "bm25 or model (mined before training from the training set's passages); "
-                                    "auto: file for a training file, none for a folder", choices=NEGATIVE_SOURCES)
-    group_size: int | None = option(None, "passages per query in a batch: 1 positive + group_size - 1 hard "
-                                          "negatives; default 1 with no negatives, else 8")
-    refresh_negatives_every: int = option(0, "ANCE: re-encode the passages and re-mine negatives with the model "
-                                             "being trained every N steps (0: never)")
-    temperature: float | None = option(None, "InfoNCE temperature; default 0.05 for normalised vectors, else 1")
-    pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
-    normalize: bool | None = option(None, "L2-normalise embeddings (cosine scores); default: the model folder's")
-    untie: bool = option(False, "train separate query and passage encoders (both start from --model)")
-    query_max_length: int = option(64, "max tokens per query")
-    passage_max_length: int = option(256, "max tokens per passage")
-    chunk_size: int = option(0, "gradient caching: encode a batch this many texts at a time and backpropagate "
-                                "through cached embeddings, so the batch size is bounded by time, not memory "
-                                "(0: off)")
-    distill: bool = option(False, "distil the teacher scores of the training file (pos_scores, neg_scores) with a "
-                                  "KL divergence over each query's group")
-    distill_temperature: float = option(1.0, "temperature of both score distributions in the KL divergence")
-    contrastive_weight: float = option(1.0, "weight of the InfoNCE loss (0 with --distill: distillation alone)")
-    epochs: float | None = option(None, "train for this many epochs over the queries (overrides --max-steps)")
-    encode_batch_size: int = option(64, "texts per forward pass when mining negatives")
-    learning_rate: float = option(2e-5, "peak learning rate of AdamW")
-
-    def __post_init__(self) -> None:
-        TrainingConfig.__post_init__(self)
-        MiningOptions.__post_init__(self)
-        require(self.group_size is None or self.group_size >= 1, "group_size", "must be at least 1")
-        require(self.refresh_negatives_every >= 0, "refresh_negatives_every", "must be 0 or positive")
-        require(self.temperature is None or self.temperature > 0, "temperature", "must be positive")
-        require(self.chunk_size >= 0, "chunk_size", "must be 0 or positive")
-        require(self.distill_temperature > 0, "distill_temperature", "must be positive")
-        require(self.contrastive_weight >= 0, "contrastive_weight", "must be 0 or positive")
-        require(self.distill or self.contrastive_weight > 0, "contrastive_weight", "must be positive without --distill")
-        require(self.epochs is None or self.epochs > 0, "epochs", "must be positive")
-        require(self.query_max_length >= 4 and self.passage_max_length >= 4, "passage_max_length",
-                "max lengths must be at least 4")
-        require(not (self.refresh_negatives_every and self.num_workers), "num_workers",
-                "must be 0 with --refresh-negatives-every (workers would batch with stale negatives)")
-        require(not (self.distill and self.refresh_negatives_every), "refresh_negatives_every",
-                "cannot be combined with --distill: re-mined negatives have no teacher scores")
-
-    def negative_source(self, is_folder: bool) -> str:
-        if self.negatives != "auto":
-            return self.negatives
-        return "none" if is_folder else "file"
-
-    def resolved_group_size(self, source: str) -> int:
-        return self.group_size or (1 if source == "none" and not self.refresh_negatives_every else 8)
 
 
 def _load_encoders(config: FinetuneConfig, device) -> tuple[Encoder, Encoder]:
@@ -146,6 +85,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
                         data.source)
     source = config.negative_source(Path(config.data).is_dir())
     _check_data(config, data, source)
+    resolve_defaults(config, data, passage_encoder.tokenizer, passage_encoder.model.config, accelerator.num_processes)
     claim_output(config, "finetune", OUTPUTS, accelerator)
     group_size = config.resolved_group_size(source)
     miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
@@ -160,11 +100,12 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
                                      config.passage_max_length), GroupDataset(data)
     probe = sampler(0, accelerator.num_processes, 0)
-    if config.epochs is not None:
-        config.max_steps = max(1, math.ceil(config.epochs * probe.batches_per_epoch
-                                            / config.gradient_accumulation_steps))
+    resolve_steps(config, probe.batches_per_epoch)
     first = collate([dataset[group] for group in next(iter(probe))])
+    started = time.perf_counter()
     freeze_unused_parameters(model, {key: value.to(accelerator.device) for key, value in first.items()})
+    if accelerator.is_main_process:
+        print(plan_line(config, len(data.examples), group_size, time.perf_counter() - started), flush=True)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,

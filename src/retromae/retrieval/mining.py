@@ -1,40 +1,22 @@
 """Hard-negative mining: rank a training set's passages for each of its queries, keep negatives from a rank window.
 
-Owns `MiningOptions` (rank window, negatives per query, seed), ranking with BM25 (`bm25_rankings`) or with a
-dense encoder (`dense_rankings`), and choosing negatives from rankings (`choose_negatives`): never a positive,
-never a passage whose text is the query's own text, sampled without replacement from the window. Used by
-`retromae mine`, by `retromae finetune --negatives bm25|model` and by the ANCE-style refresh during training.
-Does not own reading or writing training files (`data.training_groups`) or the index (`retrieval.index`).
+Owns ranking with BM25 (`bm25_rankings`) or with a dense encoder (`dense_rankings`), and choosing negatives from
+rankings (`choose_negatives`): never a positive, never a passage whose text is the query's own text, sampled without
+replacement from the window. Used by `retromae mine`, by `retromae finetune --negatives bm25|model` and by the
+ANCE-style refresh during training. Does not own its options (`retrieval.mining_options`), reading or writing
+training files (`data.training_groups`) or the index (`retrieval.index`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from retromae.config import option, require
 from retromae.console import step
 from retromae.data.training_groups import TrainingSet
 from retromae.encoder import Encoder
 from retromae.retrieval.bm25 import BM25
 from retromae.retrieval.index import build_index, search
-
-
-@dataclasses.dataclass(kw_only=True)
-class MiningOptions:
-    """Which ranked passages become negatives."""
-
-    OPTION_GROUP = "negative mining"
-
-    rank_start: int = option(3, "first rank (1-based) of the window negatives are drawn from")
-    rank_end: int = option(100, "last rank (inclusive) of the window negatives are drawn from")
-    negatives_per_query: int = option(30, "negatives kept per query (fewer when the window holds fewer)")
-
-    def __post_init__(self) -> None:
-        require(self.rank_start >= 1, "rank_start", "must be at least 1")
-        require(self.rank_end >= self.rank_start, "rank_end", "must not be below --rank-start")
-        require(self.negatives_per_query > 0, "negatives_per_query", "must be positive")
+from retromae.retrieval.mining_options import MiningOptions
 
 
 def _normalised(text: str) -> str:

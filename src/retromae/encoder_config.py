@@ -1,0 +1,58 @@
+"""How text becomes vectors, declared apart from `retromae.encoder` so that parsing these options imports no torch.
+
+Owns: `PoolingConfig` (the pooling and whether to normalise), the names of the poolings and compute precisions,
+and `EncoderOptions` (the options of every command that loads an encoder). `retromae.encoder` runs them and
+re-exports `PoolingConfig`, `POOLINGS` and `EncoderOptions`. Does not own the model, tokenisation or pooling math.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from retromae.config import option, require
+
+if TYPE_CHECKING:
+    import torch
+
+    from retromae.encoder import Encoder
+
+POOLINGS = ("cls", "mean")
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+@dataclasses.dataclass
+class PoolingConfig:
+    """How token states become a text vector: [CLS] state or masked mean, optionally L2-normalised."""
+
+    pooling: str = "cls"
+    normalize: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.pooling in POOLINGS, "pooling", f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+
+
+@dataclasses.dataclass(kw_only=True)
+class EncoderOptions:
+    """Command-line options that load an encoder; commands that encode text extend this config."""
+
+    OPTION_GROUP = "encoder"
+
+    model: str = option(help="our exported encoder folder, a sentence-transformers folder, or any Hugging Face "
+                             "encoder (folder or hub name)")
+    pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
+    normalize: bool | None = option(None, "L2-normalise the vectors; default: what the model folder declares, else no")
+    dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, float32 on CPU",
+                        choices=("auto", *DTYPE_NAMES))
+    device: str | None = option(None, "torch device, e.g. cpu or cuda:1; default: this process's GPU if any")
+    batch_size: int = option(64, "texts per forward pass")
+
+    def __post_init__(self) -> None:
+        require(self.batch_size > 0, "batch_size", "must be positive")
+
+    def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
+        """The encoder these options name, on `--device`, else on `device`, else on the default device."""
+        from retromae.encoder import Encoder
+
+        return Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,
+                            device=self.device or device, dtype=self.dtype)

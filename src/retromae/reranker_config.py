@@ -1,0 +1,35 @@
+"""The options of `retromae train-reranker`, declared apart from `retromae.reranker` so that parsing them imports
+no torch.
+
+Owns `RerankerConfig`. Does not own training (`retromae.reranker.train_reranker`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retromae.config import option, require
+from retromae.retrieval.mining_options import MiningOptions
+from retromae.training_config import HeadTrainingConfig
+
+
+@dataclass(kw_only=True)
+class RerankerConfig(MiningOptions, HeadTrainingConfig):
+    """Options of `retromae train-reranker`."""
+
+    model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
+                             "encoder, a sentence-transformers folder, or a pre-training output")
+    data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split")
+    split: str = option("train", "qrels split of a --data folder")
+    negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
+                                    "bi-encoder); auto: file for a training file, bm25 for a folder",
+                            choices=("auto", "file", "bm25", "model"))
+    group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives")
+    max_length: int = option(256, "max tokens of a (query, passage) pair")
+    learning_rate: float = option(2e-5, "peak learning rate of AdamW")
+
+    def __post_init__(self) -> None:
+        HeadTrainingConfig.__post_init__(self)
+        MiningOptions.__post_init__(self)
+        require(self.group_size >= 2, "group_size", "must be at least 2 (a positive and a negative)")
+        require(self.max_length >= 8, "max_length", "must be at least 8")
