@@ -39,7 +39,8 @@ else
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$PROBE"
   [ -f "$INIT/config.json" ] || $PY -c "import dataclasses, sys; from pathlib import Path
-from retromae.quickstart import PRESETS, initial_model
+from retromae.quickstart import initial_model
+from retromae.quickstart_config import PRESETS
 budget = dataclasses.replace(PRESETS['cpu'], vocab_size=int(sys.argv[2]), hidden_size=int(sys.argv[4]),
                              layers=int(sys.argv[5]), max_length=int(sys.argv[6]))
 initial_model([sys.argv[1]], budget, Path(sys.argv[3]), seed=42)

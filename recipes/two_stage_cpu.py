@@ -127,7 +127,7 @@ def scoring_job(name: str, encoder: Path, folder: Path, settings: Settings, seed
 def initial_job(settings: Settings, seed: int) -> Job:
     folder = settings.output / f"seed{seed}" / "initial-model"
     code = ("import dataclasses, sys; from pathlib import Path\n"
-            "from retromae.quickstart import PRESETS, initial_model\n"
+            "from retromae.quickstart import initial_model\nfrom retromae.quickstart_config import PRESETS\n"
             "sizes = dict(zip(('vocab_size', 'hidden_size', 'layers', 'max_length'), map(int, sys.argv[2:6])))\n"
             "initial_model(sys.argv[7:], dataclasses.replace(PRESETS['cpu'], **sizes), Path(sys.argv[1]), "
             "seed=int(sys.argv[6]))")
