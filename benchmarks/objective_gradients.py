@@ -75,7 +75,8 @@ def main() -> None:
                                          num_hidden_layers=args.layers, num_attention_heads=max(1, args.hidden // 64),
                                          intermediate_size=4 * args.hidden))
     settings = SimpleNamespace(encoder_mask_ratio=0.3, decoder_mask_ratio=0.5, whole_word_mask=False,
-                               decoding="enhanced", decoder_layers=None, temperature=args.temperature)
+                               decoding="enhanced", decoder_layers=None, temperature=args.temperature,
+                               contrastive_weight=1.0)
     objective = build_objective("retromae+contrastive", encoder, tokenizer, settings).train()
     with tempfile.TemporaryDirectory() as folder:
         subset = Path(folder) / "corpus.jsonl"

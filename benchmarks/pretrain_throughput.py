@@ -140,7 +140,8 @@ def build_steps(args: argparse.Namespace, device: torch.device, folder: Path) ->
         settings = SimpleNamespace(**{"encoder_mask_ratio": 0.3, "decoder_mask_ratio": 0.5, "whole_word_mask": False,
                                       "decoding": "enhanced", "decoder_layers": None, "attention_window": 2,
                                       "temperature": None, "bow_weight": 0.1, "skip_from": None,
-                                      "momentum": 0.9995, "queue_size": 131_072, "pairs": None, **RUNS[name]})
+                                      "momentum": 0.9995, "queue_size": 131_072, "pairs": None,
+                                      "contrastive_weight": None, **RUNS[name]})
         objective = build_objective(settings.objective, new_model(), tokenizer, settings).to(device).train()
         steps[f"{name}: step"] = our_step(objective, torch.optim.AdamW(objective.parameters(), lr=1e-5), collate,
                                           blocks, device)

@@ -19,7 +19,7 @@ from retromae.objectives.seed import next_token_labels
 def settings(**overrides):
     values = dict(encoder_mask_ratio=0.3, decoder_mask_ratio=0.5, whole_word_mask=False,
                   decoding="enhanced", decoder_layers=None, attention_window=2, temperature=None, bow_weight=0.1,
-                  skip_from=None, momentum=0.9995, queue_size=64, pairs=None)
+                  skip_from=None, momentum=0.9995, queue_size=64, pairs=None, contrastive_weight=None)
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -213,3 +213,35 @@ def test_retromae_contrastive_keeps_retromae_head_names(tiny_tokenizer):
 def test_pair_batches_need_an_even_number_of_rows(tiny_tokenizer, name):
     with pytest.raises(ValueError, match="even number of rows"):
         build(name, tiny_tokenizer)(make_batch(tiny_tokenizer, count=3), generator())
+
+
+def test_contrastive_weight_scales_only_the_infonce_term(tiny_tokenizer):
+    batch = make_batch(tiny_tokenizer)  # 2 pairs
+    losses = {w: build("retromae+contrastive", tiny_tokenizer, contrastive_weight=w)(batch, generator(3))
+              for w in (None, 0.0, 2.5)}
+    retromae = build("retromae", tiny_tokenizer)(batch, generator(3))  # the same masks: the same reconstruction
+    for key in ("encoder_mlm", "decoder"):
+        torch.testing.assert_close(losses[0.0][key], retromae[key])
+        torch.testing.assert_close(losses[2.5][key], retromae[key])
+    reconstruction = retromae["loss"].detach()
+    torch.testing.assert_close(losses[0.0]["loss"].detach(), reconstruction)
+    torch.testing.assert_close(losses[None]["loss"].detach(), reconstruction + losses[None]["contrastive"])
+    torch.testing.assert_close(losses[2.5]["loss"].detach(), reconstruction + 2.5 * losses[2.5]["contrastive"])
+
+
+def test_a_zero_contrastive_weight_still_logs_the_contrastive_loss_but_trains_retromae_alone(tiny_tokenizer):
+    objective = build("retromae+contrastive", tiny_tokenizer, contrastive_weight=0.0)
+    reference = build("retromae", tiny_tokenizer)
+    batch = make_batch(tiny_tokenizer)
+    losses = objective(batch, generator(5))
+    assert losses["contrastive"] > 0
+    losses["loss"].backward()
+    reference(batch, generator(5))["loss"].backward()
+    weight = "encoder.bert.encoder.layer.0.attention.self.query.weight"
+    torch.testing.assert_close(dict(objective.named_parameters())[weight].grad,
+                               dict(reference.named_parameters())[weight].grad)
+
+
+def test_a_negative_contrastive_weight_is_refused(tiny_tokenizer):
+    with pytest.raises(ValueError, match="contrastive_weight"):
+        build("retromae+contrastive", tiny_tokenizer, contrastive_weight=-1.0)

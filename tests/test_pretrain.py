@@ -24,6 +24,7 @@ from retromae.errors import ModelLoadError
 from retromae.export import export_encoder, load_head, save_head
 from retromae.objectives import build_objective
 from retromae.pretrain import PretrainConfig, init_head, load_backbone, pretrain
+from retromae.scratch import is_random_init, save_random_bert
 
 
 def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, tmp_path):
@@ -255,6 +256,10 @@ def test_a_saved_config_serves_another_objective(tiny_model_dir, tiny_corpus, tm
     ({"objective": "mlm", "decoder_layers": 2}, "--decoder-layers"),
     ({"objective": "seed", "attention_window": 0}, "--attention-window"),
     ({"objective": "contrastive", "temperature": 0.0}, "--temperature"),
+    ({"contrastive_weight": 1.0}, "--contrastive-weight"),  # retromae has no contrastive term
+    ({"objective": "contrastive", "contrastive_weight": 1.0}, "--contrastive-weight"),
+    ({"objective": "retromae+contrastive", "contrastive_weight": -0.5}, "--contrastive-weight"),
+    ({"objective": "retromae+contrastive", "from_config": True}, "--contrastive-weight"),  # from scratch, unweighted
     ({"pairs": "p.jsonl"}, "--pairs"),  # retromae reads blocks
     ({"objective": "contrastive", "pairs": "p.jsonl"}, "--pairs"),  # and --corpus too
     ({"init_from": "previous"}, "--model"),  # both --model and --init-from
@@ -407,3 +412,20 @@ def test_stage_two_rejects_a_head_of_another_objective(stage_one, tiny_corpus, t
         init_head(deeper, settings)
     with pytest.raises(ModelLoadError, match="no encoder/ folder"):
         stage_two(tmp_path, tiny_corpus)
+
+
+def test_retromae_contrastive_from_a_random_initialisation_needs_an_explicit_weight(tiny_tokenizer, tiny_model_dir,
+                                                                                   tiny_corpus, tmp_path):
+    random_init = save_random_bert(tiny_tokenizer, tmp_path / "random", hidden_size=64, layers=1)
+    values = dict(corpus=[str(tiny_corpus)], output=str(tmp_path / "out"), objective="retromae+contrastive")
+    with pytest.raises(ConfigError, match="--contrastive-weight.*unigram plateau.*--init-from"):
+        PretrainConfig(model=str(random_init), **values)
+    assert PretrainConfig(model=str(random_init), contrastive_weight=1.0, **values).contrastive_weight == 1.0
+    assert PretrainConfig(model=str(tiny_model_dir), **values).contrastive_weight is None  # a trained model: weight 1
+
+
+def test_only_the_random_initialisation_carries_the_random_init_marker(tiny_tokenizer, tiny_corpus, tmp_path):
+    random_init = save_random_bert(tiny_tokenizer, tmp_path / "random", hidden_size=64, layers=1)
+    assert is_random_init(random_init)
+    output = pretrain(config(random_init, tiny_corpus, tmp_path / "run", max_steps=1))
+    assert not is_random_init(output / "encoder") and not is_random_init(output)

@@ -138,3 +138,34 @@ def test_field_objectives_recipe_scores_every_seed_and_gathers_the_seeds(tmp_pat
     assert all(row.split(" | ")[1] == "2" for row in table[6:])  # two seeds in every row
     assert "test ndcg@10" in table[4] and "zero-shot ndcg@10" in table[4] and "stsb spearman" in table[4]
     assert (runs / "report" / "seeds.png").is_file()
+
+
+@pytest.mark.slow
+def test_two_stage_cpu_recipe_scores_every_arm_from_one_stage_one_and_writes_one_table(tmp_path):
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    tiny_shared_data(data)
+    sts = data / "sts" / "stsbenchmark"
+    (sts / "sts-dev.csv").write_text((sts / "sts-test.csv").read_text())
+    sizes = {"vocab_size": 200, "hidden_size": 64, "layers": 1, "max_length": 32, "batch_size": 8,
+             "finetune_epochs": 1.0, "log_every": 1, "probe_every": 2}
+    command = [sys.executable, "recipes/two_stage_cpu.py", "--output", str(runs), "--data", str(data),
+               "--corpus", str(data / "pretrain" / "corpus.jsonl"), "--seeds", "1", "--stage1-seed", "42",
+               "--stage1", "retromae", "--stage2-data", "snli", "--stage1-steps", "4", "--stage2-steps", "2",
+               "--scratch-weights", "1", "--sizes", json.dumps(sizes)]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True)
+    table, _, paired = (runs / "two-stage.md").read_text().split("\n\n")
+    rows = [[cell.strip() for cell in row.split("|")[1:5]] for row in table.splitlines()[2:]]
+    arms = ["RetroMAE + contrastive", "contrastive alone", "RetroMAE alone"]
+    assert rows == [["none", "–", "no pre-training", "1"], ["retromae", "–", "no stage 2", "1"],
+                    *[["retromae", "snli", arm, "1"] for arm in arms]]
+    assert [[cell.strip() for cell in row.split("|")[1:5]] for row in paired.splitlines()[2:]] == [
+        ["retromae", "snli", other, "1"] for other in ("RetroMAE alone", "contrastive alone", "no stage 2")]
+    assert (runs / "two-stage.png").is_file()
+    assert not (runs / "seed1" / "initial-model").exists()  # stage 1 is trained once, with --stage1-seed
+    assert (runs / "seed42" / "scratch-w1" / "eval" / "stsb.json").is_file()  # not a row: seed 42 is not in --seeds
+    stage2 = json.loads((runs / "seed1" / "retromae" / "snli" / "retromae" / "pretrain" / "config.json").read_text())
+    assert stage2["init_from"] == str(runs / "seed42" / "retromae" / "pretrain")
+    assert (stage2["objective"], stage2["contrastive_weight"], stage2["seed"]) == ("retromae+contrastive", 0.0, 1)
+    again = subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True, text=True)
+    assert " start " not in again.stdout  # every finished job is skipped

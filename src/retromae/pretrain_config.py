@@ -97,6 +97,9 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                          "(default: half the depth, 6 of 12)")
     momentum: float = option(0.9995, "contriever: momentum of the key encoder's moving average")
     queue_size: int = option(131_072, "contriever: keys kept in the MoCo queue as negatives")
+    contrastive_weight: float | None = option(None, "retromae+contrastive: weight of the InfoNCE term in the sum "
+                                                    "(default 1, the paper's sum; 0 = RetroMAE alone on the same "
+                                                    "pairs); from random weights it must be given (docs/guide.md)")
     encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)")
     decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder")
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
@@ -120,6 +123,8 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                 f"the {self.objective} objective reads --corpus, not pairs")
         require(self.pairs is None or not self.corpus, "pairs", "give --pairs or --corpus, not both")
         require(len(self.corpus) > 0 or self.pairs is not None, "corpus", "give at least one corpus file")
+        require(self.contrastive_weight is None or self.objective == "retromae+contrastive", "contrastive_weight",
+                "only the retromae+contrastive objective has a contrastive term to weigh")
         require(not (self.freeze_encoder_steps and self.objective in ("contrastive", "contriever")),
                 "freeze_encoder_steps", f"the {self.objective} objective has no head to train while the encoder is "
                                         "frozen")

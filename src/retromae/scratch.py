@@ -8,6 +8,7 @@ hub checkpoint. Does not own training.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,9 +17,13 @@ from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerBase, P
 
 from retromae.config import require
 from retromae.console import verbose
+from retromae.io import write_text_atomic
 from retromae.train import seed_everything
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
+# from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
+RANDOM_INIT_MARKER = "random-init.json"
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, model_max_length: int = 512) -> PreTrainedTokenizerFast:
@@ -57,4 +62,10 @@ def save_random_bert(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidden
     folder = Path(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    write_text_atomic(folder / RANDOM_INIT_MARKER, json.dumps({"seed": seed}) + "\n")
     return folder
+
+
+def is_random_init(model: str | Path) -> bool:
+    """Whether `model` is a folder written by `save_random_bert` (a random initialisation, not pre-trained)."""
+    return (Path(model) / RANDOM_INIT_MARKER).is_file()

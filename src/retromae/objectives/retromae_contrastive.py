@@ -1,9 +1,10 @@
 """RetroMAE + contrastive learning, the second stage of the unified-learner paper (Eq. 9 (2)).
 
-Owns: the sum (encoder MLM + RetroMAE decoder) + InfoNCE over a pair batch. RetroMAE runs on both views (all 2B
-rows); the contrastive loss uses the sentence embeddings h_X of that same masked encoder pass, one encoder pass
-per view as in coCondenser (Gao and Callan, 2021b), so it costs RetroMAE plus a (2B, 2B) score matrix. The
-decoder is RetroMAE's, under the same names, so a stage-1 `retromae` head loads into it unchanged.
+Owns: the sum (encoder MLM + RetroMAE decoder) + w × InfoNCE over a pair batch (w = `--contrastive-weight`, 1 in
+the paper; 0 trains RetroMAE alone on the same pair batches and still logs the contrastive loss). RetroMAE runs on
+both views (all 2B rows); the contrastive loss uses the sentence embeddings h_X of that same masked encoder pass,
+one encoder pass per view as in coCondenser (Gao and Callan, 2021b), so it costs RetroMAE plus a (2B, 2B) score
+matrix. The decoder is RetroMAE's, under the same names, so a stage-1 `retromae` head loads into it unchanged.
 """
 
 from __future__ import annotations
@@ -11,9 +12,15 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from retromae.config import require
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.contrastive import contrastive_loss
 from retromae.objectives.retromae import RetroMAE
+from retromae.scratch import is_random_init
+
+FROM_SCRATCH = ("retromae+contrastive from random weights stays on the unigram plateau with the paper's weight 1 "
+                "(docs/guide.md, 'RetroMAE + contrastive'): pre-train with --objective retromae first and continue "
+                "with --init-from (the paper's two stages), or give the weight explicitly")
 
 
 class RetroMAEContrastive(RetroMAE):
@@ -24,20 +31,32 @@ class RetroMAEContrastive(RetroMAE):
     default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
-                 decoder_layers: int = 1, temperature: float = 0.05):
+                 decoder_layers: int = 1, temperature: float = 0.05, contrastive_weight: float = 1.0):
         super().__init__(encoder, masking, decoding=decoding, decoder_layers=decoder_layers)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        self.temperature = temperature
+        if contrastive_weight < 0:
+            raise ValueError(f"contrastive_weight must not be negative, got {contrastive_weight}")
+        self.temperature, self.contrastive_weight = temperature, contrastive_weight
 
     @classmethod
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> RetroMAEContrastive:
         layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
+        weight = 1.0 if config.contrastive_weight is None else config.contrastive_weight
         return cls(encoder, masking, decoding=config.decoding, decoder_layers=layers,
-                   temperature=cls.temperature_of(config))
+                   temperature=cls.temperature_of(config), contrastive_weight=weight)
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        require(config.contrastive_weight is None or config.contrastive_weight >= 0, "contrastive_weight",
+                "must not be negative")
+        from_scratch = config.from_config or (config.model is not None and is_random_init(config.model))
+        require(config.contrastive_weight is not None or not from_scratch, "contrastive_weight", FROM_SCRATCH)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         embeddings, encoder_loss, decoder_loss = self.reconstruction_losses(batch, generator)  # (2B, D), ...
         contrastive = contrastive_loss(embeddings, self.temperature)
-        return {"loss": encoder_loss + decoder_loss + contrastive, "encoder_mlm": encoder_loss.detach(),
+        loss = encoder_loss + decoder_loss + self.contrastive_weight * contrastive
+        return {"loss": loss, "encoder_mlm": encoder_loss.detach(),
                 "decoder": decoder_loss.detach(), "contrastive": contrastive.detach()}
