@@ -60,6 +60,18 @@ def test_evaluate_model_with_per_query_scores(tmp_path, beir, tiny_model_dir):
     assert len(read_trec_run(tmp_path / "model.trec")["q2"]) == 10
 
 
+def test_evaluate_reads_header_less_trec_qrels_when_declared(tmp_path, beir, capsys):
+    """TREC-COVID-style qrels (rounds, not 0, in the second column, no header) are refused under auto, naming the
+    option, and read as TREC when --qrels-format declares it."""
+    (beir / "qrels" / "test.tsv").write_text("".join(f"q{i} 0.5 d{i} 1\n" for i in JUDGED))
+    (tmp_path / "run.trec").write_text("".join(f"q{i} Q0 d{i} 1 1.0 x\n" for i in JUDGED))
+    run = ["evaluate", "--run", tmp_path / "run.trec", "--data", beir]
+    assert cli(*run, "--output", tmp_path / "auto.json") == 2
+    assert "--qrels-format" in capsys.readouterr().err
+    assert cli(*run, "--qrels-format", "trec", "--output", tmp_path / "trec.json") == 0
+    assert json.loads((tmp_path / "trec.json").read_text())["ndcg@10"] == pytest.approx(1.0)
+
+
 def test_bm25_run_and_its_evaluation(tmp_path, beir):
     assert cli("bm25", "--data", beir, "--split", "test", "--output", tmp_path / "bm25.trec", "--top-k", 5) == 0
     run = read_trec_run(tmp_path / "bm25.trec")

@@ -147,7 +147,8 @@ def _qrels_layout(path: Path, first: str, qrels_format: str) -> tuple[bool, tupl
     if qrels_format == "trec" or (qrels_format == "auto" and len(fields) == 4 and fields[1] in TREC_ITERATIONS):
         return False, (0, 2, 3), 4
     raise DataError(f"{path}:1: cannot tell the qrels format ({len(fields)} fields, no header line): a BEIR file "
-                    f"starts with the header {chr(9).join(BEIR_COLUMNS)!r}; a TREC file has 'qid 0 docid rel' lines")
+                    f"starts with the header {chr(9).join(BEIR_COLUMNS)!r}; a TREC file has 'qid 0 docid rel' lines; "
+                    "or declare the layout (`retromae evaluate --qrels-format beir|trec`)")
 
 
 def _qrel_fields(path: Path, number: int, line: str, positions: tuple[int, int, int],

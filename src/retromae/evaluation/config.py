@@ -17,6 +17,7 @@ from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.run_folder import OutputOptions
 
 TASKS = ("auto", "retrieval", "sts")
+QRELS_FORMATS = ("auto", "beir", "trec")  # as `data.retrieval_sets.load_qrels` reads them (no numpy import here)
 CORPUS_FILES = ("corpus.jsonl", "collection.tsv", "corpus.tsv")
 
 
@@ -32,6 +33,9 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
                                    "each in one table, and their average); or STS pairs (an STS Benchmark file, or "
                                    "its folder holding sts-{split}.csv)")
     split: str = option("test", "split: qrels/{split}.tsv, qrels.{split}.tsv or sts-{split}.csv")
+    qrels_format: str = option("auto", "the qrels files' layout: auto (a header naming query-id, corpus-id, score; "
+                                       "else 3 fields = BEIR, 'qid 0 docid rel' = TREC), or declare beir or trec "
+                                       "for a file without a header", choices=QRELS_FORMATS)
     task: str = option("auto", "retrieval or sts; auto: sts for a file or a folder holding sts-{split}.csv",
                        choices=TASKS)
     metrics: list[str] = option(list(DEFAULT_METRICS), "the table's columns, NAME@K with NAME one of ndcg, mrr, "

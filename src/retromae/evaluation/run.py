@@ -84,7 +84,7 @@ def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
 
 
 def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, float], dict[str, Any] | None]:
-    data = load_retrieval_set(path, config.split)
+    data = load_retrieval_set(path, config.split, config.qrels_format)
     if config.run is not None:
         run = read_trec_run(config.run)
     else:
@@ -141,7 +141,7 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
 def table_row(config: EvaluateConfig, encoder: Encoder, name: str, path: Path, cache: Path | None,
               stages: Stages) -> SetRow:
     """One data set's row: the model's metrics (and BM25's) at the table's cut-offs."""
-    data = load_retrieval_set(path, config.split)
+    data = load_retrieval_set(path, config.split, config.qrels_format)
     stages.start(f"{name}: {len(data.queries):,} queries over {len(data.corpus):,} documents")
     ks = config.table_ks()
     k = config.top_k or max(ks)
