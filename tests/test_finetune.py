@@ -124,8 +124,8 @@ def test_gradient_caching_gives_the_plain_gradients(tiny_tokenizer, untie):
     cached_loss, found = _gradients(cached, batch)
     assert cached_loss == pytest.approx(loss, rel=1e-6)
     assert expected.keys() == found.keys() and len(found) == len(list(plain.parameters()))
-    for name, grad in expected.items():
-        torch.testing.assert_close(found[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    for name, grad in expected.items():  # atol 1e-5: token_type_embeddings' gradient sums every token, in another
+        torch.testing.assert_close(found[name], grad, rtol=1e-4, atol=1e-5, msg=name)  # order per chunk and thread
 
 
 def test_gradient_caching_replays_dropout(tiny_tokenizer):
@@ -331,7 +331,7 @@ def test_finetune_defaults_scale_to_the_data_and_the_plan_is_printed(tiny_beir, 
     assert config["query_max_length"] % 16 == 0 and config["query_max_length"] <= 64
     printed = capsys.readouterr().out
     assert f"{steps} steps (2 epochs of 24 queries) of 12 queries x 1 passage" in printed
-    assert re.search(r"about [\d.]+ s \([\d.]+ s a step, timed on the first batch\)", printed)
+    assert re.search(r"about [\d.]+ s \([\d.e-]+ s a step, from a timed forward pass over the first batch\)", printed)
 
 
 def test_covering_length_is_the_95th_percentile_rounded_up_and_capped(tiny_tokenizer):

@@ -11,6 +11,7 @@ each query's group (`losses.distillation_kl`). With `chunk_size`, embeddings com
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,8 @@ from transformers import PreTrainedModel
 from retromae.encoder import PoolingConfig, pool
 from retromae.finetune.grad_cache import cached_embed
 from retromae.losses import cross_device_info_nce, distillation_kl
+
+BACKWARD_COST = 3.0  # a training step's forward + backward, in forward passes
 
 
 @dataclass
@@ -99,3 +102,18 @@ def freeze_unused_parameters(model: DualEncoder, batch: dict[str, torch.Tensor])
         parameter.grad = None
     model.train(was_training)
     return frozen
+
+
+def estimated_step_seconds(model: DualEncoder, batch: dict[str, torch.Tensor]) -> float:
+    """Expected seconds of a training step on `batch`: a timed forward pass without gradients over all its queries
+    and passages (in gradient-caching chunks when they are set, so it needs no more memory than a step), times
+    three, since a backward pass costs about two forward passes."""
+    started = time.perf_counter()
+    with torch.no_grad():
+        for side, encoder in (("query", model.query_model), ("passage", model.passage_model)):
+            ids, mask = batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"]  # (B, L) each
+            chunk = model.options.chunk_size or ids.shape[0]
+            for start in range(0, ids.shape[0], chunk):
+                last = model.embed(encoder, ids[start:start + chunk], mask[start:start + chunk])  # (b, D)
+        float(last.float().sum())  # waits for the device
+    return BACKWARD_COST * (time.perf_counter() - started)

@@ -9,7 +9,6 @@ untied runs add `query-encoder/` and `query-sentence-transformer/`), `config.jso
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from retromae.encoder import Encoder
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetune.config import FinetuneConfig
-from retromae.finetune.model import DualEncoder, LossOptions, freeze_unused_parameters
+from retromae.finetune.model import DualEncoder, LossOptions, estimated_step_seconds, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
 from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
 from retromae.model_source import check_unknown_share
@@ -102,10 +101,12 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     probe = sampler(0, accelerator.num_processes, 0)
     resolve_steps(config, probe.batches_per_epoch)
     first = collate([dataset[group] for group in next(iter(probe))])
-    started = time.perf_counter()
-    freeze_unused_parameters(model, {key: value.to(accelerator.device) for key, value in first.items()})
+    first = {key: value.to(accelerator.device) for key, value in first.items()}
+    freeze_unused_parameters(model, first)
     if accelerator.is_main_process:
-        print(plan_line(config, len(data.examples), group_size, time.perf_counter() - started), flush=True)
+        with accelerator.autocast():
+            per_step = estimated_step_seconds(model, first)
+        print(plan_line(config, len(data.examples), group_size, per_step), flush=True)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
