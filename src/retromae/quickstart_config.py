@@ -36,11 +36,12 @@ class Budget:
 PRESETS = {
     # Chosen by measurement on two idle cores (docs/RESULTS.md, section 0): by about 1,000 steps RetroMAE's [CLS]
     # leaves the unigram plateau (its zero-shot probe rises while MLM's stays at chance), and 1,200 steps give it a
-    # fine-tuned NDCG@10 gap over MLM and no pre-training well beyond the seeds' spread. MLM about 0.10 s and
-    # RetroMAE 0.17 s a step; 3 fine-tuning epochs about 25 s per variant.
+    # fine-tuned NDCG@10 gap over MLM and no pre-training well beyond the seeds' spread. Paces from a clean-clone
+    # run on the idle machine (fused AdamW, length-grouped batches): MLM 0.046 s and RetroMAE about 0.09 s a step;
+    # 3 fine-tuning epochs 13-19 s per variant; about four minutes in all.
     "cpu": Budget(vocab_size=2000, hidden_size=128, layers=2, max_length=64, pretrain_steps=1200,
                   pretrain_batch_size=32, learning_rate=2e-3, finetune_epochs=3.0, finetune_batch_size=32,
-                  mixed_precision="no", seconds_per_step={"mlm": 0.10, "retromae": 0.17}, seconds_per_finetune=25.0,
+                  mixed_precision="no", seconds_per_step={"mlm": 0.05, "retromae": 0.09}, seconds_per_finetune=20.0,
                   seconds_per_evaluation=5.0),
     # The H100 measurement's settings (../shared/measurements/h100-2026-11-22: 4 x 256, 128 x 128 tokens, 1e-3,
     # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Not run
@@ -67,7 +68,7 @@ class QuickstartConfig(OutputOptions):
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
                                     "(default: the Python standard library's docstrings, built offline)")
     corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
-    preset: str | None = option(None, "budget: cpu (ten minutes on 2 cores) or cuda (minutes on one GPU); "
+    preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (minutes on one GPU); "
                                       "default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     vocab_size: int | None = option(None, "WordPiece vocabulary trained on the corpus (cpu preset: 2000)")
     hidden_size: int | None = option(None, "hidden size of the small BERT encoder (cpu preset: 128)")

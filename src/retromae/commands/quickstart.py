@@ -10,7 +10,7 @@ from retromae.quickstart_config import QuickstartConfig
 HELP = ("pre-train a small encoder with MLM and with RetroMAE under one budget, fine-tune both and the "
         "un-pre-trained encoder (CLS pooling), and evaluate them against BM25, offline (the standard library's "
         "docstrings by default; --data DIR and --corpus FILE point it at your own BEIR folder and corpus); "
-        "ten minutes on a 2-core CPU, a larger budget on a CUDA GPU")
+        "about four minutes on a 2-core CPU, a larger budget on a CUDA GPU")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
