@@ -50,6 +50,7 @@ from common import minilm_path, synchronize
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
+from retromae.console import library_output
 from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.collate import BlockCollator, BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
@@ -313,4 +314,5 @@ def main() -> None:
     report(args, end_to_end, pure, flops, device)
 
 if __name__ == "__main__":
-    main()
+    with library_output(verbose=False):  # no loading bars or load reports between the figures
+        main()

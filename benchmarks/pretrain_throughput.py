@@ -36,6 +36,7 @@ import torch
 from common import minilm_path, synchronize
 from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
+from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.objectives import build_objective
 from retromae.train import Trainer, TrainingConfig
@@ -179,4 +180,5 @@ def report(seconds: dict[str, float], args: argparse.Namespace, device: torch.de
 
 
 if __name__ == "__main__":
-    main()
+    with library_output(verbose=False):  # no loading bars or load reports between the figures
+        main()
