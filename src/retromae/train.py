@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import InitProcessGroupKwargs, set_seed
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel
@@ -274,6 +274,16 @@ class Trainer:
     @property
     def unwrapped_model(self) -> nn.Module:
         return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def shards_parameters(self) -> bool:
+        """Whether each process holds only a shard of the parameters (FSDP, DeepSpeed ZeRO-3), so that exporting
+        needs the full state dict gathered first (`accelerator.get_state_dict`, a collective)."""
+        state = self.accelerator.state
+        if state.distributed_type == DistributedType.FSDP:
+            return True
+        plugin = getattr(state, "deepspeed_plugin", None)
+        return state.distributed_type == DistributedType.DEEPSPEED and plugin is not None and plugin.zero_stage == 3
 
     def run(self) -> None:
         """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too.
