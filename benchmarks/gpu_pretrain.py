@@ -260,6 +260,8 @@ def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, loader: Dat
     count = args.warmup + args.rounds
     hf_batches = [{k: v.to(device) for k, v in batch.items()} for batch in itertools.islice(loader, count)]
     model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).train()
+    if args.compile:
+        model.compile()
     pure = {REFERENCE: pure_step(REFERENCE, model, lambda batch: model(**batch).loss, hf_batches, device, args)}
     for name in args.objectives:
         config = pretrain_config(name, args, model_dir, corpus, work)

@@ -136,10 +136,27 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     accelerator = Accelerator(mixed_precision=resolve_mixed_precision(config.mixed_precision),
                               cpu=without_gpus(), kwargs_handlers=[waiting])
     check_process_count(accelerator.num_processes)
+    _configure_deepspeed(accelerator, config)
     use_tensor_cores(accelerator.device)
     if config.mixed_precision == "auto" and accelerator.device.type == "cuda":
         accelerator.print(_precision_notice(accelerator.mixed_precision))
     return accelerator
+
+
+def _configure_deepspeed(accelerator: Accelerator, config: TrainingConfig) -> None:
+    """Under a DeepSpeed config: its micro-batch size is --batch-size (our loop, not a prepared DataLoader, feeds the
+    engine), and its gradient accumulation must be --gradient-accumulation-steps."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    settings = plugin.deepspeed_config
+    if config.batch_size and settings.get("train_micro_batch_size_per_gpu") in (None, "auto"):
+        settings["train_micro_batch_size_per_gpu"] = config.batch_size
+    accumulation = settings.get("gradient_accumulation_steps", "auto")
+    if accumulation not in ("auto", config.gradient_accumulation_steps):
+        raise ConfigError(f"--gradient-accumulation-steps {config.gradient_accumulation_steps}: the DeepSpeed config "
+                          f"accumulates {accumulation}; give the same number in both")
+    settings["gradient_accumulation_steps"] = config.gradient_accumulation_steps
 
 
 def resolve_mixed_precision(requested: str) -> str:
