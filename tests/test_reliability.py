@@ -388,3 +388,13 @@ def test_an_index_of_encode_to_dir_vectors_knows_its_model(tmp_path, tiny_model_
     assert main(["search", "--index", str(tmp_path / "index"), "--queries", str(beir / "queries.jsonl"),
                  "--output", str(tmp_path / "run.trec")]) == 0  # before: "--model: the index records no model"
     assert set(read_trec_run(tmp_path / "run.trec")) == {"q0", "q1", "q2", "q3"}
+
+
+def test_resume_accepts_the_same_inputs_named_from_another_directory(tiny_model_dir, tiny_corpus, tmp_path,
+                                                                   monkeypatch):
+    output = tmp_path / "full"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=2))
+    monkeypatch.chdir(tiny_corpus.parent)
+    relative_model = os.path.relpath(tiny_model_dir, tiny_corpus.parent)
+    pretrain(run_config(Path(relative_model), Path(tiny_corpus.name), output, max_steps=3, resume=True))
+    assert [m["step"] for m in run_metrics(output)] == [1, 2, 3]

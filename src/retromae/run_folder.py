@@ -72,13 +72,23 @@ def input_fingerprint(source: str | Path) -> str:
 
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
     """The options of `config` that define its result, plus `NAME content` fingerprints of its input options."""
-    values = {key: value for key, value in config_to_dict(config).items() if key not in set(neutral)}
+    values = {key: resolved_paths(value) for key, value in config_to_dict(config).items() if key not in set(neutral)}
     for name in INPUT_OPTIONS:
         given = values.get(name)
         if given:
             sources = given if isinstance(given, list) else [given]
             values[f"{name} content"] = [input_fingerprint(source) for source in sources]
     return values
+
+
+def resolved_paths(value: Any) -> Any:
+    """`value` with every string that names an existing file or folder made absolute, so that `data/x` given from
+    the repository and `/abs/repo/data/x` given from elsewhere are the same run."""
+    if isinstance(value, list):
+        return [resolved_paths(item) for item in value]
+    if isinstance(value, str) and value and Path(value).exists():
+        return str(Path(value).resolve())
+    return value
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
