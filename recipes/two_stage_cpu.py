@@ -23,7 +23,8 @@ STS-B dev is probed zero-shot while every pre-training runs (metrics.jsonl: prob
 Every job is skipped when its output exists (a killed run resumes; training resumes from its checkpoints). Jobs run
 --parallel at a time (one thread each): stage 1 first, then the SNLI arms (the paper's branch before the MLM
 control's), then the SciFact arms, so a cut run has finished the most important part. Writes `two-stage.md` (the
-table: mean and min..max over the finished seeds) and `two-stage.png` (bars: the means; dots: each seed) into the
+table: mean and min..max over the finished seeds; then, paired by seed, the sum minus each other arm and stage-1
+RetroMAE minus stage-1 MLM under each stage 2) and `two-stage.png` (bars: the means; dots: each seed) into the
 output folder.
 
 Usage (from the repository root; run it under `nice` on a shared machine):
@@ -281,22 +282,38 @@ def markdown(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gap_row(output: Path, seeds: list[int], first: Path, second: Path, labels: str) -> list[str]:
+    """A table row: `labels`, then `first` minus `second` over the seeds where both are scored (STS-B Spearman,
+    SciFact NDCG@10); no row when no seed has both."""
+    pairs = [(one, other) for seed in seeds if (one := read_scores(output / f"seed{seed}" / first))
+             and (other := read_scores(output / f"seed{seed}" / second))]
+    if not pairs:
+        return []
+    gaps = {key: [one[key] - other[key] for one, other in pairs] for key in ("stsb", "ndcg@10")}
+    return [f"| {labels} | {len(pairs)} | {spread(gaps['stsb'])} | {spread(gaps['ndcg@10'])} |"]
+
+
 def paired_gaps(output: Path, seeds: list[int]) -> str:
     """The paper's claim seed by seed: RetroMAE + contrastive minus each single-objective arm (and minus no stage 2),
-    over the seeds where both cells are scored, per stage-1 model and stage-2 data."""
+    per stage-1 model and stage-2 data."""
     lines = ["| stage 1 | stage 2 data | RetroMAE + contrastive minus | seeds | STS-B Spearman | SciFact NDCG@10 |",
              "|---|---|---|---:|---:|---:|"]
     for stage1, data in itertools.product(STAGE1, STAGE2_DATA):
-        arms = ((Path(stage1, data, "retromae"), "RetroMAE alone"),
-                (Path(stage1, data, "contrastive"), "contrastive alone"), (Path(stage1), "no stage 2"))
-        for other, name in arms:
-            pairs = [(both, single) for seed in seeds
-                     if (both := read_scores(output / f"seed{seed}" / stage1 / data / "retromae+contrastive"))
-                     and (single := read_scores(output / f"seed{seed}" / other))]
-            if pairs:
-                gaps = {key: [both[key] - single[key] for both, single in pairs] for key in ("stsb", "ndcg@10")}
-                lines.append(f"| {stage1} | {data} | {name} | {len(pairs)} | {spread(gaps['stsb'])} | "
-                             f"{spread(gaps['ndcg@10'])} |")
+        both = Path(stage1, data, "retromae+contrastive")
+        for other, name in ((Path(stage1, data, "retromae"), "RetroMAE alone"),
+                            (Path(stage1, data, "contrastive"), "contrastive alone"), (Path(stage1), "no stage 2")):
+            lines += gap_row(output, seeds, both, other, f"{stage1} | {data} | {name}")
+    return "\n".join(lines) + "\n"
+
+
+def stage1_gaps(output: Path, seeds: list[int]) -> str:
+    """Stage-1 RetroMAE minus the stage-1 MLM control under the same stage 2 (or none), seed by seed (each seed's
+    two stage-1 models start from its one initial model)."""
+    lines = ["| stage 2 data | stage 2 | seeds | STS-B Spearman | SciFact NDCG@10 |", "|---|---|---:|---:|---:|"]
+    lines += gap_row(output, seeds, Path("retromae"), Path("mlm"), "– | no stage 2")
+    for data, arm in itertools.product(STAGE2_DATA, ARMS):
+        lines += gap_row(output, seeds, Path("retromae", data, arm), Path("mlm", data, arm),
+                         f"{data} | {ARM_NAMES[arm]}")
     return "\n".join(lines) + "\n"
 
 
@@ -324,7 +341,8 @@ def report(output: Path, seeds: list[int]) -> str:
     rows = table_rows(output, seeds)
     if not rows:
         raise SystemExit(f"{output}: no scored model yet")
-    table = markdown(rows) + "\nPaired by seed:\n\n" + paired_gaps(output, seeds)
+    table = (markdown(rows) + "\nPaired by seed:\n\n" + paired_gaps(output, seeds)
+             + "\nStage-1 RetroMAE minus stage-1 MLM, paired by seed:\n\n" + stage1_gaps(output, seeds))
     write_text_atomic(output / "two-stage.md", table)
     plot(rows, output / "two-stage.png")
     return table

@@ -111,7 +111,8 @@ def test_cli_help_documents_every_option(capsys):
     for flag in ("--model", "--corpus", "--output", "--max-steps", "--batch-size", "--max-length", "--decoding",
                  "--encoder-mask-ratio", "--decoder-mask-ratio", "--config", "--from-config", "--resume",
                  "--mixed-precision", "--gradient-accumulation-steps", "--whole-word-mask", "--objective",
-                 "--decoder-layers", "--attention-window", "--temperature", "--pairs", "--init-from"):
+                 "--decoder-layers", "--attention-window", "--temperature", "--pairs", "--init-from",
+                 "--init-missing-head"):
         assert flag in text
 
 
