@@ -69,8 +69,8 @@ class QuickstartConfig(OutputOptions):
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
                                     "(default: the Python standard library's docstrings, built offline)")
     corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
-    preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on one H100); "
-                                      "default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
+    preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on "
+                                      "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     vocab_size: int | None = option(None, "WordPiece vocabulary trained on the corpus (cpu preset: 2000)")
     hidden_size: int | None = option(None, "hidden size of the small BERT encoder (cpu preset: 128)")
     layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")
