@@ -11,7 +11,8 @@ options:
   stage 2        from each stage-1 model, on SNLI pairs and on SciFact span pairs, 150 steps of 16 pairs (32 rows),
                  1e-3: retromae+contrastive (weight 1), contrastive alone, retromae alone (retromae+contrastive with
                  --contrastive-weight 0: the same batches, the InfoNCE term logged but not trained); the stage-1
-                 model itself is the fourth arm (no stage 2)
+                 model itself is the fourth arm (no stage 2). From the MLM model, the two arms with a decoder start
+                 it from fresh weights (--init-missing-head), the encoder and MLM head from the MLM run
   scratch        retromae+contrastive from the initial model on span pairs of the stage-1 corpus, stage 1's steps,
                  learning rate and rows per step, once per --scratch-weights value (first stage-1 seed only)
   scoring        STS-B test Spearman of the [CLS] vector zero-shot; SciFact: fine-tuned with in-batch negatives
@@ -20,9 +21,11 @@ With --stage1-seed S, the initial model and stage 1 are trained once (seed S) an
 stage-2 arms and the fine-tuning from them: the seeds' spread is then that of stage 2 and fine-tuning alone.
 STS-B dev is probed zero-shot while every pre-training runs (metrics.jsonl: probe_sts_spearman).
 Every job is skipped when its output exists (a killed run resumes; training resumes from its checkpoints). Jobs run
---parallel at a time (one thread each), the paper's arms before the MLM control's, so a cut run has finished the
-most important part. Writes `two-stage.md` (the table: mean and min..max over the finished seeds) and
-`two-stage.png` (bars: the means; dots: each seed) into the output folder.
+--parallel at a time (one thread each): stage 1 first, then the SNLI arms (the paper's branch before the MLM
+control's), then the SciFact arms, so a cut run has finished the most important part. Writes `two-stage.md` (the
+table: mean and min..max over the finished seeds; then, paired by seed, the sum minus each other arm and stage-1
+RetroMAE minus stage-1 MLM under each stage 2) and `two-stage.png` (bars: the means; dots: each seed) into the
+output folder.
 
 Usage (from the repository root; run it under `nice` on a shared machine):
     PYTHONPATH=src nice -n 10 python recipes/two_stage_cpu.py --output runs/two-stage-cpu --seeds 42 1 2 \
@@ -151,26 +154,27 @@ def stage1_jobs(settings: Settings, seed: int) -> list[Job]:
 
 def stage2_jobs(settings: Settings, seed: int, stage1_seed: int) -> list[Job]:
     """From the initial and stage-1 models of `stage1_seed`: every stage-2 arm, and the scoring of every model, run
-    with `seed`. Priorities put the paper's branch (stage-1 RetroMAE) before the MLM control, within a branch the
-    SNLI arms of every seed before the SciFact arms, and the random initialisation's reference row of a seed other
-    than `stage1_seed` last."""
+    with `seed`. The MLM control's arms with a decoder start it fresh (--init-missing-head). Priorities put the SNLI
+    arms of every seed before the SciFact arms, within each the paper's branch (stage-1 RetroMAE) before the MLM
+    control, and the random initialisation's reference row of a seed other than `stage1_seed` last."""
     source, root = settings.output / f"seed{stage1_seed}", settings.output / f"seed{seed}"
     jobs = [scoring_job(f"none {seed}", source / "initial-model", root / "none", settings, seed,
                         [f"initial model {stage1_seed}"], 1 if seed == stage1_seed else 6)]
     data_options = {"snli": ["--pairs", str(settings.data / "pairs" / "snli-dev-test.jsonl")],
                     "scifact": ["--corpus", str(settings.data / "beir" / "scifact")]}
     for stage1 in settings.stage1:
-        rank = 1 if stage1 == "retromae" else 4
+        rank = 1 if stage1 == "retromae" else 2
         after, stage1_output = f"stage 1 {stage1} {stage1_seed}", source / stage1 / "pretrain"
         jobs.append(scoring_job(f"{stage1} {seed}", stage1_output / "encoder", root / stage1, settings, seed, [after],
                                 rank))
         for data, arm in itertools.product(settings.stage2_data, ARMS):
             folder, name = root / stage1 / data / arm, f"stage 2 {stage1} {data} {arm} {seed}"
-            command = cli("pretrain", "--init-from", str(stage1_output), *data_options[data], "--output",
+            fresh = ["--init-missing-head"] if stage1 == "mlm" and arm != "contrastive" else []
+            command = cli("pretrain", "--init-from", str(stage1_output), *fresh, *data_options[data], "--output",
                           str(folder / "pretrain"), *ARMS[arm],
                           *training_options(settings, seed, settings.stage2_steps, settings.batch_size // 2, "1e-3",
                                             "0.1"))
-            order = rank + STAGE2_DATA.index(data)
+            order = rank + 3 * STAGE2_DATA.index(data)
             jobs.append(Job(name, [command], folder / "pretrain" / "sentence-transformer", [after], order,
                             folder / "pretrain.log"))
             jobs.append(scoring_job(f"{stage1} {data} {arm} {seed}", folder / "pretrain" / "encoder", folder,
@@ -278,22 +282,38 @@ def markdown(rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gap_row(output: Path, seeds: list[int], first: Path, second: Path, labels: str) -> list[str]:
+    """A table row: `labels`, then `first` minus `second` over the seeds where both are scored (STS-B Spearman,
+    SciFact NDCG@10); no row when no seed has both."""
+    pairs = [(one, other) for seed in seeds if (one := read_scores(output / f"seed{seed}" / first))
+             and (other := read_scores(output / f"seed{seed}" / second))]
+    if not pairs:
+        return []
+    gaps = {key: [one[key] - other[key] for one, other in pairs] for key in ("stsb", "ndcg@10")}
+    return [f"| {labels} | {len(pairs)} | {spread(gaps['stsb'])} | {spread(gaps['ndcg@10'])} |"]
+
+
 def paired_gaps(output: Path, seeds: list[int]) -> str:
     """The paper's claim seed by seed: RetroMAE + contrastive minus each single-objective arm (and minus no stage 2),
-    over the seeds where both cells are scored, per stage-1 model and stage-2 data."""
+    per stage-1 model and stage-2 data."""
     lines = ["| stage 1 | stage 2 data | RetroMAE + contrastive minus | seeds | STS-B Spearman | SciFact NDCG@10 |",
              "|---|---|---|---:|---:|---:|"]
     for stage1, data in itertools.product(STAGE1, STAGE2_DATA):
-        arms = ((Path(stage1, data, "retromae"), "RetroMAE alone"),
-                (Path(stage1, data, "contrastive"), "contrastive alone"), (Path(stage1), "no stage 2"))
-        for other, name in arms:
-            pairs = [(both, single) for seed in seeds
-                     if (both := read_scores(output / f"seed{seed}" / stage1 / data / "retromae+contrastive"))
-                     and (single := read_scores(output / f"seed{seed}" / other))]
-            if pairs:
-                gaps = {key: [both[key] - single[key] for both, single in pairs] for key in ("stsb", "ndcg@10")}
-                lines.append(f"| {stage1} | {data} | {name} | {len(pairs)} | {spread(gaps['stsb'])} | "
-                             f"{spread(gaps['ndcg@10'])} |")
+        both = Path(stage1, data, "retromae+contrastive")
+        for other, name in ((Path(stage1, data, "retromae"), "RetroMAE alone"),
+                            (Path(stage1, data, "contrastive"), "contrastive alone"), (Path(stage1), "no stage 2")):
+            lines += gap_row(output, seeds, both, other, f"{stage1} | {data} | {name}")
+    return "\n".join(lines) + "\n"
+
+
+def stage1_gaps(output: Path, seeds: list[int]) -> str:
+    """Stage-1 RetroMAE minus the stage-1 MLM control under the same stage 2 (or none), seed by seed (each seed's
+    two stage-1 models start from its one initial model)."""
+    lines = ["| stage 2 data | stage 2 | seeds | STS-B Spearman | SciFact NDCG@10 |", "|---|---|---:|---:|---:|"]
+    lines += gap_row(output, seeds, Path("retromae"), Path("mlm"), "– | no stage 2")
+    for data, arm in itertools.product(STAGE2_DATA, ARMS):
+        lines += gap_row(output, seeds, Path("retromae", data, arm), Path("mlm", data, arm),
+                         f"{data} | {ARM_NAMES[arm]}")
     return "\n".join(lines) + "\n"
 
 
@@ -321,7 +341,8 @@ def report(output: Path, seeds: list[int]) -> str:
     rows = table_rows(output, seeds)
     if not rows:
         raise SystemExit(f"{output}: no scored model yet")
-    table = markdown(rows) + "\nPaired by seed:\n\n" + paired_gaps(output, seeds)
+    table = (markdown(rows) + "\nPaired by seed:\n\n" + paired_gaps(output, seeds)
+             + "\nStage-1 RetroMAE minus stage-1 MLM, paired by seed:\n\n" + stage1_gaps(output, seeds))
     write_text_atomic(output / "two-stage.md", table)
     plot(rows, output / "two-stage.png")
     return table

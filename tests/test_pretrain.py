@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import kill_after_checkpoint, run_metrics
 from conftest import tiny_pretrain_config as config
+from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
 import retromae.pretrain
@@ -21,7 +22,7 @@ from retromae.cli import main
 from retromae.config import ConfigError
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
-from retromae.export import export_encoder, load_head, save_head
+from retromae.export import HEAD_FILE, export_encoder, load_head, save_head
 from retromae.objectives import build_objective
 from retromae.pretrain import PretrainConfig, init_head, load_backbone, pretrain
 from retromae.scratch import is_random_init, save_random_bert
@@ -110,7 +111,8 @@ def test_cli_help_documents_every_option(capsys):
     for flag in ("--model", "--corpus", "--output", "--max-steps", "--batch-size", "--max-length", "--decoding",
                  "--encoder-mask-ratio", "--decoder-mask-ratio", "--config", "--from-config", "--resume",
                  "--mixed-precision", "--gradient-accumulation-steps", "--whole-word-mask", "--objective",
-                 "--decoder-layers", "--attention-window", "--temperature", "--pairs", "--init-from"):
+                 "--decoder-layers", "--attention-window", "--temperature", "--pairs", "--init-from",
+                 "--init-missing-head"):
         assert flag in text
 
 
@@ -412,6 +414,69 @@ def test_stage_two_rejects_a_head_of_another_objective(stage_one, tiny_corpus, t
         init_head(deeper, settings)
     with pytest.raises(ModelLoadError, match="no encoder/ folder"):
         stage_two(tmp_path, tiny_corpus)
+
+
+@pytest.fixture()
+def mlm_stage_one(tiny_model_dir, tiny_corpus, tmp_path):
+    """A finished 3-step MLM run: its head has no decoder."""
+    return pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "mlm", objective="mlm", max_steps=3,
+                           save_every=0))
+
+
+def from_mlm_run(mlm_run: Path, output: Path, tiny_corpus, **overrides) -> PretrainConfig:
+    return config(mlm_run, tiny_corpus, output, model=None, init_from=str(mlm_run), **overrides)
+
+
+@pytest.mark.parametrize("objective", ["retromae", "retromae+contrastive"])
+def test_retromae_from_an_mlm_run_is_refused_with_the_option_that_starts_a_fresh_decoder(mlm_stage_one, tiny_corpus,
+                                                                                        tmp_path, objective):
+    settings = from_mlm_run(mlm_stage_one, tmp_path / "two", tiny_corpus, objective=objective)
+    encoder, tokenizer = load_backbone(settings)
+    with pytest.raises(ModelLoadError, match=r"its mlm run does not fit .*missing \['decoder.*--init-missing-head"):
+        init_head(build_objective(objective, encoder, tokenizer, settings), settings)
+    with pytest.raises(ConfigError, match="--init-missing-head: only with --init-from"):
+        config(mlm_stage_one / "encoder", tiny_corpus, tmp_path / "three", init_missing_head=True)
+
+
+def test_init_missing_head_keeps_the_mlm_run_and_starts_the_decoder_as_from_scratch(mlm_stage_one, tiny_corpus,
+                                                                                   tmp_path, caplog):
+    def built(settings: PretrainConfig):
+        retromae.train.seed_everything(settings.seed)  # as `pretrain` does before loading and building
+        encoder, tokenizer = load_backbone(settings)
+        return build_objective(settings.objective, encoder, tokenizer, settings)
+
+    settings = from_mlm_run(mlm_stage_one, tmp_path / "two", tiny_corpus, init_missing_head=True)
+    continued = built(settings)
+    with caplog.at_level("WARNING", logger="retromae.pretrain"):
+        init_head(continued, settings)
+    scratch = built(config(mlm_stage_one / "encoder", tiny_corpus, tmp_path / "scratch"))  # --model: all fresh
+    saved, fresh = load_file(str(mlm_stage_one / HEAD_FILE)), scratch.head_state_dict()
+    decoder = [name for name in continued.head_state_dict() if name.startswith("decoder.")]
+    assert decoder and set(decoder).isdisjoint(saved)
+    for name, tensor in continued.head_state_dict().items():
+        torch.testing.assert_close(tensor.detach(), (fresh if name in decoder else saved)[name].detach())
+    assert not all(torch.equal(fresh[name], saved[name]) for name in saved)  # the MLM head is the run's, not fresh
+    trained = AutoModel.from_pretrained(mlm_stage_one / "encoder").state_dict()
+    for name, tensor in continued.encoder.base_model.state_dict().items():
+        torch.testing.assert_close(tensor, trained[name])
+    notes = [r.getMessage() for r in caplog.records if "--init-missing-head" in r.getMessage()]
+    assert len(notes) == 1 and "previous mlm head lacks" in notes[0] and "decoder.0.*" in notes[0]
+
+
+def test_a_stage_two_with_a_fresh_decoder_resumes_on_the_same_trajectory(mlm_stage_one, tiny_corpus, tmp_path,
+                                                                         monkeypatch):
+    def stage_two_config(output: Path, **overrides) -> PretrainConfig:
+        return from_mlm_run(mlm_stage_one, output, tiny_corpus, init_missing_head=True,
+                            objective="retromae+contrastive", **overrides)
+
+    reference = run_metrics(pretrain(stage_two_config(tmp_path / "full")))
+    interrupted = tmp_path / "interrupted"
+    kill_after_checkpoint(monkeypatch, 3, lambda: pretrain(stage_two_config(interrupted)))
+    resumed = run_metrics(pretrain(stage_two_config(interrupted, resume=True)))
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4, 5, 6]
+    for ours, theirs in zip(resumed, reference, strict=True):
+        for key in ("loss", "encoder_mlm", "decoder", "contrastive", "lr"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-5), (ours["step"], key)
 
 
 def test_retromae_contrastive_from_a_random_initialisation_needs_an_explicit_weight(tiny_tokenizer, tiny_model_dir,

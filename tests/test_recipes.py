@@ -150,22 +150,30 @@ def test_two_stage_cpu_recipe_scores_every_arm_from_one_stage_one_and_writes_one
              "finetune_epochs": 1.0, "log_every": 1, "probe_every": 2}
     command = [sys.executable, "recipes/two_stage_cpu.py", "--output", str(runs), "--data", str(data),
                "--corpus", str(data / "pretrain" / "corpus.jsonl"), "--seeds", "1", "--stage1-seed", "42",
-               "--stage1", "retromae", "--stage2-data", "snli", "--stage1-steps", "4", "--stage2-steps", "2",
-               "--scratch-weights", "1", "--sizes", json.dumps(sizes)]
+               "--stage2-data", "snli", "--stage1-steps", "4", "--stage2-steps", "2", "--scratch-weights", "1",
+               "--sizes", json.dumps(sizes)]
     environment = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True)
-    table, _, paired = (runs / "two-stage.md").read_text().split("\n\n")
+    table, _, paired, _, stage1 = (runs / "two-stage.md").read_text().split("\n\n")
     rows = [[cell.strip() for cell in row.split("|")[1:5]] for row in table.splitlines()[2:]]
     arms = ["RetroMAE + contrastive", "contrastive alone", "RetroMAE alone"]
     assert rows == [["none", "–", "no pre-training", "1"], ["retromae", "–", "no stage 2", "1"],
-                    *[["retromae", "snli", arm, "1"] for arm in arms]]
+                    ["mlm", "–", "no stage 2", "1"], *[[s1, "snli", arm, "1"] for s1 in ("retromae", "mlm")
+                                                       for arm in arms]]
     assert [[cell.strip() for cell in row.split("|")[1:5]] for row in paired.splitlines()[2:]] == [
-        ["retromae", "snli", other, "1"] for other in ("RetroMAE alone", "contrastive alone", "no stage 2")]
+        [s1, "snli", other, "1"] for s1 in ("retromae", "mlm")
+        for other in ("RetroMAE alone", "contrastive alone", "no stage 2")]
+    assert [[cell.strip() for cell in row.split("|")[1:4]] for row in stage1.splitlines()[2:]] == [
+        ["–", "no stage 2", "1"], *[["snli", arm, "1"] for arm in arms]]
     assert (runs / "two-stage.png").is_file()
     assert not (runs / "seed1" / "initial-model").exists()  # stage 1 is trained once, with --stage1-seed
     assert (runs / "seed42" / "scratch-w1" / "eval" / "stsb.json").is_file()  # not a row: seed 42 is not in --seeds
     stage2 = json.loads((runs / "seed1" / "retromae" / "snli" / "retromae" / "pretrain" / "config.json").read_text())
     assert stage2["init_from"] == str(runs / "seed42" / "retromae" / "pretrain")
     assert (stage2["objective"], stage2["contrastive_weight"], stage2["seed"]) == ("retromae+contrastive", 0.0, 1)
+    assert not stage2["init_missing_head"]  # RetroMAE's stage 2 continues with its decoder
+    control = json.loads((runs / "seed1" / "mlm" / "snli" / "retromae" / "pretrain" / "config.json").read_text())
+    assert (control["init_from"], control["init_missing_head"]) == (str(runs / "seed42" / "mlm" / "pretrain"), True)
+    assert "decoder.0.*" in (runs / "seed1" / "mlm" / "snli" / "retromae" / "pretrain.log").read_text()
     again = subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True, text=True)
     assert " start " not in again.stdout  # every finished job is skipped

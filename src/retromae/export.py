@@ -103,11 +103,18 @@ def save_head(objective: nn.Module, output: Path) -> None:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
 
 
-def load_head(objective: nn.Module, output: Path, allow_unused: bool = False) -> list[str]:
-    """Load `save_head`'s tensors into an objective of the same kind; names must match exactly.
+class HeadMismatchError(ModelLoadError):
+    """A saved pre-training head that lacks tensors the objective needs (or holds tensors it has no place for)."""
+
+
+def load_head(objective: nn.Module, output: Path, allow_unused: bool = False,
+              allow_missing: bool = False) -> tuple[list[str], list[str]]:
+    """Load `save_head`'s tensors into an objective of the same kind; names must match exactly. Returns the names
+    skipped (unused) and the names left as the objective was built (missing).
 
     With `allow_unused`, tensors the objective has no place for (e.g. a decoder when continuing with plain MLM)
-    are skipped and their names returned; every tensor the objective needs must still be there.
+    are skipped; with `allow_missing`, tensors the objective needs and the file lacks (e.g. a decoder after plain
+    MLM) keep the objective's own, freshly initialised, weights. Otherwise either is a `HeadMismatchError`.
     """
     path = Path(output) / HEAD_FILE
     if not path.exists():
@@ -115,8 +122,8 @@ def load_head(objective: nn.Module, output: Path, allow_unused: bool = False) ->
     tensors = load_file(str(path))
     expected = set(objective.head_state_dict())
     missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-    if missing or (unexpected and not allow_unused):
-        raise ModelLoadError(f"{path}: head does not match this objective (missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]})")
-    objective.load_state_dict({name: tensors[name] for name in expected}, strict=False)
-    return unexpected
+    if (missing and not allow_missing) or (unexpected and not allow_unused):
+        raise HeadMismatchError(f"{path}: head does not match this objective (missing {missing[:5]}, "
+                                f"unexpected {unexpected[:5]})")
+    objective.load_state_dict({name: tensors[name] for name in expected - set(missing)}, strict=False)
+    return unexpected, missing

@@ -29,6 +29,7 @@ from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import (
     HEAD_FILE,
+    HeadMismatchError,
     declared_max_length,
     export_encoder,
     export_sentence_transformer,
@@ -126,16 +127,28 @@ def load_backbone(config: PretrainConfig) -> tuple[PreTrainedModel, PreTrainedTo
 
 
 def init_head(objective: PretrainingObjective, config: PretrainConfig) -> None:
-    """Load the previous run's MLM head and decoder into `objective`; its unused tensors are skipped, with a note."""
+    """Load the previous run's MLM head and decoder into `objective`; its unused tensors are skipped, with a note.
+    Tensors it lacks are refused, or with --init-missing-head keep the fresh weights `objective` was built with (the
+    same as from --model), with a note naming them."""
     previous = previous_objective(Path(config.init_from))
     try:
-        unused = load_head(objective, Path(config.init_from), allow_unused=True)
-    except ModelLoadError as error:
+        unused, fresh = load_head(objective, Path(config.init_from), allow_unused=True,
+                                  allow_missing=config.init_missing_head)
+    except HeadMismatchError as error:
         raise ModelLoadError(f"--init-from {config.init_from}: the head of its {previous} run does not fit the "
-                             f"{config.objective} objective ({error})") from error
+                             f"{config.objective} objective ({error}); --init-missing-head starts the missing "
+                             "tensors from fresh weights") from error
     if unused:
         logger.warning("--init-from: the %s objective leaves %d tensors of the previous %s head unused (e.g. %s)",
                        config.objective, len(unused), previous, unused[0])
+    if fresh:
+        logger.warning("--init-missing-head: the %s objective starts %d tensors the previous %s head lacks from fresh "
+                       "weights (%s)", config.objective, len(fresh), previous, ", ".join(head_modules(fresh)))
+
+
+def head_modules(names: list[str]) -> list[str]:
+    """Tensor names grouped by their module, e.g. ["decoder.0.*"] for every tensor of the first decoder layer."""
+    return sorted({".".join(name.split(".")[:2]) + ".*" if name.count(".") > 1 else name for name in names})
 
 
 def previous_objective(folder: Path) -> str:

@@ -76,6 +76,9 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                      "MiniLM)", required_unless="--init-from")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
                                          "and pretrain_head.safetensors (stage 2)", required_unless="--model")
+    init_missing_head: bool = option(False, "with --init-from: start the head tensors the previous run lacks (e.g. "
+                                            "RetroMAE's decoder after an MLM run) from fresh weights, as a run from "
+                                            "--model does, and name them; without it such a run is refused")
     corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])",
                                required_unless="--pairs")
     pairs: str | None = option(None, "contrastive objectives: JSON lines of {\"query\": str, \"pos\": str or [str]} "
@@ -117,6 +120,8 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
         require((self.model is None) != (self.init_from is None), "model",
                 "give exactly one of --model and --init-from (which loads DIR/encoder)")
         require(not (self.init_from and self.from_config), "from_config", "cannot be combined with --init-from")
+        require(self.init_from is not None or not self.init_missing_head, "init_missing_head",
+                "only with --init-from (from --model the whole head starts fresh)")
         require(0 < self.encoder_mask_ratio < 1, "encoder_mask_ratio", "must lie in (0, 1)")
         require(0 < self.decoder_mask_ratio < 1, "decoder_mask_ratio", "must lie in (0, 1)")
         require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
