@@ -36,7 +36,8 @@ from retromae.quickstart_config import Budget, QuickstartConfig
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.run_folder import claim_folder, run_identity
-from retromae.scratch import save_random_bert, train_wordpiece
+from retromae.scratch import save_random_model
+from retromae.tokenizer_training import train_wordpiece
 
 METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
 OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",
@@ -97,8 +98,8 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
 def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int) -> Path:
     """A WordPiece tokenizer trained on the corpus and a randomly initialised small BERT, saved together."""
     tokenizer = train_wordpiece((document.text for document in iter_corpus(corpus)), budget.vocab_size, 512)
-    return save_random_bert(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
-                            max_positions=max(512, budget.max_length), seed=seed)
+    return save_random_model(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
+                             max_positions=max(512, budget.max_length), seed=seed)
 
 
 def unigram_entropy(corpus: list[str], model: Path) -> float:

@@ -8,6 +8,10 @@ embeddings and its tied MLM head. Total loss = encoder MLM + decoder loss (Algor
   [MASK]; loss on those masked positions.
 - Enhanced decoding (Eq. 4-7): query stream h_cls + p_i, context stream [h_cls, e(x_1)+p_1, ...] of the ORIGINAL
   tokens, a position-specific attention mask per row; loss over all non-special tokens.
+
+Positions come from the backbone's family (`retromae.backbones`): its absolute table where it has one; otherwise
+(ModernBERT's rotary, DeBERTa-v3's relative positions) the query stream is h_cls alone and the decoder's attention
+rotates queries and keys to their positions.
 """
 
 from __future__ import annotations
@@ -80,8 +84,9 @@ class RetroMAE(PretrainingObjective):
         corrupted = input_ids.masked_fill(masked, self.masking.mask_token_id)
         hidden = self.cls_and_token_stream(corrupted, cls_embedding)
         visible = batch["attention_mask"].bool()[:, None, :]  # (B, 1, L)
+        rotary = self.decoder_positions(input_ids.shape[1], input_ids.device).rotary
         for layer in self.decoder:
-            hidden = layer(hidden, hidden, visible)
+            hidden = layer(hidden, hidden, visible, rotary)
         labels = input_ids.masked_fill(~masked, backbone.IGNORE_INDEX)
         capacity = backbone.label_capacity(labels.numel(), self.masking.decoder_mask_ratio)
         return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
@@ -90,12 +95,15 @@ class RetroMAE(PretrainingObjective):
                            generator: torch.Generator) -> torch.Tensor:
         input_ids = batch["input_ids"]
         length = input_ids.shape[1]
-        positions = backbone.position_embeddings(self.encoder, length, input_ids.device)  # (L, D)
-        query = cls_embedding + positions[None]  # (B, L, D)
+        positions = self.decoder_positions(length, input_ids.device)
+        if positions.absolute is not None:
+            query = cls_embedding + positions.absolute[None]  # (B, L, D): h_cls + p_i
+        else:
+            query = cls_embedding.expand(-1, length, -1)  # (B, L, D): h_cls, rotated to position i in attention
         context = self.cls_and_token_stream(input_ids, cls_embedding)  # (B, L, D)
         visible = enhanced_decoding_mask(
             batch["attention_mask"], ratio=self.masking.decoder_mask_ratio, generator=generator
         )  # (B, L, L)
-        hidden = self.decoder[0](query, context, visible)
+        hidden = self.decoder[0](query, context, visible, positions.rotary)
         labels = input_ids.masked_fill(batch["special_tokens_mask"], backbone.IGNORE_INDEX)
         return backbone.masked_lm_loss(self.lm_head, hidden, labels)  # every real token: projected everywhere
