@@ -73,7 +73,7 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
-                                     "MiniLM)", required_unless="--init-from")
+                                     "XLM-R, ModernBERT, DeBERTa-v3, MiniLM)", required_unless="--init-from")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
                                          "and pretrain_head.safetensors (stage 2)", required_unless="--model")
     corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])",
@@ -82,6 +82,10 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                      "pairs, used instead of two spans per --corpus document; simcse (supervised) "
                                      "also needs \"neg\": str or [str], hard negatives")
     from_config: bool = option(False, "start from fresh weights built from --model's config (scratch)")
+    attention: str = option("auto", "the backbone's attention kernel; auto: FlashAttention-2 on CUDA where the model "
+                                    "supports it and flash-attn is installed (padded batches run unpadded, as "
+                                    "variable-length sequences), else PyTorch SDPA, else eager (DeBERTa)",
+                            choices=("auto", "sdpa", "flash_attention_2", "eager"))
     objective: str = option("retromae", "pre-training objective", choices=OBJECTIVE_NAMES)
     decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
                            choices=("enhanced", "basic"))

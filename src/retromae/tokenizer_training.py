@@ -70,12 +70,13 @@ def _unigram(texts: Iterable[str], vocab_size: int, special: list[str], unk: str
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.train_from_iterator(texts, trainers.UnigramTrainer(
         vocab_size=vocab_size, special_tokens=special, unk_token=unk, show_progress=verbose()))
-    # The trainer keeps every character with a score just below the learned pieces', offset in hash-map order;
-    # one shared score for them, and pieces numbered by (score, text), give the same tokenizer for the same texts.
+    # The trainer keeps every character at a score just below the learned pieces', offset in hash-map order, and sums
+    # the learned scores in an order that moves their last digits: one shared score for the kept characters, scores
+    # rounded to 8 decimals and pieces numbered by (score, text) give the same tokenizer for the same texts.
     pieces = [(piece, score) for piece, score in json.loads(tokenizer.to_str())["model"]["vocab"]
               if piece not in special]
-    floor = min((score for piece, score in pieces if len(piece) > 1), default=0.0)
-    pieces = sorted(((piece, score if len(piece) > 1 or score >= floor else floor - 1.0) for piece, score in pieces),
+    lowest = min(score for _, score in pieces)
+    pieces = sorted(((piece, round(lowest if score < lowest + 0.01 else score, 8)) for piece, score in pieces),
                     key=lambda item: (-item[1], item[0]))
     vocab = [(token, 0.0) for token in special] + pieces
     tokenizer.model = models.Unigram(vocab, unk_id=special.index(unk))

@@ -43,7 +43,7 @@ class BackboneAdapter:
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         """The module mapping hidden states (..., D) to vocabulary logits (..., V): the one child beside the base."""
-        heads = [child for child in model.children() if child is not model.base_model and _has_parameters(child)]
+        heads = [child for child in model.children() if child is not model.base_model and has_parameters(child)]
         if len(heads) != 1:
             raise ModelLoadError(f"{type(model).__name__} ({self.family} family): expected one MLM head module "
                                  f"beside the base model, found {len(heads)}")
@@ -85,5 +85,5 @@ class BackboneAdapter:
         raise NotImplementedError
 
 
-def _has_parameters(module: nn.Module) -> bool:
+def has_parameters(module: nn.Module) -> bool:
     return any(True for _ in module.parameters())
