@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from conftest import kill_after_checkpoint, make_sentences, run_metrics, shared_data, tiny_pretrain_config
+from test_objectives import generator, make_batch, settings
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM
 
 from retromae import backbone
@@ -22,7 +23,6 @@ from retromae.masking import select_positions
 from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.layers import apply_rotary
 from retromae.tokenizer_training import train_tokenizer
-from test_objectives import generator, make_batch, settings
 
 FAMILIES = tuple(ARCHITECTURES)  # bert, roberta, xlm-roberta, modernbert, deberta-v2
 ANGLE = ("roberta", "xlm-roberta")
