@@ -277,3 +277,46 @@ def test_family_runs_resume_identically_and_export_with_their_pooling(family_mod
         vectors = SentenceTransformer(str(interrupted / folder_name), device="cpu").encode(texts,
                                                                                            convert_to_tensor=True)
         torch.testing.assert_close(vectors, expected, rtol=1e-4, atol=1e-4)
+
+
+# --- long inputs: enhanced decoding a block of rows at a time -----------------------------------------------------
+
+
+def counting(decode_block, rows: list[int]):
+    """`decode_block`, noting the rows of each block it decodes in `rows`."""
+    def decode(query, *rest):
+        rows.append(query.shape[1])
+        return decode_block(query, *rest)
+    return decode
+
+
+@pytest.mark.parametrize("architecture", ["bert", "modernbert"])  # absolute positions, rotary ones
+def test_blockwise_enhanced_decoding_gives_the_whole_loss_and_gradients(family_tokenizers, monkeypatch,
+                                                                         architecture):
+    """With the mask drawn from the same counter-based scores, decoding 5 query rows at a time (recomputed in the
+    backward pass) gives the loss and gradients of decoding every row at once."""
+    import retromae.objectives.retromae as retromae_module
+    from retromae.masking import draw_seeds, enhanced_decoding_mask_from_scores, hashed_uniform
+
+    def hashed_mask(attention_mask, *, ratio, generator):  # the whole (B, L, L) mask, from the blockwise scores
+        batch, length = attention_mask.shape
+        scores = hashed_uniform(draw_seeds(batch, generator), 0, length, length)
+        return enhanced_decoding_mask_from_scores(attention_mask, scores, ratio)
+
+    monkeypatch.setattr(retromae_module, "enhanced_decoding_mask", hashed_mask)
+    tokenizer = family_tokenizers[architecture]
+    batch = make_batch(tokenizer)
+    results = []
+    for cells in (2**24, 4 * batch["input_ids"].shape[1] * 5):  # everything at once; blocks of 5 rows
+        objective = build_objective("retromae", tiny_model(architecture, tokenizer), tokenizer, settings()).eval()
+        objective.mask_cells = cells
+        blocks = []
+        objective._decode_block = counting(objective._decode_block, blocks)
+        losses = objective(batch, generator(7))
+        losses["loss"].backward()
+        results.append((losses["decoder"], [p.grad.clone() for p in objective.decoder.parameters()]))
+        assert sum(blocks) == (0 if cells == 2**24 else 2 * batch["input_ids"].shape[1])  # forward + recomputation
+    (whole, whole_grads), (blocks, block_grads) = results
+    torch.testing.assert_close(blocks, whole)
+    for ours, theirs in zip(block_grads, whole_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)

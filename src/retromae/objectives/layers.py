@@ -54,14 +54,17 @@ class DecoderLayer(nn.Module):
         return x.view(batch, length, self.num_heads, hidden // self.num_heads).transpose(1, 2)  # (B, H, L, Dh)
 
     def forward(self, query: torch.Tensor, context: torch.Tensor, visible: torch.Tensor,
-                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None, query_start: int = 0) -> torch.Tensor:
         """query (B, Lq, D), context (B, Lk, D), visible (B, Lq, Lk) or (B, 1, Lk) bool → (B, Lq, D). With `rotary`
-        (cos, sin), each (L, Dh) with L = Lq = Lk, query row i and context column j are rotated to positions i, j."""
+        (cos, sin), each (Lk, Dh), context column j is rotated to position j and query row i to position
+        query_start + i (the query rows may be a block of a longer stream)."""
         q = self._split_heads(self.query(query))
         k = self._split_heads(self.key(context))
         v = self._split_heads(self.value(context))
         if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            cos, sin = rotary
+            rows = slice(query_start, query_start + query.shape[1])
+            q, k = apply_rotary(q, cos[rows], sin[rows]), apply_rotary(k, cos, sin)
         dropout = self.attention_dropout if self.training else 0.0
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None], dropout_p=dropout)
         attended = attended.transpose(1, 2).flatten(2)  # (B, Lq, D)
