@@ -17,6 +17,9 @@ from retromae.training_config import HeadTrainingConfig
 OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
                    "cocondenser", "contriever", "simcse")
 PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
+# The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
+# out so that --help imports no torch (tests/test_backbones.py checks the two agree).
+ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
 
 
 @dataclass(kw_only=True)

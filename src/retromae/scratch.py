@@ -10,18 +10,29 @@ apart. Does not own training, tokenizer training, or any family's config (its ad
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
-from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase
+from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from retromae.backbones import architecture_adapter
 from retromae.config import require
 from retromae.io import write_text_atomic
+from retromae.tokenizer_training import train_tokenizer
 from retromae.train import seed_everything
 
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
 # from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
 RANDOM_INIT_MARKER = "random-init.json"
+ANGLE_TOKENS = ("roberta", "xlm-roberta")  # the families that name their special tokens <s>, </s>, <pad>, <mask>
+
+
+def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,
+                     model_max_length: int = 512) -> PreTrainedTokenizerFast:
+    """The kind of tokenizer `architecture`'s family uses (WordPiece, Unigram, byte-level BPE), with its family's
+    special tokens (`<s>`-style for roberta and xlm-roberta), trained on `texts`."""
+    kind = architecture_adapter(architecture).architectures[architecture]
+    return train_tokenizer(texts, kind, vocab_size, model_max_length, angle_tokens=architecture in ANGLE_TOKENS)
 
 
 def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidden_size: int, layers: int,

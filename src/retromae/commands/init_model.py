@@ -13,11 +13,10 @@ from pathlib import Path
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
 from retromae.errors import ModelLoadError
+from retromae.pretrain_config import ARCHITECTURE_NAMES
 
 HELP = ("save a randomly initialised masked LM (bert, roberta, xlm-roberta, modernbert, deberta-v2) of a chosen size "
         "with an existing tokenizer or one trained on a corpus, as the --model of a from-scratch `retromae pretrain`")
-# The names `retromae.backbones.ARCHITECTURES` builds, spelled out so that --help imports no torch (a test checks).
-ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
 # The longest input of a family's model when --max-positions is not given.
 DEFAULT_POSITIONS = {"modernbert": 8192}
 
@@ -25,7 +24,7 @@ DEFAULT_POSITIONS = {"modernbert": 8192}
 @dataclasses.dataclass(kw_only=True)
 class InitModelConfig:
     output: Path = option(help="folder to write the model and tokenizer to")
-    architecture: str = option("bert", "model family to build", choices=ARCHITECTURES)
+    architecture: str = option("bert", "model family to build", choices=ARCHITECTURE_NAMES)
     tokenizer: str | None = option(None, "existing tokenizer: hub name or a local model folder holding one",
                                    required_unless="--corpus")
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
@@ -65,14 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
 def trained_tokenizer(config: InitModelConfig):
     """The family's kind of tokenizer trained on --corpus."""
-    from retromae.backbones import architecture_adapter
     from retromae.data.corpus import iter_corpus
-    from retromae.tokenizer_training import train_tokenizer
+    from retromae.scratch import family_tokenizer
 
-    kind = architecture_adapter(config.architecture).architectures[config.architecture]
     texts = (document.text for document in iter_corpus(config.corpus))
-    return train_tokenizer(texts, kind, config.vocab_size, config.positions,
-                           angle_tokens=config.architecture in ("roberta", "xlm-roberta"))
+    return family_tokenizer(texts, config.architecture, config.vocab_size, config.positions)
 
 
 def existing_tokenizer(name: str):
