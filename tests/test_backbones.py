@@ -15,7 +15,6 @@ from retromae import backbone
 from retromae.backbones import ARCHITECTURES, adapter_for, architecture_adapter
 from retromae.backbones.deberta import rotary_table
 from retromae.cli import main
-from retromae.commands.init_model import ARCHITECTURES as COMMAND_ARCHITECTURES
 from retromae.config import ConfigError
 from retromae.data.token_store import word_starts_of
 from retromae.errors import ModelLoadError
@@ -63,9 +62,6 @@ def family_model_dirs(tmp_path_factory, family_tokenizers):
 
 # --- the registry -------------------------------------------------------------------------------------------------
 
-
-def test_init_model_names_every_architecture_the_registry_builds():
-    assert COMMAND_ARCHITECTURES == FAMILIES
 
 
 @pytest.mark.parametrize("architecture,positions,limit", [
@@ -320,3 +316,9 @@ def test_blockwise_enhanced_decoding_gives_the_whole_loss_and_gradients(family_t
     torch.testing.assert_close(blocks, whole)
     for ours, theirs in zip(block_grads, whole_grads, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_the_architectures_options_name_every_architecture_the_registry_builds():
+    from retromae.pretrain_config import ARCHITECTURE_NAMES
+
+    assert ARCHITECTURE_NAMES == FAMILIES
