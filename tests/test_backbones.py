@@ -3,6 +3,7 @@ code: the adapter registry, decoder positions, tokenizers of each kind, init-mod
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -40,13 +41,13 @@ def family_tokenizers():
             for name in FAMILIES}
 
 
-def tiny_model(architecture: str, tokenizer, seed: int = 0):
+def tiny_model(architecture: str, tokenizer, seed: int = 0, attention: str | None = None):
     """A random 2-layer masked LM of `architecture`, hidden 64 (one head)."""
     special = {"pad": tokenizer.pad_token_id, "cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id}
     config = architecture_adapter(architecture).scratch_config(architecture, len(tokenizer), special, hidden_size=64,
                                                                layers=2, max_positions=128)
     torch.manual_seed(seed)
-    return AutoModelForMaskedLM.from_config(config)
+    return AutoModelForMaskedLM.from_config(config, attn_implementation=attention)
 
 
 @pytest.fixture(scope="session")
@@ -322,3 +323,23 @@ def test_the_architectures_options_name_every_architecture_the_registry_builds()
     from retromae.pretrain_config import ARCHITECTURE_NAMES
 
     assert ARCHITECTURE_NAMES == FAMILIES
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("flash_attn") is None,
+                    reason="needs a CUDA device and flash-attn")
+@pytest.mark.parametrize("architecture", ["bert", "roberta", "modernbert"])
+@pytest.mark.parametrize("name", ["retromae", "mlm", "condenser"])
+def test_unpadded_flash_attention_gives_the_padded_losses(family_tokenizers, architecture, name):
+    """FlashAttention-2 runs the padded batch unpadded (variable-length sequences): the same losses as padded SDPA."""
+    tokenizer = family_tokenizers[architecture]
+    batch = {key: value.cuda() for key, value in make_batch(tokenizer, count=8).items()}
+    assert not batch["attention_mask"].all()  # sentences of different lengths: padding to leave out
+    losses = {}
+    for kernel in ("sdpa", "flash_attention_2"):
+        objective = build_objective(name, tiny_model(architecture, tokenizer, attention=kernel), tokenizer,
+                                    settings()).cuda().eval()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            losses[kernel] = objective(batch, torch.Generator("cuda").manual_seed(0))
+    for key, value in losses["sdpa"].items():
+        torch.testing.assert_close(losses["flash_attention_2"][key], value, rtol=2e-2, atol=2e-2)
