@@ -74,6 +74,10 @@ def test_each_family_says_its_position_scheme_and_longest_input(family_tokenizer
     assert backbone.position_limit(model.config) == limit  # RoBERTa's two rows before the first position excluded
     logits = backbone.mlm_head(model)(torch.randn(3, 64))
     assert logits.shape == (3, len(family_tokenizers[architecture]))
+    ids = torch.randint(5, 100, (2, 20))
+    layers = backbone.layer_hidden_states(model.eval(), ids, torch.ones_like(ids))
+    assert len(layers) == 3  # embeddings, then each layer; the last as the MLM head reads it (ModernBERT's normed)
+    torch.testing.assert_close(layers[-1], backbone.hidden_states(model, ids, torch.ones_like(ids)))
 
 
 def test_an_architecture_no_adapter_knows_is_one_error_naming_what_is_missing(tiny_tokenizer):
