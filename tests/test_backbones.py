@@ -80,6 +80,21 @@ def test_each_family_says_its_position_scheme_and_longest_input(family_tokenizer
     torch.testing.assert_close(layers[-1], backbone.hidden_states(model, ids, torch.ones_like(ids)))
 
 
+def test_modernbert_keeps_its_local_attention_windows(family_tokenizers):
+    """ModernBERT's body gets the 2D padding mask it builds its sliding windows from: the states of the model's own
+    forward pass, which differ from those of an all-global pass."""
+    model = tiny_model("modernbert", family_tokenizers["modernbert"])
+    model.config.sliding_window = 4  # local layers see 4 tokens either side
+    model.eval()
+    ids = torch.randint(5, 100, (2, 40))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    ours = backbone.hidden_states(model, ids, mask)
+    torch.testing.assert_close(ours, model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state)
+    all_global = model.base_model(input_ids=ids, attention_mask=mask.bool()[:, None, None, :]).last_hidden_state
+    assert not torch.allclose(ours, all_global, atol=1e-3)
+
+
 def test_an_architecture_no_adapter_knows_is_one_error_naming_what_is_missing(tiny_tokenizer):
     model = DistilBertForMaskedLM(DistilBertConfig(vocab_size=len(tiny_tokenizer), dim=32, n_layers=1, n_heads=2,
                                                    hidden_dim=64))

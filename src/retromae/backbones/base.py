@@ -40,6 +40,9 @@ class BackboneAdapter:
     positions: ClassVar[str]  # "absolute", "rotary" or "relative"
     # architecture name (`retromae init-model --architecture`) → the tokenizer kind its family trains
     architectures: ClassVar[dict[str, str]]
+    # Whether the body takes the padding mask as (B, 1, 1, L) booleans under SDPA (`body`); families that build their
+    # own masks from the 2D one (ModernBERT's sliding windows, DeBERTa's relative attention) say False.
+    boolean_padding_mask: ClassVar[bool] = True
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         """The module mapping hidden states (..., D) to vocabulary logits (..., V): the one child beside the base."""
@@ -61,10 +64,14 @@ class BackboneAdapter:
              all_layers: bool = False):
         """The base model's output on (B, L) inputs; with `all_layers`, every layer's hidden states too.
 
-        The padding mask goes in as (B, 1, 1, L) booleans, which BERT-shaped models hand to attention as it is:
-        from a 2D mask they would first ask whether the batch has any padding (`padding_mask.all()`), a read from
-        the device on every step (under torch.compile it skips the question and always builds the mask, as here)."""
-        visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
+        Under SDPA the padding mask goes in as (B, 1, 1, L) booleans, which BERT-shaped models hand to attention as
+        it is: from a 2D mask they would first ask whether the batch has any padding (`padding_mask.all()`), a read
+        from the device on every step (under torch.compile it skips the question and always builds the mask, as
+        here). FlashAttention-2 takes the 2D mask, from which it unpads the batch, and so do the families that
+        build their own masks from it (`boolean_padding_mask`)."""
+        visible = attention_mask
+        if self.boolean_padding_mask and model.config._attn_implementation == "sdpa":
+            visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
         return model.base_model(input_ids=input_ids, attention_mask=visible, output_hidden_states=all_layers)
 
     def decoder_positions(self, model: PreTrainedModel, length: int, device: torch.device) -> DecoderPositions:

@@ -33,17 +33,13 @@ class DebertaV2Adapter(BackboneAdapter):
     model_types = ("deberta-v2",)
     positions = "relative"
     architectures = {"deberta-v2": "unigram"}
+    boolean_padding_mask = False  # it builds its (B, 1, L, L) mask from the 2D one
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         if not getattr(model.config, "legacy", True):
             raise ModelLoadError(f"{type(model).__name__}: the non-legacy DeBERTa MLM head (legacy: false) takes the "
                                  "word embeddings as an argument and is not supported; use legacy: true")
         return super().mlm_head(model)
-
-    def body(self, model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-             all_layers: bool = False):
-        """A 2D padding mask, from which DeBERTa builds its (B, 1, L, L) one."""
-        return model.base_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=all_layers)
 
     def decoder_positions(self, model: PreTrainedModel, length: int, device: torch.device) -> DecoderPositions:
         if getattr(model.config, "position_biased_input", True):

@@ -19,18 +19,13 @@ class ModernBertAdapter(BackboneAdapter):
     model_types = ("modernbert",)
     positions = "rotary"
     architectures = {"modernbert": "byte-level-bpe"}
+    boolean_padding_mask = False  # it builds its sliding windows from the 2D mask; a 4D one would make them global
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         return nn.Sequential(*self.head_modules(model))
 
     def head_modules(self, model: PreTrainedModel) -> list[nn.Module]:
         return [model.head, model.get_output_embeddings()]
-
-    def body(self, model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-             all_layers: bool = False):
-        """A 2D padding mask: ModernBERT builds its sliding-window masks from it (a 4D mask would be used as is,
-        turning every local layer global)."""
-        return model.base_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=all_layers)
 
     def decoder_positions(self, model: PreTrainedModel, length: int, device: torch.device) -> DecoderPositions:
         positions = torch.arange(length, device=device)[None]  # (1, L)
