@@ -1,11 +1,11 @@
 """Peak memory of one enhanced-RetroMAE training step against the input length, with and without the blockwise mask.
 
 Enhanced decoding's attention mask is (B, L, L): 64 Mi cells per example at 8,192 tokens (64 MiB of booleans, and
-256 MiB of the float32 scores it is drawn from). Past `RetroMAE.mask_cells` (16 Mi) the objective decodes the query
+256 MiB of the float32 scores it is drawn from). Past `RetroMAE.mask_cells` (32 Mi) the objective decodes the query
 stream a block of rows at a time and recomputes each block in the backward pass. For each length this prints the
 peak resident memory of one forward + backward step, measured in a fresh process (`ru_maxrss` less the memory held
 before the step), for: plain MLM on the same backbone (what the backbone alone costs), RetroMAE with the blockwise
-mask (the default), and RetroMAE with the whole mask (mask_cells raised past B * L * L). The backbone is a random
+mask (the default), and RetroMAE with the whole mask (mask_cells raised to B * L * L). The backbone is a random
 ModernBERT-shaped model (rotary, global and 128-token local attention, `--hidden-size`, `--layers`), B = `--batch-size`.
 
 Run: PYTHONPATH=src python benchmarks/long_inputs.py [--lengths 512 1024 2048 4096 8192] [--batch-size 1]

@@ -39,12 +39,12 @@ from retromae.objectives.layers import DecoderLayer
 class RetroMAE(PretrainingObjective):
     """Encoder MLM plus a decoder that reconstructs the input from the [CLS] embedding.
 
-    `mask_cells`: the most cells of enhanced decoding's (B, L, L) mask built at once, 16 Mi (16 MiB of booleans and
-    64 MiB of float32 scores; 32 blocks of 724 tokens). Past it (one example of 8,192 tokens is 64 Mi cells), the
-    query stream is decoded a block of rows at a time (`_blockwise_enhanced_decoding`)."""
+    `mask_cells`: the most cells of enhanced decoding's (B, L, L) mask built at once, 32 Mi (32 MiB of booleans and
+    128 MiB of float32 scores; 128 blocks of 512 tokens, 2 of 4,096). Past it (one example of 8,192 tokens is 64 Mi
+    cells), the query stream is decoded a block of rows at a time (`_blockwise_enhanced_decoding`)."""
 
     default_decoder_layers = 1
-    mask_cells = 2**24
+    mask_cells = 2**25
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
                  decoder_layers: int = 1):
