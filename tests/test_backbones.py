@@ -72,7 +72,7 @@ def test_each_family_says_its_position_scheme_and_longest_input(family_tokenizer
     model = tiny_model(architecture, family_tokenizers[architecture])
     assert adapter_for(model).positions == positions
     assert backbone.position_limit(model.config) == limit  # RoBERTa's two rows before the first position excluded
-    logits = backbone.mlm_head(model)(torch.randn(3, 64))
+    logits = adapter_for(model).mlm_head(model)(torch.randn(3, 64))
     assert logits.shape == (3, len(family_tokenizers[architecture]))
     ids = torch.randint(5, 100, (2, 20))
     layers = backbone.layer_hidden_states(model.eval(), ids, torch.ones_like(ids))

@@ -1,9 +1,10 @@
 """The masked-LM backbone used for pre-training: loading, and the generic handles objectives need.
 
 Owns: loading any Hugging Face masked-LM encoder from a checkpoint or from a config (scratch) with the attention
-implementation asked for (`--attention`), saying which of its weights start fresh; the handles objectives use (MLM
-head, body, hidden states, embeddings, decoder positions, longest input), each answered by the model's family
-adapter (`retromae.backbones`); the encoder MLM loss computed at masked positions only. Does not own masking, the
+implementation asked for (`--attention`), saying which of its weights start fresh; the backbone's final or
+per-layer hidden states, its embeddings and its longest input, as the model's family adapter answers them
+(`retromae.backbones`, which objectives also ask for the MLM head and decoder positions); the encoder MLM loss
+computed at masked positions only. Does not own masking, the
 objectives' decoders, any family's particulars (`retromae.backbones`), inference-time pooling (`retromae.encoder`)
 or export (`retromae.export`).
 """
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
-from retromae.backbones import DecoderPositions, adapter_for, find_adapter
+from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.model_source import ModelSource, check_tokenizer, resolve_model
@@ -110,16 +111,6 @@ def _masked_lm_class(config) -> type[PreTrainedModel]:
     if type(config) not in AutoModelForMaskedLM._model_mapping:
         raise ValueError(f"model type {config.model_type!r} has no masked-LM class in transformers")
     return AutoModelForMaskedLM._model_mapping[type(config)]
-
-
-def mlm_head(model: PreTrainedModel) -> nn.Module:
-    """The module mapping hidden states (..., D) to vocabulary logits (..., V), as the family's adapter finds it."""
-    return adapter_for(model).mlm_head(model)
-
-
-def decoder_positions(model: PreTrainedModel, length: int, device: torch.device) -> DecoderPositions:
-    """The position signal a decoder over `length` positions takes from the backbone (`DecoderPositions`)."""
-    return adapter_for(model).decoder_positions(model, length, device)
 
 
 def token_embeddings(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
