@@ -55,7 +55,7 @@ from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.collate import BlockCollator, BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
 from retromae.objectives import build_objective
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretrain import PretrainConfig, padding_multiple, pretrain
 
 OBJECTIVES = {
     "retromae enhanced": dict(objective="retromae", decoding="enhanced"),
@@ -145,17 +145,19 @@ def ours_end_to_end(name: str, args: argparse.Namespace, model_dir: Path, corpus
     seconds = [(now["tokens"] - before["tokens"]) / now["tokens_per_s"] / (now["step"] - before["step"])
                for before, now in itertools.pairwise(records)]
     batches = Batches()
-    for batch in ours_batches(config, args.steps):
+    for batch in ours_batches(config, args.steps, torch.device(args.device)):
         batches.add(batch["attention_mask"])
     return {"rate": statistics.median(r["tokens_per_s"] for r in records[1:]), "step": statistics.median(seconds),
             "fill": batches.fill, "losses": {r["step"]: r["loss"] for r in records}}
 
 
-def ours_batches(config, count: int) -> Iterator[dict[str, torch.Tensor]]:
-    """The first `count` host batches `retromae pretrain` reads with `config`: its sampler, its collator."""
+def ours_batches(config, count: int, device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
+    """The first `count` host batches `retromae pretrain` reads with `config` on `device`: its sampler, its
+    collator (padding to the device's multiple)."""
     tokenizer = AutoTokenizer.from_pretrained(config.model)
     store = TokenStore.build_or_load(config.corpus, tokenizer, config.max_length, cache_dir=Path(config.cache_dir))
-    dataset, collate = BlockDataset(store), BlockCollator(tokenizer)
+    multiple = padding_multiple(config, device)
+    dataset, collate = BlockDataset(store), BlockCollator(tokenizer, multiple, config.max_length)
     lengths = dataset.lengths() if config.group_by_length else None
     sampler = iter(ResumableBatchSampler(len(dataset), config.batch_size, config.seed, lengths=lengths))
     for _ in range(count):
@@ -258,10 +260,12 @@ def pure_steps(args: argparse.Namespace, model_dir: Path, tokenizer, loader: Dat
     count = args.warmup + args.rounds
     hf_batches = [{k: v.to(device) for k, v in batch.items()} for batch in itertools.islice(loader, count)]
     model = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").to(device).train()
+    if args.compile:
+        model.compile()
     pure = {REFERENCE: pure_step(REFERENCE, model, lambda batch: model(**batch).loss, hf_batches, device, args)}
     for name in args.objectives:
         config = pretrain_config(name, args, model_dir, corpus, work)
-        batches = [{k: v.to(device) for k, v in batch.items()} for batch in ours_batches(config, count)]
+        batches = [{k: v.to(device) for k, v in batch.items()} for batch in ours_batches(config, count, device)]
         encoder = BertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa")
         objective = build_objective(config.objective, encoder, tokenizer, config).to(device).train()
         if args.compile:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import make_sentences, shared_data
+from conftest import make_sentences, shared_data, tiny_pretrain_config
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -380,6 +380,25 @@ def test_collator_pads_to_multiple(tiny_tokenizer):
     batch = BlockCollator(tiny_tokenizer, pad_to_multiple_of=8)(blocks_for(tiny_tokenizer, ["the model learns"]))
     assert batch["input_ids"].shape[1] % 8 == 0
     assert tiny_tokenizer.cls_token_id == batch["input_ids"][0, 0].item()
+
+
+def test_padding_to_a_multiple_stops_at_the_longest_block(tiny_tokenizer):
+    blocks = blocks_for(tiny_tokenizer, ["the model learns to read " * 3])
+    natural = BlockCollator(tiny_tokenizer)(blocks)["input_ids"].shape[1]
+    assert BlockCollator(tiny_tokenizer, 64, max_length=natural + 2)(blocks)["input_ids"].shape[1] == natural + 2
+    assert BlockCollator(tiny_tokenizer, 64, max_length=natural - 1)(blocks)["input_ids"].shape[1] == natural
+
+
+def test_pretraining_pads_to_64_on_cuda_only_by_default(tiny_model_dir, tiny_corpus, tmp_path):
+    import torch
+
+    from retromae.pretrain import padding_multiple
+
+    config = tiny_pretrain_config(tiny_model_dir, tiny_corpus, tmp_path / "run")
+    assert padding_multiple(config, torch.device("cuda")) == 64
+    assert padding_multiple(config, torch.device("cpu")) is None
+    config.pad_to_multiple_of = 0
+    assert padding_multiple(config, torch.device("cuda")) is None
 
 
 def test_dataset_and_collator_in_a_dataloader(tmp_path, tiny_tokenizer, tiny_corpus):

@@ -210,7 +210,7 @@ def test_sharded_training_resumes_on_the_same_trajectory_and_exports(name, tiny_
     assert ran.returncode == 0, ran.stderr[-3000:]
     killed = run_script(*launch[1:], str(ROOT / "tests" / "launch_killed.py"), "3",
                         *pretrain_args(tiny_model_dir, tiny_corpus, interrupted))
-    assert killed.returncode == 130, killed.stderr[-3000:]
+    assert killed.returncode != 0 and (interrupted / "checkpoints" / "step-0000003").is_dir(), killed.stderr[-3000:]
     resumed = run_script(*launch[1:], "-m", "retromae",
                          *pretrain_args(tiny_model_dir, tiny_corpus, interrupted, "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]

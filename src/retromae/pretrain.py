@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
@@ -41,6 +42,7 @@ from retromae.train import Trainer, claim_output, make_accelerator, seed_everyth
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
+CUDA_PADDING_MULTIPLE = 64  # batch lengths on CUDA: few shapes, each a multiple of the tensor cores' tiles
 TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
 OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
                     "retromae+contrastive": "RetroMAE + contrastive", "dupmae": "DupMAE", "condenser": "Condenser",
@@ -61,19 +63,36 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
         init_head(objective, config)
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
         dataset, collate = pretraining_data(config, tokenizer, objective, config.max_length,
-                                            show_progress=accelerator.is_local_main_process)
+                                            show_progress=accelerator.is_local_main_process,
+                                            pad_to_multiple_of=padding_multiple(config, accelerator.device))
     probe = make_probe(config, tokenizer, accelerator.is_main_process)
     trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator, description=describe(config),
                       log_extra=probe)
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
+    trained = exportable_objective(trainer, config, tokenizer)
     if trainer.accelerator.is_main_process:
-        export_outputs(trainer.unwrapped_model, tokenizer, output, declared_max_length(model_source(config)))
+        export_outputs(trained, tokenizer, output, declared_max_length(model_source(config)))
         if probe is not None:
             probe.finish()
     trainer.accelerator.wait_for_everyone()
     return output
+
+
+def exportable_objective(trainer: Trainer, config: PretrainConfig,
+                         tokenizer: PreTrainedTokenizerFast) -> PretrainingObjective | None:
+    """The trained objective, whole: the unwrapped model, or where FSDP or ZeRO-3 shard the parameters over the
+    processes, a fresh objective holding the full state dict gathered from all of them (every process must call
+    this; the others get None)."""
+    if not trainer.shards_parameters:
+        return trainer.unwrapped_model
+    state = trainer.accelerator.get_state_dict(trainer.model)
+    if not trainer.accelerator.is_main_process:
+        return None
+    objective = build_objective(config.objective, load_backbone(config)[0], tokenizer, config)
+    objective.load_state_dict(state)
+    return objective
 
 
 def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):
@@ -131,24 +150,33 @@ def previous_objective(folder: Path) -> str:
     return f"{name} ({saved.get('decoding')} decoding)" if name.startswith("retromae") else name
 
 
+def padding_multiple(config: PretrainConfig, device: torch.device) -> int | None:
+    """The multiple batch lengths are rounded up to: --pad-to-multiple-of, else 64 on CUDA (at L=512 eight shapes,
+    so cuDNN's attention plans and compiled graphs are built once each) and none on CPU (padding costs CPU time)."""
+    if config.pad_to_multiple_of is not None:
+        return config.pad_to_multiple_of or None
+    return CUDA_PADDING_MULTIPLE if device.type == "cuda" else None
+
+
 def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, objective: PretrainingObjective,
-                     max_length: int, show_progress: bool = True) -> tuple[Dataset, Callable]:
+                     max_length: int, show_progress: bool = True,
+                     pad_to_multiple_of: int | None = None) -> tuple[Dataset, Callable]:
     """Dataset and collator for the objective: blocks, or two views per example (spans, crops or given pairs), or
-    three (given triples)."""
+    three (given triples), batches padded to a multiple of `pad_to_multiple_of`."""
     if config.pairs is not None:
         negatives = objective.pairs_views == "triples"
         pairs = PairsDataset(config.pairs, tokenizer, max_length, config.seed, negatives=negatives)
-        return pairs, PairCollator(tokenizer)
+        return pairs, PairCollator(tokenizer, pad_to_multiple_of, max_length)
     store = TokenStore.build_or_load(config.corpus, tokenizer, max_length,
                                      cache_dir=Path(config.cache_dir) if config.cache_dir else None,
                                      show_progress=show_progress)
     check_unknown_share(tokenizer, store.first_ids(TOKENIZER_SAMPLE).tolist(), model_source(config),
                         ", ".join(map(str, config.corpus)))
     if objective.corpus_views == "blocks":
-        return BlockDataset(store), BlockCollator(tokenizer)
+        return BlockDataset(store), BlockCollator(tokenizer, pad_to_multiple_of, max_length)
     views = CropPairDataset if objective.corpus_views == "crops" else SpanPairDataset
     return views(store, config.seed, objective.min_document_tokens, config.batch_size,
-                 config.objective), PairCollator(tokenizer)
+                 config.objective), PairCollator(tokenizer, pad_to_multiple_of, max_length)
 
 
 def export_outputs(objective, tokenizer, output: Path, max_length: int | None = None) -> None:

@@ -111,6 +111,9 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder")
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
     max_length: int = option(256, "tokens per packed block, special tokens included (the paper uses 512)")
+    pad_to_multiple_of: int | None = option(None, "round each batch's length up to a multiple of this (few distinct "
+                                                  "shapes for the GPU's kernel caches and --compile); default: 64 on "
+                                                  "CUDA, none on CPU (0: none)")
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import InitProcessGroupKwargs, set_seed
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel
@@ -136,10 +136,27 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     accelerator = Accelerator(mixed_precision=resolve_mixed_precision(config.mixed_precision),
                               cpu=without_gpus(), kwargs_handlers=[waiting])
     check_process_count(accelerator.num_processes)
+    _configure_deepspeed(accelerator, config)
     use_tensor_cores(accelerator.device)
     if config.mixed_precision == "auto" and accelerator.device.type == "cuda":
         accelerator.print(_precision_notice(accelerator.mixed_precision))
     return accelerator
+
+
+def _configure_deepspeed(accelerator: Accelerator, config: TrainingConfig) -> None:
+    """Under a DeepSpeed config: its micro-batch size is --batch-size (our loop, not a prepared DataLoader, feeds the
+    engine), and its gradient accumulation must be --gradient-accumulation-steps."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    settings = plugin.deepspeed_config
+    if config.batch_size and settings.get("train_micro_batch_size_per_gpu") in (None, "auto"):
+        settings["train_micro_batch_size_per_gpu"] = config.batch_size
+    accumulation = settings.get("gradient_accumulation_steps", "auto")
+    if accumulation not in ("auto", config.gradient_accumulation_steps):
+        raise ConfigError(f"--gradient-accumulation-steps {config.gradient_accumulation_steps}: the DeepSpeed config "
+                          f"accumulates {accumulation}; give the same number in both")
+    settings["gradient_accumulation_steps"] = config.gradient_accumulation_steps
 
 
 def resolve_mixed_precision(requested: str) -> str:
@@ -274,6 +291,16 @@ class Trainer:
     @property
     def unwrapped_model(self) -> nn.Module:
         return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def shards_parameters(self) -> bool:
+        """Whether each process holds only a shard of the parameters (FSDP, DeepSpeed ZeRO-3), so that exporting
+        needs the full state dict gathered first (`accelerator.get_state_dict`, a collective)."""
+        state = self.accelerator.state
+        if state.distributed_type == DistributedType.FSDP:
+            return True
+        plugin = getattr(state, "deepspeed_plugin", None)
+        return state.distributed_type == DistributedType.DEEPSPEED and plugin is not None and plugin.zero_stage == 3
 
     def run(self) -> None:
         """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too.

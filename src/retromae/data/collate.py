@@ -46,7 +46,10 @@ class BlockDataset(torch.utils.data.Dataset):
 class BlockCollator:
     """Blocks → {input_ids, attention_mask, special_tokens_mask, word_starts}, each (B, L), right-padded."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None = None) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None = None,
+                 max_length: int | None = None) -> None:
+        """`pad_to_multiple_of`: round each batch's length up to a multiple of it (fewer distinct shapes for the
+        GPU's kernel and plan caches and for torch.compile), never past `max_length` (the position table's reach)."""
         if tokenizer.pad_token_id is None:
             raise ModelLoadError(f"tokenizer {tokenizer.name_or_path!r} has no pad token; set one before training")
         prefix, suffix = special_token_template(tokenizer)
@@ -54,11 +57,14 @@ class BlockCollator:
         self.suffix = np.asarray(suffix, dtype=np.int64)
         self.pad_id = int(tokenizer.pad_token_id)
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.max_length = max_length
 
     def _length(self, blocks: list[Block]) -> int:
         longest = max(len(ids) for ids, _ in blocks) + len(self.prefix) + len(self.suffix)
         multiple = self.pad_to_multiple_of
-        return -(-longest // multiple) * multiple if multiple else longest
+        if not multiple:
+            return longest
+        return max(longest, min(-(-longest // multiple) * multiple, self.max_length or longest + multiple))
 
     def __call__(self, blocks: list[Block]) -> dict[str, torch.Tensor]:
         length, head = self._length(blocks), len(self.prefix)

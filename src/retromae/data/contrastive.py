@@ -228,8 +228,9 @@ class PairCollator:
     """Pairs (or triples) of blocks → one `BlockCollator` batch of 2B (3B) rows: rows 0..B-1 the first views,
     B..2B-1 the second, then any third."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        self.blocks = BlockCollator(tokenizer)
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None = None,
+                 max_length: int | None = None) -> None:
+        self.blocks = BlockCollator(tokenizer, pad_to_multiple_of, max_length)
 
     def __call__(self, pairs: list[tuple[Block, ...]]) -> dict[str, torch.Tensor]:
         return self.blocks([block for view in zip(*pairs, strict=True) for block in view])
