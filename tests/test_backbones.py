@@ -27,6 +27,7 @@ from retromae.tokenizer_training import train_tokenizer
 FAMILIES = tuple(ARCHITECTURES)  # bert, roberta, xlm-roberta, modernbert, deberta-v2
 ANGLE = ("roberta", "xlm-roberta")
 VOCAB = {"wordpiece": 200, "unigram": 200, "byte-level-bpe": 400}  # byte-level BPE starts from 256 bytes
+ALL_OBJECTIVES = tuple(sorted(OBJECTIVES))
 
 
 def kind_of(architecture: str) -> str:
@@ -135,13 +136,25 @@ def test_every_objective_trains_every_family(family_tokenizers, architecture, na
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in own if p.requires_grad)
 
 
-@pytest.mark.parametrize("architecture", FAMILIES)
-def test_retromae_loss_falls_on_real_text(family_tokenizers, architecture):
-    """Thirty steps of enhanced decoding on SciFact abstracts: both losses fall by a third of a nat at least."""
+def matrix(fast: set[tuple[str, str]], objectives: tuple[str, ...] = ALL_OBJECTIVES) -> list:
+    """Every (family, objective) pair; the pairs outside `fast` marked slow, so that the default suite stays quick."""
+    return [pytest.param(architecture, name, marks=() if (architecture, name) in fast else pytest.mark.slow)
+            for architecture in FAMILIES for name in objectives]
+
+
+RECONSTRUCTION = ("retromae", "mlm", "seed", "dupmae", "condenser")  # the objectives whose losses rebuild tokens
+
+
+@pytest.mark.parametrize("architecture,name", matrix({(family, "retromae") for family in FAMILIES}, RECONSTRUCTION))
+def test_loss_falls_on_real_text(family_tokenizers, architecture, name):
+    """Thirty steps on SciFact abstracts (8 batches of 8 in turn, 64 tokens): every loss the objective logs falls by
+    0.2 nats at least. The contrastive objectives are left out: on a random model of this size thirty steps do not
+    lift 4 pairs off chance (ln 4); `test_every_objective_trains_every_family` checks their gradients on every
+    family, and tests/test_field_objectives.py that they learn."""
     documents = [json.loads(line)["text"] for line in
                  shared_data("beir/scifact/corpus.jsonl").read_text().splitlines()[:64]]
     tokenizer = train_tokenizer(documents, kind_of(architecture), 600, angle_tokens=architecture in ANGLE)
-    objective = build_objective("retromae", tiny_model(architecture, tokenizer), tokenizer, settings())
+    objective = build_objective(name, tiny_model(architecture, tokenizer), tokenizer, settings())
     optimizer = torch.optim.AdamW(objective.parameters(), lr=5e-3)
     losses = []
     for step in range(30):
@@ -153,10 +166,10 @@ def test_retromae_loss_falls_on_real_text(family_tokenizers, architecture):
         optimizer.zero_grad()
         values["loss"].backward()
         optimizer.step()
-        losses.append((values["encoder_mlm"].item(), values["decoder"].item()))
-    for part in (0, 1):
-        first, last = (sum(loss[part] for loss in window) / 4 for window in (losses[:4], losses[-4:]))
-        assert last < first - 0.3, losses
+        losses.append({key: value.item() for key, value in values.items()})
+    for key in losses[0]:
+        first, last = (sum(loss[key] for loss in window) / 4 for window in (losses[:4], losses[-4:]))
+        assert last < first - 0.2, (key, [round(loss[key], 2) for loss in losses])
 
 
 # --- decoder positions --------------------------------------------------------------------------------------------
@@ -262,16 +275,17 @@ def test_init_model_needs_a_tokenizer_or_a_corpus(tmp_path, capsys):
     assert "--tokenizer: give either --tokenizer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("architecture,objective,pooling", [
-    ("roberta", "retromae", "cls"), ("xlm-roberta", "seed", "cls"), ("modernbert", "retromae", "cls"),
-    ("modernbert", "contriever", "mean"), ("deberta-v2", "dupmae", "cls")])
+@pytest.mark.parametrize("architecture,objective", matrix({
+    ("roberta", "retromae"), ("xlm-roberta", "seed"), ("modernbert", "retromae"), ("modernbert", "contriever"),
+    ("deberta-v2", "dupmae")}))
 def test_family_runs_resume_identically_and_export_with_their_pooling(family_model_dirs, tiny_corpus, tmp_path,
-                                                                      monkeypatch, architecture, objective,
-                                                                      pooling):
+                                                                      monkeypatch, architecture, objective):
     from retromae.pretrain import pretrain
 
     folder = family_model_dirs[architecture]
-    options = dict(objective=objective, max_steps=4, save_every=2, queue_size=64, whole_word_mask=True)
+    pooling = OBJECTIVES[objective].pooling
+    options = dict(objective=objective, max_steps=4, save_every=2, queue_size=64, whole_word_mask=True,
+                   contrastive_weight=1.0)
     reference = run_metrics(pretrain(tiny_pretrain_config(folder, tiny_corpus, tmp_path / "full", **options)))
     interrupted = tmp_path / "interrupted"
     kill_after_checkpoint(monkeypatch, 2, lambda: pretrain(tiny_pretrain_config(folder, tiny_corpus, interrupted,
