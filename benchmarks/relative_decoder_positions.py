@@ -7,12 +7,15 @@ choices, each trained from the same random DeBERTa-v3-shaped model on the same b
 - learned: a fresh (L, D) absolute table of the decoder's own, added to both decoder streams as BERT's table is;
 - none: no position signal at all (what a decoder that only knows absolute tables falls back to).
 
-Each trains `--steps` steps of enhanced RetroMAE (B=16 blocks of 128 tokens of `--corpus`, AdamW at 1e-3 after a
-10% warm-up) and reports the decoder's and the encoder's loss on held-out blocks (eval mode, fixed masks), for
-each `--seeds`. The decoder loss is the direct measure: it is how well the decoder rebuilds each token from [CLS]
-and the visible others, which it can only do position by position if it knows where each token is.
+Each trains `--steps` steps of enhanced RetroMAE (`--batch-size` blocks of `--length` tokens of `--corpus`, AdamW at
+`--learning-rate` after a 10% warm-up) and reports the decoder's and the encoder's loss on held-out blocks (eval
+mode, fixed masks), for each `--seeds`; the unigram entropy of the training blocks (the loss of predicting each
+token by its frequency alone) is printed beside, since a decoder still on that plateau uses no positions at all.
+The decoder loss is the direct measure: it is how well the decoder rebuilds each token from [CLS] and the visible
+others, which it can only do position by position if it knows where each token is.
 
-Run: PYTHONPATH=src python benchmarks/relative_decoder_positions.py [--steps 400] [--seeds 0 1]
+Run: PYTHONPATH=src python benchmarks/relative_decoder_positions.py [--steps 1000] [--seeds 0 1] [--length 64]
+     [--batch-size 32] [--vocab-size 2000] [--learning-rate 2e-3]
 """
 
 from __future__ import annotations
@@ -98,15 +101,16 @@ def build(choice: str, tokenizer, seed: int, length: int):
     return objective
 
 
-def train(choice: str, tokenizer, train_ids, held_out, seed: int, steps: int) -> dict[str, float]:
+def train(choice: str, tokenizer, train_ids, held_out, seed: int, args: argparse.Namespace) -> dict[str, float]:
     objective = build(choice, tokenizer, seed, train_ids.shape[1]).train()
-    optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-3)
-    warmup = max(1, steps // 10)
+    optimizer = torch.optim.AdamW(objective.parameters(), lr=args.learning_rate)
+    warmup = max(1, args.steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
     generator = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
-    for step in range(steps):
-        rows = train_ids[(step * 16) % (len(train_ids) - 15):][:16]
+    size = args.batch_size
+    for step in range(args.steps):
+        rows = train_ids[(step * size) % (len(train_ids) - size + 1):][:size]
         loss = objective(batch_of(rows, tokenizer), generator)["loss"]
         optimizer.zero_grad()
         loss.backward()
@@ -124,20 +128,27 @@ def train(choice: str, tokenizer, train_ids, held_out, seed: int, steps: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=2000)
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain"
                                                 / "nltk-english.jsonl"))
     args = parser.parse_args()
     texts = (document.text for document in itertools.islice(iter_corpus([args.corpus]), 3000))
-    tokenizer = family_tokenizer(texts, "deberta-v2", 4000)
-    ids = blocks(tokenizer, args.corpus, 16 * 40 + 64, 128)
+    tokenizer = family_tokenizer(texts, "deberta-v2", args.vocab_size)
+    ids = blocks(tokenizer, args.corpus, 4000 + 64, args.length)
     train_ids, held_out = ids[:-64], ids[-64:]
-    print(f"DeBERTa-v3-shaped, hidden 128, 2 layers, Unigram vocabulary 4,000; {args.steps} steps of 16 x 128 "
-          f"({len(train_ids)} training blocks); held-out: 64 blocks; threads={torch.get_num_threads()}")
+    counts = torch.bincount(train_ids.flatten(), minlength=len(tokenizer)).float()
+    entropy = -(counts[counts > 0] / counts.sum() * (counts[counts > 0] / counts.sum()).log()).sum().item()
+    print(f"DeBERTa-v3-shaped, hidden 128, 2 layers, Unigram vocabulary {args.vocab_size:,}; {args.steps} steps of "
+          f"{args.batch_size} x {args.length} ({len(train_ids)} training blocks, unigram entropy {entropy:.2f} "
+          f"nats); held-out: 64 blocks; threads={torch.get_num_threads()}")
     print(f"{'decoder positions':<20}{'seed':>6}{'held-out decoder':>18}{'held-out encoder MLM':>22}{'seconds':>10}")
-    for choice, seed in itertools.product(CHOICES, args.seeds):
-        result = train(choice, tokenizer, train_ids, held_out, seed, args.steps)
+    for seed, choice in itertools.product(args.seeds, CHOICES):
+        result = train(choice, tokenizer, train_ids, held_out, seed, args)
         print(f"{choice:<20}{seed:>6}{result['decoder']:>18.3f}{result['encoder_mlm']:>22.3f}"
               f"{result['seconds']:>10.1f}", flush=True)
 

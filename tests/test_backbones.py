@@ -22,10 +22,10 @@ from retromae.errors import ModelLoadError
 from retromae.masking import select_positions
 from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.layers import apply_rotary
+from retromae.scratch import family_tokenizer
 from retromae.tokenizer_training import train_tokenizer
 
 FAMILIES = tuple(ARCHITECTURES)  # bert, roberta, xlm-roberta, modernbert, deberta-v2
-ANGLE = ("roberta", "xlm-roberta")
 VOCAB = {"wordpiece": 200, "unigram": 200, "byte-level-bpe": 400}  # byte-level BPE starts from 256 bytes
 ALL_OBJECTIVES = tuple(sorted(OBJECTIVES))
 
@@ -38,8 +38,7 @@ def kind_of(architecture: str) -> str:
 def family_tokenizers():
     """One tokenizer per architecture, of the kind its family uses, trained on the tiny sentences."""
     texts = make_sentences(500)
-    return {name: train_tokenizer(texts, kind_of(name), VOCAB[kind_of(name)], angle_tokens=name in ANGLE)
-            for name in FAMILIES}
+    return {name: family_tokenizer(texts, name, VOCAB[kind_of(name)]) for name in FAMILIES}
 
 
 def tiny_model(architecture: str, tokenizer, seed: int = 0, attention: str | None = None):
@@ -63,7 +62,6 @@ def family_model_dirs(tmp_path_factory, family_tokenizers):
 
 
 # --- the registry -------------------------------------------------------------------------------------------------
-
 
 
 @pytest.mark.parametrize("architecture,positions,limit", [
@@ -153,7 +151,7 @@ def test_loss_falls_on_real_text(family_tokenizers, architecture, name):
     family, and tests/test_field_objectives.py that they learn."""
     documents = [json.loads(line)["text"] for line in
                  shared_data("beir/scifact/corpus.jsonl").read_text().splitlines()[:64]]
-    tokenizer = train_tokenizer(documents, kind_of(architecture), 600, angle_tokens=architecture in ANGLE)
+    tokenizer = family_tokenizer(documents, architecture, 600)
     objective = build_objective(name, tiny_model(architecture, tokenizer), tokenizer, settings())
     optimizer = torch.optim.AdamW(objective.parameters(), lr=5e-3)
     losses = []
