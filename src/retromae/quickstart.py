@@ -7,8 +7,8 @@ budget (MLM, and RetroMAE with enhanced decoding), fine-tunes the two pre-traine
 initialisation itself the same way (in-batch negatives, CLS pooling: the papers' protocol), and evaluates the three
 against BM25 on the test split. It writes a table (`results.md`, `results.json`: NDCG@10, MRR@10, Recall@100 and
 minutes per model) and a plot (`results.png`: pre-training losses and NDCG@10 bars). The budget is a preset chosen
-from the device (`cpu`: about four minutes on two cores; `cuda`: a larger one, minutes on one GPU); every size can be
-overridden. Does not own any of the training, retrieval or evaluation steps.
+from the device (`cpu`: about four minutes on two cores; `cuda`: a larger one, about four minutes on one H100); every
+size can be overridden. Does not own any of the training, retrieval or evaluation steps.
 """
 
 from __future__ import annotations

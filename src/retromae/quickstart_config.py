@@ -45,12 +45,13 @@ PRESETS = {
                   mixed_precision="no", seconds_per_step={"mlm": 0.05, "retromae": 0.09}, seconds_per_finetune=20.0,
                   seconds_per_evaluation=5.0),
     # The H100 measurement's settings (../shared/measurements/h100-2026-11-22: 4 x 256, 128 x 128 tokens, 1e-3,
-    # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Not run
-    # yet (no GPU here); its stage seconds are guesses from that measurement's ~300k tokens/s.
+    # bf16) at over 100 passes over the standard-library corpus (~0.26M tokens) instead of 6.5 over 7.6M. Paces
+    # from its first run, on one H100 (docs/performance.md): MLM 0.025 s and RetroMAE 0.036 s a step, 19-33 s of
+    # fine-tuning per variant; 3.6 minutes in all.
     "cuda": Budget(vocab_size=8000, hidden_size=256, layers=4, max_length=128, pretrain_steps=2000,
                    pretrain_batch_size=128, learning_rate=1e-3, finetune_epochs=4.0, finetune_batch_size=32,
-                   mixed_precision="bf16", seconds_per_step={"mlm": 0.04, "retromae": 0.08}, seconds_per_finetune=30.0,
-                   seconds_per_evaluation=10.0),
+                   mixed_precision="bf16", seconds_per_step={"mlm": 0.025, "retromae": 0.036},
+                   seconds_per_finetune=25.0, seconds_per_evaluation=5.0),
 }
 OVERRIDABLE = ("vocab_size", "hidden_size", "layers", "max_length", "pretrain_steps", "pretrain_batch_size",
                "learning_rate", "finetune_epochs", "finetune_batch_size")
@@ -69,8 +70,8 @@ class QuickstartConfig(OutputOptions):
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
                                     "(default: the Python standard library's docstrings, built offline)")
     corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
-    preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (minutes on one GPU); "
-                                      "default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
+    preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on "
+                                      "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     architecture: str = option("bert", "family of the small encoder built from scratch, with its kind of tokenizer "
                                        "(bert: WordPiece; xlm-roberta, deberta-v2: Unigram; roberta, modernbert: "
                                        "byte-level BPE)", choices=ARCHITECTURE_NAMES)

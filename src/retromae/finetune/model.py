@@ -107,13 +107,19 @@ def freeze_unused_parameters(model: DualEncoder, batch: dict[str, torch.Tensor])
 def estimated_step_seconds(model: DualEncoder, batch: dict[str, torch.Tensor]) -> float:
     """Expected seconds of a training step on `batch`: a timed forward pass without gradients over all its queries
     and passages (in gradient-caching chunks when they are set, so it needs no more memory than a step), times
-    three, since a backward pass costs about two forward passes."""
+    three, since a backward pass costs about two forward passes. The pass is run once untimed first: a first call
+    pays one-time costs (CUDA's kernel loading and library handles: seconds, against milliseconds a step)."""
+
+    def forward() -> None:
+        with torch.no_grad():
+            for side, encoder in (("query", model.query_model), ("passage", model.passage_model)):
+                ids, mask = batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"]  # (B, L) each
+                chunk = model.options.chunk_size or ids.shape[0]
+                for start in range(0, ids.shape[0], chunk):
+                    last = model.embed(encoder, ids[start:start + chunk], mask[start:start + chunk])  # (b, D)
+            float(last.float().sum())  # waits for the device
+
+    forward()
     started = time.perf_counter()
-    with torch.no_grad():
-        for side, encoder in (("query", model.query_model), ("passage", model.passage_model)):
-            ids, mask = batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"]  # (B, L) each
-            chunk = model.options.chunk_size or ids.shape[0]
-            for start in range(0, ids.shape[0], chunk):
-                last = model.embed(encoder, ids[start:start + chunk], mask[start:start + chunk])  # (b, D)
-        float(last.float().sum())  # waits for the device
+    forward()
     return BACKWARD_COST * (time.perf_counter() - started)
