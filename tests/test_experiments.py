@@ -114,7 +114,7 @@ def test_a_wordpiece_vocabulary_trained_twice_on_the_same_texts_has_the_same_ids
     from itertools import islice
 
     from retromae.data.stdlib_docs import iter_doc_pairs
-    from retromae.scratch import SPECIAL_TOKENS, train_wordpiece
+    from retromae.tokenizer_training import SPECIAL_TOKENS, train_wordpiece
 
     texts = [pair.text for pair in islice(iter_doc_pairs(), 300)]
     first, second = (train_wordpiece(texts, 600).get_vocab() for _ in range(2))

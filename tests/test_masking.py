@@ -11,8 +11,10 @@ from transformers import PreTrainedTokenizerFast
 from retromae.masking import (
     IGNORE_INDEX,
     decoder_input_mask,
+    draw_seeds,
     enhanced_decoding_mask,
     enhanced_decoding_mask_from_scores,
+    hashed_uniform,
     mlm_mask,
     reference_enhanced_decoding_mask,
     seed_decoder_mask,
@@ -341,3 +343,27 @@ def test_seed_mask_is_causal_windowed_and_keeps_cls():
 def test_seed_mask_rejects_an_empty_window():
     with pytest.raises(ValueError, match="window"):
         seed_decoder_mask(right_padded([3], 3), 0)
+
+
+# --- enhanced decoding a block of rows at a time (long inputs) ------------------------------------------------------
+
+
+def test_hashed_scores_are_uniform_and_any_block_draws_the_same_cells():
+    seeds = draw_seeds(4, torch.Generator().manual_seed(0))
+    scores = hashed_uniform(seeds, 0, 128, 128)  # (4, 128, 128)
+    assert scores.min() >= 0 and scores.max() < 1
+    assert abs(scores.mean().item() - 0.5) < 0.01 and abs(scores.var().item() - 1 / 12) < 0.002
+    assert torch.equal(hashed_uniform(seeds, 37, 11, 128), scores[:, 37:48])
+    assert not torch.equal(scores[0], scores[1])  # each example its own seed
+
+
+def test_the_mask_built_a_block_of_rows_at_a_time_is_the_whole_mask():
+    attention_mask = torch.ones(3, 40, dtype=torch.long)
+    attention_mask[1, 25:] = 0
+    attention_mask[2, 2:] = 0  # [CLS] and one token
+    scores = hashed_uniform(draw_seeds(3, torch.Generator().manual_seed(1)), 0, 40, 40)
+    whole = enhanced_decoding_mask_from_scores(attention_mask, scores, 0.5)
+    assert torch.equal(whole, reference_enhanced_decoding_mask(attention_mask, scores, 0.5))
+    blocks = [enhanced_decoding_mask_from_scores(attention_mask, scores[:, start:start + 7], 0.5, start)
+              for start in range(0, 40, 7)]
+    assert torch.equal(torch.cat(blocks, dim=1), whole)

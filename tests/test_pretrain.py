@@ -25,7 +25,7 @@ from retromae.errors import ModelLoadError
 from retromae.export import HEAD_FILE, export_encoder, load_head, save_head
 from retromae.objectives import build_objective
 from retromae.pretrain import PretrainConfig, init_head, load_backbone, pretrain
-from retromae.scratch import is_random_init, save_random_bert
+from retromae.scratch import is_random_init, save_random_model
 
 
 def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, tmp_path):
@@ -481,7 +481,7 @@ def test_a_stage_two_with_a_fresh_decoder_resumes_on_the_same_trajectory(mlm_sta
 
 def test_retromae_contrastive_from_a_random_initialisation_needs_an_explicit_weight(tiny_tokenizer, tiny_model_dir,
                                                                                    tiny_corpus, tmp_path):
-    random_init = save_random_bert(tiny_tokenizer, tmp_path / "random", hidden_size=64, layers=1)
+    random_init = save_random_model(tiny_tokenizer, tmp_path / "random", hidden_size=64, layers=1)
     values = dict(corpus=[str(tiny_corpus)], output=str(tmp_path / "out"), objective="retromae+contrastive")
     with pytest.raises(ConfigError, match="--contrastive-weight.*unigram plateau.*--init-from"):
         PretrainConfig(model=str(random_init), **values)
@@ -490,7 +490,7 @@ def test_retromae_contrastive_from_a_random_initialisation_needs_an_explicit_wei
 
 
 def test_only_the_random_initialisation_carries_the_random_init_marker(tiny_tokenizer, tiny_corpus, tmp_path):
-    random_init = save_random_bert(tiny_tokenizer, tmp_path / "random", hidden_size=64, layers=1)
+    random_init = save_random_model(tiny_tokenizer, tmp_path / "random", hidden_size=64, layers=1)
     assert is_random_init(random_init)
     output = pretrain(config(random_init, tiny_corpus, tmp_path / "run", max_steps=1))
     assert not is_random_init(output / "encoder") and not is_random_init(output)

@@ -68,6 +68,7 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
     assert (output / "results.png").stat().st_size > 0
     printed, stages = capsys.readouterr()
     assert "device: " in printed and "budget: the cpu preset, about " in printed and "{" not in printed
+    assert "a 1-layer bert encoder of hidden size 64" in printed
     assert "each objective pre-trains it for 3 steps of 4 blocks of 32 tokens" in printed
     assert "\n7/7 fine-tune and evaluate" in stages
     mlm = json.loads((output / "pretrain-mlm" / "config.json").read_text())
@@ -98,3 +99,19 @@ def test_the_frontier_recipe_averages_the_gaps_over_seeds(tmp_path):
     assert "| 300 | 2 | 3.000 (3.000..3.000) |" in frontier_table(rows)
     plot_frontier(rows, tmp_path / "frontier.png")
     assert (tmp_path / "frontier.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("architecture,tokenizer_model", [("modernbert", "BPE"), ("xlm-roberta", "Unigram")])
+def test_the_initial_model_is_of_the_chosen_family_with_its_kind_of_tokenizer(tmp_path, architecture,
+                                                                               tokenizer_model):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from retromae.quickstart import describe_budget, initial_model
+
+    tiny_beir(tmp_path / "data")
+    budget = QuickstartConfig(vocab_size=300, hidden_size=64, layers=1).budget("cpu")[1]
+    folder = initial_model([str(tmp_path / "data" / "corpus.jsonl")], budget, tmp_path / "initial", 42, architecture)
+    assert AutoConfig.from_pretrained(folder).model_type == architecture
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert json.loads(tokenizer.backend_tokenizer.to_str())["model"]["type"] == tokenizer_model
+    assert f"a 1-layer {architecture} encoder of hidden size 64" in describe_budget("cpu", budget, 60, architecture)

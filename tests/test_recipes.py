@@ -177,3 +177,23 @@ def test_two_stage_cpu_recipe_scores_every_arm_from_one_stage_one_and_writes_one
     assert "decoder.0.*" in (runs / "seed1" / "mlm" / "snli" / "retromae" / "pretrain.log").read_text()
     again = subprocess.run(command, cwd=ROOT, env=environment, check=True, capture_output=True, text=True)
     assert " start " not in again.stdout  # every finished job is skipped
+
+
+@pytest.mark.slow
+def test_backbone_families_recipe_runs_the_quickstart_per_family_and_seed_and_gathers_them(tmp_path):
+    tiny_beir(tmp_path / "data")
+    runs = tmp_path / "runs"
+    options = (f"--data {tmp_path / 'data'} --vocab-size 300 --hidden-size 64 --layers 1 --max-length 32 "
+               "--pretrain-steps 3 --pretrain-batch-size 4 --finetune-epochs 1 --finetune-batch-size 8")
+    environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"), "SEEDS": "1 2",
+                   "FAMILIES": "modernbert xlm-roberta", "QUICKSTART_OPTIONS": options}
+    subprocess.run(["bash", "recipes/backbone_families.sh", str(runs)], cwd=ROOT, env=environment, check=True,
+                   capture_output=True)
+    gathered = json.loads((runs / "families.json").read_text())
+    assert {family: sorted(seeds) for family, seeds in gathered.items()} == {"modernbert": ["1", "2"],
+                                                                              "xlm-roberta": ["1", "2"]}
+    assert json.loads((runs / "modernbert-seed-1" / "quickstart-config.json").read_text())["architecture"] \
+        == "modernbert"
+    table = (runs / "families.md").read_text()
+    assert "| xlm-roberta | RetroMAE (enhanced) | 2 |" in table and "| modernbert | MLM | 2 |" in table
+    assert "| modernbert | MLM | 2 |" in table.split("Paired by seed")[1]

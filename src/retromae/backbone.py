@@ -1,14 +1,17 @@
 """The masked-LM backbone used for pre-training: loading, and the generic handles objectives need.
 
-Owns: loading any Hugging Face masked-LM encoder (BERT, RoBERTa, MiniLM, ...) from a checkpoint or from a
-config (scratch) with PyTorch SDPA attention, saying which of its weights start fresh; finding its MLM head and
-absolute position embeddings through public accessors only; its final or per-layer hidden states; the longest
-input its position embeddings allow; the encoder MLM loss computed at masked positions only. Does not own
-masking, the objectives' decoders, inference-time pooling (`retromae.encoder`) or export (`retromae.export`).
+Owns: loading any Hugging Face masked-LM encoder from a checkpoint or from a config (scratch) with the attention
+implementation asked for (`--attention`), saying which of its weights start fresh; the backbone's final or
+per-layer hidden states, its embeddings and its longest input, as the model's family adapter answers them
+(`retromae.backbones`, which objectives also ask for the MLM head and decoder positions); the encoder MLM loss
+computed at masked positions only. Does not own masking, the
+objectives' decoders, any family's particulars (`retromae.backbones`), inference-time pooling (`retromae.encoder`)
+or export (`retromae.export`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 
@@ -17,48 +20,68 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
+from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.model_source import ModelSource, check_tokenizer, resolve_model
 
 IGNORE_INDEX = -100
+ATTENTION_CHOICES = ("auto", "sdpa", "flash_attention_2", "eager")
 logger = logging.getLogger(__name__)
-# Models whose position ids start after the padding index: two of their position embeddings are never used.
-PADDING_OFFSET_MODELS = frozenset({"roberta", "xlm-roberta", "camembert", "longformer"})
 
 
 def position_limit(config) -> int | None:
-    """The most tokens a model with this config can read (None when it has no absolute position embeddings)."""
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions is None or getattr(config, "position_embedding_type", "absolute") != "absolute":
-        return None
-    offset = (config.pad_token_id or 0) + 1 if config.model_type in PADDING_OFFSET_MODELS else 0
-    return positions - offset
+    """The most tokens a model with this config can read, as its family's adapter says (for a family no adapter
+    knows: its `max_position_embeddings`, None when it has none)."""
+    adapter = find_adapter(config)
+    return adapter.max_length(config) if adapter else getattr(config, "max_position_embeddings", None)
 
 
 def check_max_length(config, value: int | None, option_name: str) -> None:
-    """ConfigError naming the option when `value` tokens exceed what the model's position embeddings allow."""
+    """ConfigError naming the option when `value` tokens exceed what the model reads."""
     limit = position_limit(config)
     if value is not None and limit is not None and value > limit:
         raise ConfigError(f"--{option_name.replace('_', '-')} {value}: the model reads at most {limit} tokens "
                           f"(its position embeddings); give {limit} or less")
 
 
+def attention_implementation(model_class: type, requested: str = "auto", cuda: bool = False) -> str:
+    """The attention kernel to load `model_class` with. "auto": FlashAttention-2 on CUDA where the model supports
+    it and `flash_attn` is installed (it runs padded batches unpadded, as variable-length sequences), else PyTorch
+    SDPA where supported, else eager. An explicit choice the model cannot honour is a ConfigError."""
+    supported = {"flash_attention_2": bool(getattr(model_class, "_supports_flash_attn", False)),
+                 "sdpa": bool(getattr(model_class, "_supports_sdpa", False)), "eager": True}
+    if requested == "auto":
+        flash = cuda and supported["flash_attention_2"] and importlib.util.find_spec("flash_attn") is not None
+        return "flash_attention_2" if flash else "sdpa" if supported["sdpa"] else "eager"
+    if requested not in supported:
+        raise ConfigError(f"--attention {requested}: choose from {', '.join(ATTENTION_CHOICES)}")
+    if not supported[requested]:
+        raise ConfigError(f"--attention {requested}: {model_class.__name__} does not support it; give "
+                          f"{' or '.join(name for name, ok in supported.items() if ok)}")
+    return requested
+
+
 def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: bool = False,
-                   option: str = "--model") -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+                   option: str = "--model", attention: str = "auto",
+                   cuda: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A masked-LM model and its fast tokenizer from any source `retromae.model_source` resolves; `from_config`
     builds fresh weights from the config alone; `head_restored` (the caller loads the MLM head itself, as
-    `--init-from` does) silences the note that the checkpoint has none."""
+    `--init-from` does) silences the note that the checkpoint has none; `attention` and `cuda` pick the attention
+    kernel (`attention_implementation`)."""
     source = resolve_model(name_or_path, option)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
+        config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
+        kernel = attention_implementation(_masked_lm_class(config), attention, cuda)
         if from_config:
-            config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
-            model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+            model = AutoModelForMaskedLM.from_config(config, attn_implementation=kernel)
         else:
             model, info = AutoModelForMaskedLM.from_pretrained(source.folder, subfolder=source.subfolder,
-                                                               attn_implementation="sdpa", output_loading_info=True)
+                                                               attn_implementation=kernel, output_loading_info=True)
             _report_missing(source, model, info["missing_keys"], head_restored)
+    except ConfigError:
+        raise
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load model {name_or_path!r}: {error}") from error
     if not tokenizer.is_fast:
@@ -83,53 +106,28 @@ def _report_missing(source: ModelSource, model: PreTrainedModel, missing: list[s
                        len(body), body[0])
 
 
-def mlm_head(model: PreTrainedModel) -> nn.Module:
-    """The module mapping hidden states (..., D) to vocabulary logits (..., V): the one child beside the base model."""
-    heads = [child for child in model.children() if child is not model.base_model and _has_parameters(child)]
-    if len(heads) != 1:
-        raise ModelLoadError(f"{type(model).__name__}: expected one MLM head module beside the base model, "
-                             f"found {len(heads)}; this architecture is not supported")
-    return heads[0]
-
-
-def _has_parameters(module: nn.Module) -> bool:
-    return any(True for _ in module.parameters())
-
-
-def position_embeddings(model: PreTrainedModel, length: int, device: torch.device) -> torch.Tensor:
-    """The absolute position embeddings p_0 .. p_{length-1} of the backbone, shape (length, D)."""
-    embeddings = getattr(model.base_model, "embeddings", None)
-    table = getattr(embeddings, "position_embeddings", None)
-    if not isinstance(table, nn.Embedding):
-        raise ModelLoadError(f"{type(model).__name__}: RetroMAE's decoder needs absolute position embeddings")
-    # RoBERTa-style embeddings number positions from padding_idx + 1.
-    padding_idx = getattr(embeddings, "padding_idx", None)
-    offset = padding_idx + 1 if padding_idx is not None else 0
-    return table(torch.arange(offset, offset + length, device=device))
+def _masked_lm_class(config) -> type[PreTrainedModel]:
+    """The masked-LM class transformers maps `config` to; a ValueError naming the model type when there is none."""
+    if type(config) not in AutoModelForMaskedLM._model_mapping:
+        raise ValueError(f"model type {config.model_type!r} has no masked-LM class in transformers")
+    return AutoModelForMaskedLM._model_mapping[type(config)]
 
 
 def token_embeddings(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
-    """e(x_i) + p_i (+ token type, LayerNorm, dropout) from the backbone's embedding block, shape (B, L, D)."""
+    """The backbone's embedding block on `input_ids`, shape (B, L, D): e(x_i) (+ p_i where the backbone adds an
+    absolute position; + token type, normalisation, dropout)."""
     return model.base_model.embeddings(input_ids=input_ids)
 
 
 def hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Final hidden states of the backbone, shape (B, L, D).
-
-    The padding mask goes in as (B, 1, 1, L) booleans, which transformers hands to attention as it is: from a 2D
-    mask it would first ask whether the batch has any padding (`padding_mask.all()`), a read from the device on
-    every step (under torch.compile it skips the question and always builds the mask, as here)."""
-    visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
-    return model.base_model(input_ids=input_ids, attention_mask=visible).last_hidden_state
+    """Final hidden states of the backbone, shape (B, L, D)."""
+    return adapter_for(model).body(model, input_ids, attention_mask).last_hidden_state
 
 
 def layer_hidden_states(model: PreTrainedModel, input_ids: torch.Tensor,
                         attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The embedding output, then every layer's hidden states, each (B, L, D): index i is layer i's output. The
-    padding mask goes in as booleans, as in `hidden_states`."""
-    visible = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): True = may attend
-    output = model.base_model(input_ids=input_ids, attention_mask=visible, output_hidden_states=True)
-    return output.hidden_states
+    """The embedding output, then every layer's hidden states, each (B, L, D): index i is layer i's output."""
+    return adapter_for(model).body(model, input_ids, attention_mask, all_layers=True).hidden_states
 
 
 def label_capacity(positions: int, ratio: float) -> int:

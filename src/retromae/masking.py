@@ -2,8 +2,9 @@
 
 Owns: choosing positions to corrupt (token-level or whole-word), BERT's 80/10/10 MLM corruption for the encoder,
 the decoder's [MASK] positions for basic decoding, and the position-specific attention mask of enhanced decoding
-(RetroMAE paper, Sec. 3.1-3.3, Eq. 7), plus a per-row reference of the latter for tests and benchmarks, and
-the windowed causal mask of SEED-Encoder's weak decoder (Lu et al., 2021, Eq. 9).
+(RetroMAE paper, Sec. 3.1-3.3, Eq. 7), whole or a block of rows at a time from counter-based scores
+(`hashed_uniform`, for long inputs), plus a per-row reference of the latter for tests and benchmarks, and the
+windowed causal mask of SEED-Encoder's weak decoder (Lu et al., 2021, Eq. 9).
 
 Does not own: tokenisation (word starts come from the caller, e.g. a fast tokenizer's `word_ids`), models, losses.
 Every random function takes a `torch.Generator` on the inputs' device and draws from it alone (no global RNG);
@@ -109,7 +110,7 @@ def enhanced_decoding_mask(attention_mask: torch.Tensor, *, ratio: float, genera
 
 
 def enhanced_decoding_mask_from_scores(
-    attention_mask: torch.Tensor, scores: torch.Tensor, ratio: float
+    attention_mask: torch.Tensor, scores: torch.Tensor, ratio: float, first_row: int = 0
 ) -> torch.Tensor:
     """Eq. 7 for given uniform scores: row i sees a random sample of the other real tokens, plus column 0 unless i = 0.
 
@@ -118,17 +119,53 @@ def enhanced_decoding_mask_from_scores(
     scores[b, i, j] < ratio, so each row hides a Binomial(n, ratio) sample, `ratio` of its candidates on average.
     Column 0 is visible in every row but row 0; the diagonal is hidden; padding columns are never visible.
     No row is empty: when row 0 would see nothing, its highest-scoring candidate is shown (or, when [CLS] is the
-    only real token, row 0 sees itself); padding rows see column 0 only. Returns a bool tensor (B, L, L).
+    only real token, row 0 sees itself); padding rows see column 0 only.
+
+    `scores` (B, C, L) may hold a block of C rows, first_row .. first_row + C - 1 (long inputs build the mask a
+    block at a time, `retromae.objectives.retromae`). Returns a bool tensor (B, C, L).
     """
     _check_ratio(ratio)
     position = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (L,)
+    rows = position[first_row:first_row + scores.shape[1]]  # (C,)
     real = (attention_mask != 0) | (position == 0)  # (B, L)
     columns = real & (position != 0)  # (B, L): real columns other than column 0
-    visible = real[:, :, None] & columns[:, None, :] & (scores >= ratio)  # (B, L, L)
-    visible.diagonal(dim1=1, dim2=2).fill_(False)
-    visible[:, 1:, 0] = True
-    _keep_first_row_non_empty(visible, columns, scores)
+    visible = real[:, rows, None] & columns[:, None, :] & (scores >= ratio)  # (B, C, L)
+    visible[:, torch.arange(rows.shape[0], device=rows.device), rows] = False  # the diagonal
+    visible[:, :, 0] |= rows != 0
+    if first_row == 0:
+        _keep_first_row_non_empty(visible, columns, scores)
     return visible
+
+
+def draw_seeds(count: int, generator: torch.Generator) -> torch.Tensor:
+    """`count` int32 seeds for `hashed_uniform`, drawn from `generator` on its device."""
+    return torch.randint(-2**31, 2**31 - 1, (count,), generator=generator, device=generator.device, dtype=torch.int32)
+
+
+def hashed_uniform(seeds: torch.Tensor, first_row: int, rows: int, length: int) -> torch.Tensor:
+    """Uniform scores in [0, 1) for rows first_row .. first_row + rows - 1 of a (B, L, L) grid, shape (B, rows, L).
+
+    A counter-based draw: score (b, i, j) is MurmurHash3's 32-bit finalizer of the cell's index i * L + j (times the
+    golden ratio) plus seeds[b], so any block of rows can be drawn alone, and drawn again identically (in a backward
+    pass that recomputes it), without a generator's state. 32-bit integers: half the memory traffic of 64-bit ones,
+    and room for L up to 46,340. `seeds` (B,) int32, drawn once per step from the training generator."""
+    cells = torch.arange(first_row * length, (first_row + rows) * length, device=seeds.device, dtype=torch.int32)
+    x = cells.view(rows, length) * _GOLDEN + seeds[:, None, None]  # (B, rows, L) int32, wrapping
+    x = (x ^ _logical_shift(x, 16)) * _MIX_1
+    x = (x ^ _logical_shift(x, 13)) * _MIX_2
+    x = x ^ _logical_shift(x, 16)
+    return _logical_shift(x, 8).float() / 2.0**24  # the top 24 bits: exact in float32
+
+
+# The golden ratio and MurmurHash3's fmix32 constants as signed 32-bit integers (torch has no uint32 arithmetic).
+_GOLDEN = 0x9E3779B9 - 2**32
+_MIX_1 = 0x85EBCA6B - 2**32
+_MIX_2 = 0xC2B2AE35 - 2**32
+
+
+def _logical_shift(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x >>> bits on int32 (zero-filled, as on unsigned integers)."""
+    return (x >> bits) & ((1 << (32 - bits)) - 1)
 
 
 def _keep_first_row_non_empty(visible: torch.Tensor, columns: torch.Tensor, scores: torch.Tensor) -> None:

@@ -56,7 +56,7 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
-    encoder, tokenizer = load_backbone(config)
+    encoder, tokenizer = load_backbone(config, cuda=accelerator.device.type == "cuda")
     check_max_length(encoder.config, config.max_length, "max_length")
     claim_output(config, "pretrain", OUTPUTS, accelerator)
     objective = build_objective(config.objective, encoder, tokenizer, config)
@@ -115,15 +115,17 @@ def model_source(config: PretrainConfig) -> str:
     return config.model if config.init_from is None else str(Path(config.init_from) / "encoder")
 
 
-def load_backbone(config: PretrainConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """The masked LM to train: --model, or the encoder exported by the run named by --init-from."""
+def load_backbone(config: PretrainConfig, cuda: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """The masked LM to train: --model, or the encoder exported by the run named by --init-from; with the attention
+    kernel --attention picks (`cuda`: whether the run trains on a GPU)."""
     if config.init_from is None:
-        return load_masked_lm(config.model, from_config=config.from_config)
+        return load_masked_lm(config.model, from_config=config.from_config, attention=config.attention, cuda=cuda)
     encoder_dir = model_source(config)
     if not Path(encoder_dir).is_dir():
         raise ModelLoadError(f"--init-from {config.init_from}: no encoder/ folder; give the output folder of a "
                              "finished `retromae pretrain` run")
-    return load_masked_lm(encoder_dir, head_restored=True, option="--init-from")
+    return load_masked_lm(encoder_dir, head_restored=True, option="--init-from", attention=config.attention,
+                          cuda=cuda)
 
 
 def init_head(objective: PretrainingObjective, config: PretrainConfig) -> None:

@@ -17,6 +17,9 @@ from retromae.training_config import HeadTrainingConfig
 OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
                    "cocondenser", "contriever", "simcse")
 PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
+# The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
+# out so that --help imports no torch (tests/test_backbones.py checks the two agree).
+ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
 
 
 @dataclass(kw_only=True)
@@ -73,7 +76,7 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
-                                     "MiniLM)", required_unless="--init-from")
+                                     "XLM-R, ModernBERT, DeBERTa-v3, MiniLM)", required_unless="--init-from")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
                                          "and pretrain_head.safetensors (stage 2)", required_unless="--model")
     init_missing_head: bool = option(False, "with --init-from: start the head tensors the previous run lacks (e.g. "
@@ -85,6 +88,10 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                      "pairs, used instead of two spans per --corpus document; simcse (supervised) "
                                      "also needs \"neg\": str or [str], hard negatives")
     from_config: bool = option(False, "start from fresh weights built from --model's config (scratch)")
+    attention: str = option("auto", "the backbone's attention kernel; auto: FlashAttention-2 on CUDA where the model "
+                                    "supports it and flash-attn is installed (padded batches run unpadded, as "
+                                    "variable-length sequences), else PyTorch SDPA, else eager (DeBERTa)",
+                            choices=("auto", "sdpa", "flash_attention_2", "eager"))
     objective: str = option("retromae", "pre-training objective", choices=OBJECTIVE_NAMES)
     decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
                            choices=("enhanced", "basic"))

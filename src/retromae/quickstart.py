@@ -36,7 +36,7 @@ from retromae.quickstart_config import Budget, QuickstartConfig
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.run_folder import claim_folder, run_identity
-from retromae.scratch import save_random_bert, train_wordpiece
+from retromae.scratch import family_tokenizer, save_random_model
 
 METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
 OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",
@@ -70,13 +70,13 @@ def planned_stages(budget: Budget, build_data: bool) -> list[tuple[str, float]]:
     return stages
 
 
-def describe_budget(preset: str, budget: Budget, seconds: float) -> str:
+def describe_budget(preset: str, budget: Budget, seconds: float, architecture: str = "bert") -> str:
     """The budget in words: the preset, its expected time, the model, and each stage's size."""
     precision = "" if budget.mixed_precision == "no" else f", in {budget.mixed_precision}"
     minutes = max(1, round(seconds / 60))
     return (f"the {preset} preset, about {minutes} minute{'s' if minutes > 1 else ''} in all: a {budget.layers}-layer "
-            f"encoder of hidden size {budget.hidden_size} with a WordPiece vocabulary of {budget.vocab_size:,} tokens; "
-            "each objective "
+            f"{architecture} encoder of hidden size {budget.hidden_size} with a vocabulary of {budget.vocab_size:,} "
+            "tokens; each objective "
             f"pre-trains it for {budget.pretrain_steps:,} steps of {budget.pretrain_batch_size} blocks of "
             f"{budget.max_length} tokens (peak learning rate {budget.learning_rate:g}{precision}), then each model "
             f"fine-tunes for {budget.finetune_epochs:g} epochs in batches of {budget.finetune_batch_size} queries")
@@ -94,11 +94,13 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
     return folder
 
 
-def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int) -> Path:
-    """A WordPiece tokenizer trained on the corpus and a randomly initialised small BERT, saved together."""
-    tokenizer = train_wordpiece((document.text for document in iter_corpus(corpus)), budget.vocab_size, 512)
-    return save_random_bert(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
-                            max_positions=max(512, budget.max_length), seed=seed)
+def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int, architecture: str = "bert") -> Path:
+    """The family's kind of tokenizer trained on the corpus and a randomly initialised small model of `architecture`
+    (BERT: WordPiece), saved together."""
+    tokenizer = family_tokenizer((document.text for document in iter_corpus(corpus)), architecture,
+                                 budget.vocab_size, 512)
+    return save_random_model(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
+                             max_positions=max(512, budget.max_length), seed=seed, architecture=architecture)
 
 
 def unigram_entropy(corpus: list[str], model: Path) -> float:
@@ -225,7 +227,8 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
     save_config(config, output / "quickstart-config.json")
     plan = planned_stages(budget, build_data=config.data is None)
-    print(f"device: {device}; budget: {describe_budget(preset, budget, sum(seconds for _, seconds in plan))}",
+    print(f"device: {device}; budget: "
+          f"{describe_budget(preset, budget, sum(seconds for _, seconds in plan), config.architecture)}",
           flush=True)
     stages = Stages.planned(plan)
     if config.data is None:
@@ -233,7 +236,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     data = prepare_data(config, output)
     corpus = config.corpus or [str(data / "corpus.jsonl")]
     stages.next()
-    initial = initial_model(corpus, budget, output / "initial-model", config.seed)
+    initial = initial_model(corpus, budget, output / "initial-model", config.seed, config.architecture)
     entropy = unigram_entropy(corpus, initial)
     stages.next()
     bm25_started = time.perf_counter()

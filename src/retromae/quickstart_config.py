@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from retromae.config import option, require
+from retromae.pretrain_config import ARCHITECTURE_NAMES
 from retromae.run_folder import OutputOptions
 
 
@@ -71,8 +72,11 @@ class QuickstartConfig(OutputOptions):
     corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
     preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on "
                                       "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
-    vocab_size: int | None = option(None, "WordPiece vocabulary trained on the corpus (cpu preset: 2000)")
-    hidden_size: int | None = option(None, "hidden size of the small BERT encoder (cpu preset: 128)")
+    architecture: str = option("bert", "family of the small encoder built from scratch, with its kind of tokenizer "
+                                       "(bert: WordPiece; xlm-roberta, deberta-v2: Unigram; roberta, modernbert: "
+                                       "byte-level BPE)", choices=ARCHITECTURE_NAMES)
+    vocab_size: int | None = option(None, "vocabulary trained on the corpus (cpu preset: 2000)")
+    hidden_size: int | None = option(None, "hidden size of the small encoder (cpu preset: 128)")
     layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")
     max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)")
     pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 1200)")

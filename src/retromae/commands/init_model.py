@@ -1,6 +1,8 @@
-"""`retromae init-model`: a randomly initialised small BERT around an existing tokenizer, to pre-train from scratch.
+"""`retromae init-model`: a randomly initialised small masked LM of a supported family, to pre-train from scratch.
 
-Thin: parse → `InitModelConfig` → `scratch.save_random_bert`.
+Its tokenizer is an existing one (`--tokenizer`) or one trained on a corpus (`--corpus`) of the kind the family uses:
+WordPiece (bert), SentencePiece-style Unigram (xlm-roberta, deberta-v2) or byte-level BPE (roberta, modernbert).
+Thin: parse → `InitModelConfig` → `tokenizer_training.train_tokenizer` → `scratch.save_random_model`.
 """
 
 from __future__ import annotations
@@ -9,21 +11,39 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from retromae.config import add_config_arguments, build_config, option
+from retromae.config import ConfigError, add_config_arguments, build_config, option, require
 from retromae.errors import ModelLoadError
+from retromae.pretrain_config import ARCHITECTURE_NAMES
 
-HELP = ("save a randomly initialised BERT masked LM of a chosen size with a tokenizer (e.g. bert-base-uncased's "
-        "vocabulary), as the --model of a from-scratch `retromae pretrain`")
+HELP = ("save a randomly initialised masked LM (bert, roberta, xlm-roberta, modernbert, deberta-v2) of a chosen size "
+        "with an existing tokenizer or one trained on a corpus, as the --model of a from-scratch `retromae pretrain`")
+# The longest input of a family's model when --max-positions is not given.
+DEFAULT_POSITIONS = {"modernbert": 8192}
 
 
 @dataclasses.dataclass(kw_only=True)
 class InitModelConfig:
-    tokenizer: str = option(help="tokenizer to use: hub name or a local model folder holding one")
     output: Path = option(help="folder to write the model and tokenizer to")
+    architecture: str = option("bert", "model family to build", choices=ARCHITECTURE_NAMES)
+    tokenizer: str | None = option(None, "existing tokenizer: hub name or a local model folder holding one",
+                                   required_unless="--corpus")
+    corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
+                                      "`retromae pretrain --corpus` source)", required_unless="--tokenizer")
+    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus")
     hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)")
     layers: int = option(4, "transformer layers")
-    max_positions: int = option(512, "position embeddings (longest input)")
+    max_positions: int | None = option(None, "longest input (default 512; 8192 for modernbert)")
     seed: int = option(42, "seed of the random initialisation")
+
+    def __post_init__(self) -> None:
+        if (self.tokenizer is None) == (self.corpus is None):
+            raise ConfigError("--tokenizer: give either --tokenizer (an existing one) or --corpus (train one)")
+        require(self.vocab_size >= 100, "vocab_size", "must be at least 100")
+        require(self.max_positions is None or self.max_positions >= 8, "max_positions", "must be at least 8")
+
+    @property
+    def positions(self) -> int:
+        return self.max_positions or DEFAULT_POSITIONS.get(self.architecture, 512)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,19 +51,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.scratch import save_random_model
+
+    config = build_config(InitModelConfig, args)
+    tokenizer = trained_tokenizer(config) if config.corpus else existing_tokenizer(config.tokenizer)
+    folder = save_random_model(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
+                               max_positions=config.positions, seed=config.seed, architecture=config.architecture)
+    print(f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, vocabulary "
+          f"{len(tokenizer)}, {config.positions} positions) → {folder}")
+    return 0
+
+
+def trained_tokenizer(config: InitModelConfig):
+    """The family's kind of tokenizer trained on --corpus."""
+    from retromae.data.corpus import iter_corpus
+    from retromae.scratch import family_tokenizer
+
+    texts = (document.text for document in iter_corpus(config.corpus))
+    return family_tokenizer(texts, config.architecture, config.vocab_size, config.positions)
+
+
+def existing_tokenizer(name: str):
+    """The tokenizer of --tokenizer, checked as every command checks one."""
     from transformers import AutoTokenizer
 
     from retromae.model_source import check_tokenizer, resolve_tokenizer
-    from retromae.scratch import save_random_bert
 
-    config = build_config(InitModelConfig, args)
-    source = resolve_tokenizer(config.tokenizer)
+    source = resolve_tokenizer(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder)
     except (OSError, ValueError) as error:
-        raise ModelLoadError(f"--tokenizer {config.tokenizer}: no tokenizer there ({error})") from error
-    check_tokenizer(tokenizer, f"--tokenizer {config.tokenizer}")
-    folder = save_random_bert(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
-                              max_positions=config.max_positions, seed=config.seed)
-    print(f"random BERT ({config.layers} layers, hidden {config.hidden_size}, vocabulary {len(tokenizer)}) → {folder}")
-    return 0
+        raise ModelLoadError(f"--tokenizer {name}: no tokenizer there ({error})") from error
+    check_tokenizer(tokenizer, f"--tokenizer {name}")
+    return tokenizer

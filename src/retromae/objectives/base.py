@@ -3,8 +3,9 @@
 Owns: the `PretrainingObjective` base class (forward(batch, generator) → named losses, "loss" the sum to
 optimise; class attributes saying which data it reads, the pooling it trains, its decoder's default depth; its
 config checks), `MaskingSettings`, the masked encoder pass used by MLM, RetroMAE, SEED, DupMAE and Condenser alike,
-and the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share. Does not own any decoder or
-objective-specific loss.
+the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share, and the decoders' position signal.
+Everything it needs of the backbone it asks the family's adapter (`retromae.backbones`). Does not own any decoder
+or objective-specific loss.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae import backbone
+from retromae.backbones import DecoderPositions, adapter_for
 from retromae.config import require
 from retromae.masking import mlm_mask
 
@@ -62,12 +64,13 @@ class PretrainingObjective(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.masking = masking
-        backbone.mlm_head(encoder)  # fail early on an architecture without a single MLM head
+        self.adapter = adapter_for(encoder)  # fails early, naming what is missing, on a family no adapter knows
+        self.adapter.mlm_head(encoder)
 
     @property
     def lm_head(self) -> nn.Module:
         """The encoder's (tied) MLM head, shared by every decoder; not registered twice."""
-        return backbone.mlm_head(self.encoder)
+        return self.adapter.mlm_head(self.encoder)
 
     @classmethod
     def temperature_of(cls, config) -> float:
@@ -106,7 +109,7 @@ class PretrainingObjective(nn.Module):
 
     def compiled_modules(self) -> list[nn.Module]:
         """The encoder body and the MLM head; objectives with a decoder add its layers."""
-        return [self.encoder.base_model, self.lm_head]
+        return [self.encoder.base_model, *self.adapter.head_modules(self.encoder)]
 
     def encode_masked(self, batch: dict[str, torch.Tensor],
                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,9 +135,14 @@ class PretrainingObjective(nn.Module):
 
     def cls_and_token_stream(self, input_ids: torch.Tensor, cls_embedding: torch.Tensor) -> torch.Tensor:
         """[h_cls, e(x_1)+p_1, ..., e(x_N)+p_N], shape (B, L, D): the sentence embedding (B, 1, D) at position 0, then
-        the shared embeddings of `input_ids` (B, L) from position 1 on."""
+        the shared embeddings of `input_ids` (B, L) from position 1 on (with p_i where the backbone adds absolute
+        positions; rotary ones enter in the decoder's attention, `decoder_positions`)."""
         embedded = backbone.token_embeddings(self.encoder, input_ids)  # (B, L, D)
         return torch.cat([cls_embedding, embedded[:, 1:]], dim=1)
+
+    def decoder_positions(self, length: int, device: torch.device) -> DecoderPositions:
+        """The position signal of a decoder over `length` positions, as the backbone's family gives it."""
+        return self.adapter.decoder_positions(self.encoder, length, device)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor outside the encoder's base model (MLM head, decoder), each tied tensor once; state under

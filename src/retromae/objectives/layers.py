@@ -1,8 +1,10 @@
 """Transformer layers for the pre-training decoders (RetroMAE's and SEED-Encoder's).
 
 Owns: a post-LayerNorm transformer layer whose queries and keys/values may come from different streams
-(two-stream attention) and whose attention pattern is a boolean mask, run through PyTorch SDPA. A boolean
-mask, not an additive -inf one, keeps bf16/fp16 free of NaN. Does not own masks or losses.
+(two-stream attention) and whose attention pattern is a boolean mask, run through PyTorch SDPA, with rotary
+positions applied to queries and keys when the backbone's positions are rotary (`apply_rotary`). A boolean mask,
+not an additive -inf one, keeps bf16/fp16 free of NaN. Does not own masks, losses or where positions come from
+(`retromae.backbones`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the heads x (B, H, L, Dh) by the angles of positions 0..L-1, cos and sin (L, Dh) in the half-split
+    layout (dimension d pairs with d + Dh/2, as transformers' RoPE models lay them out); computed in float32."""
+    first, second = x.float().chunk(2, dim=-1)  # (B, H, L, Dh/2) each
+    rotated = torch.cat([-second, first], dim=-1)  # (B, H, L, Dh)
+    return (x.float() * cos + rotated * sin).to(x.dtype)
 
 
 class DecoderLayer(nn.Module):
@@ -43,11 +53,18 @@ class DecoderLayer(nn.Module):
         batch, length, hidden = x.shape
         return x.view(batch, length, self.num_heads, hidden // self.num_heads).transpose(1, 2)  # (B, H, L, Dh)
 
-    def forward(self, query: torch.Tensor, context: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-        """query (B, Lq, D), context (B, Lk, D), visible (B, Lq, Lk) or (B, 1, Lk) bool → (B, Lq, D)."""
+    def forward(self, query: torch.Tensor, context: torch.Tensor, visible: torch.Tensor,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None, query_start: int = 0) -> torch.Tensor:
+        """query (B, Lq, D), context (B, Lk, D), visible (B, Lq, Lk) or (B, 1, Lk) bool → (B, Lq, D). With `rotary`
+        (cos, sin), each (Lk, Dh), context column j is rotated to position j and query row i to position
+        query_start + i (the query rows may be a block of a longer stream)."""
         q = self._split_heads(self.query(query))
         k = self._split_heads(self.key(context))
         v = self._split_heads(self.value(context))
+        if rotary is not None:
+            cos, sin = rotary
+            rows = slice(query_start, query_start + query.shape[1])
+            q, k = apply_rotary(q, cos[rows], sin[rows]), apply_rotary(k, cos, sin)
         dropout = self.attention_dropout if self.training else 0.0
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None], dropout_p=dropout)
         attended = attended.transpose(1, 2).flatten(2)  # (B, Lq, D)

@@ -7,26 +7,44 @@ embeddings and its tied MLM head. Total loss = encoder MLM + decoder loss (Algor
 - Basic decoding (Eq. 2-3): input [h_cls, e(x_1)+p_1, ...] with `decoder_mask_ratio` of the tokens replaced by
   [MASK]; loss on those masked positions.
 - Enhanced decoding (Eq. 4-7): query stream h_cls + p_i, context stream [h_cls, e(x_1)+p_1, ...] of the ORIGINAL
-  tokens, a position-specific attention mask per row; loss over all non-special tokens.
+  tokens, a position-specific attention mask per row; loss over all non-special tokens. For long inputs the mask
+  is built, and the query stream decoded, a block of rows at a time, so its memory stays bounded.
+
+Positions come from the backbone's family (`retromae.backbones`): its absolute table where it has one; otherwise
+(ModernBERT's rotary, DeBERTa-v3's relative positions) the query stream is h_cls alone and the decoder's attention
+rotates queries and keys to their positions.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from retromae import backbone
 from retromae.config import require
-from retromae.masking import decoder_input_mask, enhanced_decoding_mask
+from retromae.masking import (
+    decoder_input_mask,
+    draw_seeds,
+    enhanced_decoding_mask,
+    enhanced_decoding_mask_from_scores,
+    hashed_uniform,
+)
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
 
 
 class RetroMAE(PretrainingObjective):
-    """Encoder MLM plus a decoder that reconstructs the input from the [CLS] embedding."""
+    """Encoder MLM plus a decoder that reconstructs the input from the [CLS] embedding.
+
+    `mask_cells`: the most cells of enhanced decoding's (B, L, L) mask built at once, 32 Mi (32 MiB of booleans and
+    128 MiB of float32 scores; 128 blocks of 512 tokens, 2 of 4,096). Past it (one example of 8,192 tokens is 64 Mi
+    cells), the query stream is decoded a block of rows at a time (`_blockwise_enhanced_decoding`)."""
 
     default_decoder_layers = 1
+    mask_cells = 2**25
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
                  decoder_layers: int = 1):
@@ -80,8 +98,9 @@ class RetroMAE(PretrainingObjective):
         corrupted = input_ids.masked_fill(masked, self.masking.mask_token_id)
         hidden = self.cls_and_token_stream(corrupted, cls_embedding)
         visible = batch["attention_mask"].bool()[:, None, :]  # (B, 1, L)
+        rotary = self.decoder_positions(input_ids.shape[1], input_ids.device).rotary
         for layer in self.decoder:
-            hidden = layer(hidden, hidden, visible)
+            hidden = layer(hidden, hidden, visible, rotary)
         labels = input_ids.masked_fill(~masked, backbone.IGNORE_INDEX)
         capacity = backbone.label_capacity(labels.numel(), self.masking.decoder_mask_ratio)
         return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
@@ -89,13 +108,46 @@ class RetroMAE(PretrainingObjective):
     def _enhanced_decoding(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
                            generator: torch.Generator) -> torch.Tensor:
         input_ids = batch["input_ids"]
-        length = input_ids.shape[1]
-        positions = backbone.position_embeddings(self.encoder, length, input_ids.device)  # (L, D)
-        query = cls_embedding + positions[None]  # (B, L, D)
+        batch_size, length = input_ids.shape
+        positions = self.decoder_positions(length, input_ids.device)
+        if positions.absolute is not None:
+            query = cls_embedding + positions.absolute[None]  # (B, L, D): h_cls + p_i
+        else:
+            query = cls_embedding.expand(-1, length, -1)  # (B, L, D): h_cls, rotated to position i in attention
         context = self.cls_and_token_stream(input_ids, cls_embedding)  # (B, L, D)
+        labels = input_ids.masked_fill(batch["special_tokens_mask"], backbone.IGNORE_INDEX)
+        if batch_size * length * length > self.mask_cells:
+            return self._blockwise_enhanced_decoding(query, context, batch["attention_mask"], labels,
+                                                     positions.rotary, generator)
         visible = enhanced_decoding_mask(
             batch["attention_mask"], ratio=self.masking.decoder_mask_ratio, generator=generator
         )  # (B, L, L)
-        hidden = self.decoder[0](query, context, visible)
-        labels = input_ids.masked_fill(batch["special_tokens_mask"], backbone.IGNORE_INDEX)
+        hidden = self.decoder[0](query, context, visible, positions.rotary)
         return backbone.masked_lm_loss(self.lm_head, hidden, labels)  # every real token: projected everywhere
+
+    def _blockwise_enhanced_decoding(self, query: torch.Tensor, context: torch.Tensor, attention_mask: torch.Tensor,
+                                     labels: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
+                                     generator: torch.Generator) -> torch.Tensor:
+        """Enhanced decoding of long inputs: the query rows a block at a time, each block's mask drawn from
+        counter-based scores (`hashed_uniform`) and recomputed, with its attention, in the backward pass, so that
+        no (B, L, L) tensor ever exists. Query rows attend to the context stream only, so the blocks are
+        independent: the loss is the same mean over every labelled token."""
+        batch_size, length = labels.shape
+        rows = max(1, self.mask_cells // (batch_size * length))
+        seeds = draw_seeds(batch_size, generator)  # (B,)
+        total = query.new_zeros((), dtype=torch.float32)
+        for start in range(0, length, rows):
+            block = slice(start, min(start + rows, length))
+            total = total + checkpoint(self._decode_block, query[:, block], context, attention_mask, seeds, start,
+                                       labels[:, block], rotary, use_reentrant=False)
+        return total / (labels != backbone.IGNORE_INDEX).sum().clamp(min=1)
+
+    def _decode_block(self, query: torch.Tensor, context: torch.Tensor, attention_mask: torch.Tensor,
+                      seeds: torch.Tensor, start: int, labels: torch.Tensor,
+                      rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """The summed cross-entropy of query rows start .. start + R - 1, query (B, R, D), labels (B, R)."""
+        scores = hashed_uniform(seeds, start, query.shape[1], context.shape[1])  # (B, R, L)
+        visible = enhanced_decoding_mask_from_scores(attention_mask, scores, self.masking.decoder_mask_ratio, start)
+        hidden = self.decoder[0](query, context, visible, rotary, query_start=start)  # (B, R, D)
+        logits = self.lm_head(hidden).flatten(0, 1).float()  # (B * R, V)
+        return F.cross_entropy(logits, labels.flatten(), ignore_index=backbone.IGNORE_INDEX, reduction="sum")

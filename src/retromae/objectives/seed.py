@@ -73,6 +73,7 @@ class SEEDEncoder(PretrainingObjective):
         """Decoder states (B, L, D) for [CLS] embedding (B, 1, D); row i predicts token i + 1."""
         hidden = self.cls_and_token_stream(batch["input_ids"], cls_embedding)  # (B, L, D)
         visible = seed_decoder_mask(batch["attention_mask"], self.attention_window)  # (B, L, L)
+        rotary = self.decoder_positions(hidden.shape[1], hidden.device).rotary  # None where positions are absolute
         for layer in self.weak_decoder:
-            hidden = layer(hidden, hidden, visible)
+            hidden = layer(hidden, hidden, visible, rotary)
         return hidden
