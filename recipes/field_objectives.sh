@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Experiment: every pre-training objective of the field from one initialisation under one budget, over seeds.
-# Variants: none (no pre-training), mlm, seed, retromae basic and enhanced, dupmae, condenser, cocondenser,
-# contriever, simcse (unsupervised) and contrastive (spans). Per seed, every variant starts from the same initial
+# Variants: none (no pre-training), none-mean (no pre-training, mean pooling: the control of Contriever's pooling),
+# mlm, seed, retromae basic and enhanced, dupmae, condenser, cocondenser, contriever, simcse (unsupervised) and
+# contrastive (spans). Per seed, every variant starts from the same initial
 # model, pre-trains for STEPS steps of the same number of encoder rows (BATCH blocks, or BATCH/2 documents with two
 # views each for the pair objectives and SimCSE's two dropout views), probes zero-shot retrieval while it trains
 # (--probe), and is then scored zero-shot on the test split (eval/zero-shot.json), fine-tuned the same way on the
@@ -32,7 +33,7 @@ fi
 SEEDS=${SEEDS:-1 2 3} LOG_EVERY=${LOG_EVERY:-50}
 PROBE_EVERY=${PROBE_EVERY:-$(( STEPS / 4 / LOG_EVERY * LOG_EVERY > 0 ? STEPS / 4 / LOG_EVERY * LOG_EVERY : LOG_EVERY ))}
 QUEUE=${QUEUE:-$(( 64 * BATCH / 2 ))} HALF=$(( BATCH / 2 ))
-VARIANTS=${VARIANTS:-none mlm seed retromae-basic retromae-enhanced dupmae condenser cocondenser contriever simcse \
+VARIANTS=${VARIANTS:-none none-mean mlm seed retromae-basic retromae-enhanced dupmae condenser cocondenser contriever simcse \
 contrastive}
 DATASET=${DATASET:-$RUNS/data} INIT=$RUNS/initial-model  # DATASET: any BEIR folder with train and test qrels
 mkdir -p "$RUNS"
@@ -60,9 +61,10 @@ cache_dir() {  # cache_dir VARIANT_DIR: one token store for sequential runs; con
   if [ "$PARALLEL" -gt 1 ]; then echo "$1/cache"; else echo "$RUNS/cache"; fi
 }
 
-run_variant() {  # run_variant SEED VARIANT: pre-train (unless none), score zero-shot, fine-tune, score
-  local seed=$1 name=$2 dir=$RUNS/seed-$1/$2 model=$INIT
-  if [ "$name" != none ]; then
+run_variant() {  # run_variant SEED VARIANT: pre-train (unless none*), score zero-shot, fine-tune, score
+  local seed=$1 name=$2 dir=$RUNS/seed-$1/$2 model=$INIT pooling=()
+  if [ "$name" = none-mean ]; then pooling=(--pooling mean); fi  # the control of Contriever's mean pooling
+  if [ "${name%-mean}" != none ]; then
     local options
     options=$(objective_options "$name")
     # shellcheck disable=SC2086  # the options are words
@@ -72,10 +74,11 @@ run_variant() {  # run_variant SEED VARIANT: pre-train (unless none), score zero
       --probe-every "$PROBE_EVERY" --probe-queries 300 --probe-documents 5000 $options
     model=$dir/pretrain/encoder
   fi
-  evaluate_variant "$dir" zero-shot --model "$model" --data "$DATASET" --query-max-length 32 --passage-max-length 128
+  evaluate_variant "$dir" zero-shot --model "$model" --data "$DATASET" --query-max-length 32 --passage-max-length 128 \
+    "${pooling[@]}"
   finetune_variant "$dir" "$model" --data "$DATASET" --split train --negatives none --group-size 1 --normalize \
     --epochs "$FT_EPOCHS" --batch-size 32 --learning-rate 5e-4 --query-max-length 32 --passage-max-length "$LENGTH" \
-    --log-every 10 --save-every 0 --seed "$seed" --mixed-precision "$PRECISION"
+    --log-every 10 --save-every 0 --seed "$seed" --mixed-precision "$PRECISION" "${pooling[@]}"
   evaluate_variant "$dir" test --model "$dir/finetune/sentence-transformer" --data "$DATASET" --query-max-length 32 \
     --passage-max-length 128
   evaluate_stsb "$dir" "$dir/finetune/sentence-transformer"
