@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Experiment: every pre-training objective of the field from one initialisation under one budget, over seeds.
-# Variants: none (no pre-training), none-mean (no pre-training, mean pooling: the control of Contriever's pooling),
-# mlm, seed, retromae basic and enhanced, dupmae, condenser, cocondenser, contriever, simcse (unsupervised) and
-# contrastive (spans). Per seed, every variant starts from the same initial
+# Variants: none (no pre-training), mlm, seed, retromae basic and enhanced, dupmae, condenser, cocondenser,
+# contriever, simcse (unsupervised) and contrastive (spans); and the controls of Contriever's mean pooling, NAME-mean:
+# variant NAME's encoder (none: the initial model) fine-tuned and scored with mean pooling instead of [CLS]. Per seed, every variant starts from the same initial
 # model, pre-trains for STEPS steps of the same number of encoder rows (BATCH blocks, or BATCH/2 documents with two
 # views each for the pair objectives and SimCSE's two dropout views), probes zero-shot retrieval while it trains
 # (--probe), and is then scored zero-shot on the test split (eval/zero-shot.json), fine-tuned the same way on the
@@ -33,8 +33,8 @@ fi
 SEEDS=${SEEDS:-1 2 3} LOG_EVERY=${LOG_EVERY:-50}
 PROBE_EVERY=${PROBE_EVERY:-$(( STEPS / 4 / LOG_EVERY * LOG_EVERY > 0 ? STEPS / 4 / LOG_EVERY * LOG_EVERY : LOG_EVERY ))}
 QUEUE=${QUEUE:-$(( 64 * BATCH / 2 ))} HALF=$(( BATCH / 2 ))
-VARIANTS=${VARIANTS:-none none-mean mlm seed retromae-basic retromae-enhanced dupmae condenser cocondenser contriever simcse \
-contrastive}
+VARIANTS=${VARIANTS:-none mlm seed retromae-basic retromae-enhanced dupmae condenser cocondenser contriever simcse \
+contrastive none-mean retromae-enhanced-mean}
 DATASET=${DATASET:-$RUNS/data} INIT=$RUNS/initial-model  # DATASET: any BEIR folder with train and test qrels
 mkdir -p "$RUNS"
 
@@ -61,18 +61,20 @@ cache_dir() {  # cache_dir VARIANT_DIR: one token store for sequential runs; con
   if [ "$PARALLEL" -gt 1 ]; then echo "$1/cache"; else echo "$RUNS/cache"; fi
 }
 
-run_variant() {  # run_variant SEED VARIANT: pre-train (unless none*), score zero-shot, fine-tune, score
-  local seed=$1 name=$2 dir=$RUNS/seed-$1/$2 model=$INIT pooling=()
-  if [ "$name" = none-mean ]; then pooling=(--pooling mean); fi  # the control of Contriever's mean pooling
-  if [ "${name%-mean}" != none ]; then
-    local options
-    options=$(objective_options "$name")
-    # shellcheck disable=SC2086  # the options are words
-    pretrain_variant "$dir" --model "$INIT" --corpus "$DATASET/corpus.jsonl" --max-length "$LENGTH" \
-      --max-steps "$STEPS" --learning-rate "$LR" --warmup-ratio 0.05 --log-every "$LOG_EVERY" --save-every 300 \
-      --mixed-precision "$PRECISION" --seed "$seed" --cache-dir "$(cache_dir "$dir")" --probe "$DATASET" \
-      --probe-every "$PROBE_EVERY" --probe-queries 300 --probe-documents 5000 $options
-    model=$dir/pretrain/encoder
+run_variant() {  # run_variant SEED VARIANT: pre-train (unless none or a control), score zero-shot, fine-tune, score
+  local seed=$1 name=$2 dir=$RUNS/seed-$1/$2 base=${2%-mean} model=$INIT pooling=()
+  if [ "$base" != "$name" ]; then pooling=(--pooling mean); fi  # BASE-mean: BASE's encoder, with mean pooling
+  if [ "$base" != none ]; then
+    if [ "$base" = "$name" ]; then
+      local options
+      options=$(objective_options "$name")
+      # shellcheck disable=SC2086  # the options are words
+      pretrain_variant "$dir" --model "$INIT" --corpus "$DATASET/corpus.jsonl" --max-length "$LENGTH" \
+        --max-steps "$STEPS" --learning-rate "$LR" --warmup-ratio 0.05 --log-every "$LOG_EVERY" --save-every 300 \
+        --mixed-precision "$PRECISION" --seed "$seed" --cache-dir "$(cache_dir "$dir")" --probe "$DATASET" \
+        --probe-every "$PROBE_EVERY" --probe-queries 300 --probe-documents 5000 $options
+    fi
+    model=$RUNS/seed-$seed/$base/pretrain/encoder
   fi
   evaluate_variant "$dir" zero-shot --model "$model" --data "$DATASET" --query-max-length 32 --passage-max-length 128 \
     "${pooling[@]}"
@@ -84,15 +86,21 @@ run_variant() {  # run_variant SEED VARIANT: pre-train (unless none*), score zer
   evaluate_stsb "$dir" "$dir/finetune/sentence-transformer"
 }
 
-pids=()
-for seed in $SEEDS; do
-  for name in $VARIANTS; do
-    if [ "$PARALLEL" -le 1 ]; then run_variant "$seed" "$name"; continue; fi
-    while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
-    run_variant "$seed" "$name" & pids+=($!)
+# The pre-trained variants first, then the controls (NAME-mean), which read their encoders.
+for pass in variants controls; do
+  pids=()
+  for seed in $SEEDS; do
+    for name in $VARIANTS; do
+      if { [ "${name%-mean}" = "$name" ] && [ $pass = variants ]; } || \
+         { [ "${name%-mean}" != "$name" ] && [ $pass = controls ]; }; then
+        if [ "$PARALLEL" -le 1 ]; then run_variant "$seed" "$name"; continue; fi
+        while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
+        run_variant "$seed" "$name" & pids+=($!)
+      fi
+    done
   done
+  for pid in "${pids[@]}"; do wait "$pid"; done
 done
-for pid in "${pids[@]}"; do wait "$pid"; done
 
 for seed in $SEEDS; do
   folders=()

@@ -115,7 +115,7 @@ def test_crossover_recipe_probes_both_objectives_and_reports_curves(tiny_model_d
 @pytest.mark.slow
 def test_field_objectives_recipe_scores_every_seed_and_gathers_the_seeds(tmp_path):
     tiny_shared_data(tmp_path / "data")
-    variants = ["none", "none-mean", "contriever"]  # every stage and branch; other objectives only change options
+    variants = ["none", "mlm", "contriever", "none-mean", "mlm-mean"]  # every stage and branch of the recipe
     environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
                    "DATA": str(tmp_path / "data"), "DATASET": str(tmp_path / "data" / "beir" / "scifact"),
                    "VOCAB": "200", "HIDDEN": "64", "LAYERS": "2", "LENGTH": "32", "BATCH": "4", "STEPS": "2",
@@ -126,16 +126,18 @@ def test_field_objectives_recipe_scores_every_seed_and_gathers_the_seeds(tmp_pat
     for seed in ("1", "2"):
         for variant in variants:
             stages = (runs / f"seed-{seed}" / variant / "times.txt").read_text().split()[::2]
-            assert stages == (["pretrain"] if not variant.startswith("none") else []) + [
+            assert stages == (["pretrain"] if variant in ("mlm", "contriever") else []) + [
                 "eval-zero-shot", "finetune", "eval-test", "eval-stsb"]
         config = json.loads((runs / f"seed-{seed}" / "contriever" / "pretrain" / "config.json").read_text())
         assert (config["seed"], config["batch_size"], config["queue_size"]) == (int(seed), 2, 128)
         assert (runs / f"report-seed-{seed}" / "report.md").is_file()
     encoder = runs / "seed-1" / "contriever" / "pretrain" / "encoder"
     assert json.loads((encoder / "retromae_encoder.json").read_text())["pooling"] == "mean"
-    for variant, pooling in (("none", "cls"), ("none-mean", "mean")):
+    for variant, pooling in (("none", "cls"), ("none-mean", "mean"), ("mlm", "cls"), ("mlm-mean", "mean")):
         fine_tuned = runs / "seed-1" / variant / "finetune" / "sentence-transformer"
         assert json.loads((fine_tuned / "1_Pooling" / "config.json").read_text())["pooling_mode"] == pooling
+    finetuned_from = json.loads((runs / "seed-1" / "mlm-mean" / "finetune" / "config.json").read_text())["model"]
+    assert Path(finetuned_from).resolve() == (runs / "seed-1" / "mlm" / "pretrain" / "encoder").resolve()
     table = (runs / "report" / "seeds.md").read_text().splitlines()
     assert [row.split(" | ")[0].removeprefix("| ") for row in table[6:]] == variants
     assert all(row.split(" | ")[1] == "2" for row in table[6:])  # two seeds in every row
