@@ -86,17 +86,18 @@ run_variant() {  # run_variant SEED VARIANT: pre-train (unless none or a control
   evaluate_stsb "$dir" "$dir/finetune/sentence-transformer"
 }
 
-# The pre-trained variants first, then the controls (NAME-mean), which read their encoders.
+pass_of() {  # pass_of VARIANT: "controls" for NAME-mean (it reads NAME's encoder), "variants" otherwise
+  if [ "${1%-mean}" != "$1" ]; then echo controls; else echo variants; fi
+}
+
 for pass in variants controls; do
   pids=()
   for seed in $SEEDS; do
     for name in $VARIANTS; do
-      if { [ "${name%-mean}" = "$name" ] && [ $pass = variants ]; } || \
-         { [ "${name%-mean}" != "$name" ] && [ $pass = controls ]; }; then
-        if [ "$PARALLEL" -le 1 ]; then run_variant "$seed" "$name"; continue; fi
-        while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
-        run_variant "$seed" "$name" & pids+=($!)
-      fi
+      [ "$(pass_of "$name")" = "$pass" ] || continue
+      if [ "$PARALLEL" -le 1 ]; then run_variant "$seed" "$name"; continue; fi
+      while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
+      run_variant "$seed" "$name" & pids+=($!)
     done
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
