@@ -2,19 +2,20 @@
 # Experiment: every pre-training objective of the field from one initialisation under one budget, over seeds.
 # Variants: none (no pre-training), mlm, seed, retromae basic and enhanced, dupmae, condenser, cocondenser,
 # contriever, simcse (unsupervised) and contrastive (spans); and the controls of Contriever's mean pooling, NAME-mean:
-# variant NAME's encoder (none: the initial model) fine-tuned and scored with mean pooling instead of [CLS]. Per seed, every variant starts from the same initial
-# model, pre-trains for STEPS steps of the same number of encoder rows (BATCH blocks, or BATCH/2 documents with two
-# views each for the pair objectives and SimCSE's two dropout views), probes zero-shot retrieval while it trains
-# (--probe), and is then scored zero-shot on the test split (eval/zero-shot.json), fine-tuned the same way on the
-# train split (in-batch negatives, the pooling its pre-training trained: mean for contriever, CLS otherwise) and
-# scored again (eval/test.json: NDCG@10, Recall@100) and on STS-B test (eval/stsb.json: Spearman).
+# variant NAME's encoder (none: the initial model) fine-tuned and scored with mean pooling instead of [CLS], run after
+# the variants. Per seed, every variant starts from the same initial model, pre-trains for STEPS steps of the same
+# number of encoder rows (BATCH blocks, or BATCH/2 documents with two views each for the pair objectives and SimCSE's
+# two dropout views), probes zero-shot retrieval while it trains (--probe), and is then scored zero-shot on the test
+# split (eval/zero-shot.json), fine-tuned the same way on the train split (in-batch negatives, the pooling its
+# pre-training trained: mean for contriever, CLS otherwise) and scored again (eval/test.json: NDCG@10, Recall@100) and
+# on STS-B test (eval/stsb.json: Spearman).
 # `retromae report` tables each seed (RUNS/report-seed-S); recipes/seeds_table.py gathers the seeds into
 # RUNS/report/seeds.md and seeds.png (mean and min..max per variant and metric).
 # Usage: recipes/field_objectives.sh [RUNS_DIR]   (from the repository root; one command, resumable)
 #   SCALE=cpu (default): the quickstart's CPU preset (the scale at which RetroMAE's [CLS] leaves the unigram
 #     plateau): the standard library's docstrings (built offline into RUNS/data), the quickstart's initial model
 #     (2,000-token WordPiece, 2 x 128 BERT, seed 42), 1,200 steps of 32 x 64-token rows at 2e-3, 3 fine-tuning
-#     epochs; SEEDS="1 2 3". About 11 variants x 3 seeds x ~6 minutes on 2 idle CPU cores.
+#     epochs; SEEDS="1 2 3". About 11 variants x 3 seeds x ~6 minutes on 2 idle CPU cores, plus the 2 controls.
 #   SCALE=gpu: the quickstart's cuda preset (8,000-token vocabulary, 4 x 256, 2,000 steps of 128 x 128 tokens at 1e-3,
 #     bf16, 4 fine-tuning epochs), PARALLEL variants at once on one GPU.
 # Sizes can be overridden from the environment (VOCAB, HIDDEN, LAYERS, LENGTH, BATCH, STEPS, LR, FT_EPOCHS, SEEDS,
