@@ -27,8 +27,9 @@ class ProbeOptions:
     """Options of the retrieval probes run while pre-training (a mixin of `PretrainConfig`)."""
 
     probe: str | None = option(None, "probe retrieval while training: a BEIR (or MS MARCO) folder whose --probe-split "
-                                     "queries are searched zero-shot with the encoder's [CLS] vector; NDCG@10 and "
-                                     "Recall@100 go into metrics.jsonl as probe_ndcg@10, probe_recall@100")
+                                     "queries are searched zero-shot with the encoder's vector (the objective's "
+                                     "pooling: [CLS], mean for Contriever); NDCG@10 and Recall@100 go into "
+                                     "metrics.jsonl as probe_ndcg@10, probe_recall@100")
     probe_split: str = option("test", "qrels split of --probe")
     probe_sts: str | None = option(None, "probe STS too (or only): an STS Benchmark tsv; Spearman of cosine "
                                          "similarities → probe_sts_spearman")

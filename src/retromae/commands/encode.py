@@ -17,7 +17,7 @@ from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
-HELP = "Encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
+HELP = "encode a corpus or queries file into float32 vectors (embeddings.npy + ids.txt), resumable by shard"
 KINDS = ("auto", "corpus", "queries")
 
 

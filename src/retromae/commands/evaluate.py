@@ -12,7 +12,7 @@ import argparse
 
 from retromae.config import add_config_arguments, build_config
 
-HELP = ("Evaluate a model or a run: NDCG/MRR/Recall/MAP/P@k on BEIR or MS MARCO (one table over many data sets, "
+HELP = ("evaluate a model or a run: NDCG/MRR/Recall/MAP/P@k on BEIR or MS MARCO (one table over many data sets, "
         "BM25 beside), Pearson/Spearman on STS")
 
 

@@ -13,7 +13,7 @@ from retromae.config import add_config_arguments, build_config, option
 from retromae.retrieval.index import FAISS_FILE, IDS_FILE, INDEX_INFO, METRICS, NUMPY_FILE, build_index, save_index
 from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
-HELP = "Build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder"
+HELP = "build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder"
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from retromae.encoder import Encoder
 
-HELP = "Search an index with queries (embeddings folder or queries file) and write the top-k as a TREC run"
+HELP = "search an index with queries (embeddings folder or queries file) and write the top-k as a TREC run"
 
 
 @dataclasses.dataclass(kw_only=True)
