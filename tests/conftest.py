@@ -66,9 +66,9 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
 
 def build_wordpiece_tokenizer(vocab_size: int = 200) -> PreTrainedTokenizerFast:
     """A BERT-style uncased WordPiece tokenizer trained on `make_sentences`."""
-    from retromae.tokenizer_training import train_wordpiece
+    from retromae.tokenizer_training import train_tokenizer
 
-    return train_wordpiece(make_sentences(500), vocab_size)
+    return train_tokenizer(make_sentences(500), "wordpiece", vocab_size)
 
 
 def tiny_bert_config(vocab_size: int) -> BertConfig:

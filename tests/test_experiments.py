@@ -114,8 +114,9 @@ def test_a_wordpiece_vocabulary_trained_twice_on_the_same_texts_has_the_same_ids
     from itertools import islice
 
     from retromae.data.stdlib_docs import iter_doc_pairs
-    from retromae.tokenizer_training import SPECIAL_TOKENS, train_wordpiece
+    from retromae.tokenizer_training import BRACKET_TOKENS, train_tokenizer
 
     texts = [pair.text for pair in islice(iter_doc_pairs(), 300)]
-    first, second = (train_wordpiece(texts, 600).get_vocab() for _ in range(2))
-    assert first == second and [first[token] for token in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))
+    first, second = (train_tokenizer(texts, "wordpiece", 600).get_vocab() for _ in range(2))
+    special = list(BRACKET_TOKENS.values())
+    assert first == second and [first[token] for token in special] == list(range(len(special)))

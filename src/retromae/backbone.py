@@ -4,9 +4,8 @@ Owns: loading any Hugging Face masked-LM encoder from a checkpoint or from a con
 implementation asked for (`--attention`), saying which of its weights start fresh; the backbone's final or
 per-layer hidden states, its embeddings and its longest input, as the model's family adapter answers them
 (`retromae.backbones`, which objectives also ask for the MLM head and decoder positions); the encoder MLM loss
-computed at masked positions only. Does not own masking, the
-objectives' decoders, any family's particulars (`retromae.backbones`), inference-time pooling (`retromae.encoder`)
-or export (`retromae.export`).
+computed at masked positions only. Does not own masking, the objectives' decoders, any family's particulars
+(`retromae.backbones`), inference-time pooling (`retromae.encoder`) or export (`retromae.export`).
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.model_source import ModelSource, check_tokenizer, resolve_model
+from retromae.pretrain_config import ATTENTION_NAMES
 
 IGNORE_INDEX = -100
-ATTENTION_CHOICES = ("auto", "sdpa", "flash_attention_2", "eager")
 logger = logging.getLogger(__name__)
 
 
@@ -55,7 +54,7 @@ def attention_implementation(model_class: type, requested: str = "auto", cuda: b
         flash = cuda and supported["flash_attention_2"] and importlib.util.find_spec("flash_attn") is not None
         return "flash_attention_2" if flash else "sdpa" if supported["sdpa"] else "eager"
     if requested not in supported:
-        raise ConfigError(f"--attention {requested}: choose from {', '.join(ATTENTION_CHOICES)}")
+        raise ConfigError(f"--attention {requested}: choose from {', '.join(ATTENTION_NAMES)}")
     if not supported[requested]:
         raise ConfigError(f"--attention {requested}: {model_class.__name__} does not support it; give "
                           f"{' or '.join(name for name, ok in supported.items() if ok)}")
@@ -73,7 +72,7 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
         config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
-        kernel = attention_implementation(_masked_lm_class(config), attention, cuda)
+        kernel = attention_implementation(masked_lm_class(config), attention, cuda)
         if from_config:
             model = AutoModelForMaskedLM.from_config(config, attn_implementation=kernel)
         else:
@@ -106,7 +105,7 @@ def _report_missing(source: ModelSource, model: PreTrainedModel, missing: list[s
                        len(body), body[0])
 
 
-def _masked_lm_class(config) -> type[PreTrainedModel]:
+def masked_lm_class(config) -> type[PreTrainedModel]:
     """The masked-LM class transformers maps `config` to; a ValueError naming the model type when there is none."""
     if type(config) not in AutoModelForMaskedLM._model_mapping:
         raise ValueError(f"model type {config.model_type!r} has no masked-LM class in transformers")

@@ -20,6 +20,7 @@ PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 # The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
 # out so that --help imports no torch (tests/test_backbones.py checks the two agree).
 ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
+ATTENTION_NAMES = ("auto", "sdpa", "flash_attention_2", "eager")  # `retromae.backbone.attention_implementation`
 
 
 @dataclass(kw_only=True)
@@ -92,7 +93,7 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     attention: str = option("auto", "the backbone's attention kernel; auto: FlashAttention-2 on CUDA where the model "
                                     "supports it and flash-attn is installed (padded batches run unpadded, as "
                                     "variable-length sequences), else PyTorch SDPA, else eager (DeBERTa)",
-                            choices=("auto", "sdpa", "flash_attention_2", "eager"))
+                            choices=ATTENTION_NAMES)
     objective: str = option("retromae", "pre-training objective", choices=OBJECTIVE_NAMES)
     decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
                            choices=("enhanced", "basic"))

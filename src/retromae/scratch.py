@@ -24,15 +24,15 @@ from retromae.train import seed_everything
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
 # from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
 RANDOM_INIT_MARKER = "random-init.json"
-ANGLE_TOKENS = ("roberta", "xlm-roberta")  # the families that name their special tokens <s>, </s>, <pad>, <mask>
 
 
 def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,
                      model_max_length: int = 512) -> PreTrainedTokenizerFast:
     """The kind of tokenizer `architecture`'s family uses (WordPiece, Unigram, byte-level BPE), with its family's
     special tokens (`<s>`-style for roberta and xlm-roberta), trained on `texts`."""
-    kind = architecture_adapter(architecture).architectures[architecture]
-    return train_tokenizer(texts, kind, vocab_size, model_max_length, angle_tokens=architecture in ANGLE_TOKENS)
+    adapter = architecture_adapter(architecture)
+    return train_tokenizer(texts, adapter.architectures[architecture], vocab_size, model_max_length,
+                           angle_tokens=adapter.angle_tokens)
 
 
 def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidden_size: int, layers: int,

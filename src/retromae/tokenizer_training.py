@@ -22,7 +22,6 @@ KINDS = ("wordpiece", "unigram", "byte-level-bpe")
 # The special tokens of each naming style, in id order: (pad, unk, cls, sep, mask).
 BRACKET_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 ANGLE_TOKENS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}  # RoBERTa's order
-SPECIAL_TOKENS = list(BRACKET_TOKENS.values())
 
 
 def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, model_max_length: int = 512,
@@ -41,11 +40,6 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, model_max_
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token=special["unk"], pad_token=special["pad"],
                                    cls_token=cls, sep_token=sep, mask_token=special["mask"],
                                    model_max_length=model_max_length)
-
-
-def train_wordpiece(texts: Iterable[str], vocab_size: int, model_max_length: int = 512) -> PreTrainedTokenizerFast:
-    """A BERT-style uncased WordPiece tokenizer ([CLS] text [SEP]) trained on `texts`."""
-    return train_tokenizer(texts, "wordpiece", vocab_size, model_max_length)
 
 
 def _wordpiece(texts: Iterable[str], vocab_size: int, special: list[str], unk: str) -> Tokenizer:

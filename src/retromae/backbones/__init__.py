@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig, PreTrainedModel
 
-from retromae.backbones.base import BackboneAdapter, DecoderPositions, has_parameters
+from retromae.backbones.base import BackboneAdapter, DecoderPositions, head_candidates
 from retromae.backbones.bert import BertAdapter
 from retromae.backbones.deberta import DebertaV2Adapter
 from retromae.backbones.modernbert import ModernBertAdapter
@@ -54,7 +54,7 @@ def supported_families() -> str:
 
 def _what_is_missing(model: PreTrainedModel) -> str:
     """Which of the answers a BERT-shaped model gives this one lacks: a single MLM head module, a position table."""
-    heads = [child for child in model.children() if child is not model.base_model and has_parameters(child)]
+    heads = head_candidates(model)
     table = getattr(getattr(model.base_model, "embeddings", None), "position_embeddings", None)
     missing = [] if len(heads) == 1 else [f"where its MLM head is ({len(heads)} modules beside the base model)"]
     if table is None:

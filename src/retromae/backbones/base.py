@@ -40,13 +40,15 @@ class BackboneAdapter:
     positions: ClassVar[str]  # "absolute", "rotary" or "relative"
     # architecture name (`retromae init-model --architecture`) → the tokenizer kind its family trains
     architectures: ClassVar[dict[str, str]]
+    # Whether the family names its special tokens <s>, </s>, <pad>, <mask> (RoBERTa's style) rather than [CLS], ...
+    angle_tokens: ClassVar[bool] = False
     # Whether the body takes the padding mask as (B, 1, 1, L) booleans under SDPA (`body`); families that build their
     # own masks from the 2D one (ModernBERT's sliding windows, DeBERTa's relative attention) say False.
     boolean_padding_mask: ClassVar[bool] = True
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         """The module mapping hidden states (..., D) to vocabulary logits (..., V): the one child beside the base."""
-        heads = [child for child in model.children() if child is not model.base_model and has_parameters(child)]
+        heads = head_candidates(model)
         if len(heads) != 1:
             raise ModelLoadError(f"{type(model).__name__} ({self.family} family): expected one MLM head module "
                                  f"beside the base model, found {len(heads)}")
@@ -92,5 +94,7 @@ class BackboneAdapter:
         raise NotImplementedError
 
 
-def has_parameters(module: nn.Module) -> bool:
-    return any(True for _ in module.parameters())
+def head_candidates(model: PreTrainedModel) -> list[nn.Module]:
+    """The children of `model` beside its base model that hold parameters: in a BERT-shaped masked LM, its MLM head."""
+    return [child for child in model.children()
+            if child is not model.base_model and any(True for _ in child.parameters())]

@@ -15,6 +15,7 @@ class RobertaAdapter(BackboneAdapter):
     model_types = ("roberta", "xlm-roberta", "camembert")
     positions = "absolute"
     architectures = {"roberta": "byte-level-bpe", "xlm-roberta": "unigram"}
+    angle_tokens = True
 
     def max_length(self, config: PretrainedConfig) -> int | None:
         return config.max_position_embeddings - self._offset(config)
