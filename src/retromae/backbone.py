@@ -36,11 +36,22 @@ def position_limit(config) -> int | None:
     return adapter.max_length(config) if adapter else getattr(config, "max_position_embeddings", None)
 
 
-def check_max_length(config, value: int | None, option_name: str) -> None:
-    """ConfigError naming the option when `value` tokens exceed what the model reads."""
+def check_max_length(config, value: int | None, option_name: str, tokenizer, pair: bool = False) -> None:
+    """ConfigError naming the option when `value` tokens exceed what the model reads, or leave no room for text
+    beside the tokenizer's special tokens (one token of text; for a `pair`, one of each text): below that a
+    tokenizer ignores the truncation and reads whole texts. The one length check of every command."""
+    if value is None:
+        return
+    flag = f"--{option_name.replace('_', '-')}"
+    special = tokenizer.num_special_tokens_to_add(pair=pair)
+    least = special + (2 if pair else 1)
+    if value < least:
+        raise ConfigError(f"{flag} {value}: the tokenizer adds {special} special tokens to each "
+                          f"{'pair' if pair else 'text'}, so at least {least} tokens are needed to keep any text; "
+                          f"give {least} or more")
     limit = position_limit(config)
-    if value is not None and limit is not None and value > limit:
-        raise ConfigError(f"--{option_name.replace('_', '-')} {value}: the model reads at most {limit} tokens "
+    if limit is not None and value > limit:
+        raise ConfigError(f"{flag} {value}: the model reads at most {limit} tokens "
                           f"(its position embeddings); give {limit} or less")
 
 

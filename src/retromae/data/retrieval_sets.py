@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from retromae.config import require
-from retromae.data.lines import json_object_line, numbered_lines
+from retromae.data.lines import finite_number, json_object_line, numbered_lines
 from retromae.errors import DataError
 from retromae.io import write_text_atomic
 
@@ -125,9 +125,21 @@ def load_queries(path: Path) -> dict[str, str]:
             if len(fields) != 2:
                 raise DataError(f"{path}:{number}: expected 'id<TAB>text', found {len(fields)} tab-separated fields")
             return fields[0].strip(), fields[1]
-    queries = _read_table(path, parse)
+    empty: dict[str, int] = {}  # id → line of each query without text
+
+    def parse_checked(number: int, line: str) -> tuple[str, str]:
+        query_id, text = parse(number, line)
+        if not text.strip():
+            empty.setdefault(query_id, number)
+        return query_id, text
+    queries = _read_table(path, parse_checked)
     if not queries:
         raise DataError(f"{path}: no queries")
+    if empty:
+        query_id, number = next(iter(empty.items()))
+        raise DataError(f"{path}:{number}: query {query_id!r} has no text ({len(empty)} of the {len(queries)} queries "
+                        "have none); an empty query finds nothing and would lower every mean: give each a text or "
+                        "remove it")
     return queries
 
 
@@ -168,6 +180,7 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
     path = Path(path)
     require(qrels_format in QRELS_FORMATS, "qrels_format", f"must be one of {', '.join(QRELS_FORMATS)}")
     qrels: dict[str, dict[str, int]] = {}
+    first_lines: dict[str, int] = {}  # query id → the line of its first judgment
     layout = None
     for number, line in numbered_lines(path):
         if layout is None:
@@ -179,12 +192,28 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
             value = int(grade)
         except ValueError:
             raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer") from None
+        first_lines.setdefault(qid, number)
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
         if previous != value:
             raise DataError(f"{path}:{number}: query {qid!r} judges document {docid!r} twice ({previous}, {value})")
     if not qrels:
         raise DataError(f"{path}: no relevance judgments")
-    return qrels
+    return _without_unanswerable(qrels, path, first_lines)
+
+
+def _without_unanswerable(qrels: dict[str, dict[str, int]], path: Path,
+                          first_lines: dict[str, int]) -> dict[str, dict[str, int]]:
+    """The queries with a relevant document (a grade above 0); the others, which every ranking scores 0 on, are left
+    out with one warning naming the file, their count and the first one's line. None left is an error."""
+    unanswerable = {qid for qid, docs in qrels.items() if not any(grade > 0 for grade in docs.values())}
+    if len(unanswerable) == len(qrels):
+        raise DataError(f"{path}: no judgment has a grade above 0, so no query has a relevant document and every "
+                        "metric would be 0: relevant documents need a positive grade")
+    if unanswerable:
+        first = min(unanswerable, key=first_lines.__getitem__)
+        logger.warning("%s:%d: %d of %d queries (the first: %r) judge no document above 0; they are left out (every "
+                       "ranking would score 0 on them)", path, first_lines[first], len(unanswerable), len(qrels), first)
+    return {qid: docs for qid, docs in qrels.items() if qid not in unanswerable}
 
 
 def _find(folder: Path, names: list[str], what: str) -> Path:
@@ -262,9 +291,9 @@ def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
         qid, _, docid, rank, score, _ = fields
         try:
             int(rank)
-            value = float(score)
         except ValueError:
             raise DataError(f"{path}:{number}: rank {rank!r} or score {score!r} is not a number") from None
+        value = finite_number(path, number, score, "score")
         docs = run.setdefault(qid, {})
         if docid in docs:
             raise DataError(f"{path}:{number}: document {docid!r} appears twice for query {qid!r}")
@@ -303,10 +332,7 @@ def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
         if len(fields) < 7:
             raise DataError(f"{path}:{number}: expected at least 7 tab-separated fields "
                             f"(genre, file, year, id, score, sentence 1, sentence 2), found {len(fields)}")
-        try:
-            scores.append(float(fields[4]))
-        except ValueError:
-            raise DataError(f"{path}:{number}: score {fields[4]!r} is not a number") from None
+        scores.append(finite_number(path, number, fields[4], "score"))
         first.append(fields[5])
         second.append(fields[6])
     if not scores:
