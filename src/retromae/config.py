@@ -200,11 +200,11 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
     values = {**_saved_options(given, known), **values}
     values.update({key: value for key, value in given.items() if key in known})
+    require_finite(values)
     missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join(missing)}")
-    require_finite(values)
     try:
         return config_cls(**values)
     except TypeError as error:

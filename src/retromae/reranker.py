@@ -27,9 +27,9 @@ from retromae.console import progress
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
 from retromae.encoder import Encoder
 from retromae.errors import ModelLoadError
-from retromae.finite import check_vectors, check_weights
 from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
+from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory
 from retromae.model_source import check_tokenizer, resolve_model
 from retromae.reranker_config import RerankerConfig
