@@ -2,7 +2,8 @@
 
 Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
 (`collection.tsv`, `queries*.tsv`, `qrels*.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS
-Benchmark file layout; checking them (malformed lines, duplicate ids, dangling judgments).
+Benchmark file layout; checking them (malformed lines, duplicate ids, dangling judgments, non-finite scores, queries
+without text, queries judged without a relevant document).
 Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
 """
 
