@@ -4,9 +4,10 @@
 Owns `train_reranker` (a sequence-classification head with one logit on any encoder, trained on the loop of
 `retromae.train` with a listwise softmax cross-entropy over each query's group, the positive first: the localized
 contrastive estimation of Gao et al., 2021, "Rethink Training of BERT Rerankers in Multi-Stage Retrieval
-Pipeline"), `CrossEncoder` (load a trained one, never a folder without its classifier head; score pairs) and `score_training_file` (write teacher scores `pos_scores` /
-`neg_scores` into a training file). Output: `OUTPUT/reranker/` (a Hugging Face
-`AutoModelForSequenceClassification` folder with its tokenizer), `config.json`, `metrics.jsonl`, `checkpoints/`.
+Pipeline"), `CrossEncoder` (load a trained one, never a folder without its classifier head; score pairs) and
+`score_training_file` (write teacher scores `pos_scores` / `neg_scores` into a training file). Output:
+`OUTPUT/reranker/` (a Hugging Face `AutoModelForSequenceClassification` folder with its tokenizer), `config.json`,
+`metrics.jsonl`, `checkpoints/`.
 Does not own its options (`retromae.reranker_config`), data formats, batching or mining (shared with `finetune`).
 """
 

@@ -6,8 +6,8 @@ mixed precision (`auto`: bf16 where the GPU has it; TF32 matmuls on CUDA), gradi
 position (the order itself: `retromae.data.batch_sampler`; workers: `retromae.data.workers`), per-step mask
 generators, stopping a run whose loss or weights turn NaN or infinite (read where the loop reads the device anyway:
 the losses at each logged step, the weights before each checkpoint and at the end, so nothing diverged is
-checkpointed or exported), the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the processes' waiting
-time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
+checkpointed or exported), the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the
+processes' waiting time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
 optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
 that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
 or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
