@@ -275,7 +275,8 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     all_queries = load_queries(paths["queries"])
     corpus = load_corpus(paths["corpus"])
     _drop_dangling(qrels, corpus, all_queries, paths)
-    queries = {qid: text for qid, text in all_queries.items() if qrels.get(qid)}
+    queries = {qid: text for qid, text in all_queries.items()  # a query whose relevant documents were all dropped
+               if any(grade > 0 for grade in qrels.get(qid, {}).values())}  # has nothing left to find
     if not queries:
         raise DataError(f"{paths['qrels']}: no judged query left after dropping unknown queries and documents")
     return RetrievalSet(corpus=corpus, queries=queries, qrels={qid: qrels[qid] for qid in queries})
