@@ -5,15 +5,19 @@ the device), `check_weights` (refuse a model with such weights, naming it) and `
 such values, naming where they came from and the first bad row). Numbers read from files are checked where they are
 parsed (`retromae.data.lines`), options where they are validated (`retromae.config.require_finite`), training
 losses by the loop (`retromae.train`). Does not own what a caller does about it: each raises `NonFiniteError`.
+Imports torch only to read weights.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-from torch import nn
 
 from retromae.errors import NonFiniteError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 NAMES_SHOWN = 3
 CHECK_ROWS = 65_536  # rows of vectors checked at a time
@@ -21,6 +25,8 @@ CHECK_ROWS = 65_536  # rows of vectors checked at a time
 
 def nonfinite_parameters(module: nn.Module) -> list[str]:
     """Names of `module`'s parameters that hold a NaN or an infinity (one device read for all of them)."""
+    import torch  # here: reading vectors (`check_vectors`, e.g. by `retromae index`) needs no torch
+
     named = [(name, parameter) for name, parameter in module.named_parameters() if parameter.numel()]
     if not named:
         return []

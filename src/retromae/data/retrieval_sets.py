@@ -10,6 +10,7 @@ Does not own: models, encoding, search or metrics. Every file may also be gzip-c
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 
 from retromae.config import require
 from retromae.data.lines import finite_number, json_object_line, numbered_lines
-from retromae.errors import DataError
+from retromae.errors import DataError, NonFiniteError
 from retromae.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -320,6 +321,9 @@ def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "ret
         ranked = sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)
         for rank, (docid, score) in enumerate(ranked, start=1):
             _check_token(docid, "document id")
+            if not math.isfinite(score):
+                raise NonFiniteError(f"{path}: not written: the score of document {docid!r} for query {qid!r} is "
+                                     f"{score} (the vectors or the index hold NaN or infinite values)")
             lines.append(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
     write_text_atomic(Path(path), "".join(lines))
 
