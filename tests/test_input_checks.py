@@ -15,7 +15,14 @@ from torch import nn
 from retromae.cli import build_parser, discover_commands, main
 from retromae.config import ConfigError, build_config
 from retromae.data.corpus import iter_corpus
-from retromae.data.retrieval_sets import load_qrels, load_queries, load_retrieval_set, load_sts_pairs, read_trec_run
+from retromae.data.retrieval_sets import (
+    load_qrels,
+    load_queries,
+    load_retrieval_set,
+    load_sts_pairs,
+    read_trec_run,
+    write_trec_run,
+)
 from retromae.data.training_groups import load_training_file
 from retromae.encoder import Encoder
 from retromae.errors import DataError, ModelLoadError, NonFiniteError
@@ -98,6 +105,14 @@ def test_an_embeddings_file_with_a_nan_vector_names_the_file_and_the_id(tmp_path
     with pytest.raises(NonFiniteError, match=r"emb/embeddings.npy: 1 of 3 vectors hold NaN .*the first: id 'b'"):
         load_embeddings(folder)
     assert main(["index", "--embeddings", str(folder), "--output", str(tmp_path / "index")]) == 2
+
+
+def test_no_run_file_is_written_with_a_non_finite_score(tmp_path):
+    path = tmp_path / "run.trec"
+    with pytest.raises(NonFiniteError, match=r"run.trec: not written: the score of document 'd2' for query 'q1' is "
+                                             "nan"):
+        write_trec_run({"q1": {"d1": 0.5, "d2": float("nan")}}, path)
+    assert not path.exists()
 
 
 class Regression(nn.Module):

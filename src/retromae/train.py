@@ -34,6 +34,7 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from retromae.config import ConfigError
@@ -352,7 +353,7 @@ class Trainer:
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)
 
-    def _stop_on_nonfinite_loss(self, record: dict[str, float], window: _Window, bar) -> None:
+    def _stop_on_nonfinite_loss(self, record: dict[str, float], window: _Window, bar: tqdm) -> None:
         """NonFiniteError naming the step when a loss of the window is NaN or infinite. Read from the record just
         reduced (a sum is non-finite when any of its terms is), so that the check adds no wait for the device; the
         step is the first of the window whose loss this process saw non-finite."""
@@ -366,7 +367,7 @@ class Trainer:
         losses = ", ".join(f"{name} {value}" for name, value in bad.items())
         self._stop(f"training stopped at step {step}: a non-finite loss ({losses})", bar)
 
-    def _stop_on_nonfinite_weights(self, bar) -> None:
+    def _stop_on_nonfinite_weights(self, bar: tqdm) -> None:
         """NonFiniteError when any process holds a NaN or infinite weight: checked before every checkpoint and at
         the end (before the command exports), one read from the device each time."""
         bad = nonfinite_parameters(self.unwrapped_model)
@@ -376,7 +377,7 @@ class Trainer:
             self._stop(f"training stopped after step {self.state.step}: the weights hold NaN or infinite "
                        f"values{shown}", bar)
 
-    def _stop(self, what: str, bar) -> None:
+    def _stop(self, what: str, bar: tqdm) -> None:
         """Raise NonFiniteError: `what`, the last good checkpoint of this run and what to change; nothing of the
         diverged state is checkpointed or exported."""
         bar.close()
