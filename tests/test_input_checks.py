@@ -207,18 +207,34 @@ def test_a_model_with_nan_weights_is_neither_encoded_evaluated_scored_nor_export
     tiny_beir(beir)
     for args in (["encode", "--corpus", str(beir / "corpus.jsonl"), "--output", str(tmp_path / "emb")],
                  ["evaluate", "--data", str(beir)],
-                 ["mine", "--data", str(beir), "--output", str(tmp_path / "mined.jsonl")]):
+                 ["mine", "--data", str(beir), "--output", str(tmp_path / "mined.jsonl")],
+                 ["pretrain", "--corpus", str(beir / "corpus.jsonl"), "--output", str(tmp_path / "run"),
+                  "--cache-dir", str(tmp_path / "cache")]):
         assert main([*args, "--model", str(nan_model)]) == 2
         error = capsys.readouterr().err.strip()
         assert error.startswith(f"retromae: error: {nan_model}: 1 weight tensors hold NaN or infinite values")
         assert len(error.splitlines()) == 1
     assert not (tmp_path / "emb" / "embeddings.npy").exists() and not (tmp_path / "mined.jsonl").exists()
+    assert not (tmp_path / "run").exists()
     from transformers import AutoModel, AutoTokenizer
 
     with pytest.raises(NonFiniteError, match="out/encoder: not exported: 1 weight tensors hold NaN"):
         export_encoder(AutoModel.from_pretrained(nan_model), AutoTokenizer.from_pretrained(nan_model),
                        tmp_path / "out" / "encoder")
     assert not (tmp_path / "out" / "encoder").exists()
+
+
+def test_a_model_config_holding_nan_is_refused(tiny_model_dir, tmp_path, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for file in tiny_model_dir.iterdir():
+        (folder / file.name).write_bytes(file.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "layer_norm_eps": float("nan")}))  # written as NaN
+    assert main(["encode", "--model", str(folder), "--queries", str(write(tmp_path / "q.tsv", "1\ta b\n")),
+                 "--output", str(tmp_path / "emb")]) == 2
+    assert capsys.readouterr().err.strip() == (f"retromae: error: {folder / 'config.json'}: the number NaN is not "
+                                               "finite (NaN or infinite)")
 
 
 def test_nan_vectors_never_leave_an_encoder(tiny_model_dir, tmp_path):

@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
+from retromae.finite import check_weights
 from retromae.model_source import ModelSource, check_tokenizer, resolve_model
 from retromae.pretrain_config import ATTENTION_NAMES
 
@@ -99,6 +100,7 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
     check_tokenizer(tokenizer, f"{option} {name_or_path}", model.config.vocab_size)
+    check_weights(model, name_or_path)
     return model, tokenizer
 
 
