@@ -27,6 +27,7 @@ from retromae.data.training_groups import load_training_file
 from retromae.encoder import Encoder
 from retromae.errors import DataError, ModelLoadError, NonFiniteError
 from retromae.export import export_encoder
+from retromae.finite import check_vectors
 from retromae.pretrain_config import PretrainConfig
 from retromae.retrieval.encode import encode_to_dir, load_embeddings
 from retromae.train import Trainer, TrainingConfig, checkpoints_by_step
@@ -172,6 +173,22 @@ def test_non_finite_weights_are_never_checkpointed(tmp_path):
     trainer.on_step = poison
     with pytest.raises(NonFiniteError, match=r"stopped after step 2: the weights hold NaN or infinite values "
                                              r"\(linear.weight\); no checkpoint was written; nothing was exported"):
+        trainer.run()
+
+
+def test_a_probe_meeting_nan_vectors_stops_the_run_as_a_nan_loss_does(tmp_path):
+    def probe(trainer: Trainer) -> dict[str, float]:  # weights that turned NaN at this step, the loss still finite
+        weight = trainer.unwrapped_model.linear.weight
+        if trainer.state.step == 6:
+            with torch.no_grad():
+                weight[0, 1] = float("nan")
+        check_vectors(weight.detach().numpy(), "the vectors of the encoder")
+        return {"probe": 1.0}
+
+    trainer = regression_trainer(tmp_path, bad_row=None)
+    trainer.log_extra = probe
+    with pytest.raises(NonFiniteError, match=r"^training stopped after step 6: the vectors of the encoder: 1 of 1 "
+                                             r"vectors hold NaN .*the last good checkpoint is .*step-0000003"):
         trainer.run()
 
 

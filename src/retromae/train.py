@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -331,7 +332,7 @@ class Trainer:
                 record = self._reduce(window)
                 self._stop_on_nonfinite_loss(record, window, bar)  # before it is logged, probed or checkpointed
                 if self.log_extra is not None:
-                    record.update(self.log_extra(self))
+                    record.update(self._extra(bar))
                 shown.update(record)
                 bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if k not in ("step", "tokens")})
                 self.summary.add(record)
@@ -377,7 +378,15 @@ class Trainer:
             self._stop(f"training stopped after step {self.state.step}: the weights hold NaN or infinite "
                        f"values{shown}", bar)
 
-    def _stop(self, what: str, bar: tqdm) -> None:
+    def _extra(self, bar: tqdm) -> dict[str, float]:
+        """`log_extra`'s metrics; a probe that met NaN vectors (weights that turned non-finite at this very step,
+        its loss still finite) stops the run as a non-finite loss does."""
+        try:
+            return self.log_extra(self)
+        except NonFiniteError as error:
+            self._stop(f"training stopped after step {self.state.step}: {error}", bar)
+
+    def _stop(self, what: str, bar: tqdm) -> NoReturn:
         """Raise NonFiniteError: `what`, the last good checkpoint of this run and what to change; nothing of the
         diverged state is checkpointed or exported."""
         bar.close()
