@@ -333,6 +333,19 @@ def test_every_command_checks_its_length_options(tiny_model_dir, retrieval_input
         assert not paths["out"].exists(), command
 
 
+@pytest.mark.parametrize("declared", [1, 0, -5, 2.5, "64"])
+def test_a_folder_declaring_an_unusable_max_length_is_refused(tiny_model_dir, tmp_path, declared):
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = tmp_path / "encoder"
+    AutoModel.from_pretrained(tiny_model_dir).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
+    (folder / "retromae_encoder.json").write_text(json.dumps({"pooling": "cls", "max_length": declared}))
+    with pytest.raises(ModelLoadError, match=f"encoder: its metadata declares a max length of {declared!r} tokens; "
+                                             "it must be a whole number of at least 3"):
+        Encoder.load(folder, device="cpu")
+
+
 def test_cross_encoder_lengths_are_checked_as_pairs(tiny_model_dir, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

@@ -141,6 +141,15 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return None if dtype == "float32" else DTYPES[dtype]
 
 
+def _check_declared_length(declared: Any, tokenizer: PreTrainedTokenizerBase, source: str) -> None:
+    """ModelLoadError when a folder's metadata declares a max length that is no whole number of tokens above its
+    tokenizer's special tokens (a tokenizer ignores a truncation below them and would read whole texts)."""
+    least = tokenizer.num_special_tokens_to_add(pair=False) + 1
+    if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < least):
+        raise ModelLoadError(f"{source}: its metadata declares a max length of {declared!r} tokens; it must be a whole "
+                             f"number of at least {least} (its tokenizer's special tokens and one of text)")
+
+
 def _default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
     limits = [declared or DEFAULT_MAX_LENGTH, position_limit(model.config),
               tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None]
@@ -194,6 +203,7 @@ class Encoder:
             raise _load_error(source, str(error)) from error
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
         check_weights(model, resolved.given)
+        _check_declared_length(spec.max_length, tokenizer, source)
         model.to(device).eval()
         length = max_length or _default_max_length(model, tokenizer, spec.max_length)
         encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
