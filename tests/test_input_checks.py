@@ -82,7 +82,8 @@ TRAINING = '{"query": "q", "pos": ["p"], "neg": ["n"], "pos_scores": [1.0], "neg
     ("train.jsonl", TRAINING % "Infinity", load_training_file, r":1: the number Infinity is not finite"),
     ("train.jsonl", TRAINING % "-Infinity", load_training_file, r":1: the number -Infinity is not finite"),
     ("train.jsonl", TRAINING % "1e999", load_training_file, r":1: the number 1e999 is not finite"),
-    ("train.jsonl", TRAINING % ("1" + "0" * 400), load_training_file, r":1: a score of 'neg_scores' 1000"),
+    ("train.jsonl", TRAINING % ("1" + "0" * 400), load_training_file,
+     r":1: a score of 'neg_scores' '100000000000\.\.\. \(401 characters\)' is not finite"),
     ("corpus.jsonl", '{"id": "1", "text": "a", "year": NaN}\n', lambda p: list(iter_corpus(p)),
      r":1: the number NaN is not finite"),
     ("sts.csv", "g\tf\t2012\t1\tnan\tA\tB\n", load_sts_pairs, r":1: score 'nan' is not finite"),
@@ -90,6 +91,7 @@ TRAINING = '{"query": "q", "pos": ["p"], "neg": ["n"], "pos_scores": [1.0], "neg
     ("run.trec", "q1 Q0 d1 1 0.5 x\nq1 Q0 d2 2 NaN x\n", read_trec_run, r":2: score 'NaN' is not finite"),
     ("run.trec", "q1 Q0 d1 1 -Infinity x\n", read_trec_run, r":1: score '-Infinity' is not finite"),
     ("qrels.tsv", "query-id\tcorpus-id\tscore\nq1\td1\tnan\n", load_qrels, r":2: relevance grade 'nan' is not an"),
+    ("qrels.tsv", "q1 0 d1 1" + "0" * 400 + "\n", load_qrels, r":1: relevance grade '100000000000\.\.\. \(401 char"),
 ])
 def test_non_finite_numbers_in_files_name_the_file_and_line(tmp_path, name, text, reader, message):
     path = write(tmp_path / name, text)

@@ -92,10 +92,13 @@ def finite_number(path: Path, number: int, value: Any, what: str) -> float:
     it is not a number, or is NaN or infinite."""
     try:
         result = float(value)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError):
         raise DataError(f"{path}:{number}: {what} {value!r} is not a number") from None
+    except OverflowError:  # an integer beyond a float's range
+        result = math.inf
     if not math.isfinite(result):
-        raise DataError(f"{path}:{number}: {what} {value!r} is not finite (NaN or infinite)")
+        shown = value if len(str(value)) <= 20 else f"{str(value)[:12]}... ({len(str(value))} characters)"
+        raise DataError(f"{path}:{number}: {what} {shown!r} is not finite (NaN, infinite or beyond a float's range)")
     return result
 
 

@@ -194,6 +194,7 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
             value = int(grade)
         except ValueError:
             raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer") from None
+        finite_number(path, number, value, "relevance grade")  # a 400-digit grade would overflow every gain
         first_lines.setdefault(qid, number)
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
         if previous != value:
