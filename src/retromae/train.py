@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -332,7 +332,7 @@ class Trainer:
                 record = self._reduce(window)
                 self._stop_on_nonfinite_loss(record, window, bar)  # before it is logged, probed or checkpointed
                 if self.log_extra is not None:
-                    record.update(self._extra(bar))
+                    record.update(self._hook(self.log_extra, bar))
                 shown.update(record)
                 bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if k not in ("step", "tokens")})
                 self.summary.add(record)
@@ -340,7 +340,7 @@ class Trainer:
                     metrics.append(record)
                 window = _Window()
             if self.on_step is not None:
-                self.on_step(self)
+                self._hook(self.on_step, bar)
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self._stop_on_nonfinite_weights(bar)
                 self.save_checkpoint()
@@ -378,11 +378,12 @@ class Trainer:
             self._stop(f"training stopped after step {self.state.step}: the weights hold NaN or infinite "
                        f"values{shown}", bar)
 
-    def _extra(self, bar: tqdm) -> dict[str, float]:
-        """`log_extra`'s metrics; a probe that met NaN vectors (weights that turned non-finite at this very step,
-        its loss still finite) stops the run as a non-finite loss does."""
+    def _hook(self, hook: Callable[[Trainer], Any], bar: tqdm) -> Any:
+        """`hook(self)` (`log_extra`, `on_step`); a hook that met NaN vectors (a probe or a re-mining encoding with
+        weights that turned non-finite at this very step, its loss still finite) stops the run as a non-finite loss
+        does."""
         try:
-            return self.log_extra(self)
+            return hook(self)
         except NonFiniteError as error:
             self._stop(f"training stopped after step {self.state.step}: {error}", bar)
 
