@@ -393,10 +393,9 @@ class Trainer:
         bar.close()
         ours = [(step, path) for step, path in checkpoints_by_step(self.output)
                 if checkpoint_identity(path) == self.identity]
-        last = (f"the last good checkpoint is {ours[-1][1]} (step {ours[-1][0]}; `--resume` continues from it)"
-                if ours else "no checkpoint was written")
-        raise NonFiniteError(f"{what}; {last}; nothing was exported: lower --learning-rate (or raise "
-                             "--warmup-ratio), or check the data")
+        last = f"the last good checkpoint is {ours[-1][1]} (step {ours[-1][0]})" if ours else "no checkpoint written"
+        raise NonFiniteError(f"{what}; {last}; nothing was exported: check the data, or start again with a lower "
+                             "--learning-rate (or a longer --warmup-ratio)")
 
     def _logs(self, step: int) -> bool:
         """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a
