@@ -22,6 +22,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.encoder import describe_folder
 from retromae.errors import ModelLoadError
+from retromae.finite import check_weights
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
 from retromae.model_source import resolve_model
 
@@ -36,6 +37,7 @@ def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, p
     """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel` and, with
     the same pooling, by `SentenceTransformer`; `max_length` (the source model's declared input length, see
     `declared_max_length`) is kept when given."""
+    check_weights(model.base_model, f"{path}: not exported")
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
