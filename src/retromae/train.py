@@ -33,13 +33,20 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedModel
 
+from retromae.checkpoint_state import (
+    check_checkpointing,
+    check_complete,
+    check_shared_folder,
+    load_training_state,
+    save_training_state,
+)
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.data.workers import started_workers, worker_context
 from retromae.io import write_text_atomic
 from retromae.processes import check_process_count, without_gpus
-from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.run_folder import MARKER, check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -278,11 +285,11 @@ class Trainer:
             model.to(self.accelerator.device)  # fused AdamW needs its parameters on the device when it is built
         if config.compile:
             model.compile()  # in place: parameter names, checkpoints and exports stay those of the plain model
+        check_checkpointing(self.accelerator, config.save_every, config.resume)
         optimizer = _optimizer(model, config, fused=self.accelerator.device.type in ("cuda", "cpu"))
         self._check_heads(optimizer)
         self.scheduler = _scheduler(optimizer, config)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def _check_heads(self, optimizer: torch.optim.Optimizer) -> None:
         if self.config.freeze_encoder_steps and all(group["body"] for group in optimizer.param_groups):
@@ -447,14 +454,17 @@ class Trainer:
         return self.output / "checkpoints" / f"step-{step:07d}"
 
     def save_checkpoint(self) -> None:
-        """Write model, optimiser, scheduler, RNG states and data position; named only once complete."""
+        """Write model, optimiser, scheduler, RNG states and data position (`retromae.checkpoint_state`, no pickle);
+        named only once complete. Process 0 (of all nodes, not each node's first) stages, marks and renames it."""
         final = self._checkpoint_path(self.state.step)
         staging = final.with_name(final.name + ".tmp")
         if self.accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(staging))
+        save_training_state(staging, self.model, self.optimizer, self.scheduler, self.state.state_dict(),
+                            self.accelerator)
         self.accelerator.wait_for_everyone()
+        check_complete(staging, self.accelerator)
         if self.accelerator.is_main_process:
             write_marker(staging, "checkpoint", self.identity)
             shutil.rmtree(final, ignore_errors=True)
@@ -463,6 +473,8 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def _maybe_resume(self) -> int | None:
+        if self.accelerator.num_processes > 1 and (self.config.save_every or self.config.resume):
+            check_shared_folder(self.output, MARKER, self.accelerator)
         if not self.config.resume:
             return None
         checkpoint = latest_checkpoint(self.output)
@@ -470,7 +482,8 @@ class Trainer:
             self.accelerator.print(f"no checkpoint under {self.output / 'checkpoints'}; starting from step 0")
             return None
         check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), self.identity)
-        self.accelerator.load_state(str(checkpoint))
+        self.state.load_state_dict(load_training_state(checkpoint, self.model, self.optimizer, self.scheduler,
+                                                       self.accelerator))
         self.accelerator.print(f"resumed from {checkpoint} at step {self.state.step}")
         return self.state.step
 
