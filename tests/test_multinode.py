@@ -48,7 +48,7 @@ def pretrain_args(model: Path, corpus: Path, output: Path, *extra) -> list[str]:
     return [str(arg) for arg in ("pretrain", "--model", model, "--corpus", corpus, "--output", output,
                                  "--max-steps", 4, "--batch-size", 2, "--max-length", 32, "--log-every", 1,
                                  "--save-every", 2, "--keep-checkpoints", 2, "--learning-rate", "1e-3",
-                                 "--cache-dir", output.parent / "cache", "--no-progress", *extra)]
+                                 "--cache-dir", output.parent / "cache", *extra)]
 
 
 def losses(output: Path) -> list[tuple[int, float, int]]:
