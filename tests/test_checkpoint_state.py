@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,9 @@ from retromae.train import Trainer, TrainingConfig, latest_checkpoint, make_acce
 OURS = ("model.safetensors", "optimizer.safetensors", "state.json", "rng-0.json")
 # What Accelerate's save_state wrote into a checkpoint before (and load_state read back, some with weights_only=False).
 ACCELERATE_NAMES = ("custom_checkpoint_0.pkl", "custom_checkpoint_1.pkl", "random_states_0.pkl", "optimizer.bin",
-                    "scheduler.bin", "pytorch_model.bin", "scaler.pt", "sampler.bin", "dl_state_dict.bin")
+                    "scheduler.bin", "pytorch_model.bin", "scaler.pt", "sampler.bin", "dl_state_dict.bin",
+                    "pytorch_model_fsdp_0/.metadata", "optimizer_0/.metadata",  # FSDP's sharded state (pickled index)
+                    "pytorch_model/mp_rank_00_model_states.pt")  # DeepSpeed's engine
 
 
 class DropoutRegression(nn.Module):
@@ -59,17 +62,25 @@ class Planted:
 
 
 def plant(path: Path, target: Path) -> None:
-    """A crafted pickle at `path` in the format torch.save writes (what Accelerate's loaders read)."""
+    """A crafted pickle at `path` in the format its reader expects: torch.save's (Accelerate's loaders), a plain
+    pickle for the `.metadata` of torch.distributed.checkpoint (FSDP's sharded state)."""
     if path.is_dir():
         shutil.rmtree(path)
-    torch.save(Planted(target), path)
+    path.parent.mkdir(exist_ok=True)
+    if path.name == ".metadata":
+        path.write_bytes(pickle.dumps(Planted(target)))
+    else:
+        torch.save(Planted(target), path)
 
 
 def test_the_planted_pickle_would_run_code_if_unpickled(tmp_path):
-    """The payload of these tests is real: torch.load with weights_only=False writes the file."""
+    """The payloads of these tests are real: torch.load with weights_only=False (or pickle) writes the file."""
     plant(tmp_path / "custom_checkpoint_1.pkl", tmp_path / "ran")
     torch.load(tmp_path / "custom_checkpoint_1.pkl", weights_only=False)
     assert (tmp_path / "ran").read_text() == "code from the run folder ran"
+    plant(tmp_path / "sharded" / ".metadata", tmp_path / "ran-too")
+    pickle.loads((tmp_path / "sharded" / ".metadata").read_bytes())
+    assert (tmp_path / "ran-too").is_file()
 
 
 def settings(output: Path, **overrides) -> TrainingConfig:
@@ -155,7 +166,7 @@ def test_a_checkpoint_in_accelerates_pickle_layout_is_refused_unopened(checkpoin
         (folder / ours).unlink()
     plant(folder / name, tmp_path / "ran")
     message = refusal(checkpointed)
-    assert message.startswith(f"{folder / name}: a checkpoint in Accelerate's pickle layout")
+    assert message.startswith(f"{folder / name.split('/')[0]}: a checkpoint in Accelerate's pickle layout")
     assert "--overwrite" in message
     assert not (tmp_path / "ran").exists()
 
