@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from test_train import collate, dataset
 from torch import nn
 
-from retromae.checkpoint_state import check_checkpointing, check_complete
+from retromae.checkpoint_state import check_checkpointing, check_complete, check_shared_folder
 from retromae.config import ConfigError
 from retromae.pretrain import pretrain
 from retromae.run_folder import MARKER
@@ -224,6 +224,18 @@ def test_a_checkpoint_is_renamed_only_once_every_process_file_is_seen(tmp_path):
     with pytest.raises(ConfigError, match=r"rng-0\.json: process 0 wrote it, but process 0 cannot see it: on several "
                                           "nodes --output must be on a file system every node shares"):
         check_complete(staging, accelerator)
+
+
+def test_processes_that_cannot_see_the_run_folder_are_refused_before_training(tmp_path):
+    """Two nodes whose --output is not one shared folder: one of the two processes sees the run marker."""
+    (tmp_path / MARKER).write_text("{}")
+    two = types.SimpleNamespace(num_processes=2, device="cpu", wait_for_everyone=lambda: None,
+                                reduce=lambda seen, reduction: seen)  # the other process's count: 0
+    with pytest.raises(ConfigError, match=f"1 of 2 processes cannot see the {MARKER} written there: on several "
+                                          "nodes --output must be a folder on a file system every node shares"):
+        check_shared_folder(tmp_path, MARKER, two)
+    check_shared_folder(tmp_path, MARKER, types.SimpleNamespace(**{**vars(two), "reduce": lambda seen, reduction:
+                                                                   seen * 2}))  # both see it
 
 
 def test_deepspeed_checkpoints_are_refused_before_training():
