@@ -196,6 +196,9 @@ DAMAGES = {
     "negative step": ("state.json", lambda p: rewrite_json(p, lambda s: s["counters"].update(step=-1))),
     "a schedule with code-like fields": ("state.json", lambda p: rewrite_json(
         p, lambda s: s["scheduler"].update(lr_lambdas=[{"__code__": "x"}]))),
+    "a process count that is text": ("state.json", lambda p: rewrite_json(p, lambda s: s.update(processes="two"))),
+    "optimiser groups that are not a list": ("state.json", lambda p: rewrite_json(
+        p, lambda s: s["optimizer"].update(param_groups={"params": 1}))),
     "random state of wrong size": ("rng-0.json", lambda p: rewrite_json(p, lambda s: s.update(torch=[1, 2, 3]))),
     "not JSON": ("rng-0.json", lambda p: p.write_bytes(b"\xff\x00")),
 }

@@ -189,8 +189,10 @@ def load_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.O
         raise ConfigError(_not_this_format(folder))
     state = _read_json(state_path)
     with _reading(state_path):
-        counters = _counters(state["counters"])
-        groups, values, processes = state["optimizer"]["param_groups"], state["optimizer"]["values"], state["processes"]
+        counters, processes = _counters(state["counters"]), state["processes"]
+        if type(processes) is not int or processes < 1:
+            raise ValueError(f"processes must be a positive integer, not {processes!r}")
+        groups, values = _optimizer_structure(state["optimizer"])
         _load_scheduler(scheduler, state["scheduler"])
         if accelerator.scaler is not None:
             accelerator.scaler.load_state_dict(state["scaler"])
@@ -254,6 +256,17 @@ def _counters(saved: Any) -> dict[str, int]:
     return counters
 
 
+def _optimizer_structure(saved: Any) -> tuple[list[dict], dict[str, dict[str, Any]]]:
+    """(parameter groups, per-parameter non-tensor values) of `state.json`, their shapes and numbers checked."""
+    groups, values = saved["param_groups"], saved["values"]
+    if not (isinstance(groups, list) and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+            and isinstance(values, dict) and all(isinstance(v, dict) for v in values.values())):
+        raise ValueError("the optimiser's groups must be a list of objects with `params`, its values an object")
+    _check_finite(groups)
+    _check_finite(values)
+    return groups, values
+
+
 def _load_scheduler(scheduler: Any, saved: dict[str, Any]) -> None:
     """Only the fields the schedule itself saves, its factor functions kept (a JSON value never replaces them)."""
     expected = {k for k in scheduler.state_dict() if k != "lr_lambdas"}
@@ -282,8 +295,6 @@ def _load_model(model: nn.Module, weights: dict[str, torch.Tensor], accelerator:
 def _join_optimizer(tensors: dict[str, torch.Tensor], values: dict[str, dict[str, Any]], groups: list[dict],
                     optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimiser state dict keyed by parameter name, tuples (e.g. AdamW's betas) back where JSON made lists."""
-    _check_finite(values)
-    _check_finite(groups)
     state: dict[str, dict[str, Any]] = {name: dict(entries) for name, entries in values.items()}
     for key, tensor in tensors.items():
         name, _, field = key.rpartition("/")

@@ -6,8 +6,9 @@ mixed precision (`auto`: bf16 where the GPU has it; TF32 matmuls on CUDA), gradi
 position (the order itself: `retromae.data.batch_sampler`; workers: `retromae.data.workers`), per-step mask
 generators, the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the processes' waiting
 time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
-optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
-that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
+optimiser, scheduler, RNG states, data position; their files, without pickle: `retromae.checkpoint_state`), each
+holding the identity of its run (`retromae.run_folder`) so that a resume or a pruning never touches another run's
+checkpoints. Distribution (DDP through `accelerate launch`
 or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
 data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
@@ -69,8 +70,7 @@ class TrainState:
         return {"step": self.step, "micro_batches": self.micro_batches, "tokens": self.tokens}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step, self.micro_batches = state["step"], state["micro_batches"]
-        self.tokens = state.get("tokens", 0)  # checkpoints written before tokens were counted
+        self.step, self.micro_batches, self.tokens = state["step"], state["micro_batches"], state["tokens"]
 
 
 def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device) -> torch.Generator:
