@@ -196,6 +196,7 @@ DAMAGES = {
     "negative step": ("state.json", lambda p: rewrite_json(p, lambda s: s["counters"].update(step=-1))),
     "a schedule with code-like fields": ("state.json", lambda p: rewrite_json(
         p, lambda s: s["scheduler"].update(lr_lambdas=[{"__code__": "x"}]))),
+    "another format": ("state.json", lambda p: rewrite_json(p, lambda s: s.update(format=2))),
     "a process count that is text": ("state.json", lambda p: rewrite_json(p, lambda s: s.update(processes="two"))),
     "optimiser groups that are not a list": ("state.json", lambda p: rewrite_json(
         p, lambda s: s["optimizer"].update(param_groups={"params": 1}))),

@@ -189,6 +189,8 @@ def load_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.O
         raise ConfigError(_not_this_format(folder))
     state = _read_json(state_path)
     with _reading(state_path):
+        if state["format"] != FORMAT:
+            raise ValueError(f"format {state['format']!r}; this retromae reads format {FORMAT}")
         counters, processes = _counters(state["counters"]), state["processes"]
         if type(processes) is not int or processes < 1:
             raise ValueError(f"processes must be a positive integer, not {processes!r}")
