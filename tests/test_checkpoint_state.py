@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.utils import DistributedType
-from conftest import kill_after_checkpoint, tiny_pretrain_config
+from conftest import kill_after_checkpoint, run_two_processes, tiny_pretrain_config
 from safetensors.torch import load_file, save_file
 from test_train import collate, dataset
 from torch import nn
@@ -269,3 +269,11 @@ def test_pretrain_resume_refuses_a_planted_pickle_in_one_line(tiny_model_dir, ti
                                           "opened, since reading a pickle can run code planted in it. Start the run "
                                           "again with --overwrite (or without --resume into another --output)"]
     assert not (tmp_path / "ran").exists()
+
+
+def test_fsdp_checkpoints_gather_full_state_and_resume_exactly(tmp_path, monkeypatch):
+    """The FSDP path on two CPU processes (torch's fully_shard; Accelerate's FSDP needs a GPU):
+    tests/dist_fsdp_checkpoint.py."""
+    monkeypatch.setenv("RETROMAE_TEST_FOLDER", str(tmp_path))
+    output = run_two_processes("dist_fsdp_checkpoint.py")
+    assert output.count("equal the uninterrupted run's") == 2
