@@ -271,6 +271,7 @@ def test_pretrain_resume_refuses_a_planted_pickle_in_one_line(tiny_model_dir, ti
     assert not (tmp_path / "ran").exists()
 
 
+@pytest.mark.slow
 def test_fsdp_checkpoints_gather_full_state_and_resume_exactly(tmp_path, monkeypatch):
     """The FSDP path on two CPU processes (torch's fully_shard; Accelerate's FSDP needs a GPU):
     tests/dist_fsdp_checkpoint.py."""
