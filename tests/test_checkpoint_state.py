@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 import subprocess
 import sys
 import types
@@ -23,6 +24,7 @@ from torch import nn
 
 from retromae.checkpoint_state import check_checkpointing, check_complete, check_shared_folder
 from retromae.config import ConfigError
+from retromae.io import current_umask
 from retromae.pretrain import pretrain
 from retromae.run_folder import MARKER
 from retromae.train import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
@@ -120,6 +122,7 @@ def test_a_checkpoint_holds_only_safetensors_and_json(checkpointed):
         json.loads((folder / name).read_text())
     for name in ("model.safetensors", "optimizer.safetensors"):
         assert load_file(folder / name)
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o666 & ~current_umask()  # a colleague may read it
     assert set(load_file(folder / "optimizer.safetensors")) == {
         f"{name}/{key}" for name in ("body.weight", "body.bias", "head.weight", "head.bias")
         for key in ("step", "exp_avg", "exp_avg_sq")}

@@ -40,6 +40,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from retromae.config import ConfigError
+from retromae.io import share_as_umask_allows
 
 FORMAT = 1
 MODEL_FILE = "model.safetensors"
@@ -94,8 +95,9 @@ def save_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.O
     folder.mkdir(parents=True, exist_ok=True)
     if accelerator.is_main_process:
         tensors, values = _split_optimizer(optimizer_state)
-        _save_tensors(folder / MODEL_FILE, weights)
-        _save_tensors(folder / OPTIMIZER_FILE, tensors)
+        for name, content in ((MODEL_FILE, weights), (OPTIMIZER_FILE, tensors)):
+            _save_tensors(folder / name, content)
+            share_as_umask_allows(folder / name)  # safetensors creates its files 0600
         scaler = accelerator.scaler.state_dict() if accelerator.scaler is not None else None
         _write_json(folder / STATE_FILE, {
             "format": FORMAT, "processes": accelerator.num_processes, "counters": dict(counters),
