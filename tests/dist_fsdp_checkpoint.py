@@ -66,7 +66,9 @@ def main() -> None:
         assert torch.equal(ours.full_tensor(), theirs.full_tensor())
     print(f"rank {rank}: resumed FSDP losses {expected} equal the uninterrupted run's", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
+    # About one exit in four, a thread left by gloo under fully_shard aborts the process while the interpreter shuts
+    # down ("terminate called without an active exception"), after every check passed: leave without that teardown.
+    os._exit(0)
 
 
 if __name__ == "__main__":
