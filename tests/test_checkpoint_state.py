@@ -196,6 +196,8 @@ DAMAGES = {
     "optimizer of another model": ("optimizer.safetensors", lambda p: save_file(
         {"decoder.weight/exp_avg": torch.zeros(2)}, p)),
     "NaN learning rate": ("state.json", lambda p: p.write_text(p.read_text().replace('"lr": ', '"lr": NaN, "x": '))),
+    "an infinite learning rate": ("state.json", lambda p: p.write_text(
+        p.read_text().replace('"lr": ', '"lr": 1e999, "x": '))),
     "negative step": ("state.json", lambda p: rewrite_json(p, lambda s: s["counters"].update(step=-1))),
     "a schedule with code-like fields": ("state.json", lambda p: rewrite_json(
         p, lambda s: s["scheduler"].update(lr_lambdas=[{"__code__": "x"}]))),

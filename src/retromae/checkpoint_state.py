@@ -79,6 +79,19 @@ def check_shared_folder(folder: Path, marker: str, accelerator: Accelerator) -> 
                           "file system every node shares")
 
 
+def check_complete(folder: Path, accelerator: Accelerator) -> None:
+    """After every process wrote into the staging `folder`: process 0 must see every process's RNG file (on several
+    nodes, --output on a file system they all share); decided on process 0 and raised on every process."""
+    missing = -1
+    if accelerator.is_main_process:
+        missing = next((rank for rank in range(accelerator.num_processes)
+                        if not (folder / rng_file(rank)).is_file()), -1)
+    flag = broadcast(torch.tensor([missing], device=accelerator.device), from_process=0)
+    if int(flag.item()) >= 0:
+        raise ConfigError(f"{folder / rng_file(int(flag.item()))}: process {int(flag.item())} wrote it, but process 0 "
+                          "cannot see it: on several nodes --output must be on a file system every node shares")
+
+
 def _sharded(accelerator: Accelerator) -> bool:
     return accelerator.distributed_type == DistributedType.FSDP
 
@@ -281,6 +294,7 @@ def _load_scheduler(scheduler: Any, saved: dict[str, Any]) -> None:
 
 
 def _check_finite(value: Any) -> None:
+    """Every float in a JSON value finite: the parser refuses `NaN` and `Infinity`, but reads `1e999` as inf."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{value} is not a finite number")
     for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
@@ -345,16 +359,3 @@ def _load_rng(folder: Path, rank: int, processes: int) -> None:
         torch.set_rng_state(torch.tensor(states["torch"], dtype=torch.uint8))
         if torch.cuda.is_available() and states["cuda"]:
             torch.cuda.set_rng_state_all([torch.tensor(state, dtype=torch.uint8) for state in states["cuda"]])
-
-
-def check_complete(folder: Path, accelerator: Accelerator) -> None:
-    """After every process wrote into the staging `folder`: process 0 must see every process's RNG file (on several
-    nodes, --output on a file system they all share); decided on process 0 and raised on every process."""
-    missing = -1
-    if accelerator.is_main_process:
-        missing = next((rank for rank in range(accelerator.num_processes)
-                        if not (folder / rng_file(rank)).is_file()), -1)
-    flag = broadcast(torch.tensor([missing], device=accelerator.device), from_process=0)
-    if int(flag.item()) >= 0:
-        raise ConfigError(f"{folder / rng_file(int(flag.item()))}: process {int(flag.item())} wrote it, but process 0 "
-                          "cannot see it: on several nodes --output must be on a file system every node shares")
