@@ -7,9 +7,10 @@ position (the order itself: `retromae.data.batch_sampler`; workers: `retromae.da
 generators, stopping a run whose loss or weights turn NaN or infinite (read where the loop reads the device anyway:
 the losses at each logged step, the weights before each checkpoint and at the end, so nothing diverged is
 checkpointed or exported), the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the
-processes' waiting time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
-optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
-that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
+processes' waiting time (--distributed-timeout), and atomic checkpoints that resume exactly (model, optimiser,
+scheduler, RNG states, data position; their files, without pickle: `retromae.checkpoint_state`), each holding the
+identity of its run (`retromae.run_folder`) so that a resume or a pruning never touches another run's checkpoints.
+Distribution (DDP through `accelerate launch`
 or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
 data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
@@ -38,6 +39,13 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from retromae.checkpoint_state import (
+    check_checkpointing,
+    check_complete,
+    check_shared_folder,
+    load_training_state,
+    save_training_state,
+)
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
@@ -46,7 +54,7 @@ from retromae.errors import NonFiniteError
 from retromae.finite import nonfinite_parameters
 from retromae.io import write_text_atomic
 from retromae.processes import check_process_count, without_gpus
-from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.run_folder import MARKER, check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -69,8 +77,7 @@ class TrainState:
         return {"step": self.step, "micro_batches": self.micro_batches, "tokens": self.tokens}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step, self.micro_batches = state["step"], state["micro_batches"]
-        self.tokens = state.get("tokens", 0)  # checkpoints written before tokens were counted
+        self.step, self.micro_batches, self.tokens = state["step"], state["micro_batches"], state["tokens"]
 
 
 def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device) -> torch.Generator:
@@ -285,11 +292,11 @@ class Trainer:
             model.to(self.accelerator.device)  # fused AdamW needs its parameters on the device when it is built
         if config.compile:
             model.compile()  # in place: parameter names, checkpoints and exports stay those of the plain model
+        check_checkpointing(self.accelerator, config.save_every, config.resume)
         optimizer = _optimizer(model, config, fused=self.accelerator.device.type in ("cuda", "cpu"))
         self._check_heads(optimizer)
         self.scheduler = _scheduler(optimizer, config)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def _check_heads(self, optimizer: torch.optim.Optimizer) -> None:
         if self.config.freeze_encoder_steps and all(group["body"] for group in optimizer.param_groups):
@@ -500,14 +507,17 @@ class Trainer:
         return self.output / "checkpoints" / f"step-{step:07d}"
 
     def save_checkpoint(self) -> None:
-        """Write model, optimiser, scheduler, RNG states and data position; named only once complete."""
+        """Write model, optimiser, scheduler, RNG states and data position (`retromae.checkpoint_state`, no pickle);
+        named only once complete. Process 0 (of all nodes, not each node's first) stages, marks and renames it."""
         final = self._checkpoint_path(self.state.step)
         staging = final.with_name(final.name + ".tmp")
         if self.accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(staging))
+        save_training_state(staging, self.model, self.optimizer, self.scheduler, self.state.state_dict(),
+                            self.accelerator)
         self.accelerator.wait_for_everyone()
+        check_complete(staging, self.accelerator)
         if self.accelerator.is_main_process:
             write_marker(staging, "checkpoint", self.identity)
             shutil.rmtree(final, ignore_errors=True)
@@ -516,6 +526,8 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def _maybe_resume(self) -> int | None:
+        if self.accelerator.num_processes > 1 and (self.config.save_every or self.config.resume):
+            check_shared_folder(self.output, MARKER, self.accelerator)
         if not self.config.resume:
             return None
         checkpoint = latest_checkpoint(self.output)
@@ -523,7 +535,8 @@ class Trainer:
             self.accelerator.print(f"no checkpoint under {self.output / 'checkpoints'}; starting from step 0")
             return None
         check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), self.identity)
-        self.accelerator.load_state(str(checkpoint))
+        self.state.load_state_dict(load_training_state(checkpoint, self.model, self.optimizer, self.scheduler,
+                                                       self.accelerator))
         self.accelerator.print(f"resumed from {checkpoint} at step {self.state.step}")
         return self.state.step
 
