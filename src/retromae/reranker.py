@@ -30,7 +30,7 @@ from retromae.errors import ModelLoadError
 from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
 from retromae.io import atomic_directory
-from retromae.model_source import check_tokenizer, resolve_model
+from retromae.model_source import check_safetensors, check_tokenizer, resolve_model
 from retromae.reranker_config import RerankerConfig
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
@@ -65,6 +65,7 @@ class ListwiseObjective(nn.Module):
 
 def _load_classifier(name: str):
     source = resolve_model(name)
+    check_safetensors(source.transformer)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.transformer)
         model = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
@@ -36,8 +37,9 @@ from transformers import PreTrainedModel
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
+from retromae.data.lines import appended_records
 from retromae.data.workers import started_workers, worker_context
-from retromae.io import write_text_atomic
+from retromae.io import append_line, write_text_atomic, writing
 from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
@@ -223,21 +225,23 @@ def prune_checkpoints(output: Path, keep: int, identity: dict) -> None:
 
 
 class MetricsLog:
-    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped. The
+    """`metrics.jsonl`: one JSON object per logged step, appended whole or not at all (`retromae.io.append_line`);
+    entries past a resumed step are dropped, and so is a last record a kill cut, with a line saying so. The
     trackers of `--report-to` (`reporter`) get every record too."""
 
     def __init__(self, path: Path, resume_step: int | None, reporter: Reporter | None = None):
         self.path, self.reporter = path, reporter
         if resume_step is not None and path.exists():
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resume_step]
+            records, torn = appended_records(path)
+            if torn is not None:
+                print(f"{path}: line {torn} was cut by the stop of the run; dropped", file=sys.stderr)
+            kept = [json.dumps(record) for record in records if record["step"] <= resume_step]
             write_text_atomic(path, "".join(line + "\n" for line in kept))
         elif resume_step is None:
             path.unlink(missing_ok=True)
 
     def append(self, record: dict[str, float]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
         if self.reporter is not None:
             self.reporter.log(record)
 
@@ -334,12 +338,14 @@ class Trainer:
             if self.on_step is not None:
                 self.on_step(self)
             if self.config.save_every and self.state.step % self.config.save_every == 0:
-                self.save_checkpoint()
+                with writing(self._checkpoint_path(self.state.step)):  # a full disk: one line naming it
+                    self.save_checkpoint()
         bar.close()
         if metrics:
             metrics.close()
         if self.config.save_every and latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
-            self.save_checkpoint()
+            with writing(self._checkpoint_path(self.state.step)):
+                self.save_checkpoint()
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)

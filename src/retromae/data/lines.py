@@ -1,7 +1,8 @@
 """Reading line-based files with errors that name the file and the line.
 
-Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, and parsing one line as
-JSON. Every line-based reader (corpora, retrieval sets, training files, pairs, STS, runs) goes through here, so
+Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, parsing one line as
+JSON, and reading an appended JSON-lines log whose last record a kill may have cut (`appended_records`). Every
+line-based reader (corpora, retrieval sets, training files, pairs, STS, runs) goes through here, so
 their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the same text:
 
 - a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
@@ -15,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,15 +49,19 @@ def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[in
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
-            line = clean_text(line.removeprefix(BOM) if number == 1 else line)
-            if keep_blank or line.strip():
-                yield number, line
+    number = 0
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as err:
+                    raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
+                line = clean_text(line.removeprefix(BOM) if number == 1 else line)
+                if keep_blank or line.strip():
+                    yield number, line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:  # a cut download or copy: name it, not a traceback
+        raise DataError(f"{path}: truncated or damaged gzip file after line {number} ({err})") from None
 
 
 def parse_json_line(path: Path, number: int, line: str) -> Any:
@@ -72,3 +78,23 @@ def json_object_line(path: Path, number: int, line: str) -> dict:
     if not isinstance(record, dict):
         raise DataError(f"{path}:{number}: expected a JSON object")
     return record
+
+
+def appended_records(path: Path) -> tuple[list[Any], int | None]:
+    """The JSON values of a file written by appending one line per record (metrics.jsonl), and the number of its
+    last line when a kill or a full disk cut that record (no line end and not valid JSON: it is left out), else
+    None. Any other malformed line is an error naming it."""
+    path = Path(path)
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        whole = handle.tell() == 0 or (handle.seek(-1, 2) and handle.read(1) == b"\n")
+    entries = list(numbered_lines(path))
+    records = []
+    for index, (number, line) in enumerate(entries):
+        try:
+            records.append(parse_json_line(path, number, line))
+        except DataError:
+            if index == len(entries) - 1 and not whole:
+                return records, number
+            raise
+    return records, None
