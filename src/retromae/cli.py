@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(INTERRUPTED.format("interrupted"), file=sys.stderr)
         return 130
+    finally:
+        if (claims := sys.modules.get("retromae.run_folder")) is not None:
+            claims.release()  # the command's outputs are free for the next one (without importing it for --help)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,12 @@ Owns: the marker `retromae-run.json` a command leaves in its output folder (the 
 the options that define its result plus fingerprints of its input files), the rule that a folder holding another
 run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the
 command itself writes; anything else a user keeps there stays), the same rule for single-file outputs, and the
-list of options that differ between two runs; and that one process at a time writes an output: claiming one takes
-an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
-distributed run the main process holds it) for the rest of the process's life, so the system releases it when the
-process dies, however it dies, and a killed run's `--resume` is never blocked. Claiming also checks first that the
-output can be written (a folder where a folder should be, writable). Does not own what the outputs hold, nor
-checkpoints (`train.py`).
+list of options that differ between two runs; and that one process at a time writes an output: claiming one
+takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
+distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
+user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
+blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
+writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
 """
 
 from __future__ import annotations
@@ -207,6 +207,8 @@ def hold(output: Path, lock: Path) -> Exception | None:
     try:
         _make_folder(lock.parent)
         descriptor = _locked(lock)
+    except FileSystemError as error:
+        return error
     except BlockingIOError:
         holder = _holder(lock)
         return ConfigError(f"{output}: in use by another retromae process{holder}; wait for it to end (or stop it, "
@@ -228,7 +230,7 @@ def _make_folder(folder: Path) -> None:
 
 def _locked(lock: Path) -> int:
     """A descriptor of `lock` holding its exclusive lock (BlockingIOError when another process holds it). Taken again
-    when the file was removed meanwhile by the process that released it (`_release`), so that two processes never
+    when the file was removed meanwhile by the process that released it (`release`), so that two processes never
     hold locks on two different files of one name."""
     while True:
         descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -254,9 +256,10 @@ def _holder(lock: Path) -> str:
 
 
 @atexit.register
-def _release() -> None:
-    """Remove and unlock this process's lock files (a killed process leaves its files, unlocked). Not in forked
-    children (data loader workers), whose copies of the descriptors close with them."""
+def release() -> None:
+    """Remove and unlock this process's lock files: when a command of the CLI ends, and when the process exits (a
+    killed process leaves its files, unlocked). Not in forked children (data loader workers), whose copies of the
+    descriptors close with them."""
     for lock, (descriptor, pid) in list(_HELD.items()):
         if pid == os.getpid():
             with contextlib.suppress(OSError):
