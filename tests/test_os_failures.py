@@ -25,6 +25,7 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
 import retromae.pretrain
+import retromae.train
 from retromae.cli import main
 from retromae.config import ConfigError
 from retromae.data import token_store as token_store_module
@@ -245,21 +246,55 @@ def test_a_read_only_output_is_refused_before_any_work(tiny_model_dir, tiny_corp
     assert f"{read_only / 'run.trec'}: cannot write here" in one_line(capsys)
 
 
-def test_a_full_disk_during_a_checkpoint_names_it(tiny_model_dir, tiny_corpus, tmp_path, capsys):
+def test_a_checkpoint_that_cannot_fit_is_refused_before_training(tiny_model_dir, tiny_corpus, tmp_path, capsys):
     with tmpfs(tmp_path / "small", "size=64k") as small:
         assert main(pretrain_options(tiny_model_dir, tiny_corpus, small / "run", tmp_path)) == 1
+        assert not (small / "run" / "metrics.jsonl").exists()  # no step trained
     error = one_line(capsys)
-    assert error.startswith(f"retromae: error: {small / 'run' / 'checkpoints'}") and "No space left on device" in error
+    assert error.startswith(f"retromae: error: {small / 'run'}: ") and "MB free, a checkpoint" in error
 
 
-def test_a_full_disk_during_an_encode_names_the_file(tiny_model_dir, tmp_path, capsys):
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": "a passage"}) + "\n" for i in range(2000)))
+def test_a_full_disk_during_a_checkpoint_names_it(tiny_model_dir, tiny_corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(retromae.train, "check_free_space", lambda *args: None)  # the disk fills during the run
     with tmpfs(tmp_path / "small", "size=64k") as small:
+        assert main(pretrain_options(tiny_model_dir, tiny_corpus, small / "run", tmp_path)) == 1
+    checkpoint = small / "run" / "checkpoints" / "step-0000002"
+    assert one_line(capsys) == f"retromae: error: {checkpoint}: cannot write: No space left on device"
+
+
+def corpus_of(path: Path, count: int) -> Path:
+    path.write_text("".join(json.dumps({"_id": f"d{i}", "text": "a passage"}) + "\n" for i in range(count)))
+    return path
+
+
+def test_an_encode_that_cannot_fit_is_refused_before_encoding(tiny_model_dir, tmp_path, capsys):
+    corpus = corpus_of(tmp_path / "corpus.jsonl", 2000)  # 2000 x 32 float32: 256 kB of shards, 256 kB merged
+    with tmpfs(tmp_path / "small", "size=256k") as small:
         assert main(cli("encode", "--model", tiny_model_dir, "--corpus", corpus, "--output", small / "emb")) == 1
-        error = one_line(capsys)
-        assert error.startswith(f"retromae: error: {small / 'emb'}") and "No space left on device" in error
+    assert one_line(capsys) == (f"retromae: error: {small / 'emb'}: 0.3 MB free, encoding 2,000 texts needs about "
+                                "0.5 MB; free some space or choose another output")
+
+
+@pytest.mark.parametrize(("size", "failing"), [("64k", "shards/shard-00000.npy"), ("384k", "embeddings.npy")])
+def test_a_full_disk_during_an_encode_names_the_file(tiny_model_dir, tmp_path, capsys, monkeypatch, size, failing):
+    """The disk fills while encoding: at a shard, or at the merge, which writes through a memory map (before: a
+    SIGBUS killed the process there, no message)."""
+    import retromae.retrieval.encode
+
+    monkeypatch.setattr(retromae.retrieval.encode, "check_free_space", lambda *args: None)
+    corpus = corpus_of(tmp_path / "corpus.jsonl", 2000)
+    with tmpfs(tmp_path / "small", f"size={size}") as small:
+        assert main(cli("encode", "--model", tiny_model_dir, "--corpus", corpus, "--output", small / "emb")) == 1
+        assert one_line(capsys) == f"retromae: error: {small / 'emb' / failing}: cannot write: No space left on device"
         assert not [p for p in (small / "emb").rglob("*.tmp")]  # no temporary file left
+
+
+def test_a_library_quoting_the_system_error_is_named(tmp_path):
+    target = tmp_path / "checkpoints" / "step-0000002"
+    safetensors_error = type("SafetensorError", (Exception,), {})  # its message, as safetensors words it
+    with pytest.raises(FileSystemError, match=f"{target}: cannot write: No space left on device"):
+        with writing(target):
+            raise safetensors_error("Error while serializing: I/O error: No space left on device (os error 28)")
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,15 +21,16 @@ from pathlib import Path
 from retromae.errors import FileSystemError, RetroMAEError
 
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
 
 
 @contextlib.contextmanager
 def writing(path: Path) -> Iterator[None]:
     """Raise a failure of the operating system while writing `path` (or its temporary name) as a FileSystemError
-    naming `path` and the cause. A write that fails without an error number (torch's "unexpected pos",
-    safetensors' "I/O error", numpy's "requested and written") on a file system with less than FULL_BELOW bytes
-    free is a full disk too. An OSError naming another file goes through as it is (it names its path), and so
-    does every other error (not the file system's)."""
+    naming `path` and the cause. A library's error holding a system error number in its text (safetensors' "(os
+    error 28)") has that cause; one without (torch's "unexpected pos", numpy's "requested and written") on a file
+    system with less than FULL_BELOW bytes free is a full disk. An OSError naming another file goes through as it
+    is (it names its path), and so does every other error (not the file system's)."""
     try:
         yield
     except Exception as error:
@@ -38,6 +40,8 @@ def writing(path: Path) -> Iterator[None]:
         if named is not None and not os.fsdecode(named).startswith(str(Path(path).parent / f".{Path(path).name}.")):
             raise
         cause = error.strerror if isinstance(error, OSError) and error.errno else None
+        if cause is None and (number := RUST_OS_ERROR.search(str(error))):
+            cause = os.strerror(int(number.group(1)))
         if cause is None and _nearly_full(Path(path)):
             cause = os.strerror(errno.ENOSPC)
         if cause is None:
@@ -139,3 +143,24 @@ def append_line(path: Path, line: str) -> None:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         finally:
             os.close(fd)
+
+
+def check_free_space(folder: Path, needed: int, what: str) -> None:
+    """FileSystemError naming `folder` when its file system has less than `needed` bytes free for `what` (checked
+    before the work, so that a full disk is not found after it)."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise FileSystemError(f"{folder}: {free / 1e6:,.1f} MB free, {what} needs about {needed / 1e6:,.1f} MB; "
+                              "free some space or choose another output")
+
+
+def reserve(path: Path) -> None:
+    """Give every byte of the file `path` its blocks on disk now: a file written through a memory map would
+    otherwise meet a full disk as a SIGBUS that kills the process, not as an error."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
+    finally:
+        os.close(descriptor)

@@ -39,7 +39,7 @@ from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.data.lines import appended_records
 from retromae.data.workers import started_workers, worker_context
-from retromae.io import append_line, write_text_atomic, writing
+from retromae.io import append_line, check_free_space, write_text_atomic, writing
 from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
@@ -311,6 +311,7 @@ class Trainer:
         Prints the summary line (final losses, wall time, tokens/s) on the main process; `self.summary` holds its
         numbers."""
         started = time.perf_counter()
+        self._check_room()
         resumed = self._maybe_resume()
         metrics = (MetricsLog(self.output / "metrics.jsonl", resumed, start_reporter(self.config))
                    if self.accelerator.is_main_process else None)
@@ -349,6 +350,13 @@ class Trainer:
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)
+
+    def _check_room(self) -> None:
+        """With checkpoints, one (the weights and AdamW's two moments) must fit on the output's disk: checked on
+        every process before the first step, so that a full disk is not found hours in."""
+        if self.config.save_every:
+            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            check_free_space(self.output, 3 * size, "a checkpoint (the weights and the optimiser's two moments)")
 
     def _logs(self, step: int) -> bool:
         """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a
