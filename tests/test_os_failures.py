@@ -196,6 +196,22 @@ def test_concurrent_encodes_and_file_outputs_are_refused(tiny_model_dir, tmp_pat
     assert main(cli("bm25", "--corpus", corpus, "--queries", corpus, "--output", run)) == 0
 
 
+@pytest.mark.slow  # two processes of torchrun: about 50 s on 2 shared cores
+def test_a_two_process_run_into_a_folder_in_use_is_refused_on_both(tiny_model_dir, tiny_corpus, tmp_path):
+    """The main process holds the lock of a distributed run; its refusal reaches the other process, which would
+    otherwise wait for it until the launch's timeout."""
+    output = tmp_path / "ddp"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "retromae", *pretrain_options(tiny_model_dir, tiny_corpus, output, tmp_path)]
+    with held_by_another_process(output, output / LOCK_FILE):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    refusals = [line for line in result.stderr.splitlines() if line.startswith("retromae: error:")]
+    assert len(refusals) == 2 and all(f"{output}: in use by another retromae process" in line for line in refusals)
+    assert "retromae/" not in result.stderr  # no frame of ours (torchrun's own report of failed children follows)
+
+
 def test_a_torn_last_metrics_record_is_dropped_on_resume(tiny_model_dir, tiny_corpus, tmp_path, capsys):
     output = tmp_path / "run"
     assert main(pretrain_options(tiny_model_dir, tiny_corpus, output, tmp_path, steps=2)) == 0
