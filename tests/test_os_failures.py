@@ -335,6 +335,8 @@ def test_a_file_where_a_folder_belongs_and_the_reverse(tiny_model_dir, tiny_corp
     for output in (a_file, a_file / "run"):
         assert main(pretrain_options(tiny_model_dir, tiny_corpus, output, tmp_path)) == 1
         assert one_line(capsys) == f"retromae: error: {a_file}: is a file, not a folder"
+    assert main(cli("init-model", "--tokenizer", tiny_model_dir, "--output", a_file)) == 1
+    assert one_line(capsys) == f"retromae: error: {a_file}: is a file, not a folder"
     assert a_file.read_text() == "mine"
     folder = tmp_path / "runs"
     folder.mkdir()

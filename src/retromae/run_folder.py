@@ -197,6 +197,15 @@ def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "out
         raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another {option_name}")
 
 
+def lock_folder(folder: str | Path) -> None:
+    """Take `folder` (created here) for this command alone, as `claim_folder` does, for a command that keeps no
+    record of its run there (`init-model`); ConfigError or FileSystemError when another process holds it or it
+    cannot be written."""
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE)
+    if refusal is not None:
+        raise refusal
+
+
 def hold(output: Path, lock: Path) -> Exception | None:
     """Take the lock file `lock` of `output` (a folder, created here, or a file) for this process's life; the
     error to raise when another process holds it or the place cannot be written, else None. The same process may
