@@ -57,8 +57,8 @@ class OutputOptions:
 def file_fingerprint(path: Path) -> str:
     """Size plus a sha256 of every byte, read in chunks (sha256 is the fastest hash of the standard library on CPUs
     with SHA instructions: about 2 GB/s, docs/benchmarks.md). A file is hashed once per process while its size,
-    modification time and inode stay the same, so that a run's identity and its token store's key share one
-    pass."""
+    modification and change times and inode stay the same (any write changes the change time, which no one can set
+    back), so that a run's identity and its token store's key share one pass."""
     path = Path(path)
     stat = path.stat()
     seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
@@ -69,7 +69,6 @@ def file_fingerprint(path: Path) -> str:
                 digest.update(chunk)
         _HASHED[seen] = f"{stat.st_size}:{digest.hexdigest()[:32]}"
     return _HASHED[seen]
-
 
 
 def input_fingerprint(source: str | Path) -> str:
@@ -207,9 +206,9 @@ def lock_folder(folder: str | Path) -> None:
 
 
 def hold(output: Path, lock: Path) -> Exception | None:
-    """Take the lock file `lock` of `output` (a folder, created here, or a file) for this process's life; the
-    error to raise when another process holds it or the place cannot be written, else None. The same process may
-    claim an output again (a library user running twice)."""
+    """Take the lock file `lock` of `output` (a folder, created here, or a file) until `release`; the error to
+    raise when another process holds it or the place cannot be written, else None. The same process may claim an
+    output again (a library user running twice)."""
     lock = Path(os.path.abspath(lock))
     if lock in _HELD:
         return None
