@@ -28,7 +28,9 @@ import retromae.pretrain
 import retromae.train
 from retromae.cli import main
 from retromae.config import ConfigError
+from retromae.data import corpus as corpus_module
 from retromae.data import token_store as token_store_module
+from retromae.data.corpus import iter_corpus, iter_corpus_pieces
 from retromae.data.lines import appended_records
 from retromae.data.retrieval_sets import load_qrels
 from retromae.data.token_store import TokenStore, cache_key
@@ -410,7 +412,7 @@ def test_sigterm_stops_like_ctrl_c(tiny_model_dir, tiny_corpus, tmp_path, monkey
 # Item 9: memory does not grow with the length of one document.
 
 def test_a_long_document_is_tokenised_in_pieces_into_the_same_blocks(tmp_path, tiny_tokenizer, monkeypatch):
-    long_text = " ".join(make_sentences(400, seed=5))  # about 40,000 characters on one line
+    long_text = " ".join(make_sentences(400, seed=5)) + " protéine " * 50  # about 40,000 characters on one line
     corpus = tmp_path / "long.txt"
     corpus.write_text("\n".join([long_text, "a short one here.", "x"]) + "\n")
     whole = TokenStore.build_or_load([corpus], tiny_tokenizer, 32, cache_dir=tmp_path / "whole",
@@ -418,6 +420,7 @@ def test_a_long_document_is_tokenised_in_pieces_into_the_same_blocks(tmp_path, t
     longest = []
     real = token_store_module.piece_batches
     monkeypatch.setattr(token_store_module, "PIECE_CHARACTERS", 997)
+    monkeypatch.setattr(corpus_module, "LINE_PIECE_BYTES", 1000)  # the line read 1000 bytes at a time
     monkeypatch.setattr(token_store_module, "piece_batches", lambda documents: (
         longest.append(max(len(text) for text, _ in batch)) or batch for batch in real(documents)))
     pieces = TokenStore.build_or_load([corpus], tiny_tokenizer, 32, cache_dir=tmp_path / "pieces",
@@ -427,3 +430,31 @@ def test_a_long_document_is_tokenised_in_pieces_into_the_same_blocks(tmp_path, t
     assert pieces.meta["dropped_tokens"] == whole.meta["dropped_tokens"]
     for name, _ in token_store_module.FILES.values():
         assert (pieces.path / name).read_bytes() == (whole.path / name).read_bytes(), name
+
+
+def test_a_txt_corpus_read_in_pieces_gives_the_documents_read_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "LINE_PIECE_BYTES", 7)  # every character boundary and line end met mid-read
+    lines = tmp_path / "lines.txt"
+    lines.write_bytes("\r\n".join(["\ufeff  héllo wörld ünïcode  ", "x" * 50 + " end\t", "日本語の テキスト",
+                                    "tab\tand\x00nul", "last line", "", "   "]).encode())  # BOM, CRLF, no final end
+    paragraphs = tmp_path / "paragraphs.txt"
+    paragraphs.write_text("first one\nstill first\n\n" + "y" * 30 + "\n")
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"text": "z " * 40}) + "\n")
+    for path in (lines, paragraphs, records):
+        texts, current = [], ""
+        for text, ends in iter_corpus_pieces([path], 5):
+            assert len(text) <= 5
+            current += text
+            if ends:
+                texts, current = [*texts, current], ""
+        assert texts == [document.text for document in iter_corpus([path])], path.name
+    assert len(texts) == 1 and len([*iter_corpus([lines])]) == 5
+
+
+def test_a_line_read_in_pieces_names_invalid_utf8_at_its_byte(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "LINE_PIECE_BYTES", 4)
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"good line\nabcdefgh\xffij\n")
+    with pytest.raises(DataError, match=f"{path}:2: invalid UTF-8 at byte 8 of the line"):
+        list(iter_corpus_pieces([path], 100))

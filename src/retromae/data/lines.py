@@ -1,7 +1,8 @@
 """Reading line-based files with errors that name the file and the line.
 
 Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, parsing one line as
-JSON, and reading an appended JSON-lines log whose last record a kill may have cut (`appended_records`). Every
+JSON, reading a line too long to hold in pieces (`numbered_line_pieces`), and reading an appended JSON-lines log
+whose last record a kill may have cut (`appended_records`). Every
 line-based reader (corpora, retrieval sets, training files, pairs, STS, runs) goes through here, so
 their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the same text:
 
@@ -13,6 +14,7 @@ their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the 
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import re
@@ -62,6 +64,39 @@ def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[in
                     yield number, line
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:  # a cut download or copy: name it, not a traceback
         raise DataError(f"{path}: truncated or damaged gzip file after line {number} ({err})") from None
+
+
+def numbered_line_pieces(path: Path, piece_bytes: int) -> Iterator[tuple[int, str, bool]]:
+    """(1-based line number, cleaned text, whether it ends the line) per piece of at most `piece_bytes` bytes of
+    every line, blank ones too: `numbered_lines` for a file whose lines may be too long to hold whole (a byte-order
+    mark, line ends and control characters handled alike; a CR just before a piece's end becomes a space)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    number, offset, ended = 1, 0, True  # offset: bytes of the current line before this piece
+    try:
+        with opener(path, "rb") as handle:
+            while raw := handle.readline(piece_bytes):
+                ended = raw.endswith(b"\n")
+                text = _decode(decoder, raw, ended, path, number, offset)
+                text = text.removeprefix(BOM) if number == 1 and offset == 0 else text
+                yield number, clean_text(text.rstrip("\r\n") if ended else text), ended
+                number, offset = (number + 1, 0) if ended else (number, offset + len(raw))
+            if not ended:  # a last line without its line end
+                yield number, _decode(decoder, b"", True, path, number, offset), True
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise DataError(f"{path}: truncated or damaged gzip file after line {number - 1} ({err})") from None
+
+
+def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, final: bool, path: Path, number: int,
+            offset: int) -> str:
+    """The text of the bytes `raw` of line `number` (a character cut at the piece's end waits for the next)."""
+    try:
+        return decoder.decode(raw, final=final)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}:{number}: invalid UTF-8 at byte {offset + err.start} of the line") from None
 
 
 def parse_json_line(path: Path, number: int, line: str) -> Any:

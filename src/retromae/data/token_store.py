@@ -18,9 +18,10 @@ block length when blocks are shorter), or when it is the whole document and has 
 `MIN_DOCUMENT_TOKENS`; otherwise its tokens are dropped. Documents with no kept block are not counted.
 
 Long documents: a document longer than `PIECE_CHARACTERS` is tokenised in pieces cut before a whitespace
-character, and packed as the pieces arrive (`_StoreWriter`), so memory does not grow with the length of one
-document (docs/reliability.md). Tokenizers that split words at whitespace (WordPiece, byte-level BPE, Metaspace)
-give the same tokens as on the whole text.
+character (read in pieces too from a `.txt` file of one document per line, `iter_corpus_pieces`), and packed as
+the pieces arrive (`_StoreWriter`), so memory does not grow with the length of one document
+(docs/reliability.md). Tokenizers that split words at whitespace (WordPiece, byte-level BPE, Metaspace) give the
+same tokens as on the whole text.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from transformers import PreTrainedTokenizerFast
 
 from retromae.config import require
 from retromae.console import progress
-from retromae.data.corpus import HF_PREFIX, Document, folder_files, iter_corpus, parse_hf_source
+from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, parse_hf_source
 from retromae.errors import DataError, FileSystemError
 from retromae.io import atomic_directory, write_text_atomic
 from retromae.run_folder import file_fingerprint
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 BATCH_PIECES = 1000
 BATCH_CHARACTERS = 2_000_000
-PIECE_CHARACTERS = 100_000  # a longer document is tokenised in pieces (`document_pieces`)
+PIECE_CHARACTERS = 100_000  # a longer document is tokenised in pieces (`retromae.data.corpus.cut_pieces`)
 MIN_BLOCK_TOKENS = 8
 MIN_DOCUMENT_TOKENS = 2
 CACHE_ENV = "RETROMAE_CACHE"
@@ -233,27 +234,12 @@ class _StoreWriter:
         self.document_blocks = 0
 
 
-def document_pieces(documents: Iterable[Document]) -> Iterator[tuple[str, bool]]:
-    """(text, ends its document) per piece: a document of up to PIECE_CHARACTERS characters is one piece, a longer
-    one is cut before a space, tab or newline (or at PIECE_CHARACTERS in a run without any), so that tokenising
-    one document never holds more than a piece's tokens at once (a 50 MB line peaked at 7.7 GB, whole)."""
-    for document in documents:
-        text, start = document.text, 0
-        while len(text) - start > PIECE_CHARACTERS:
-            window = start + PIECE_CHARACTERS
-            cut = max(text.rfind(space, start + 1, window) for space in " \n\t")
-            end = cut if cut > start else window
-            yield text[start:end], False
-            start = end
-        yield text[start:], True
-
-
-def piece_batches(documents: Iterable[Document]) -> Iterator[list[tuple[str, bool]]]:
-    """Batches of up to BATCH_PIECES pieces (`document_pieces`) and about BATCH_CHARACTERS characters: the bound
-    on what one call of the tokenizer holds."""
+def piece_batches(pieces: Iterable[tuple[str, bool]]) -> Iterator[list[tuple[str, bool]]]:
+    """Batches of up to BATCH_PIECES pieces (`retromae.data.corpus.iter_corpus_pieces`) and about BATCH_CHARACTERS
+    characters: the bound on what one call of the tokenizer holds."""
     batch: list[tuple[str, bool]] = []
     characters = 0
-    for piece in document_pieces(documents):
+    for piece in pieces:
         batch.append(piece)
         characters += len(piece[0])
         if len(batch) == BATCH_PIECES or characters >= BATCH_CHARACTERS:
@@ -272,7 +258,7 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
     with _StoreWriter(directory, block_tokens) as writer, \
             progress(f"tokenising {_names(sources)} into blocks of {max_length}", unit="doc",
                      enabled=show_progress) as bar:
-        for batch in piece_batches(iter_corpus(sources)):
+        for batch in piece_batches(iter_corpus_pieces(sources, PIECE_CHARACTERS)):
             last = [ends for _, ends in batch]
             writer.add_batch(backend.encode_batch([text for text, _ in batch], add_special_tokens=False), last)
             bar.update(sum(last))
