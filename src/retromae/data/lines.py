@@ -2,9 +2,9 @@
 
 Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, parsing one line as
 JSON, reading a line too long to hold in pieces (`numbered_line_pieces`), and reading an appended JSON-lines log
-whose last record a kill may have cut (`appended_records`). Every
-line-based reader (corpora, retrieval sets, training files, pairs, STS, runs) goes through here, so
-their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the same text:
+whose last record a kill may have cut (`appended_records`). Every line-based reader (corpora, retrieval sets,
+training files, pairs, STS, runs) goes through here, so their errors read alike: `FILE:LINE: what is wrong`, and
+so they all accept the same text:
 
 - a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
 - control characters are not kept: NUL and every other C0 control but tab (a field separator) and newline
