@@ -23,7 +23,7 @@ from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.finite import check_weights
-from retromae.model_source import ModelSource, check_tokenizer, resolve_model
+from retromae.model_source import ModelSource, check_safetensors, check_tokenizer, resolve_model
 from retromae.pretrain_config import ATTENTION_NAMES
 
 IGNORE_INDEX = -100
@@ -81,6 +81,8 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     `--init-from` does) silences the note that the checkpoint has none; `attention` and `cuda` pick the attention
     kernel (`attention_implementation`)."""
     source = resolve_model(name_or_path, option)
+    if not from_config:
+        check_safetensors(source.transformer)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
         config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)

@@ -5,8 +5,9 @@ Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finet
 sentence-transformers folder (the transformer in the folder itself or in a module folder such as `0_Transformer/`),
 a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
 pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, ids beyond the
-model's embeddings, a corpus read as mostly `[UNK]`). Does not own loading weights (`retromae.encoder`,
-`retromae.backbone`) nor a folder's pooling (`retromae.encoder.describe_folder`).
+model's embeddings, a corpus read as mostly `[UNK]`), and that a folder's safetensors files are whole
+(`check_safetensors`: a truncated one is named before a library fails on it without its name). Does not own
+loading weights (`retromae.encoder`, `retromae.backbone`) nor a folder's pooling (`retromae.encoder.describe_folder`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,3 +158,28 @@ def check_unknown_share(tokenizer: Any, ids: Sequence[int], source: str, data: s
         raise DataError(f"{data}: the tokenizer of {source} reads {share:.0%} of its tokens as "
                         f"{tokenizer.unk_token}; training on them would learn nothing: use a tokenizer made for "
                         "this text (`retromae init-model --tokenizer NAME`, or a model folder with its own vocabulary)")
+
+
+def check_safetensors(location: str | Path) -> None:
+    """ModelLoadError naming the first `*.safetensors` file of a folder (or the file itself) that is truncated or
+    not a safetensors file: its size must be 8 bytes of header length, the JSON header, and the tensors' bytes the
+    header lists. Reads only the headers; a hub name (nothing on disk) passes."""
+    location = Path(location)
+    files = sorted(location.glob("*.safetensors")) if location.is_dir() else [location] if location.is_file() else []
+    for path in files:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            try:
+                header = json.loads(handle.read(length)) if 0 <= length <= size - 8 else None
+            except (ValueError, UnicodeDecodeError):
+                header = None
+        if not isinstance(header, dict):
+            raise ModelLoadError(f"{path}: not a safetensors file, or truncated inside its header ({size} bytes)")
+        ends = [entry.get("data_offsets", [0, 0])[1] for key, entry in header.items()
+                if key != "__metadata__" and isinstance(entry, dict)]
+        expected = 8 + length + max(ends, default=0)
+        if size != expected:
+            raise ModelLoadError(f"{path}: truncated or damaged safetensors file: {size} bytes, its header "
+                                 f"describes {expected}")

@@ -51,9 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retromae.run_folder import lock_folder
     from retromae.scratch import save_random_model
 
     config = build_config(InitModelConfig, args)
+    lock_folder(config.output)
     tokenizer = trained_tokenizer(config) if config.corpus else existing_tokenizer(config.tokenizer)
     folder = save_random_model(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
                                max_positions=config.positions, seed=config.seed, architecture=config.architecture)
