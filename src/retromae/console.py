@@ -52,7 +52,9 @@ def library_output(verbose: bool) -> Iterator[None]:
         if verbose:
             yield
         else:
-            with warnings.catch_warnings(), _quiet_loggers(), _quiet_hub_bars(), _quiet_transformers():
+            # huggingface_hub sets its logger's level when its logging module is first imported (by
+            # `_quiet_hub_bars`): its retry warnings ("Retrying in 8s") stay quiet only with the loggers raised after.
+            with warnings.catch_warnings(), _quiet_hub_bars(), _quiet_loggers(), _quiet_transformers():
                 warnings.filterwarnings("ignore", module=QUIET_WARNING_MODULES)
                 yield
     finally:
@@ -76,6 +78,7 @@ def _quiet_loggers() -> Iterator[None]:
 @contextlib.contextmanager
 def _quiet_hub_bars() -> Iterator[None]:
     """huggingface_hub's bars off; transformers, imported later in the block, takes its bar switch from them."""
+    import huggingface_hub.utils.logging  # noqa: F401  (sets the hub logger's level; see `library_output`)
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     was_disabled = are_progress_bars_disabled()
