@@ -31,8 +31,8 @@ def error_of(capsys) -> str:
 
 
 def hinted_command(message: str) -> list[str]:
-    """The first `retromae ...` command quoted in `message`, as arguments (without `retromae`)."""
-    command = re.search(r"`retromae ([^`]+)`", message)
+    """The first `retromae ...` command with options quoted in `message`, as arguments (without `retromae`)."""
+    command = re.search(r"`retromae ([^`]+ --[^`]+)`", message)
     assert command, f"no command in: {message}"
     return shlex.split(command.group(1))
 
@@ -94,8 +94,12 @@ def test_an_unfinished_run_is_finished_with_resume(runs, tmp_path, tiny_model_di
     kill_after_checkpoint(monkeypatch, 1, lambda: cli(*command))
     evaluate = ["evaluate", "--model", tmp_path / "u", "--data", runs / "beir"]
     assert cli(*evaluate) == 2
-    assert "finish it with --resume" in error_of(capsys)
-    assert cli(*command, "--resume") == 0
+    finish = hinted_command(error_of(capsys))
+    assert finish == ["pretrain", "--output", str(tmp_path / "u"), "--resume"]
+    assert cli("pretrain", "--init-from", tmp_path / "u", "--corpus", runs / "corpus.jsonl",
+               "--output", tmp_path / "v") == 2  # the same hint
+    assert hinted_command(error_of(capsys)) == finish
+    assert cli(*finish) == 0  # the options come from the run's config.json
     assert cli(*evaluate) == 0
 
 

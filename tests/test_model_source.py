@@ -100,7 +100,8 @@ def test_what_is_not_a_model_is_named_with_what_to_pass(tmp_path, tiny_model_dir
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "retromae-run.json").write_text(json.dumps({"command": "pretrain", "identity": {}}))
     (tmp_path / "unfinished" / "config.json").write_text("{}")
-    with pytest.raises(ModelLoadError, match=r"unfinished `retromae pretrain` run .*finish it with --resume"):
+    unfinished = r"unfinished `retromae pretrain` run .*with `retromae pretrain --output .*unfinished --resume`"
+    with pytest.raises(ModelLoadError, match=unfinished):
         resolve_model(tmp_path / "unfinished")
 
 

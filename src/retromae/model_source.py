@@ -114,13 +114,22 @@ def read_json(path: Path) -> Any:
         raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
 
 
+def unfinished_run(folder: Path) -> str | None:
+    """"the output folder of an unfinished `retromae pretrain` run (...: finish it with `retromae pretrain --output
+    FOLDER --resume`)" when `folder` is one, else None."""
+    marker = read_json(folder / RUN_MARKER)
+    if not (isinstance(marker, dict) and marker.get("command") in ("pretrain", "finetune", "train-reranker")):
+        return None
+    where = "checkpoints/ only, " if (folder / "checkpoints").is_dir() else ""
+    return (f"the output folder of an unfinished `retromae {marker['command']}` run ({where}no encoder/ yet: "
+            f"finish it with `retromae {marker['command']} --output {folder} --resume`)")
+
+
 def _found(folder: Path) -> str:
     """What a folder that is not a model holds, in a few words."""
-    marker = read_json(folder / RUN_MARKER)
-    if isinstance(marker, dict) and marker.get("command") in ("pretrain", "finetune", "train-reranker"):
-        where = "checkpoints/ only, " if (folder / "checkpoints").is_dir() else ""
-        return (f"the output folder of an unfinished `retromae {marker['command']}` run ({where}no encoder/ yet: "
-                "finish it with --resume)")
+    unfinished = unfinished_run(folder)
+    if unfinished is not None:
+        return unfinished
     if (folder / "config.json").is_file():
         return "its config.json names no model_type (a run's options, not a model's configuration)"
     names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
