@@ -71,25 +71,22 @@ def shell_lines(text: str, variables: dict[str, str]) -> Iterator[list[str]]:
 
 
 def retromae_arguments(tokens: list[str]) -> list[str] | None:
-    """The arguments after `retromae` (or after `-m retromae` in a launcher's command), "..." placeholders dropped;
-    None when the command is not ours."""
-    if tokens[0] in ("retromae", ".venv/bin/retromae"):
-        rest = tokens[1:]
-    elif "-m" in tokens and tokens[tokens.index("-m") + 1:][:1] == ["retromae"]:
-        rest = tokens[tokens.index("-m") + 2:]
-    else:
+    """The arguments after `retromae` (also `.venv/bin/retromae`, after a wrapper such as `taskset -c 0`, or after
+    `-m retromae` in a launcher's command), "..." placeholders dropped; None when the command is not ours."""
+    program = next((i for i, token in enumerate(tokens) if token == "retromae" or token.endswith("/bin/retromae")),
+                   None)
+    if program is None:
         return None
-    return [token for token in rest if token != "..."]
+    return [token for token in tokens[program + 1:] if token != "..."]
 
 
 def check_other_command(block: Block, tokens: list[str]) -> None:
-    """A non-retromae command a doc shows: a make target of ours, or a recipe script that exists."""
+    """A command of another program: a make target must be ours, a recipe script must exist."""
     if tokens[0] == "make":
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE)
         assert set(tokens[1:]) <= set(targets), f"{block.where}: no make target {tokens[1:]}"
-        return
-    script = tokens[1] if tokens[0] == "python" else tokens[0]
-    assert script.startswith("recipes/") and (ROOT / script).is_file(), f"{block.where}: unknown command {tokens}"
+    for script in (token for token in tokens if token.startswith("recipes/")):
+        assert (ROOT / script).is_file(), f"{block.where}: no such recipe {script}"
 
 
 def test_every_shell_command_in_the_docs_parses():
