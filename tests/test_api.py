@@ -3,6 +3,7 @@ an objective trains under a transformers `Trainer` through `ObjectiveModule` and
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
@@ -21,6 +22,7 @@ def test_importing_retromae_loads_no_torch():
     code = "import sys, retromae; retromae.__dir__(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
     assert {"pretrain", "finetune", "encode", "evaluate", "PretrainConfig", "EvaluateConfig"} <= set(dir(retromae))
+    importlib.import_module("retromae.quickstart")  # once imported, the module is the package's attribute: callable
     for command in discover_commands():  # every command's entry point and config (issue 38: index, search, ...)
         name = command.name.replace("-", "_")
         assert callable(getattr(retromae, name)), name

@@ -43,7 +43,7 @@ _PUBLIC = {
     "train_reranker": "retromae.api:train_reranker",
     "score": "retromae.commands.score:score",
     "report": "retromae.commands.report:report",
-    "quickstart": "retromae.api:quickstart",
+    "quickstart": "retromae.quickstart",  # a callable module, as pretrain
     "PretrainConfig": "retromae.pretrain_config:PretrainConfig",
     "FinetuneConfig": "retromae.finetune.run:FinetuneConfig",
     "EncodeConfig": "retromae.commands.encode:EncodeConfig",
