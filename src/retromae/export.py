@@ -120,7 +120,8 @@ def load_head(objective: nn.Module, output: Path, allow_unused: bool = False,
     """
     path = Path(output) / HEAD_FILE
     if not path.exists():
-        raise ModelLoadError(f"{path}: no pre-training head to continue from")
+        raise ModelLoadError(f"{path}: no pre-training head to continue from (only `retromae pretrain` leaves one); "
+                             f"--model {Path(output)} starts a fresh head from its encoder")
     check_safetensors(path)
     tensors = load_file(str(path))
     expected = set(objective.head_state_dict())

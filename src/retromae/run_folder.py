@@ -176,8 +176,13 @@ def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours:
     if resume:
         check_same_run(folder, command, marker, identity)
         return []
-    ways = "--resume continues it, --overwrite replaces it" if resumable else "--overwrite replaces it"
-    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {(marker or {}).get('command', '?')}`"
+    saved = marker or {}
+    changed = differences(saved.get("identity", {}), identity) if saved.get("command") == command else []
+    # --resume is named only where it would work: the same command with the same options.
+    same = saved.get("command") == command and not changed
+    ways = "--resume continues it, --overwrite replaces it" if resumable and same else "--overwrite replaces it"
+    which = f" ({', '.join(changed)} differ)" if changed else ""
+    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {saved.get('command', '?')}`{which}"
                       f"; {ways}, or choose another --output")
 
 
