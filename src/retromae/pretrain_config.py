@@ -15,7 +15,7 @@ from retromae.training_config import HeadTrainingConfig
 
 # The keys of `retromae.objectives.OBJECTIVES`, in its order; named here so that the options need no objective code.
 OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
-                   "cocondenser", "contriever", "simcse")
+                   "cocondenser", "contriever", "simcse", "tsdae")
 PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 # The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
 # out so that --help imports no torch (tests/test_backbones.py checks the two agree).

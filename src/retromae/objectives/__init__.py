@@ -25,6 +25,7 @@ from retromae.objectives.retromae import RetroMAE
 from retromae.objectives.retromae_contrastive import RetroMAEContrastive
 from retromae.objectives.seed import SEEDEncoder
 from retromae.objectives.simcse import SimCSE
+from retromae.objectives.tsdae import TSDAE
 
 OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "retromae": RetroMAE,
@@ -37,6 +38,7 @@ OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "cocondenser": CoCondenser,
     "contriever": Contriever,
     "simcse": SimCSE,
+    "tsdae": TSDAE,
 }
 
 
