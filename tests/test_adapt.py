@@ -130,6 +130,34 @@ def test_pseudo_queries_leave_their_sentence_out_of_the_document():
     assert pseudo_query("one sentence only, no second", __import__("numpy").random.default_rng(0)) is None
 
 
+def test_cropping_scores_crops_by_cosine_of_the_bases_pooling(tiny_tokenizer):
+    from conftest import tiny_bert_config
+    from transformers import BertForMaskedLM
+
+    from retromae.encoder import PoolingConfig, pool
+    from retromae.objectives import create_objective
+    from retromae.objectives.contrastive import contrastive_loss
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(tiny_bert_config(len(tiny_tokenizer))).eval()
+    objective = create_objective("cropping", model, tiny_tokenizer).eval()
+    objective.pooling = "mean"
+    ids = torch.randint(5, 100, (4, 7))
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 6 + [0], [1] * 7])
+    losses = objective({"input_ids": ids, "attention_mask": mask}, torch.Generator())
+    hidden = model.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+    expected = contrastive_loss(pool(hidden, mask, PoolingConfig("mean", True)), 0.05)
+    torch.testing.assert_close(losses["loss"], expected)
+
+
+def test_adapting_by_cropping_trains_from_the_first_step(tmp_path, declared_base):
+    output = adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
+                              objective="cropping", mix=[0.5]))
+    stage = json.loads((output / "training" / "config.json").read_text())
+    assert (stage["objective"], stage["pooling"], stage["freeze_encoder_steps"]) == ("cropping", "mean", 0)
+    assert len(json.loads((output / "guard.json").read_text())["candidates"]) == 3  # base, 2 checkpoints at 0.5
+
+
 def test_averaging_with_the_base_is_linear_and_keeps_integer_buffers():
     base = {"w": torch.tensor([0.0, 2.0]), "ids": torch.tensor([0, 1])}
     adapted = {"w": torch.tensor([4.0, 4.0]), "ids": torch.tensor([5, 5])}

@@ -47,7 +47,8 @@ CUDA_PADDING_MULTIPLE = 64  # batch lengths on CUDA: few shapes, each a multiple
 TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
 OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
                     "retromae+contrastive": "RetroMAE + contrastive", "dupmae": "DupMAE", "condenser": "Condenser",
-                    "cocondenser": "coCondenser", "contriever": "Contriever", "simcse": "SimCSE", "tsdae": "TSDAE"}
+                    "cocondenser": "coCondenser", "contriever": "Contriever", "simcse": "SimCSE", "tsdae": "TSDAE",
+                    "cropping": "cropping contrastive"}
 
 
 def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:

@@ -15,7 +15,8 @@ from retromae.encoder_config import POOLINGS
 from retromae.training_config import TrainingConfig
 
 # Objectives `adapt` trains with; each reads blocks of the corpus and trains the encoder under the base's pooling.
-ADAPT_OBJECTIVES = ("tsdae", "mlm")
+ADAPT_OBJECTIVES = ("tsdae", "cropping", "mlm")
+HEADLESS = ("cropping",)  # objectives with no fresh head to warm: the encoder trains from the first step
 
 
 @dataclass(kw_only=True)
@@ -41,7 +42,9 @@ class AdaptConfig(TrainingConfig):
     normalize: bool | None = option(None, "with --pooling: whether the base's vectors are L2-normalised (compared by "
                                           "cosine); else what its folder declares")
     objective: str = option("tsdae", "adaptation objective: tsdae (denoising auto-encoder through the sentence "
-                                     "vector, GPL's +1.4) or mlm (masked language modelling)", choices=ADAPT_OBJECTIVES)
+                                     "vector, GPL's +1.4), cropping (InfoNCE between two crops of a document in the "
+                                     "base's cosine similarity, COCO-DR-style) or mlm (masked language modelling)",
+                            choices=ADAPT_OBJECTIVES)
     decoder_layers: int | None = option(None, "decoder layers of tsdae (default 1)")
     max_length: int = option(128, "tokens per training block, and per validation text")
     passes: float = option(1.0, "without --max-steps: passes over the training blocks, at --batch-size, capped by "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.adapt.config import AdaptConfig
+from retromae.adapt.config import HEADLESS, AdaptConfig
 from retromae.adapt.data import (
     base_pooling,
     check_language,
@@ -120,7 +120,7 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling) -> Sta
     """The `retromae pretrain` run of the training stage, in OUTPUT/training/: the heads warmed for --head-warmup
     of the steps before the encoder moves, a checkpoint for each of --checkpoints, all kept for the guard."""
     steps = budget(config, blocks)
-    warmup = min(steps - 1, round(config.head_warmup * steps))
+    warmup = 0 if config.objective in HEADLESS else min(steps - 1, round(config.head_warmup * steps))
     return StageConfig(
         model=config.model, corpus=[str(output / "data" / "train.jsonl")], output=str(output / "training"),
         objective=config.objective, decoder_layers=config.decoder_layers, max_length=config.max_length,

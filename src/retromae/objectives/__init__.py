@@ -19,6 +19,7 @@ from retromae.objectives.cocondenser import CoCondenser
 from retromae.objectives.condenser import Condenser
 from retromae.objectives.contrastive import Contrastive
 from retromae.objectives.contriever import Contriever
+from retromae.objectives.cropping import Cropping
 from retromae.objectives.dupmae import DupMAE
 from retromae.objectives.mlm import MaskedLanguageModeling
 from retromae.objectives.retromae import RetroMAE
@@ -39,6 +40,7 @@ OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "contriever": Contriever,
     "simcse": SimCSE,
     "tsdae": TSDAE,
+    "cropping": Cropping,
 }
 
 
