@@ -57,8 +57,9 @@ def base_state(base: Path) -> dict[str, torch.Tensor]:
 
 def test_pooling_and_similarity_come_from_the_base(tmp_path, declared_base):
     output = adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out"))
-    exported = json.loads((output / "encoder" / "retromae_encoder.json").read_text())
-    assert (exported["pooling"], exported["normalize"]) == ("mean", True)
+    for folder in ("encoder", "training/encoder"):  # the winner, and the training stage's last step
+        exported = json.loads((output / folder / "retromae_encoder.json").read_text())
+        assert (exported["pooling"], exported["normalize"]) == ("mean", True)
     stage = json.loads((output / "training" / "config.json").read_text())
     assert (stage["objective"], stage["pooling"], stage["normalize"]) == ("tsdae", "mean", True)
     assert stage["freeze_encoder_steps"] == 0 and stage["save_every"] == 2  # 10% of 4 steps rounds to no warm-up
@@ -96,6 +97,17 @@ def test_resume_continues_the_same_trajectory(tmp_path, declared_base, monkeypat
     for name, tensor in weights[0].items():  # the tiny masked LM has no pooler: AutoModel draws one, unused
         if not name.startswith("pooler."):
             torch.testing.assert_close(weights[1][name], tensor)
+
+
+def test_adapting_then_fine_tuning_in_one_command(tmp_path, declared_base):
+    from conftest import tiny_beir
+
+    tiny_beir(tmp_path / "beir")
+    output = adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out", mix=[1.0],
+                              train=str(tmp_path / "beir")))
+    tuned = json.loads((output / "finetuned" / "encoder" / "retromae_encoder.json").read_text())
+    assert (tuned["pooling"], tuned["normalize"]) == ("mean", True)  # the adapted encoder's, hence the base's
+    assert 0 <= json.loads((output / "guard.json").read_text())["finetuned"] <= 1
 
 
 def test_a_base_without_pooling_is_one_error_naming_the_option(tmp_path, tiny_model_dir):

@@ -196,8 +196,10 @@ def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast,
 def export_outputs(objective, tokenizer, output: Path, max_length: int | None = None) -> None:
     """encoder/, sentence-transformer/ (the objective's pooling, the source model's max length) and the
     pre-training head."""
-    export_encoder(objective.encoder, tokenizer, output / "encoder", pooling=objective.pooling, max_length=max_length)
-    export_sentence_transformer(output / "encoder", output / "sentence-transformer")
+    normalize = getattr(objective, "normalize", False)  # an objective trained in a cosine similarity says so
+    export_encoder(objective.encoder, tokenizer, output / "encoder", pooling=objective.pooling, normalize=normalize,
+                   max_length=max_length)
+    export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
     save_head(objective, output)
 
 

@@ -59,6 +59,10 @@ class AdaptConfig(TrainingConfig):
     mix: list[float] = option([1.0, 0.5], "weights of the adapted encoder in its average with the base "
                                           "(1: the adapted one as is; 0.5: half and half); the guard scores each "
                                           "checkpoint at each weight")
+    train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
+                                     "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
+                                     "finetune`'s defaults, into OUTPUT/finetuned/")
+    train_split: str = option("train", "qrels split of a --train folder")
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
     # Set from --checkpoints, so not options of this command (ClassVar drops the inherited fields).
     save_every: ClassVar[int] = 0

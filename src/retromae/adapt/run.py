@@ -37,7 +37,7 @@ from retromae.pretrain_config import PretrainConfig
 from retromae.run_folder import claim_folder, run_identity
 
 GUARD_FILE = "guard.json"
-OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, "data", "validation", "training", "config.json")
+OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, "data", "validation", "training", "finetuned", "config.json")
 
 
 @dataclass(kw_only=True)
@@ -56,7 +56,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     pooling = base_pooling(config.model, config.pooling, config.normalize)
     claim_folder(output, "adapt", run_identity(config), OUTPUTS, resume=config.resume, overwrite=config.overwrite)
     save_config(config, output / "config.json")
-    stages = Stages(4)
+    stages = Stages(4 if config.train is None else 5)
     stages.start("reading the corpus and holding out validation")
     encoder = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,
                            max_length=config.max_length)
@@ -78,9 +78,25 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     record = {"metric": METRIC, "validation": config.validation or str(output / "validation"),
               "chosen": best.name, "base": base_score, "steps": stage.max_steps,
               "candidates": [{"name": c.name, "step": c.step, "weight": c.weight, METRIC: c.score} for c in scored]}
+    report = summary(best, scored)
+    if config.train is not None:
+        stages.start(f"fine-tuning the adapted encoder on {config.train}")
+        record["finetuned"] = finetune_adapted(config, output, validation)
+        report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
     write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
-    print(summary(best, scored), file=sys.stderr)
+    print(report, file=sys.stderr)
     return output
+
+
+def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet) -> float:
+    """`retromae finetune` of OUTPUT/encoder on --train into OUTPUT/finetuned/ (its defaults; the adapted encoder's
+    pooling and similarity); returns the fine-tuned encoder's score on the validation set."""
+    from retromae.finetune.run import FinetuneConfig, finetune
+
+    tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
+                                    output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
+                                    overwrite=config.overwrite, mixed_precision=config.mixed_precision))
+    return score(Encoder.load(tuned / "encoder", max_length=config.max_length), validation, config.batch_size * 8)
 
 
 def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> tuple[RetrievalSet, int]:

@@ -30,18 +30,20 @@ class Cropping(PretrainingObjective):
     default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, temperature: float = 0.05,
-                 pooling: str = "cls"):
+                 pooling: str = "cls", normalize: bool = False):
         super().__init__(encoder, masking)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.temperature, self.pooling = temperature, pooling
+        self.normalize = normalize  # the similarity the encoder is used with, for its export; the loss is cosine
         self.freeze_unused_mlm_head()
 
     @classmethod
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> Cropping:
         # `retromae adapt` passes the base's pooling; `retromae pretrain` has no such option ([CLS]).
         return cls(encoder, masking, temperature=cls.temperature_of(config),
-                   pooling=getattr(config, "pooling", None) or "cls")
+                   pooling=getattr(config, "pooling", None) or "cls",
+                   normalize=bool(getattr(config, "normalize", False)))
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         hidden = backbone.hidden_states(self.encoder, batch["input_ids"], batch["attention_mask"])  # (2B, L, D)

@@ -118,6 +118,7 @@ class TSDAE(PretrainingObjective):
             raise ValueError(f"deletion_ratio must lie in [0, 1), got {deletion_ratio}")
         self.sentence_pooling = pooling or PoolingConfig()
         self.pooling = self.sentence_pooling.pooling  # what the exports and probes read
+        self.normalize = self.sentence_pooling.normalize
         self.deletion_ratio = deletion_ratio
         self.decoder = nn.ModuleList(TSDAEDecoderLayer(encoder.config) for _ in range(decoder_layers))
 
