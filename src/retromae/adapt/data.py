@@ -36,16 +36,14 @@ def base_pooling(model: str, pooling: str | None, normalize: bool | None) -> Poo
     """The pooling the base is used with: what its folder declares (our retromae_encoder.json, or a
     sentence-transformers modules.json with its Pooling and optional Normalize), else --pooling/--normalize; a base
     that declares none and is given none is a ConfigError naming what is missing and the option that sets it."""
-    source = resolve_model(model)
-    folder = Path(source.folder)
-    declares = folder.is_dir() and ((folder / ENCODER_FILE).is_file() or (folder / "modules.json").is_file())
     if pooling is not None:
         return PoolingConfig(pooling, bool(normalize))
-    if not declares:
+    spec = describe_folder(resolve_model(model).folder)  # a local folder, or a hub repository's files
+    if not spec.declared:
         raise ConfigError(f"--model {model}: declares no pooling (no sentence-transformers modules.json with a "
                           f"Pooling module, no {ENCODER_FILE}); give the pooling it was trained with: --pooling cls "
                           "or --pooling mean, with --normalize if its vectors are compared by cosine")
-    return describe_folder(source.folder).pooling
+    return spec.pooling
 
 
 @dataclass
