@@ -110,6 +110,25 @@ def test_adapting_then_fine_tuning_in_one_command(tmp_path, declared_base):
     assert 0 <= json.loads((output / "guard.json").read_text())["finetuned"] <= 1
 
 
+def test_the_command_with_labelled_validation_trains_on_the_whole_corpus(tmp_path, declared_base, capsys):
+    from conftest import tiny_beir
+
+    from retromae.cli import main
+
+    tiny_beir(tmp_path / "beir")
+    corpus = topical_corpus(tmp_path / "c.jsonl")
+    code = main(["adapt", "--model", str(declared_base), "--corpus", str(corpus), "--output", str(tmp_path / "out"),
+                 "--validation", str(tmp_path / "beir"), "--max-steps", "2", "--checkpoints", "1", "--mix", "1",
+                 "--batch-size", "4", "--max-length", "32", "--cache-dir", str(tmp_path / "cache")])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "validation ndcg@10:" in captured.err and "wrote" in captured.out
+    guard = json.loads((tmp_path / "out" / "guard.json").read_text())
+    assert guard["validation"] == str(tmp_path / "beir") and len(guard["candidates"]) == 2
+    assert len((tmp_path / "out" / "data" / "train.jsonl").read_text().splitlines()) == 220  # nothing held out
+    assert not (tmp_path / "out" / "validation").exists()
+
+
 def test_a_base_without_pooling_is_one_error_naming_the_option(tmp_path, tiny_model_dir):
     corpus = topical_corpus(tmp_path / "c.jsonl")
     with pytest.raises(ConfigError, match=r"declares no pooling.*modules\.json.*--pooling cls or --pooling mean"):

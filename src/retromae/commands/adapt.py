@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     output = adapt(build_config(AdaptConfig, args))
-    print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
-                 "guard": output / GUARD_FILE, "validation set": output / "validation"}, started))
+    outputs = {"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
+               "guard": output / GUARD_FILE, "validation set": output / "validation",
+               "fine-tuned": output / "finetuned" / "encoder"}
+    print(wrote({name: path for name, path in outputs.items() if path.exists()}, started))
     return 0
