@@ -57,7 +57,7 @@ def checkpoint_encoder(checkpoint: Path, base: dict[str, torch.Tensor], prefix: 
     if missing:
         raise ModelLoadError(f"{checkpoint / MODEL_FILE}: holds no encoder tensor {prefix}{missing[0]} "
                              f"({len(missing)} missing)")
-    return {name: base[name] if tensor is None else tensor for name, tensor in state.items()}
+    return {name: base[name] if tensor is None else tensor.to(base[name].device) for name, tensor in state.items()}
 
 
 def averaged(adapted: dict[str, torch.Tensor], base: dict[str, torch.Tensor], weight: float) -> dict[str, torch.Tensor]:
