@@ -36,9 +36,9 @@ class AdaptConfig(TrainingConfig):
                                           "--validation: at most this many, and a tenth of the corpus at most)")
     validation_documents: int = option(2000, "documents searched per query: the relevant ones and a seeded sample "
                                              "of others, this many in all")
-    pooling: str | None = option(None, "the base's pooling when its folder declares none (no sentence-transformers "
-                                       "modules.json / 1_Pooling, no retromae_encoder.json); else what it declares",
-                                 choices=POOLINGS)
+    pooling: str | None = option(None, "the base's pooling; needed when its folder declares none (no "
+                                       "sentence-transformers modules.json / 1_Pooling, no retromae_encoder.json); "
+                                       "default: what the folder declares", choices=POOLINGS)
     normalize: bool | None = option(None, "with --pooling: whether the base's vectors are L2-normalised (compared by "
                                           "cosine); else what its folder declares")
     objective: str = option("tsdae", "adaptation objective: tsdae (denoising auto-encoder through the sentence "

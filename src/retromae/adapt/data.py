@@ -4,7 +4,8 @@ Owns: `base_pooling` (the pooling and normalisation the base declares, or the on
 `split_corpus` (documents held out of training, each turned into a pseudo-query: one of its sentences, searched for
 among the corpus with that sentence removed from it, the Inverse Cloze Task's pairs), the files the split leaves in
 the output folder (`OUTPUT/data/train.jsonl`, `OUTPUT/validation/` as a BEIR folder that `retromae evaluate` reads)
-and the input checks (a corpus too small to hold documents out, a corpus the tokenizer cannot read). Does not own
+and the input checks (a corpus too small to hold documents out, a corpus the tokenizer cannot read). The corpus is
+held in memory while it is split (a random sample needs every document). Does not own
 reading corpora (`retromae.data.corpus`) or retrieval sets (`retromae.data.retrieval_sets`).
 """
 
@@ -110,9 +111,10 @@ def write_training_corpus(documents: list[Document], path: Path) -> None:
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 
-def write_validation(split: Split, training: list[Document], distractors: int, seed: int, folder: Path) -> None:
+def write_validation(split: Split, distractors: int, seed: int, folder: Path) -> None:
     """The held-out pseudo-queries as a BEIR folder: each query's document (relevant), plus a seeded sample of
     training documents (not relevant) up to `distractors` documents in all; `retromae evaluate --data` reads it."""
+    training = split.training
     rng = np.random.default_rng(seed + 1)
     room = max(0, distractors - len(split.documents))
     picked = sorted(rng.choice(len(training), size=min(room, len(training)), replace=False).tolist())

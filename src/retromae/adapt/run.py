@@ -30,13 +30,14 @@ from retromae.config import option, save_config
 from retromae.console import Stages, step
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
-from retromae.encoder import Encoder
+from retromae.encoder import Encoder, PoolingConfig
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.io import write_text_atomic
 from retromae.pretrain_config import PretrainConfig
 from retromae.run_folder import claim_folder, run_identity
 
 GUARD_FILE = "guard.json"
+ENCODE_BATCH = 64  # texts per forward pass while the validation set is encoded
 OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, "data", "validation", "training", "finetuned", "config.json")
 
 
@@ -63,7 +64,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     validation, blocks = prepare_data(config, encoder, output)
     stages.start(f"scoring the base on {len(validation.queries):,} validation queries")
     with step(f"{METRIC} of the base"):
-        base_score = score(encoder, validation, config.batch_size * 8)
+        base_score = score(encoder, validation, ENCODE_BATCH)
     stages.start("adapting")
     stage = stage_config(config, output, blocks, pooling)
     from retromae.pretrain import pretrain  # the training stack: only once the inputs have passed their checks
@@ -72,7 +73,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     stages.start("guarding: scoring the checkpoints against the base")
     prefix = f"encoder.{encoder.model.base_model_prefix}."
     best, scored, state = run_guard(encoder, validation, output / "training", prefix, config.mix, base_score,
-                                    config.batch_size * 8)
+                                    ENCODE_BATCH)
     encoder.model.load_state_dict(state)
     export(encoder, config, output, pooling.normalize)
     record = {"metric": METRIC, "validation": config.validation or str(output / "validation"),
@@ -96,7 +97,7 @@ def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet
     tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
                                     output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
                                     overwrite=config.overwrite, mixed_precision=config.mixed_precision))
-    return score(Encoder.load(tuned / "encoder", max_length=config.max_length), validation, config.batch_size * 8)
+    return score(Encoder.load(tuned / "encoder", max_length=config.max_length), validation, ENCODE_BATCH)
 
 
 def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> tuple[RetrievalSet, int]:
@@ -115,7 +116,7 @@ def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> tuple[R
             training = documents
         else:
             split = split_corpus(documents, config.validation_queries, config.seed, where)
-            write_validation(split, split.training, config.validation_documents, config.seed, output / "validation")
+            write_validation(split, config.validation_documents, config.seed, output / "validation")
             validation = load_retrieval_set(output / "validation", "test")
             training = split.training
         write_training_corpus(training, output / "data" / "train.jsonl")
@@ -132,7 +133,7 @@ def budget(config: AdaptConfig, blocks: int) -> int:
     return max(2, min(config.step_cap, math.ceil(config.passes * blocks / config.batch_size)))
 
 
-def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling) -> StageConfig:
+def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: PoolingConfig) -> StageConfig:
     """The `retromae pretrain` run of the training stage, in OUTPUT/training/: the heads warmed for --head-warmup
     of the steps before the encoder moves, a checkpoint for each of --checkpoints, all kept for the guard."""
     steps = budget(config, blocks)
