@@ -45,7 +45,7 @@ _PUBLIC = {
     "score": "retromae.commands.score:score",
     "report": "retromae.commands.report:report",
     "quickstart": "retromae.quickstart",  # a callable module, as pretrain
-    "adapt": "retromae.adapt.run:adapt",
+    "adapt": "retromae.adapt",  # a callable package, as finetune
     "PretrainConfig": "retromae.pretrain_config:PretrainConfig",
     "FinetuneConfig": "retromae.finetune.run:FinetuneConfig",
     "EncodeConfig": "retromae.commands.encode:EncodeConfig",
