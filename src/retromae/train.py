@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -119,9 +120,25 @@ def linear_schedule(start: int, warmup_ratio: float, total: int) -> Callable[[in
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule of `config.max_steps` steps: a function of the step and --max-steps alone (nothing of it is
+    read from a checkpoint but the step), so a run resumed with a larger --max-steps follows the longer run's
+    schedule from its step on (`follow_schedule`)."""
     body = linear_schedule(config.freeze_encoder_steps, config.warmup_ratio, config.max_steps)
     head = linear_schedule(0, config.warmup_ratio, config.max_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, [body if g["body"] else head for g in optimizer.param_groups])
+
+
+def follow_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR) -> tuple[float, float]:
+    """Set every group's learning rate to the schedule's at its step (`last_epoch`), as an uninterrupted run has it
+    there; returns the first group's rate before and after. A resumed optimiser holds the rate its checkpoint's
+    schedule gave (0 at the last step of a finished run): without this, the first step after resuming with a larger
+    --max-steps would run at it rather than at the longer schedule's."""
+    before = scheduler.optimizer.param_groups[0]["lr"]
+    rates = [base * factor(scheduler.last_epoch) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas,
+                                                                           strict=True)]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    return before, rates[0]
 
 
 def make_accelerator(config: TrainingConfig) -> Accelerator:
@@ -308,6 +325,8 @@ class Trainer:
         numbers."""
         started = time.perf_counter()
         resumed = self._maybe_resume()
+        if resumed is not None:
+            self._follow_schedule()
         metrics = (MetricsLog(self.output / "metrics.jsonl", resumed, start_reporter(self.config))
                    if self.accelerator.is_main_process else None)
         batches = started_workers(self._data_loader())
@@ -343,6 +362,15 @@ class Trainer:
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)
+
+    def _follow_schedule(self) -> None:
+        """After a resume: the rates of this run's schedule at the resumed step, said when they differ from the
+        checkpoint's (a larger --max-steps)."""
+        before, after = follow_schedule(self.scheduler)
+        if not math.isclose(before, after, rel_tol=1e-6, abs_tol=1e-12):
+            self.accelerator.print(f"--max-steps {self.config.max_steps}: the learning rate follows the schedule of "
+                                   f"{self.config.max_steps} steps from step {self.state.step} on: {after:.3g} "
+                                   f"(the checkpoint's schedule was at {before:.3g}); see docs/reliability.md")
 
     def _logs(self, step: int) -> bool:
         """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a
