@@ -325,6 +325,14 @@ def test_finetune_from_a_beir_folder_with_bm25_negatives_and_evaluate(tiny_beir,
     assert all(math.isfinite(m["contrastive"]) for m in _metrics(output))
     assert json.loads((output / "encoder" / "retromae_encoder.json").read_text())["pooling"] == "mean"
     assert (output / "negatives" / "step-0000000.json").is_file()
+    for folder in ("encoder", "sentence-transformer"):  # issue 38: the card named no base model and no training
+        card = (output / folder / "README.md").read_text()
+        assert f"- **Base model:** {tiny_model_dir}\n" in card and "Unknown" not in card
+        assert "- **Training:** dense-retrieval fine-tuning with bm25 negatives (4 steps)\n" in card
+        assert f"- **Training data:** {tiny_beir} (split train)\n" in card and "- **Steps:** 4 steps of " in card
+        assert "mean pooling, normalised" in card and "scored by cosine" in card
+    printed = capsys.readouterr().out
+    assert f"negatives             {output / 'negatives'}" in printed.split("wrote:")[1]
     assert main(["evaluate", "--model", str(output / "sentence-transformer"), "--data", str(tiny_beir),
                  "--output", str(tmp_path / "eval.json")]) == 0
     assert 0 <= json.loads((tmp_path / "eval.json").read_text())["ndcg@10"] <= 1

@@ -217,6 +217,14 @@ def test_a_best_probe_of_the_untrained_model_is_said_and_listed(tiny_model_dir, 
     assert json.loads((output / "best-probe" / "probe.json").read_text())["step"] == 0
     warnings = [r.getMessage() for r in caplog.records if "untrained model" in r.getMessage()]
     assert len(warnings) == 1 and "step 0" in warnings[0] and str(output / "best-probe") in warnings[0]
+    for folder, steps in (("encoder", "- **Steps:** 4 steps of 4 blocks of 32 tokens"),
+                          ("best-probe/sentence-transformer", "- **Steps:** 0 of 4 steps of 4 blocks of 32 tokens")):
+        card = (output / folder / "README.md").read_text()
+        assert f"- **Base model:** {tiny_model_dir}\n" in card and f"- **Training data:** {corpus}\n" in card
+        assert "- **Training:** pre-training: retromae enhanced, enc mask 0.3, dec mask 0.5, 1 dec layer" in card
+        assert steps in card and "Unknown" not in card
+    chosen = (output / "best-probe" / "encoder" / "README.md").read_text()
+    assert "- **Chosen by:** the best probe score (probe_ndcg@10 0." in chosen
     listed = capsys.readouterr().out.split("wrote:")[1]
     assert f"best probe            {output / 'best-probe'}" in listed
     assert f"tensorboard           {output / 'tensorboard'}" in listed
