@@ -91,12 +91,13 @@ def main() -> None:
         subprocess.run(command(args, args.work / "warm-up"), env=environment(settings[0][1], {}), check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # tokenises the corpus into the cache
         times: dict[str, dict[str, list[float]]] = {name: {"sequence": [], "together": []} for name, _, _ in settings}
-        for _ in range(args.rounds):
-            for name, source, extra in settings:
-                times[name]["sequence"].append(run_jobs(args, source, extra, together=False))
-            for name, source, extra in settings:
-                times[name]["together"].append(run_jobs(args, source, extra, together=True))
-    print(f"{args.jobs} x `retromae pretrain` (RetroMAE, {args.model.name}, {args.steps} steps, B={args.batch_size}, "
+        for round_ in range(1, args.rounds + 1):
+            for way in ("sequence", "together"):
+                for name, source, extra in settings:
+                    times[name][way].append(run_jobs(args, source, extra, together=way == "together"))
+                    print(f"round {round_}: {name} {way} {times[name][way][-1]:.1f} s", file=sys.stderr, flush=True)
+    model = f"{args.model.parent.name}/{args.model.name}"
+    print(f"{args.jobs} x `retromae pretrain` (RetroMAE, {model}, {args.steps} steps, B={args.batch_size}, "
           f"L={args.max_length}); {len(os.sched_getaffinity(0))} usable cores; load average "
           f"{os.getloadavg()[0]:.2f} at the end; commit {commit()}; median of {args.rounds} rounds")
     for name, _, extra in settings:
