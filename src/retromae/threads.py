@@ -41,7 +41,10 @@ def _own_cgroup_paths(proc_cgroup: Path) -> tuple[str, str]:
     except OSError:
         return unified, cpu
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)  # hierarchy-ID:controllers:path
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         if controllers == "":
             unified = path
         elif "cpu" in controllers.split(","):
