@@ -128,14 +128,15 @@ def _scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig) -> torc
     return torch.optim.lr_scheduler.LambdaLR(optimizer, [body if g["body"] else head for g in optimizer.param_groups])
 
 
-def follow_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR) -> tuple[float, float]:
-    """Set every group's learning rate to the schedule's at its step (`last_epoch`), as an uninterrupted run has it
-    there; returns the first group's rate before and after. A resumed optimiser holds the rate its checkpoint's
-    schedule gave (0 at the last step of a finished run): without this, the first step after resuming with a larger
-    --max-steps would run at it rather than at the longer schedule's."""
+def follow_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int) -> tuple[float, float]:
+    """Put the schedule at `step` and every group's learning rate at the schedule's rate there, as an uninterrupted
+    run has them; returns the first group's rate before and after. A resumed optimiser holds the rate its
+    checkpoint's schedule gave (0 at the last step of a finished run): without this, the first step after resuming
+    with a larger --max-steps would run at it rather than at the longer schedule's. Only the step is taken from the
+    checkpoint, whatever else of the scheduler it holds."""
+    scheduler.last_epoch = step
     before = scheduler.optimizer.param_groups[0]["lr"]
-    rates = [base * factor(scheduler.last_epoch) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas,
-                                                                           strict=True)]
+    rates = [base * factor(step) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
     for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
         group["lr"] = rate
     return before, rates[0]
@@ -366,7 +367,7 @@ class Trainer:
     def _follow_schedule(self) -> None:
         """After a resume: the rates of this run's schedule at the resumed step, said when they differ from the
         checkpoint's (a larger --max-steps)."""
-        before, after = follow_schedule(self.scheduler)
+        before, after = follow_schedule(self.scheduler, self.state.step)
         if not math.isclose(before, after, rel_tol=1e-6, abs_tol=1e-12):
             self.accelerator.print(f"--max-steps {self.config.max_steps}: the learning rate follows the schedule of "
                                    f"{self.config.max_steps} steps from step {self.state.step} on: {after:.3g} "
