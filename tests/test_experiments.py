@@ -134,6 +134,6 @@ def test_metric_bars_are_labelled_on_an_axis_from_zero():
     metric_bars(zeros, ["a"], [0.0], "recall@100")
     assert [text.get_text() for text in scores.texts] == ["0.0000", "0.0312", "0.5000"]
     assert scores.get_xlim() == pytest.approx((0.0, 0.6)) and scores.get_title() == "ndcg@10"
-    assert correlations.get_xlim() == pytest.approx((-0.4, 0.65))
+    assert correlations.get_xlim() == pytest.approx((-0.475, 0.65))
     assert zeros.get_xlim() == pytest.approx((0.0, 0.2)) and zeros.texts[0].get_text() == "0.0000"
     plt.close(figure)

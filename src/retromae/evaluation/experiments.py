@@ -189,13 +189,13 @@ def plot_metrics(variants: list[Variant], path: Path) -> None:
 
 def metric_bars(axis: Any, names: list[str], values: list[float], title: str) -> None:
     """Horizontal bars of one metric, each labelled with its value (a 0.0000 bar has no length to see), on an axis
-    from 0 (or, for a negative correlation, a fifth below it) to a fifth beyond the longest bar, room for its label
-    (0 to 0.2 when every value is 0)."""
+    from 0 (or, for a negative correlation, 30% of the span below it: the label has the minus sign too) to a fifth
+    beyond the longest bar, room for its label (0 to 0.2 when every value is 0)."""
     bars = axis.barh(names, values)
     axis.bar_label(bars, fmt="%.4f", padding=3, fontsize=8)
     low, high = min(0.0, *values), max(0.0, *values)
     span = (high - low) or 1.0
-    axis.set_xlim(low - 0.2 * span if low < 0 else 0.0, high + 0.2 * span)
+    axis.set_xlim(low - 0.3 * span if low < 0 else 0.0, high + 0.2 * span)
     axis.invert_yaxis()
     axis.set(title=title)
 
