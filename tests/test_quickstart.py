@@ -56,7 +56,7 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
                  "--pretrain-steps", "3", "--pretrain-batch-size", "4", "--finetune-epochs", "1",
                  "--finetune-batch-size", "8"]) == 0
     saved = json.loads((output / "results.json").read_text())
-    assert saved["preset"] == "cpu" and saved["device"] in ("cpu", "cuda")
+    assert saved["preset"] == "cpu" and saved["device"] in ("cpu", "cuda") and saved["architecture"] == "bert"
     results = saved["results"]
     assert list(results) == ["BM25", "no pre-training", "MLM", "RetroMAE (enhanced)"]
     for scores in results.values():
@@ -115,3 +115,29 @@ def test_the_initial_model_is_of_the_chosen_family_with_its_kind_of_tokenizer(tm
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert json.loads(tokenizer.backend_tokenizer.to_str())["model"]["type"] == tokenizer_model
     assert f"a 1-layer {architecture} encoder of hidden size 64" in describe_budget("cpu", budget, 60, architecture)
+
+
+def test_the_results_plot_names_the_model_and_labels_its_bars(tmp_path, monkeypatch):
+    """Issue 38: results.png did not say which model its rows share; its title now does, and each bar its score."""
+    import matplotlib.pyplot
+
+    import retromae.quickstart
+
+    closed = []
+    monkeypatch.setattr(retromae.quickstart, "pyplot",
+                        lambda: type("Pyplot", (), {"subplots": staticmethod(matplotlib.pyplot.subplots),
+                                                    "close": staticmethod(closed.append)}))
+    (tmp_path / "pretrain-mlm").mkdir()
+    records = [{"step": s, "loss": 9.0 - s, "encoder_mlm": 9.0 - s, "lr": 1e-4, "tokens": 64 * s} for s in (1, 2)]
+    (tmp_path / "pretrain-mlm" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {"preset": "cpu", "architecture": "bert", "budget": {"layers": 1, "hidden_size": 64, "vocab_size": 3000}}
+    caption = retromae.quickstart.model_caption(summary, tmp_path / "stdlib-docstrings")
+    assert caption == ("a 1-layer bert encoder of hidden size 64 (vocabulary 3,000), from random weights; cpu preset; "
+                       "test split of stdlib-docstrings")
+    results = {"BM25": {"ndcg@10": 0.355}, "no pre-training": {"ndcg@10": 0.0}, "MLM": {"ndcg@10": 0.036}}
+    retromae.quickstart.plot_results({"MLM": tmp_path / "pretrain-mlm"}, results, 6.5, tmp_path / "results.png",
+                                     caption)
+    assert (tmp_path / "results.png").read_bytes().startswith(b"\x89PNG")
+    figure = closed[0]
+    assert figure.get_suptitle() == caption
+    assert [text.get_text() for text in figure.axes[1].texts] == ["0.355", "0.000", "0.036"]

@@ -259,6 +259,12 @@ def format_seconds(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def written(output: Path, optional: Mapping[str, str]) -> dict[str, Path]:
+    """Of the outputs a run writes only with some options (label → name under `output`: `best-probe/`,
+    `negatives/`, `tensorboard/`), those that are there, for `wrote`."""
+    return {label: Path(output) / name for label, name in optional.items() if (Path(output) / name).exists()}
+
+
 def wrote(outputs: Mapping[str, Path | str], started: float | None = None) -> str:
     """The closing lines of a command: its wall time since `started` and what it wrote where, one per line."""
     took = f" in {format_seconds(time.perf_counter() - started)}" if started is not None else ""

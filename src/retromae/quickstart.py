@@ -199,11 +199,22 @@ def results_table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_caption(summary: dict[str, Any], data: Path) -> str:
+    """The model every row shares and where it was tested, e.g. "a 2-layer bert encoder of hidden size 128
+    (vocabulary 4,000), from random weights; tiny preset; test split of stdlib-docstrings"."""
+    budget = summary["budget"]
+    return (f"a {budget['layers']}-layer {summary['architecture']} encoder of hidden size {budget['hidden_size']} "
+            f"(vocabulary {budget['vocab_size']:,}), from random weights; {summary['preset']} preset; test split of "
+            f"{Path(data).name}")
+
+
 def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, float]], entropy: float,
-                 path: Path) -> None:
-    """Left: pre-training loss components against the step, and the unigram plateau; right: NDCG@10 per model."""
+                 path: Path, caption: str = "") -> None:
+    """Left: pre-training loss components against the step, and the unigram plateau; right: NDCG@10 per model;
+    `caption` (the model, `model_caption`) above both."""
     plt = pyplot()
     figure, (losses, bars) = plt.subplots(1, 2, figsize=(11, 4))
+    figure.suptitle(caption, fontsize=10)
     for name, folder in pretraining.items():
         records = read_metrics(folder / "metrics.jsonl")
         for key in sorted(k for k in records[0] if k not in (*NOT_LOSSES, "loss")):
@@ -212,7 +223,7 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
     losses.set(title="pre-training", xlabel="step", ylabel="loss (nats per predicted token)")
     losses.legend()
     names = list(results)
-    bars.bar(range(len(names)), [results[n]["ndcg@10"] for n in names], color="tab:blue")
+    bars.bar_label(bars.bar(range(len(names)), [results[n]["ndcg@10"] for n in names], color="tab:blue"), fmt="%.3f")
     bars.set_xticks(range(len(names)), names, rotation=15)
     bars.set(title="test queries", ylabel="NDCG@10")
     figure.tight_layout()
@@ -249,7 +260,8 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
                                             stages)
         if folder is not None:
             pretraining[name] = folder
-    summary = {"device": device, "preset": preset, "budget": dataclasses.asdict(budget),
+    summary = {"device": device, "preset": preset, "architecture": config.architecture,
+               "budget": dataclasses.asdict(budget),
                "minutes": (time.perf_counter() - started) / 60, "unigram_entropy": entropy,
                "pretraining_losses": final_losses(pretraining), "results": results}
     write_outputs(summary, pretraining, output, data)
@@ -264,7 +276,8 @@ def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output:
     note = plateau_note(summary["pretraining_losses"], summary["unigram_entropy"])
     write_text_atomic(output / "results.md", f"{header}{table}\n{note}\n")
     write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
-    plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png")
+    plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png",
+                 model_caption(summary, data))
     print(f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}")
 
 

@@ -29,7 +29,7 @@ from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.sts import sts_correlations
 from retromae.export import export_encoder, export_sentence_transformer, save_head
 from retromae.io import write_text_atomic
-from retromae.pretrain_config import ProbeOptions
+from retromae.pretrain_config import BEST_PROBE_DIR, ProbeOptions
 from retromae.retrieval.search import TextOptions, dense_search
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BEST_FOLDER = "best-probe"
+BEST_FOLDER = BEST_PROBE_DIR
 BEST_FILE = "probe.json"
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -155,6 +155,11 @@ class Probe:
         os.replace(staging, self.best_folder)
 
     def finish(self) -> None:
-        """After training: the best-probe encoder also as a sentence-transformers folder."""
+        """After training: the best-probe encoder also as a sentence-transformers folder, and a warning when it is
+        the untrained model (no probe after step 0 scored higher)."""
         if self.active and self.options.keep_best_probe and (self.best_folder / "encoder").is_dir():
             export_sentence_transformer(self.best_folder / "encoder", self.best_folder / "sentence-transformer")
+            if self._exported_step() == 0:
+                logger.warning("%s holds the untrained model: its %s at step 0, %.4f, was the best probe score, no "
+                               "later probe scored higher; the trained model is in encoder/", self.best_folder,
+                               self.options.probe_metric_key, self.best)

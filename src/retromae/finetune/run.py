@@ -21,6 +21,7 @@ from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.model import DualEncoder, LossOptions, estimated_step_seconds, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
 from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
+from retromae.model_card import finetuning_facts, write_model_cards
 from retromae.model_source import check_unknown_share
 from retromae.train import Trainer, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
@@ -125,6 +126,10 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     if accelerator.is_main_process:
         export_towers(trainer.unwrapped_model, passage_encoder, output,
                       declared_max_length(config.model))
+        write_model_cards([output / f"{tower}{kind}" for tower in ("", "query-")
+                           for kind in ("encoder", "sentence-transformer")],
+                          f"{output.name}: a dense retriever fine-tuned by retromae",
+                          finetuning_facts(config, describe(config, source)))
     accelerator.wait_for_everyone()
     return output
 
