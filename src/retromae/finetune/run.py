@@ -18,7 +18,7 @@ from retromae.backbone import check_max_length
 from retromae.config import ConfigError, save_config
 from retromae.data.training_groups import TrainingSet, load_training_data
 from retromae.encoder import Encoder
-from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
+from retromae.export import export_encoder, export_sentence_transformer
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetune.config import FinetuneConfig
 from retromae.finetune.memory import measure_step_memory, memory_budget, plan_memory
@@ -116,8 +116,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
         save_config(config, output / "config.json")
     trainer.run()
     if accelerator.is_main_process:
-        export_towers(trainer.unwrapped_model, passage_encoder, output,
-                      declared_max_length(config.model))
+        export_towers(trainer.unwrapped_model, passage_encoder, output, passage_encoder.max_length)
     accelerator.wait_for_everyone()
     return output
 
@@ -150,7 +149,8 @@ def describe(config: FinetuneConfig, negatives: str) -> str:
 
 def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length: int | None = None) -> None:
     """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied.
-    They keep the starting model's pooling and declared `max_length`."""
+    They keep the starting model's pooling and `max_length` (the length it declares, else the one it was loaded
+    with)."""
     towers = {"": model.passage_model}
     if model.untied_passage_model is not None:
         towers["query-"] = model.query_model
