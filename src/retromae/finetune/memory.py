@@ -149,15 +149,15 @@ def _meminfo_available() -> int | None:
     return int(found.group(1)) * 1024 if found else None
 
 
-def _cgroup_headroom() -> int | None:
-    """What this process's memory cgroup still allows (its limit less its usage, page cache it can drop not
-    counted), under cgroup v2 or v1; None without a limit."""
-    for line in (_read(Path("/proc/self/cgroup")) or "").splitlines():
+def cgroup_headroom(cgroups: Path = Path("/proc/self/cgroup"), mount: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """What this process's memory cgroup (listed in `cgroups`, mounted at `mount`) still allows: its limit less its
+    usage, page cache it can drop not counted, under cgroup v2 or v1; None without a limit."""
+    for line in (_read(cgroups) or "").splitlines():
         _, controllers, path = line.split(":", 2)
         if controllers == "":  # v2
-            folder, files = Path("/sys/fs/cgroup") / path.lstrip("/"), ("memory.max", "memory.current", "inactive_file")
+            folder, files = mount / path.lstrip("/"), ("memory.max", "memory.current", "inactive_file")
         elif "memory" in controllers.split(","):  # v1
-            folder = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            folder = mount / "memory" / path.lstrip("/")
             files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
         else:
             continue
@@ -176,7 +176,7 @@ def memory_budget(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return torch.cuda.memory_reserved(device) + free
-    known = [value for value in (_meminfo_available(), _cgroup_headroom()) if value is not None]
+    known = [value for value in (_meminfo_available(), cgroup_headroom()) if value is not None]
     if not known:
         return None
     return resident_bytes(device) + min(known) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
