@@ -121,8 +121,8 @@ def resident_bytes(device: torch.device) -> int:
 
 def measure_step_memory(model: DualEncoder, batch: dict[str, torch.Tensor], query_length: int,
                         passage_length: int, pad_id: int) -> StepMemory:
-    """The memory a step of `model` needs, measured on the rows of `batch` (`measure_step_memory`'s module docstring
-    says how). Run it under the step's autocast; the random state and the model's mode are left as they were."""
+    """The memory a step of `model` needs, measured on the rows of `batch` (the module docstring says how). Run it
+    under the step's autocast; the random state and the model's mode are left as they were."""
     device = batch["query_input_ids"].device
     training = model.training
     model.train()
