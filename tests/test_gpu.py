@@ -186,32 +186,37 @@ SHARDED_CONFIGS = {
         "fsdp_version": 2, "fsdp_reshard_after_forward": True, "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "fsdp_transformer_layer_cls_to_wrap": "BertLayer", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
         "fsdp_offload_params": False}},
-    "deepspeed-zero2": {"distributed_type": "DEEPSPEED", "deepspeed_config": {
-        "zero_stage": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "offload_optimizer_device": "none",
-        "offload_param_device": "none", "zero3_init_flag": False}},
 }
+DEEPSPEED_ZERO2 = {"distributed_type": "DEEPSPEED", "deepspeed_config": {
+    "zero_stage": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, "offload_optimizer_device": "none",
+    "offload_param_device": "none", "zero3_init_flag": False}}
 
 
-@pytest.mark.parametrize("name", list(SHARDED_CONFIGS))
-def test_sharded_training_resumes_on_the_same_trajectory_and_exports(name, tiny_model_dir, tiny_corpus, tmp_path):
-    """`accelerate launch` with an FSDP or DeepSpeed ZeRO-2 config: a run killed after its step-3 checkpoint and
-    resumed logs what an uninterrupted run logs, and its exported encoder and sentence-transformers model load."""
-    if name.startswith("deepspeed"):
-        pytest.importorskip("deepspeed")
+def accelerate_launch(tmp_path: Path, settings: dict) -> list[str]:
+    """`accelerate launch` (less the interpreter) with a one-process config of `settings`."""
     import yaml
 
     config = tmp_path / "accelerate.yaml"
     config.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "num_machines": 1, "machine_rank": 0,
-                                      "num_processes": 1, "mixed_precision": "bf16", "use_cpu": False,
-                                      **SHARDED_CONFIGS[name]}))
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+                                      "num_processes": 1, "mixed_precision": "bf16", "use_cpu": False, **settings}))
+    return ["-m", "accelerate.commands.launch", "--config_file", str(config)]
+
+
+@pytest.mark.parametrize("name", list(SHARDED_CONFIGS))
+def test_sharded_training_resumes_on_the_same_trajectory_and_exports(name, tiny_model_dir, tiny_corpus, tmp_path):
+    """`accelerate launch` with an FSDP config: a run killed after its step-3 checkpoint (safetensors and JSON, the
+    full state dicts gathered) and resumed logs what an uninterrupted run logs, and its exported encoder and
+    sentence-transformers model load."""
+    launch = accelerate_launch(tmp_path, SHARDED_CONFIGS[name])
     full, interrupted = tmp_path / "full", tmp_path / "interrupted"
-    ran = run_script(*launch[1:], "-m", "retromae", *pretrain_args(tiny_model_dir, tiny_corpus, full))
+    ran = run_script(*launch, "-m", "retromae", *pretrain_args(tiny_model_dir, tiny_corpus, full))
     assert ran.returncode == 0, ran.stderr[-3000:]
-    killed = run_script(*launch[1:], str(ROOT / "tests" / "launch_killed.py"), "3",
+    killed = run_script(*launch, str(ROOT / "tests" / "launch_killed.py"), "3",
                         *pretrain_args(tiny_model_dir, tiny_corpus, interrupted))
     assert killed.returncode != 0 and (interrupted / "checkpoints" / "step-0000003").is_dir(), killed.stderr[-3000:]
-    resumed = run_script(*launch[1:], "-m", "retromae",
+    assert sorted(p.name for p in (interrupted / "checkpoints" / "step-0000003").iterdir()) == [
+        "model.safetensors", "optimizer.safetensors", "retromae-run.json", "rng-0.json", "state.json"]
+    resumed = run_script(*launch, "-m", "retromae",
                          *pretrain_args(tiny_model_dir, tiny_corpus, interrupted, "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for ours, theirs in zip(metrics(interrupted), metrics(full), strict=True):
@@ -227,3 +232,16 @@ def test_sharded_training_resumes_on_the_same_trajectory_and_exports(name, tiny_
         assert any(moved), "the export holds the initial weights"
         vectors = SentenceTransformer(str(run / "sentence-transformer"), device="cpu").encode(["alpha beta"])
         assert vectors.shape[-1] == encoder.config.hidden_size and bool(np.isfinite(vectors).all())
+
+
+def test_deepspeed_trains_without_checkpoints_and_refuses_them(tiny_model_dir, tiny_corpus, tmp_path):
+    """DeepSpeed's engine reads its checkpoints with pickle (weights_only=False): a run that would checkpoint is
+    refused in one line before training; with --save-every 0 it trains and exports."""
+    pytest.importorskip("deepspeed")
+    launch = accelerate_launch(tmp_path, DEEPSPEED_ZERO2)
+    refused = run_script(*launch, "-m", "retromae", *pretrain_args(tiny_model_dir, tiny_corpus, tmp_path / "saved"))
+    assert refused.returncode != 0 and "DeepSpeed writes checkpoints as pickles" in refused.stderr
+    ran = run_script(*launch, "-m", "retromae",
+                     *pretrain_args(tiny_model_dir, tiny_corpus, tmp_path / "lean", "--save-every", "0"))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (tmp_path / "lean" / "encoder" / "model.safetensors").is_file()

@@ -160,7 +160,7 @@ def test_empty_files_are_errors(tmp_path):
     ("qrels.tsv", "q1 0 d1 1\nq1 d1\n", load_qrels, r":2: 2 fields where the file's first line has 4"),
     ("qrels.tsv", "q1 0 d1 1\nq1 0 d1 2\n", load_qrels, r":2: query 'q1' judges document 'd1' twice \(1, 2\)"),
     ("run.trec", "q1 Q0 d1 1 0.5 x\nq1 Q0 d2 2 0.4\n", read_trec_run, r":2: expected 'qid Q0 docid rank score tag'"),
-    ("run.trec", "q1 Q0 d1 1 high x\n", read_trec_run, r":1: rank '1' or score 'high' is not a number"),
+    ("run.trec", "q1 Q0 d1 1 high x\n", read_trec_run, r":1: score 'high' is not a number"),
     ("run.trec", "q1 Q0 d1 1 0.5 x\nq1 Q0 d1 2 0.4 x\n", read_trec_run, r":2: document 'd1' appears twice"),
     ("sts.csv", "g\tf\t2012\t1\t2.5\tA\tB\ng\tf\t2012\t2\t2.5\tA\n", load_sts_pairs, r":2: expected at least 7"),
     ("sts.csv", "g\tf\t2012\t1\tfive\tA\tB\n", load_sts_pairs, r":1: score 'five' is not a number"),

@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
+from retromae.finite import check_weights
 from retromae.model_source import ModelSource, check_tokenizer, resolve_model
 from retromae.pretrain_config import ATTENTION_NAMES
 
@@ -36,11 +37,22 @@ def position_limit(config) -> int | None:
     return adapter.max_length(config) if adapter else getattr(config, "max_position_embeddings", None)
 
 
-def check_max_length(config, value: int | None, option_name: str) -> None:
-    """ConfigError naming the option when `value` tokens exceed what the model reads."""
+def check_max_length(config, value: int | None, option_name: str, tokenizer, pair: bool = False) -> None:
+    """ConfigError naming the option when `value` tokens exceed what the model reads, or leave no room for text
+    beside the tokenizer's special tokens (one token of text; for a `pair`, one of each text): below that a
+    tokenizer ignores the truncation and reads whole texts. The one length check of every command."""
+    if value is None:
+        return
+    flag = f"--{option_name.replace('_', '-')}"
+    special = tokenizer.num_special_tokens_to_add(pair=pair)
+    least = special + (2 if pair else 1)
+    if value < least:
+        raise ConfigError(f"{flag} {value}: the tokenizer adds {special} special tokens to each "
+                          f"{'pair' if pair else 'text'}, so at least {least} tokens are needed to keep any text; "
+                          f"give {least} or more")
     limit = position_limit(config)
-    if value is not None and limit is not None and value > limit:
-        raise ConfigError(f"--{option_name.replace('_', '-')} {value}: the model reads at most {limit} tokens "
+    if limit is not None and value > limit:
+        raise ConfigError(f"{flag} {value}: the model reads at most {limit} tokens "
                           f"(its position embeddings); give {limit} or less")
 
 
@@ -88,6 +100,7 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
     check_tokenizer(tokenizer, f"{option} {name_or_path}", model.config.vocab_size)
+    check_weights(model, name_or_path)
     return model, tokenizer
 
 

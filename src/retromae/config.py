@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import types
 import typing
@@ -199,6 +200,7 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
     values = {**_saved_options(given, known), **values}
     values.update({key: value for key, value in given.items() if key in known})
+    require_finite(values)
     missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
     if missing:
@@ -242,6 +244,17 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 def save_config(config: Any, path: Path) -> None:
     """Write the resolved config as JSON, atomically."""
     write_text_atomic(Path(path), json.dumps(config_to_dict(config), indent=2) + "\n")
+
+
+def require_finite(values: Any) -> None:
+    """ConfigError naming the first option whose number (or one of whose numbers) is NaN or infinite: a config
+    dataclass (call it first thing in the `__post_init__` of a config the Python API builds) or a mapping of option
+    names to values. `inf` and `nan` parse as floats, pass every `> 0` and would train a NaN model."""
+    items = vars(values).items() if dataclasses.is_dataclass(values) else values.items()
+    for name, value in items:
+        for number in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ConfigError(f"{_flag(name)}: must be a finite number, got {number}")
 
 
 def require(condition: bool, field: str, message: str) -> None:

@@ -23,10 +23,12 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from retromae.backbone import check_max_length, position_limit
 from retromae.config import require
 from retromae.console import progress
 from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
+from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory, write_text_atomic
 from retromae.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
 from retromae.onednn import packed_linears
@@ -97,10 +99,11 @@ def _st_max_length(source: str, path: str) -> int | None:
     sentence_bert_config.json (versions before 6 write it there), else its tokenizer's `model_max_length` (where
     version 6 writes it), else None."""
     prefix = f"{path}/" if path else ""
-    length = (_read_json(source, f"{prefix}sentence_bert_config.json") or {}).get("max_seq_length")
-    if length is None:
-        length = (_read_json(source, f"{prefix}tokenizer_config.json") or {}).get("model_max_length")
-    return length if isinstance(length, int) and 0 < length < 1_000_000 else None
+    declared = (_read_json(source, f"{prefix}sentence_bert_config.json") or {}).get("max_seq_length")
+    if declared is not None:
+        return declared  # checked by `_check_declared_length`
+    length = (_read_json(source, f"{prefix}tokenizer_config.json") or {}).get("model_max_length")
+    return length if isinstance(length, int) and 0 < length < 1_000_000 else None  # tokenizers write 1e30 for none
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
@@ -149,10 +152,19 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return None if dtype == "float32" else DTYPES[dtype]
 
 
+def _check_declared_length(declared: Any, tokenizer: PreTrainedTokenizerBase, source: str) -> None:
+    """ModelLoadError when a folder's metadata declares a max length that is no whole number of tokens above its
+    tokenizer's special tokens (a tokenizer ignores a truncation below them and would read whole texts)."""
+    least = tokenizer.num_special_tokens_to_add(pair=False) + 1
+    if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < least):
+        raise ModelLoadError(f"{source}: its metadata declares a max length of {declared!r} tokens; it must be a whole "
+                             f"number of at least {least} (its tokenizer's special tokens and one of text)")
+
+
 def default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
-    """The tokens a model reads: the length its folder declares (else `DEFAULT_MAX_LENGTH`), at most its position
-    embeddings and its tokenizer's limit. Every folder we write records this length (`retromae.export`)."""
-    limits = [declared or DEFAULT_MAX_LENGTH, getattr(model.config, "max_position_embeddings", None),
+    """The tokens a model reads: the length its folder declares (else `DEFAULT_MAX_LENGTH`), at most its positions
+    and its tokenizer's limit. Every folder we write records this length (`retromae.export`)."""
+    limits = [declared or DEFAULT_MAX_LENGTH, position_limit(model.config),
               tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None]
     return min(limit for limit in limits if limit)
 
@@ -203,11 +215,20 @@ class Encoder:
         except (OSError, ValueError, KeyError) as error:
             raise _load_error(source, str(error)) from error
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
+        check_weights(model, resolved.given)
+        _check_declared_length(spec.max_length, tokenizer, source)
         model.to(device).eval()
         length = max_length or default_max_length(model, tokenizer, spec.max_length)
         encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
         encoder.source = resolved.given
         return encoder
+
+    def check_lengths(self, options: Any) -> None:
+        """ConfigError naming the first length option of `options` (a command's config: each field whose name ends
+        in `max_length`) that this encoder's tokenizer or positions cannot honour (`backbone.check_max_length`)."""
+        for field in dataclasses.fields(options):
+            if field.name.endswith("max_length"):
+                check_max_length(self.model.config, getattr(options, field.name), field.name, self.tokenizer)
 
     def save(self, path: str | Path) -> None:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""
@@ -266,6 +287,7 @@ class Encoder:
                 vectors = self.embed(input_ids, attention_mask)  # (B, D)
                 output[rows] = vectors.float().cpu().numpy()
                 bar.update(len(rows))
+        check_vectors(output, f"the vectors of {self.source or 'the encoder'}")  # none leaves for an index or metric
         return output
 
     def _fast_kernels(self) -> contextlib.AbstractContextManager:

@@ -51,8 +51,11 @@ class EncoderOptions:
         require(self.batch_size > 0, "batch_size", "must be positive")
 
     def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
-        """The encoder these options name, on `--device`, else on `device`, else on the default device."""
+        """The encoder these options name, on `--device`, else on `device`, else on the default device; the
+        command's length options (`--query-max-length`, `--passage-max-length`) checked against it."""
         from retromae.encoder import Encoder
 
-        return Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,
-                            device=self.device or device, dtype=self.dtype)
+        encoder = Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,
+                               device=self.device or device, dtype=self.dtype)
+        encoder.check_lengths(self)
+        return encoder

@@ -14,3 +14,8 @@ class DataError(RetroMAEError, ValueError):
 
 class ModelLoadError(RetroMAEError, OSError):
     """A model name or path that cannot be loaded."""
+
+
+class NonFiniteError(RetroMAEError, ArithmeticError):
+    """A NaN or infinity in a model's weights, its vectors or a training loss: the message names the model folder,
+    file or step, so that no such model is exported, encoded with or evaluated."""

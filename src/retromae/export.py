@@ -23,6 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.encoder import default_max_length, describe_folder
 from retromae.errors import ModelLoadError
+from retromae.finite import check_weights
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
 from retromae.model_source import read_json, resolve_model
 
@@ -37,6 +38,7 @@ def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, p
     """Save the base encoder (no MLM head) with its tokenizer, pooling and max length, loadable by `AutoModel` and,
     pooling and truncating the same way, by `SentenceTransformer`. `max_length` is the source model's declared
     input length (`declared_max_length`); without one, the length `Encoder.load` gives the model."""
+    check_weights(model.base_model, f"{path}: not exported")
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -12,6 +12,7 @@ model's embeddings, a corpus read as mostly `[UNK]`). Does not own loading weigh
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -93,11 +94,19 @@ def _transformer_path(modules: list[Any], folder: Path) -> str:
 
 
 def read_json(path: Path) -> Any:
-    """The JSON value of a model folder's file, or None when there is no such file; ModelLoadError when invalid."""
+    """The JSON value of a model folder's file, or None when there is no such file; ModelLoadError when invalid or
+    when it holds NaN or an infinity (a config's `layer_norm_eps: NaN` would make every vector NaN)."""
     if not path.is_file():
         return None
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ModelLoadError(f"{path}: the number {text} is not finite (NaN or infinite)")
+        return value
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), parse_float=finite, parse_constant=finite)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
 

@@ -57,7 +57,7 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
     encoder, tokenizer = load_backbone(config, cuda=accelerator.device.type == "cuda")
-    check_max_length(encoder.config, config.max_length, "max_length")
+    check_max_length(encoder.config, config.max_length, "max_length", tokenizer)
     claim_output(config, "pretrain", OUTPUTS, accelerator)
     objective = build_objective(config.objective, encoder, tokenizer, config)
     if config.init_from:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from retromae.config import option, require
+from retromae.config import option, require, require_finite
 from retromae.pretrain_config import ARCHITECTURE_NAMES
 from retromae.run_folder import OutputOptions
 
@@ -87,6 +87,7 @@ class QuickstartConfig(OutputOptions):
     seed: int = option(42, "random seed (initialisation, data order, masks)")
 
     def __post_init__(self) -> None:
+        require_finite(self)
         for name in ("pretrain_steps", "pretrain_batch_size", "finetune_batch_size", "layers", "vocab_size"):
             require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
         require(self.finetune_epochs is None or self.finetune_epochs > 0, "finetune_epochs", "must be positive")

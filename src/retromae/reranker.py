@@ -4,9 +4,10 @@
 Owns `train_reranker` (a sequence-classification head with one logit on any encoder, trained on the loop of
 `retromae.train` with a listwise softmax cross-entropy over each query's group, the positive first: the localized
 contrastive estimation of Gao et al., 2021, "Rethink Training of BERT Rerankers in Multi-Stage Retrieval
-Pipeline"), `CrossEncoder` (load, score pairs) and `score_training_file` (write teacher scores `pos_scores` /
-`neg_scores` into a training file). Output: `OUTPUT/reranker/` (a Hugging Face
-`AutoModelForSequenceClassification` folder with its tokenizer), `config.json`, `metrics.jsonl`, `checkpoints/`.
+Pipeline"), `CrossEncoder` (load a trained one, never a folder without its classifier head; score pairs) and
+`score_training_file` (write teacher scores `pos_scores` / `neg_scores` into a training file). Output:
+`OUTPUT/reranker/` (a Hugging Face `AutoModelForSequenceClassification` folder with its tokenizer), `config.json`,
+`metrics.jsonl`, `checkpoints/`.
 Does not own its options (`retromae.reranker_config`), data formats, batching or mining (shared with `finetune`).
 """
 
@@ -29,6 +30,7 @@ from retromae.encoder import Encoder
 from retromae.errors import ModelLoadError
 from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
+from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory
 from retromae.model_source import check_tokenizer, resolve_model
 from retromae.reranker_config import RerankerConfig
@@ -63,14 +65,23 @@ class ListwiseObjective(nn.Module):
         return {"loss": F.cross_entropy(logits, logits.new_zeros(logits.shape[0], dtype=torch.long))}
 
 
-def _load_classifier(name: str):
+def _load_classifier(name: str, trained: bool):
+    """The one-logit classifier and tokenizer of `name`. `trained`: the folder must hold the classifier head (a
+    cross-encoder that scores); otherwise a head it lacks starts fresh (a reranker about to be trained)."""
     source = resolve_model(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.transformer)
-        model = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1)
+        model, loading = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1,
+                                                                            output_loading_info=True)
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"cannot load model {name!r} as a cross-encoder: {error}") from error
     check_tokenizer(tokenizer, f"--model {name}", model.config.vocab_size)
+    fresh_head = [key for key in loading["missing_keys"] if not key.startswith(f"{model.base_model_prefix}.")]
+    if trained and fresh_head:
+        raise ModelLoadError(f"--model {name}: not a trained cross-encoder: it has no classifier head "
+                             f"({', '.join(sorted(fresh_head)[:2])} would start random, so every score would be "
+                             "noise); pass the reranker/ folder of `retromae train-reranker` or its output folder")
+    check_weights(model, name)
     return model, tokenizer
 
 
@@ -90,8 +101,8 @@ def train_reranker(config: RerankerConfig) -> Path:
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
-    model, tokenizer = _load_classifier(config.model)
-    check_max_length(model.config, config.max_length, "max_length")
+    model, tokenizer = _load_classifier(config.model, trained=False)
+    check_max_length(model.config, config.max_length, "max_length", tokenizer, pair=True)
     claim_output(config, "train-reranker", (RERANKER_DIR,), accelerator)
     data = _training_set(config, accelerator)
 
@@ -116,7 +127,9 @@ class CrossEncoder:
     """A one-logit sequence classifier scoring (query, passage) pairs."""
 
     def __init__(self, name: str, device: str | None = None, max_length: int = 256) -> None:
-        self.model, self.tokenizer = _load_classifier(name)
+        self.name = name
+        self.model, self.tokenizer = _load_classifier(name, trained=True)
+        check_max_length(self.model.config, max_length, "max_length", self.tokenizer, pair=True)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device).eval()
         self.max_length = max_length
@@ -135,6 +148,7 @@ class CrossEncoder:
                                         return_tensors="pt").to(self.device)
                 scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()
                 bar.update(len(rows))
+        check_vectors(scores[:, None], f"the scores of {self.name}")
         return scores
 
 

@@ -4,10 +4,13 @@ Owns: optimiser and schedule (AdamW, linear warmup then linear decay; heads outs
 their own learning rate and a warm-up phase alone, `HeadTrainingConfig`), gradient accumulation and clipping,
 mixed precision (`auto`: bf16 where the GPU has it; TF32 matmuls on CUDA), gradient checkpointing, the data
 position (the order itself: `retromae.data.batch_sampler`; workers: `retromae.data.workers`), per-step mask
-generators, the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the processes' waiting
-time (--distributed-timeout), and atomic checkpoints that resume exactly (model,
-optimiser, scheduler, RNG states, data position), each holding the identity of its run (`retromae.run_folder`) so
-that a resume or a pruning never touches another run's checkpoints. Distribution (DDP through `accelerate launch`
+generators, stopping a run whose loss or weights turn NaN or infinite (read where the loop reads the device anyway:
+the losses at each logged step, the weights before each checkpoint and at the end, so nothing diverged is
+checkpointed or exported), the progress bar and end-of-run summary (`retromae.console`), `metrics.jsonl`, the
+processes' waiting time (--distributed-timeout), and atomic checkpoints that resume exactly (model, optimiser,
+scheduler, RNG states, data position; their files, without pickle: `retromae.checkpoint_state`), each holding the
+identity of its run (`retromae.run_folder`) so that a resume or a pruning never touches another run's checkpoints.
+Distribution (DDP through `accelerate launch`
 or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own models, losses or
 data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -31,15 +36,25 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedType, InitProcessGroupKwargs, set_seed
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from retromae.checkpoint_state import (
+    check_checkpointing,
+    check_complete,
+    check_shared_folder,
+    load_training_state,
+    save_training_state,
+)
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.data.workers import started_workers, worker_context
+from retromae.errors import NonFiniteError
+from retromae.finite import nonfinite_parameters
 from retromae.io import write_text_atomic
 from retromae.processes import check_process_count, without_gpus
-from retromae.run_folder import check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.run_folder import MARKER, check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -62,8 +77,7 @@ class TrainState:
         return {"step": self.step, "micro_batches": self.micro_batches, "tokens": self.tokens}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step, self.micro_batches = state["step"], state["micro_batches"]
-        self.tokens = state.get("tokens", 0)  # checkpoints written before tokens were counted
+        self.step, self.micro_batches, self.tokens = state["step"], state["micro_batches"], state["tokens"]
 
 
 def mask_generator(seed: int, rank: int, micro_batch: int, device: torch.device) -> torch.Generator:
@@ -278,11 +292,11 @@ class Trainer:
             model.to(self.accelerator.device)  # fused AdamW needs its parameters on the device when it is built
         if config.compile:
             model.compile()  # in place: parameter names, checkpoints and exports stay those of the plain model
+        check_checkpointing(self.accelerator, config.save_every, config.resume)
         optimizer = _optimizer(model, config, fused=self.accelerator.device.type in ("cuda", "cpu"))
         self._check_heads(optimizer)
         self.scheduler = _scheduler(optimizer, config)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.accelerator.register_for_checkpointing(self.scheduler, self.state)
 
     def _check_heads(self, optimizer: torch.optim.Optimizer) -> None:
         if self.config.freeze_encoder_steps and all(group["body"] for group in optimizer.param_groups):
@@ -323,8 +337,9 @@ class Trainer:
             bar.update(1)
             if self._logs(self.state.step):
                 record = self._reduce(window)
+                self._stop_on_nonfinite_loss(record, window, bar)  # before it is logged, probed or checkpointed
                 if self.log_extra is not None:
-                    record.update(self.log_extra(self))
+                    record.update(self._hook(self.log_extra, bar))
                 shown.update(record)
                 bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if k not in ("step", "tokens")})
                 self.summary.add(record)
@@ -332,9 +347,11 @@ class Trainer:
                     metrics.append(record)
                 window = _Window()
             if self.on_step is not None:
-                self.on_step(self)
+                self._hook(self.on_step, bar)
             if self.config.save_every and self.state.step % self.config.save_every == 0:
+                self._stop_on_nonfinite_weights(bar)
                 self.save_checkpoint()
+        self._stop_on_nonfinite_weights(bar)  # the weights the command exports next
         bar.close()
         if metrics:
             metrics.close()
@@ -343,6 +360,49 @@ class Trainer:
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)
+
+    def _stop_on_nonfinite_loss(self, record: dict[str, float], window: _Window, bar: tqdm) -> None:
+        """NonFiniteError naming the step when a loss of the window is NaN or infinite. Read from the record just
+        reduced (a sum is non-finite when any of its terms is), so that the check adds no wait for the device; the
+        step is the first of the window whose loss this process saw non-finite."""
+        bad = {name: value for name, value in record.items() if name in window.totals and not math.isfinite(value)}
+        if not bad:
+            return
+        finite = torch.stack(window.finite).cpu().tolist() if window.finite else []
+        first = next((index for index, ok in enumerate(finite) if not ok), None)
+        step = (self.state.step - window.steps + 1 + first if first is not None
+                else f"{self.state.step - window.steps + 1}-{self.state.step}")
+        losses = ", ".join(f"{name} {value}" for name, value in bad.items())
+        self._stop(f"training stopped at step {step}: a non-finite loss ({losses})", bar)
+
+    def _stop_on_nonfinite_weights(self, bar: tqdm) -> None:
+        """NonFiniteError when any process holds a NaN or infinite weight: checked before every checkpoint and at
+        the end (before the command exports), one read from the device each time."""
+        bad = nonfinite_parameters(self.unwrapped_model)
+        count = torch.tensor([len(bad)], dtype=torch.int64, device=self.accelerator.device)
+        if int(self.accelerator.reduce(count, reduction="sum").item()):
+            shown = f" ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else ""
+            self._stop(f"training stopped after step {self.state.step}: the weights hold NaN or infinite "
+                       f"values{shown}", bar)
+
+    def _hook(self, hook: Callable[[Trainer], Any], bar: tqdm) -> Any:
+        """`hook(self)` (`log_extra`, `on_step`); a hook that met NaN vectors (a probe or a re-mining encoding with
+        weights that turned non-finite at this very step, its loss still finite) stops the run as a non-finite loss
+        does."""
+        try:
+            return hook(self)
+        except NonFiniteError as error:
+            self._stop(f"training stopped after step {self.state.step}: {error}", bar)
+
+    def _stop(self, what: str, bar: tqdm) -> NoReturn:
+        """Raise NonFiniteError: `what`, the last good checkpoint of this run and what to change; nothing of the
+        diverged state is checkpointed or exported."""
+        bar.close()
+        ours = [(step, path) for step, path in checkpoints_by_step(self.output)
+                if checkpoint_identity(path) == self.identity]
+        last = f"the last good checkpoint is {ours[-1][1]} (step {ours[-1][0]})" if ours else "no checkpoint written"
+        raise NonFiniteError(f"{what}; {last}; nothing was exported: check the data, or start again with a lower "
+                             "--learning-rate (or a longer --warmup-ratio)")
 
     def _logs(self, step: int) -> bool:
         """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a
@@ -447,14 +507,17 @@ class Trainer:
         return self.output / "checkpoints" / f"step-{step:07d}"
 
     def save_checkpoint(self) -> None:
-        """Write model, optimiser, scheduler, RNG states and data position; named only once complete."""
+        """Write model, optimiser, scheduler, RNG states and data position (`retromae.checkpoint_state`, no pickle);
+        named only once complete. Process 0 (of all nodes, not each node's first) stages, marks and renames it."""
         final = self._checkpoint_path(self.state.step)
         staging = final.with_name(final.name + ".tmp")
         if self.accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(staging))
+        save_training_state(staging, self.model, self.optimizer, self.scheduler, self.state.state_dict(),
+                            self.accelerator)
         self.accelerator.wait_for_everyone()
+        check_complete(staging, self.accelerator)
         if self.accelerator.is_main_process:
             write_marker(staging, "checkpoint", self.identity)
             shutil.rmtree(final, ignore_errors=True)
@@ -463,6 +526,8 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def _maybe_resume(self) -> int | None:
+        if self.accelerator.num_processes > 1 and (self.config.save_every or self.config.resume):
+            check_shared_folder(self.output, MARKER, self.accelerator)
         if not self.config.resume:
             return None
         checkpoint = latest_checkpoint(self.output)
@@ -470,7 +535,8 @@ class Trainer:
             self.accelerator.print(f"no checkpoint under {self.output / 'checkpoints'}; starting from step 0")
             return None
         check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), self.identity)
-        self.accelerator.load_state(str(checkpoint))
+        self.state.load_state_dict(load_training_state(checkpoint, self.model, self.optimizer, self.scheduler,
+                                                       self.accelerator))
         self.accelerator.print(f"resumed from {checkpoint} at step {self.state.step}")
         return self.state.step
 
@@ -481,18 +547,21 @@ def _sum_dtype(device: torch.device) -> torch.dtype:
 
 
 class _Window:
-    """Loss sums (device tensors, added without waiting for the device), step count and tokens since the last log
-    line."""
+    """Loss sums (device tensors, added without waiting for the device), step count, tokens and whether each step's
+    loss was finite since the last log line."""
 
     def __init__(self) -> None:
         self.totals: dict[str, torch.Tensor] = {}
         self.steps = 0
         self.tokens = 0
         self.started = time.perf_counter()
+        self.finite: list[torch.Tensor] = []  # per step, whether its loss was finite (device flags, read on failure)
 
     def add(self, totals: dict[str, torch.Tensor], tokens: int) -> None:
         for name, value in totals.items():
             self.totals[name] = self.totals[name] + value if name in self.totals else value
+        if "loss" in totals:
+            self.finite.append(torch.isfinite(totals["loss"]))
         self.steps += 1
         self.tokens += tokens
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from retromae.config import option, require
+from retromae.config import option, require, require_finite
 from retromae.trackers import TRACKERS, check_installed
 
 
@@ -57,6 +57,7 @@ class TrainingConfig:
     freeze_encoder_steps: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
+        require_finite(self)  # the Python API's configs too (`build_config` checks the command line's)
         require(self.max_steps is None or self.max_steps > 0, "max_steps", "must be positive")  # None: a command's
         require(self.batch_size is None or self.batch_size > 0, "batch_size", "must be positive")  # data decides
         require(self.gradient_accumulation_steps > 0, "gradient_accumulation_steps", "must be positive")

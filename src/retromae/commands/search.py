@@ -49,7 +49,9 @@ def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encod
         raise ConfigError("--model: the index records no model; name the one that encoded the corpus")
     pooling = config.pooling or recorded.get("pooling")
     normalize = recorded.get("normalize") if config.normalize is None else config.normalize
-    return Encoder.load(model, pooling=pooling, normalize=normalize, device=config.device, dtype=config.dtype)
+    encoder = Encoder.load(model, pooling=pooling, normalize=normalize, device=config.device, dtype=config.dtype)
+    encoder.check_lengths(config)
+    return encoder
 
 
 def query_vectors(config: SearchConfig, recorded: dict[str, Any]) -> tuple[list[str], np.ndarray]:

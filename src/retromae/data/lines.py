@@ -5,6 +5,9 @@ JSON. Every line-based reader (corpora, retrieval sets, training files, pairs, S
 their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the same text:
 
 - a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
+- a number must be finite: JSON's NaN, Infinity and numbers too large for a float (1e999) are refused where the
+  line is parsed, and a number read from a text field goes through `finite_number`, so no NaN or infinity enters
+  from a file (teacher scores, grades, similarity scores, run scores);
 - control characters are not kept: NUL and every other C0 control but tab (a field separator) and newline
   (inside JSON strings), and DEL, become a space, in raw lines and in JSON strings alike (`clean_text`), so a
   stray NUL from a binary export neither ends a string early in a tokenizer nor makes a JSON line invalid.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,12 +62,44 @@ def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[in
                 yield number, line
 
 
+class _NonFinite(ValueError):
+    """A JSON number that is not a finite float (NaN, Infinity, 1e999); its text is the message."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
+
+
+def _refuse_constant(text: str) -> float:
+    raise _NonFinite(text)
+
+
 def parse_json_line(path: Path, number: int, line: str) -> Any:
-    """The JSON value on one line of `path`, its strings cleaned (`clean_text`)."""
+    """The JSON value on one line of `path`, its strings cleaned (`clean_text`); a non-finite number is an error."""
     try:
-        return _clean_value(json.loads(line))
+        return _clean_value(json.loads(line, parse_float=_finite_float, parse_constant=_refuse_constant))
+    except _NonFinite as err:
+        raise DataError(f"{path}:{number}: the number {err} is not finite (NaN or infinite)") from None
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{number}: malformed JSON ({err.msg} at column {err.colno})") from None
+
+
+def finite_number(path: Path, number: int, value: Any, what: str) -> float:
+    """`value` (a field's text, or a parsed JSON number) as a finite float; DataError naming the file and line when
+    it is not a number, or is NaN or infinite."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}:{number}: {what} {value!r} is not a number") from None
+    except OverflowError:  # an integer beyond a float's range
+        result = math.inf
+    if not math.isfinite(result):
+        shown = value if len(str(value)) <= 20 else f"{str(value)[:12]}... ({len(str(value))} characters)"
+        raise DataError(f"{path}:{number}: {what} {shown!r} is not finite (NaN, infinite or beyond a float's range)")
+    return result
 
 
 def json_object_line(path: Path, number: int, line: str) -> dict:

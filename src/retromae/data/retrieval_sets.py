@@ -2,13 +2,15 @@
 
 Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
 (`collection.tsv`, `queries*.tsv`, `qrels*.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS
-Benchmark file layout; checking them (malformed lines, duplicate ids, dangling judgments).
+Benchmark file layout; checking them (malformed lines, duplicate ids, dangling judgments, non-finite scores, queries
+without text, queries judged without a relevant document).
 Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from retromae.config import require
-from retromae.data.lines import json_object_line, numbered_lines
-from retromae.errors import DataError
+from retromae.data.lines import finite_number, json_object_line, numbered_lines
+from retromae.errors import DataError, NonFiniteError
 from retromae.io import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -125,9 +127,21 @@ def load_queries(path: Path) -> dict[str, str]:
             if len(fields) != 2:
                 raise DataError(f"{path}:{number}: expected 'id<TAB>text', found {len(fields)} tab-separated fields")
             return fields[0].strip(), fields[1]
-    queries = _read_table(path, parse)
+    empty: dict[str, int] = {}  # id → line of each query without text
+
+    def parse_checked(number: int, line: str) -> tuple[str, str]:
+        query_id, text = parse(number, line)
+        if not text.strip():
+            empty.setdefault(query_id, number)
+        return query_id, text
+    queries = _read_table(path, parse_checked)
     if not queries:
         raise DataError(f"{path}: no queries")
+    if empty:
+        query_id, number = next(iter(empty.items()))
+        raise DataError(f"{path}:{number}: query {query_id!r} has no text ({len(empty)} of the {len(queries)} queries "
+                        "have none); an empty query finds nothing and would lower every mean: give each a text or "
+                        "remove it")
     return queries
 
 
@@ -168,6 +182,7 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
     path = Path(path)
     require(qrels_format in QRELS_FORMATS, "qrels_format", f"must be one of {', '.join(QRELS_FORMATS)}")
     qrels: dict[str, dict[str, int]] = {}
+    first_lines: dict[str, int] = {}  # query id → the line of its first judgment
     layout = None
     for number, line in numbered_lines(path):
         if layout is None:
@@ -179,12 +194,29 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
             value = int(grade)
         except ValueError:
             raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer") from None
+        finite_number(path, number, value, "relevance grade")  # a 400-digit grade would overflow every gain
+        first_lines.setdefault(qid, number)
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
         if previous != value:
             raise DataError(f"{path}:{number}: query {qid!r} judges document {docid!r} twice ({previous}, {value})")
     if not qrels:
         raise DataError(f"{path}: no relevance judgments")
-    return qrels
+    return _without_unanswerable(qrels, path, first_lines)
+
+
+def _without_unanswerable(qrels: dict[str, dict[str, int]], path: Path,
+                          first_lines: dict[str, int]) -> dict[str, dict[str, int]]:
+    """The queries with a relevant document (a grade above 0); the others, which every ranking scores 0 on, are left
+    out with one warning naming the file, their count and the first one's line. None left is an error."""
+    unanswerable = {qid for qid, docs in qrels.items() if not any(grade > 0 for grade in docs.values())}
+    if len(unanswerable) == len(qrels):
+        raise DataError(f"{path}: no judgment has a grade above 0, so no query has a relevant document and every "
+                        "metric would be 0: relevant documents need a positive grade")
+    if unanswerable:
+        first = min(unanswerable, key=first_lines.__getitem__)
+        logger.warning("%s:%d: %d of %d queries (the first: %r) judge no document above 0; they are left out (every "
+                       "ranking would score 0 on them)", path, first_lines[first], len(unanswerable), len(qrels), first)
+    return {qid: docs for qid, docs in qrels.items() if qid not in unanswerable}
 
 
 def _find(folder: Path, names: list[str], what: str) -> Path:
@@ -245,7 +277,8 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     all_queries = load_queries(paths["queries"])
     corpus = load_corpus(paths["corpus"])
     _drop_dangling(qrels, corpus, all_queries, paths)
-    queries = {qid: text for qid, text in all_queries.items() if qrels.get(qid)}
+    queries = {qid: text for qid, text in all_queries.items()  # a query whose relevant documents were all dropped
+               if any(grade > 0 for grade in qrels.get(qid, {}).values())}  # has nothing left to find
     if not queries:
         raise DataError(f"{paths['qrels']}: no judged query left after dropping unknown queries and documents")
     return RetrievalSet(corpus=corpus, queries=queries, qrels={qid: qrels[qid] for qid in queries})
@@ -262,9 +295,9 @@ def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
         qid, _, docid, rank, score, _ = fields
         try:
             int(rank)
-            value = float(score)
         except ValueError:
             raise DataError(f"{path}:{number}: rank {rank!r} or score {score!r} is not a number") from None
+        value = finite_number(path, number, score, "score")
         docs = run.setdefault(qid, {})
         if docid in docs:
             raise DataError(f"{path}:{number}: document {docid!r} appears twice for query {qid!r}")
@@ -289,6 +322,9 @@ def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "ret
         ranked = sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)
         for rank, (docid, score) in enumerate(ranked, start=1):
             _check_token(docid, "document id")
+            if not math.isfinite(score):
+                raise NonFiniteError(f"{path}: not written: the score of document {docid!r} for query {qid!r} is "
+                                     f"{score} (the vectors or the index hold NaN or infinite values)")
             lines.append(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
     write_text_atomic(Path(path), "".join(lines))
 
@@ -303,10 +339,7 @@ def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
         if len(fields) < 7:
             raise DataError(f"{path}:{number}: expected at least 7 tab-separated fields "
                             f"(genre, file, year, id, score, sentence 1, sentence 2), found {len(fields)}")
-        try:
-            scores.append(float(fields[4]))
-        except ValueError:
-            raise DataError(f"{path}:{number}: score {fields[4]!r} is not a number") from None
+        scores.append(finite_number(path, number, fields[4], "score"))
         first.append(fields[5])
         second.append(fields[6])
     if not scores:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import json_object_line, numbered_lines
+from retromae.data.lines import finite_number, json_object_line, numbered_lines
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.errors import DataError
 from retromae.io import atomic_path
@@ -70,7 +70,7 @@ def _score_list(path: Path, number: int, record: dict, name: str, expected: int)
     if len(value) != expected:
         passages = name.split("_")[0]
         raise DataError(f"{path}:{number}: {name!r} holds {len(value)} scores for {expected} {passages!r} passages")
-    return [float(s) for s in value]
+    return [finite_number(path, number, score, f"a score of {name!r}") for score in value]
 
 
 def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -82,6 +82,8 @@ def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any
         if not isinstance(record.get("query"), str):
             raise DataError(f"{path}:{number}: missing field 'query'" if "query" not in record
                             else f"{path}:{number}: field 'query' must be a string")
+        if not record["query"].strip():
+            raise DataError(f"{path}:{number}: 'query' is empty; every example needs a query text")
         positives = _string_list(path, number, record, "pos", required=True)
         if not positives:
             raise DataError(f"{path}:{number}: 'pos' is empty; every query needs at least one positive passage")

@@ -14,7 +14,6 @@ from typing import Any
 
 from accelerate.utils import broadcast_object_list
 
-from retromae.backbone import check_max_length
 from retromae.config import ConfigError, save_config
 from retromae.data.training_groups import TrainingSet, load_training_data
 from retromae.encoder import Encoder
@@ -79,8 +78,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
     passage_encoder, query_encoder = _load_encoders(config, accelerator.device)
-    check_max_length(passage_encoder.model.config, config.query_max_length, "query_max_length")
-    check_max_length(passage_encoder.model.config, config.passage_max_length, "passage_max_length")
+    passage_encoder.check_lengths(config)
     data = load_training_data(config.data, config.split)
     sample = passage_encoder.tokenize(data.texts[:TOKENIZER_SAMPLE], config.passage_max_length)
     check_unknown_share(passage_encoder.tokenizer, [token for ids in sample for token in ids], config.model,

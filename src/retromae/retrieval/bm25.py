@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from retromae.config import ConfigError, option, require
+from retromae.config import ConfigError, option, require, require_finite
 from retromae.console import step, verbose
 
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -37,6 +37,7 @@ class BM25Params:
     stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
 
     def __post_init__(self) -> None:
+        require_finite(self)
         require(self.k1 >= 0, "k1", "must be non-negative")
         require(0 <= self.b <= 1, "b", "must lie in [0, 1]")
         require(self.variant in VARIANTS, "variant", f"must be one of {', '.join(VARIANTS)}")

@@ -35,6 +35,7 @@ from retromae.config import ConfigError, require
 from retromae.console import progress
 from retromae.encoder import Encoder
 from retromae.errors import DataError
+from retromae.finite import check_vectors
 from retromae.io import atomic_path, write_text_atomic
 from retromae.processes import process_state
 from retromae.run_folder import claim_folder, input_fingerprint
@@ -176,6 +177,7 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
     ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
     if vectors.ndim != 2 or vectors.shape[0] != len(ids):
         raise DataError(f"{folder}: {EMBEDDINGS_FILE} has shape {vectors.shape} but {IDS_FILE} lists {len(ids)} ids")
+    check_vectors(vectors, str(folder / EMBEDDINGS_FILE), ids)
     info_path = folder / INFO_FILE
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
     return ids, vectors, info

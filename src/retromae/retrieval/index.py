@@ -21,6 +21,7 @@ import numpy as np
 from retromae.config import ConfigError, require
 from retromae.console import progress
 from retromae.errors import DataError
+from retromae.finite import check_vectors
 from retromae.io import atomic_path, write_text_atomic
 
 METRICS = ("ip", "l2")
@@ -193,6 +194,7 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     if info["backend"] == "numpy":
         index = ExactIndex(info["dim"], info["metric"])
         index.vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
+        check_vectors(index.vectors, str(folder / NUMPY_FILE), ids)
     else:
         faiss = import_faiss()
         if faiss is None:
