@@ -29,7 +29,7 @@ from retromae.config import ConfigError
 from retromae.finetune.model import DualEncoder
 
 # Resident growth over a forward and backward pass of all-MiniLM-L6-v2 on the CPU, divided by the bytes autograd
-# saved: 1.25 to 1.55 (64 and 256 tokens, 8 to 64 texts, fresh processes; docs/reliability.md).
+# saved: 1.25 to 1.50 (64 and 256 tokens, 8 to 64 texts, fresh processes; benchmarks/activation_overhead.py).
 ACTIVATION_OVERHEAD = 1.6
 OPTIMIZER_COPIES = 4
 # The share of the memory the process may use that a plan fills: on a CPU the machine's memory is shared with other
