@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 from transformers import AutoTokenizer
 
-from retromae.data import TokenStore, iter_corpus
-from retromae.data.token_store import document_batches
+from retromae.data import TokenStore
+from retromae.data.corpus import iter_corpus_pieces
+from retromae.data.token_store import PIECE_CHARACTERS, piece_batches
 
 
 def load_tokenizer(name: str):
@@ -53,8 +54,8 @@ def build_in_child(corpora: list[str], tokenizer_name: str, max_length: int, cac
 def reference_seconds(corpora: list[str], tokenizer) -> float:
     """Read the documents and tokenise them in batches with the tokenizer's batch call; keep nothing."""
     start = time.perf_counter()
-    for batch in document_batches(iter_corpus(corpora)):
-        tokenizer([doc.text for doc in batch], add_special_tokens=False, truncation=False)
+    for batch in piece_batches(iter_corpus_pieces(corpora, PIECE_CHARACTERS)):
+        tokenizer([text for text, _ in batch], add_special_tokens=False, truncation=False)
     return time.perf_counter() - start
 
 

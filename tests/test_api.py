@@ -3,6 +3,7 @@ an objective trains under a transformers `Trainer` through `ObjectiveModule` and
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
@@ -14,12 +15,19 @@ import torch
 from conftest import make_sentences, tiny_beir, tiny_bert_config
 
 import retromae
+from retromae.cli import discover_commands
 
 
 def test_importing_retromae_loads_no_torch():
     code = "import sys, retromae; retromae.__dir__(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
     assert {"pretrain", "finetune", "encode", "evaluate", "PretrainConfig", "EvaluateConfig"} <= set(dir(retromae))
+    importlib.import_module("retromae.quickstart")  # once imported, the module is the package's attribute: callable
+    for command in discover_commands():  # every command's entry point and config (issue 38: index, search, ...)
+        name = command.name.replace("-", "_")
+        assert callable(getattr(retromae, name)), name
+        assert any(public.lower() == name.replace("_", "") + "config" or (name, public) == ("train_reranker",
+                   "RerankerConfig") for public in dir(retromae)), name
     with pytest.raises(AttributeError, match="no attribute 'pretrian'"):
         retromae.pretrian  # noqa: B018
 
@@ -77,3 +85,44 @@ def test_text_collator_builds_the_objectives_batch_and_pairs(tiny_tokenizer):
     assert collate([("first view", "second view")])["input_ids"].shape[0] == 2
     with pytest.raises(TypeError, match="unknown option"):
         retromae.objectives.create_objective("mlm", None, tiny_tokenizer, encoder_mask=0.2)
+
+
+def test_retrieval_commands_without_the_command_line(tmp_path, tiny_model_dir):
+    """encode → index → search, BM25, mining and init-model through their entry points, as the commands run them."""
+    tiny_beir(tmp_path / "beir")
+    corpus, queries = tmp_path / "beir" / "corpus.jsonl", tmp_path / "beir" / "queries.jsonl"
+    model = {"model": str(tiny_model_dir), "pooling": "mean", "normalize": True}
+    vectors = retromae.encode(**model, corpus=corpus, output=tmp_path / "docs")
+    index = retromae.index(retromae.IndexConfig(embeddings=vectors, output=tmp_path / "index"))
+    dense = retromae.search(index=index, queries=queries, output=tmp_path / "dense.trec", top_k=5)
+    bm25 = retromae.bm25(data=tmp_path / "beir", output=tmp_path / "bm25.trec", top_k=5)
+    for run in (dense, bm25):
+        assert retromae.evaluate(run=run, data=[tmp_path / "beir"])["recall@10"] > 0
+    mined = retromae.mine(data=tmp_path / "beir", negatives="bm25", output=tmp_path / "mined.jsonl")
+    assert all(row["neg"] for row in map(json.loads, mined.read_text().splitlines()))
+    initial = retromae.init_model(corpus=[str(corpus)], output=tmp_path / "init", vocab_size=120, hidden_size=64,
+                                  layers=1)
+    assert (initial / "config.json").is_file()
+
+
+def test_entry_points_are_as_quiet_as_the_cli(tmp_path, tiny_model_dir, tiny_corpus):
+    """No transformers load report (the tiny masked LM lacks BertModel's pooler) or bars and no tokenizers blank lines
+    from a Python call; `library_output(True)` around it shows them, as --verbose does. In a fresh process, as a
+    notebook starts (transformers' log handler keeps the stderr it first saw)."""
+    tiny_beir(tmp_path / "beir")
+    encode = (f"retromae.encode(model={str(tiny_model_dir)!r}, corpus={str(tmp_path / 'beir' / 'corpus.jsonl')!r}, "
+              "output={!r}, progress=False)")
+    code = "\n".join([
+        "import sys, retromae",
+        "from retromae.console import library_output",
+        encode.format(str(tmp_path / "a")),
+        f"retromae.init_model(corpus=[{str(tiny_corpus)!r}], output={str(tmp_path / 'init')!r}, vocab_size=120, "
+        "hidden_size=64, layers=1)",
+        "print('VERBOSE', file=sys.stderr)",
+        "with library_output(True):",
+        "    " + encode.format(str(tmp_path / "b"))])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    quiet, verbose = done.stderr.split("VERBOSE\n")
+    assert "LOAD REPORT" not in quiet and "Loading weights" not in quiet
+    assert "" not in (done.stdout + quiet).splitlines()  # no blank lines
+    assert "LOAD REPORT" in verbose and "Loading weights" in verbose

@@ -1,6 +1,8 @@
 """End to end on tiny files: encode → index → search → evaluate, BM25, STS, and the errors users see."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import make_sentences, shared_data
@@ -148,3 +150,13 @@ def test_sts_benchmark_spearman_of_minilm(tmp_path, monkeypatch):
     assert cli("evaluate", "--model", minilm_path(), "--data", sts, "--split", "test",
                "--output", tmp_path / "s.json") == 0
     assert json.loads((tmp_path / "s.json").read_text())["spearman"] == pytest.approx(0.820, abs=0.005)
+
+
+def test_evaluate_run_imports_no_torch(tmp_path, beir):
+    """Scoring a run file needs no model: torch, transformers and faiss stay unimported, so it starts at once."""
+    (tmp_path / "run.trec").write_text("".join(f"q{i} Q0 d{i} 1 1.0 x\n" for i in JUDGED))
+    code = ("import sys; from retromae.cli import main; "
+            f"code = main(['evaluate', '--run', {str(tmp_path / 'run.trec')!r}, '--data', {str(beir)!r}]); "
+            "print(code, sorted({'torch', 'transformers', 'faiss', 'sentence_transformers'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "0 []" and "ndcg@10     1.0000" in done.stdout

@@ -13,7 +13,15 @@ from transformers import BertModel
 from transformers.utils import logging as transformers_logging
 
 from retromae.cli import main
-from retromae.console import Stages, TrainingSummary, format_seconds, library_output, verbose, wrote
+from retromae.console import (
+    Stages,
+    TrainingSummary,
+    format_seconds,
+    library_output,
+    quiet_by_default,
+    verbose,
+    wrote,
+)
 from retromae.encoder import Encoder
 
 LIBRARY_NOISE = ("Loading weights", "Writing model shards", "LOAD REPORT", "seem corrupted", "Removed shared tensor",
@@ -65,6 +73,16 @@ def test_library_output_is_scoped_and_restored():
     assert verbose()
     assert (transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled(),
             logging.getLogger("accelerate").level) == before
+
+
+def test_an_api_entry_point_is_quiet_unless_its_caller_chose():
+    """`retromae.pretrain(...)` and the others: quiet as the CLI by default; a caller's (or the CLI's) choice holds."""
+    seen = quiet_by_default(lambda: (verbose(), transformers_logging.get_verbosity()))
+    before = transformers_logging.get_verbosity()
+    assert seen() == (False, logging.ERROR)
+    assert transformers_logging.get_verbosity() == before and verbose()  # restored for the caller
+    with library_output(verbose=True):
+        assert seen() == (True, before)
 
 
 @pytest.fixture()

@@ -4,6 +4,9 @@ folders, through the commands a newcomer runs (issue 21, items 1, 2 and the Sent
 import json
 import logging
 import shutil
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ from conftest import make_sentences, tiny_beir, tiny_pretrain_config
 
 from retromae.cli import main
 from retromae.errors import ModelLoadError
-from retromae.model_source import resolve_model
+from retromae.model_source import looks_local, resolve_model
 
 
 def cli(*args) -> int:
@@ -97,7 +100,8 @@ def test_what_is_not_a_model_is_named_with_what_to_pass(tmp_path, tiny_model_dir
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "retromae-run.json").write_text(json.dumps({"command": "pretrain", "identity": {}}))
     (tmp_path / "unfinished" / "config.json").write_text("{}")
-    with pytest.raises(ModelLoadError, match=r"unfinished `retromae pretrain` run .*finish it with --resume"):
+    unfinished = r"unfinished `retromae pretrain` run .*with `retromae pretrain --output .*unfinished --resume`"
+    with pytest.raises(ModelLoadError, match=unfinished):
         resolve_model(tmp_path / "unfinished")
 
 
@@ -138,3 +142,46 @@ def test_init_from_says_nothing_of_a_fresh_head(finished_run, tiny_corpus, tmp_p
                    "--max-steps", 1, "--batch-size", 2, "--max-length", 32, "--save-every", 0,
                    "--cache-dir", tmp_path / "cache") == 0
     assert not any("masked-LM head" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(("name", "local"), [
+    ("bert-base-uncased", False), ("sentence-transformers/all-MiniLM-L6-v2", False), ("BAAI/bge-small-en-v1.5", False),
+    ("runs/typo", True),  # runs/ is a folder here
+    ("my-bert/", True), ("./model", True), ("../model", True), ("/abs/model", True), ("~/model", True),
+    ("a/b/c", True), ("with space", True), ("a--b/c", True), ("a..b", True), ("-x", True), ("a\\b", True),
+])
+def test_what_looks_local(name, local, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert looks_local(name) is local
+
+
+def test_a_mistyped_local_path_fails_at_once_without_the_network(tmp_path, monkeypatch, capsys):
+    """`--model runs/nonexistent` beside a runs/ folder: one line naming it, no hub lookup (before: 14 lines of
+    hub retries and 36 s before the error)."""
+    lookups = []
+
+    def no_network(*args, **kwargs):
+        lookups.append(args)
+        raise OSError("the network is not to be used")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "text": "a line of text"}) + "\n")
+    for command in (["encode", "--corpus", "corpus.jsonl", "--output", "vectors"],
+                    ["pretrain", "--corpus", "corpus.jsonl", "--output", "out"]):
+        assert cli(*command, "--model", "runs/nonexistent") == 2
+        err = capsys.readouterr().err
+        assert err.startswith("retromae: error: --model runs/nonexistent: no such folder;") and err.count("\n") == 1
+    assert lookups == []
+
+
+def test_hub_retries_are_quiet_unless_verbose():
+    """huggingface_hub sets its logger's level on first import; a quiet block must still silence its retries."""
+    code = ("import logging; from retromae.console import library_output\n"
+            "with library_output(False): print(logging.getLogger('huggingface_hub.utils._http').isEnabledFor(30))\n"
+            "with library_output(True): print(logging.getLogger('huggingface_hub.utils._http').isEnabledFor(30))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]

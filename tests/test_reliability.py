@@ -55,7 +55,8 @@ def test_a_second_run_into_a_used_folder_is_refused(tiny_model_dir, tiny_corpus,
     with pytest.raises(ConfigError) as error:
         pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=3, seed=7))
     message = str(error.value)
-    assert str(output) in message and "--resume" in message and "--overwrite" in message and "\n" not in message
+    assert str(output) in message and "--overwrite" in message and "\n" not in message
+    assert "(seed differ)" in message and "--resume" not in message  # it would be refused: another run
     assert run_metrics(output) == before and checkpoints(output) == ["step-0000002", "step-0000004"]
 
 

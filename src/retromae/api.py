@@ -2,8 +2,9 @@
 
 Owns: `CallableModule`, which lets `retromae.pretrain(...)` and `retromae.finetune(...)` be called although
 `retromae.pretrain` and `retromae.finetune` are also the modules that implement them (a submodule, once imported,
-is the package attribute of its name), and `encode(config)`, the library side of `retromae encode`. Imports no
-torch until called.
+is the package attribute of its name); `encode(config)`, the library side of `retromae encode`; and the public
+forms of the entry points whose implementations take a config only (`evaluate`, `train_reranker`, `quickstart`).
+Every entry point runs quietly (`console.quiet_by_default`). Imports no torch until called.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ import types
 from pathlib import Path
 from typing import Any
 
+from retromae.console import quiet_by_default
+
 
 class CallableModule(types.ModuleType):
     """A module that runs its `__entry__` ("module:function") when called, e.g. `retromae.pretrain(config)`."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module, _, function = self.__entry__.partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+        return quiet_by_default(getattr(importlib.import_module(module), function))(*args, **kwargs)
 
 
+@quiet_by_default
 def encode(config: Any = None, /, **options: Any) -> Path:
     """Encode a corpus or queries file into an embeddings folder as `config` (an `EncodeConfig`, or its options as
     keywords) says; returns the folder (`retrieval.encode` describes its layout)."""
@@ -37,3 +41,32 @@ def encode(config: Any = None, /, **options: Any) -> Path:
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,
                          description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)")
+
+
+@quiet_by_default
+def evaluate(config: Any = None, /, **options: Any) -> dict[str, Any]:
+    """Evaluate a model or a run as `config` (an `EvaluateConfig`, or its options as keywords) says; returns the
+    metrics (`retromae.evaluation.run.evaluate` describes them)."""
+    from retromae.evaluation.run import evaluate as run_evaluation
+
+    return run_evaluation(config, **options)
+
+
+@quiet_by_default
+def train_reranker(config: Any = None, /, **options: Any) -> Path:
+    """Train a cross-encoder as `config` (a `RerankerConfig`, or its options as keywords) says; returns the output
+    folder (the model in its reranker/)."""
+    from retromae.reranker import train_reranker as train
+    from retromae.reranker_config import RerankerConfig
+
+    return train(config if config is not None else RerankerConfig(**options))
+
+
+@quiet_by_default
+def quickstart(config: Any = None, /, **options: Any) -> dict[str, dict[str, float]]:
+    """The quickstart's comparison as `config` (a `QuickstartConfig`, or its options as keywords) says; returns the
+    test metrics (and minutes) per model."""
+    from retromae.quickstart import quickstart as run_quickstart
+    from retromae.quickstart_config import QuickstartConfig
+
+    return run_quickstart(config if config is not None else QuickstartConfig(**options))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +23,9 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
+from retromae.export import HEAD_FILE
 from retromae.finite import check_weights
-from retromae.model_source import ModelSource, check_tokenizer, resolve_model
+from retromae.model_source import ModelSource, check_safetensors, check_tokenizer, resolve_model
 from retromae.pretrain_config import ATTENTION_NAMES
 
 IGNORE_INDEX = -100
@@ -81,6 +83,8 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     `--init-from` does) silences the note that the checkpoint has none; `attention` and `cuda` pick the attention
     kernel (`attention_implementation`)."""
     source = resolve_model(name_or_path, option)
+    if not from_config:
+        check_safetensors(source.transformer)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
         config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
@@ -110,7 +114,9 @@ def _report_missing(source: ModelSource, model: PreTrainedModel, missing: list[s
     body = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
     head = sorted(set(missing) - set(body))
     if head and not head_restored:
-        hint = f" (--init-from {source.given} continues with its head)" if source.kind == "run" else ""
+        # Only a pre-training run leaves a head to continue with (a fine-tuning run's folder has none).
+        has_head = source.kind == "run" and (Path(source.folder).parent / HEAD_FILE).is_file()
+        hint = f" (--init-from {source.given} continues with its head)" if has_head else ""
         logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch%s",
                        source.given, len(head), hint)
     if body:

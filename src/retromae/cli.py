@@ -1,8 +1,9 @@
 """The `retromae` command line: one subcommand per module in `retromae.commands`.
 
-Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see
-`retromae.console`), and turning library errors into a one-line message and exit
-code 2, Ctrl-C into one line (exit code 130), and refusing a multi-process launch that started one process
+Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see `retromae.console`),
+and turning library errors into a one-line message and exit code 2, failures of the operating system into one line
+naming the path and the cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
+`kill`) into the same line (exit code 143), and refusing a multi-process launch that started one process
 (`retromae.processes`). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
 a command that splits its work over a multi-process launch says so with `PROCESSES = "several"`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
@@ -16,22 +17,47 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import commands
 from retromae.console import library_output
-from retromae.errors import RetroMAEError
+from retromae.errors import FileSystemError, RetroMAEError, os_error_line
 from retromae.processes import check_launch
 
 VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars and reports, bm25s bars, "
                 "warnings), hidden by default; before or after the command name")
 
-INTERRUPTED = ("retromae: interrupted; finished checkpoints, shards and output files are kept (written atomically): "
+INTERRUPTED = ("retromae: {}; finished checkpoints, shards and output files are kept (written atomically): "
                "`--resume` continues a training run, the same `encode` or `evaluate` command continues an encoding")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is so that it unwinds as on Ctrl-C (temporary files removed)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM raises `Terminated` (in the main thread, the only one that may set a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass(frozen=True)
@@ -106,14 +132,26 @@ def main(argv: list[str] | None = None) -> int:
     verbose = args.__dict__.pop("verbose")
     try:
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
-        with library_output(verbose):
+        with sigterm_as_interrupt(), library_output(verbose):
             return handler(args) or 0
+    except FileSystemError as error:
+        print(f"retromae: error: {error}", file=sys.stderr)
+        return 1
     except RetroMAEError as error:
         print(f"retromae: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # one the code did not expect: it still names its path
+        print(f"retromae: error: {os_error_line(error)}", file=sys.stderr)
+        return 1
+    except Terminated:
+        print(INTERRUPTED.format("stopped by SIGTERM"), file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
+        print(INTERRUPTED.format("interrupted"), file=sys.stderr)
         return 130
+    finally:
+        if (claims := sys.modules.get("retromae.run_folder")) is not None:
+            claims.release()  # the command's outputs are free for the next one (without importing it for --help)
 
 
 if __name__ == "__main__":

@@ -9,30 +9,37 @@ bars, load reports and warnings, accelerate's notices, bm25s's and tokenizers' p
 raised inside those libraries. `--verbose` leaves all of it on.
 
 Nothing happens at import. `library_output(verbose)` is a context manager the CLI enters around one command;
-it restores every switch it turned on exit, and code outside it (the Python API, the tests) sees the libraries
-as they are. Whether libraries may speak inside it is a context variable read by `verbose()`, so that code deep
-in a call (the BM25 wrapper) can pass `show_progress=verbose()` to the libraries without a parameter threaded
-through every caller. Progress bars and stage lines go to stderr; summaries and results to stdout.
+it restores every switch it turned on exit. The Python API's entry points (`retromae.pretrain(...)` and the others
+`retromae/__init__.py` lists) are wrapped in `quiet_by_default`, which enters `library_output(False)` for the call
+unless the caller chose already (the CLI, or `with library_output(True):` around the call to see everything), so
+a notebook sees what the CLI shows; code that calls deeper functions (the tests) sees the libraries as they are.
+Whether libraries may speak is a context variable read by `verbose()`, so that code deep in a call (the BM25
+wrapper) can pass `show_progress=verbose()` to the libraries without a parameter threaded through every caller.
+Progress bars and stage lines go to stderr; summaries and results to stdout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-# Whether the libraries may print their own bars and reports: True outside a CLI command (left untouched).
-_VERBOSE: ContextVar[bool] = ContextVar("retromae_verbose", default=True)
+# Whether the libraries may print their own bars and reports: None until a command or an API call chooses (the
+# libraries are then left as they are).
+_VERBOSE: ContextVar[bool | None] = ContextVar("retromae_verbose", default=None)
+Function = TypeVar("Function", bound=Callable[..., Any])
 QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "huggingface_hub", "bm25s", "torch")
 QUIET_WARNING_MODULES = r"(transformers|accelerate|sentence_transformers|huggingface_hub|bm25s|torch)(\.|$)"
 VERBOSITY_ENV = "TRANSFORMERS_VERBOSITY"
@@ -41,7 +48,21 @@ NOT_LOSSES = ("step", "lr", "head_lr", "tokens_per_s", "tokens")
 
 def verbose() -> bool:
     """Whether the libraries' own progress bars and reports are wanted (False inside a quiet command)."""
-    return _VERBOSE.get()
+    return _VERBOSE.get() is not False
+
+
+def quiet_by_default(function: Function) -> Function:
+    """An entry point of the Python API: run within `library_output(False)`, as the CLI runs a command without
+    --verbose, unless a caller up the stack chose already (the CLI; `with library_output(True):`)."""
+
+    @functools.wraps(function)
+    def entry_point(*args: Any, **kwargs: Any) -> Any:
+        if _VERBOSE.get() is not None:
+            return function(*args, **kwargs)
+        with library_output(False):
+            return function(*args, **kwargs)
+
+    return entry_point  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
@@ -52,7 +73,9 @@ def library_output(verbose: bool) -> Iterator[None]:
         if verbose:
             yield
         else:
-            with warnings.catch_warnings(), _quiet_loggers(), _quiet_hub_bars(), _quiet_transformers():
+            # huggingface_hub sets its logger's level when its logging module is first imported (by
+            # `_quiet_hub_bars`): its retry warnings ("Retrying in 8s") stay quiet only with the loggers raised after.
+            with warnings.catch_warnings(), _quiet_hub_bars(), _quiet_loggers(), _quiet_transformers():
                 warnings.filterwarnings("ignore", module=QUIET_WARNING_MODULES)
                 yield
     finally:
@@ -76,6 +99,7 @@ def _quiet_loggers() -> Iterator[None]:
 @contextlib.contextmanager
 def _quiet_hub_bars() -> Iterator[None]:
     """huggingface_hub's bars off; transformers, imported later in the block, takes its bar switch from them."""
+    import huggingface_hub.utils.logging  # noqa: F401  (sets the hub logger's level; see `library_output`)
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     was_disabled = are_progress_bars_disabled()

@@ -30,7 +30,7 @@ from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
 from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory, write_text_atomic
-from retromae.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
+from retromae.model_source import ENCODER_FILE, check_safetensors, check_tokenizer, read_json, resolve_model
 from retromae.onednn import packed_linears
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -209,6 +209,7 @@ class Encoder:
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        check_safetensors(Path(source) / spec.subfolder)
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, subfolder=spec.subfolder)
             model = AutoModel.from_pretrained(source, subfolder=spec.subfolder)

@@ -25,7 +25,7 @@ from retromae.encoder import default_max_length, describe_folder
 from retromae.errors import ModelLoadError
 from retromae.finite import check_weights
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
-from retromae.model_source import read_json, resolve_model
+from retromae.model_source import check_safetensors, read_json, resolve_model
 
 ENCODER_METADATA = "retromae_encoder.json"
 HEAD_FILE = "pretrain_head.safetensors"
@@ -139,7 +139,9 @@ def load_head(objective: nn.Module, output: Path, allow_unused: bool = False,
     """
     path = Path(output) / HEAD_FILE
     if not path.exists():
-        raise ModelLoadError(f"{path}: no pre-training head to continue from")
+        raise ModelLoadError(f"{path}: no pre-training head to continue from (only `retromae pretrain` leaves one); "
+                             f"--model {Path(output)} starts a fresh head from its encoder")
+    check_safetensors(path)
     tensors = load_file(str(path))
     expected = set(objective.head_state_dict())
     missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)

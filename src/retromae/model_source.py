@@ -5,8 +5,9 @@ Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finet
 sentence-transformers folder (the transformer in the folder itself or in a module folder such as `0_Transformer/`),
 a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
 pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, ids beyond the
-model's embeddings, a corpus read as mostly `[UNK]`). Does not own loading weights (`retromae.encoder`,
-`retromae.backbone`) nor a folder's pooling (`retromae.encoder.describe_folder`).
+model's embeddings, a corpus read as mostly `[UNK]`), and that a folder's safetensors files are whole
+(`check_safetensors`: a truncated one is named before a library fails on it without its name). Does not own
+loading weights (`retromae.encoder`, `retromae.backbone`) nor a folder's pooling (`retromae.encoder.describe_folder`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,9 @@ RUN_MARKER = "retromae-run.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 RUN_MODELS = ("encoder", "reranker")  # the model folder a run leaves, in the order looked for
 MAX_UNKNOWN_SHARE = 0.5  # a corpus read as more [UNK] than this is another language or a missing vocabulary
+# A Hugging Face Hub model id: `name` or `owner/name`, each part letters, digits, '-', '_' and '.', at most 96 long,
+# not starting or ending with '-' or '.', without '--' or '..' (the hub's own rules).
+HUB_ID = re.compile(r"(?!.*(--|\.\.))((?![-.])[\w.-]{1,96}(?<![-.])/)?(?![-.])[\w.-]{1,96}(?<![-.])", re.ASCII)
 PASS = ("pass a finished `retromae pretrain`/`finetune` output folder, its encoder/, a sentence-transformers "
         "folder, a Hugging Face model folder (config.json with its weights and tokenizer) or a hub name")
 
@@ -46,8 +52,16 @@ class ModelSource:
 
 
 def looks_local(name: str) -> bool:
-    """A hub id is `name` or `owner/name`; anything else (absolute, ./, ~, deeper paths) is a folder."""
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or os.path.exists(name)
+    """Whether `name` means a folder on this machine rather than a hub model id.
+
+    A folder: a path that exists; anything that is not a valid hub id (`name` or `owner/name`: absolute paths,
+    ./ ../ ~, deeper paths, a trailing slash, spaces, a backslash); and `owner/name` whose `owner` is a folder here
+    (`runs/typo` when runs/ exists). Only the rest goes to the hub, so a mistyped folder fails at once, not after
+    half a minute of retries."""
+    if os.path.exists(name) or not HUB_ID.fullmatch(name):
+        return True
+    owner, _, rest = name.partition("/")
+    return bool(rest) and os.path.isdir(owner)
 
 
 def resolve_model(name: str | Path, option: str = "--model") -> ModelSource:
@@ -111,13 +125,22 @@ def read_json(path: Path) -> Any:
         raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
 
 
+def unfinished_run(folder: Path) -> str | None:
+    """"the output folder of an unfinished `retromae pretrain` run (...: finish it with `retromae pretrain --output
+    FOLDER --resume`)" when `folder` is one, else None."""
+    marker = read_json(folder / RUN_MARKER)
+    if not (isinstance(marker, dict) and marker.get("command") in ("pretrain", "finetune", "train-reranker")):
+        return None
+    where = "checkpoints/ only, " if (folder / "checkpoints").is_dir() else ""
+    return (f"the output folder of an unfinished `retromae {marker['command']}` run ({where}no encoder/ yet: "
+            f"finish it with `retromae {marker['command']} --output {folder} --resume`)")
+
+
 def _found(folder: Path) -> str:
     """What a folder that is not a model holds, in a few words."""
-    marker = read_json(folder / RUN_MARKER)
-    if isinstance(marker, dict) and marker.get("command") in ("pretrain", "finetune", "train-reranker"):
-        where = "checkpoints/ only, " if (folder / "checkpoints").is_dir() else ""
-        return (f"the output folder of an unfinished `retromae {marker['command']}` run ({where}no encoder/ yet: "
-                "finish it with --resume)")
+    unfinished = unfinished_run(folder)
+    if unfinished is not None:
+        return unfinished
     if (folder / "config.json").is_file():
         return "its config.json names no model_type (a run's options, not a model's configuration)"
     names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in folder.iterdir())
@@ -156,3 +179,28 @@ def check_unknown_share(tokenizer: Any, ids: Sequence[int], source: str, data: s
         raise DataError(f"{data}: the tokenizer of {source} reads {share:.0%} of its tokens as "
                         f"{tokenizer.unk_token}; training on them would learn nothing: use a tokenizer made for "
                         "this text (`retromae init-model --tokenizer NAME`, or a model folder with its own vocabulary)")
+
+
+def check_safetensors(location: str | Path) -> None:
+    """ModelLoadError naming the first `*.safetensors` file of a folder (or the file itself) that is truncated or
+    not a safetensors file: its size must be 8 bytes of header length, the JSON header, and the tensors' bytes the
+    header lists. Reads only the headers; a hub name (nothing on disk) passes."""
+    location = Path(location)
+    files = sorted(location.glob("*.safetensors")) if location.is_dir() else [location] if location.is_file() else []
+    for path in files:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            try:
+                header = json.loads(handle.read(length)) if 0 <= length <= size - 8 else None
+            except (ValueError, UnicodeDecodeError):
+                header = None
+        if not isinstance(header, dict):
+            raise ModelLoadError(f"{path}: not a safetensors file, or truncated inside its header ({size} bytes)")
+        ends = [entry.get("data_offsets", [0, 0])[1] for key, entry in header.items()
+                if key != "__metadata__" and isinstance(entry, dict)]
+        expected = 8 + length + max(ends, default=0)
+        if size != expected:
+            raise ModelLoadError(f"{path}: truncated or damaged safetensors file: {size} bytes, its header "
+                                 f"describes {expected}")

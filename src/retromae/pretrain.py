@@ -36,7 +36,7 @@ from retromae.export import (
     load_head,
     save_head,
 )
-from retromae.model_source import check_unknown_share
+from retromae.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import PretrainingObjective, build_objective
 from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
@@ -123,8 +123,8 @@ def load_backbone(config: PretrainConfig, cuda: bool = False) -> tuple[PreTraine
         return load_masked_lm(config.model, from_config=config.from_config, attention=config.attention, cuda=cuda)
     encoder_dir = model_source(config)
     if not Path(encoder_dir).is_dir():
-        raise ModelLoadError(f"--init-from {config.init_from}: no encoder/ folder; give the output folder of a "
-                             "finished `retromae pretrain` run")
+        found = unfinished_run(Path(config.init_from)) or "give the output folder of a finished `retromae pretrain` run"
+        raise ModelLoadError(f"--init-from {config.init_from}: no encoder/ folder; {found}")
     return load_masked_lm(encoder_dir, head_restored=True, option="--init-from", attention=config.attention,
                           cuda=cuda)
 

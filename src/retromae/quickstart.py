@@ -17,10 +17,12 @@ import collections
 import dataclasses
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from retromae.api import CallableModule
 from retromae.config import save_config
 from retromae.console import NOT_LOSSES, Stages
 from retromae.data.corpus import iter_corpus
@@ -275,3 +277,9 @@ def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output:
     write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
     plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png")
     print(f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}")
+
+
+# `retromae.quickstart(...)` is the Python API's quickstart although this module, once imported, is the package's
+# attribute of that name.
+__entry__ = "retromae.api:quickstart"
+sys.modules[__name__].__class__ = CallableModule

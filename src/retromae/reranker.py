@@ -32,7 +32,7 @@ from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
 from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory
-from retromae.model_source import check_tokenizer, resolve_model
+from retromae.model_source import check_safetensors, check_tokenizer, resolve_model
 from retromae.reranker_config import RerankerConfig
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
@@ -69,6 +69,7 @@ def _load_classifier(name: str, trained: bool):
     """The one-logit classifier and tokenizer of `name`. `trained`: the folder must hold the classifier head (a
     cross-encoder that scores); otherwise a head it lacks starts fresh (a reranker about to be trained)."""
     source = resolve_model(name)
+    check_safetensors(source.transformer)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.transformer)
         model, loading = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1,

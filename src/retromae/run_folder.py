@@ -4,24 +4,38 @@ Owns: the marker `retromae-run.json` a command leaves in its output folder (the 
 the options that define its result plus fingerprints of its input files), the rule that a folder holding another
 run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the
 command itself writes; anything else a user keeps there stays), the same rule for single-file outputs, and the
-list of options that differ between two runs. Does not own what the outputs hold, nor checkpoints (`train.py`).
+list of options that differ between two runs; and that one process at a time writes an output: claiming one
+takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
+distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
+user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
+blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
+writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from retromae.config import ConfigError, config_to_dict, option
+from retromae.errors import FileSystemError
 from retromae.io import write_text_atomic
 
 MARKER = "retromae-run.json"
-FINGERPRINT_BYTES = 1 << 20  # head and tail of each file read for its fingerprint
+HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
+_HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerprint, for this process's life
+LOCK_FILE = ".retromae.lock"
+_HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, pid of the process that took it)
+REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the others
 # Options that say how long, how verbosely or where a training runs, not what it computes: a resumed run may change
 # them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length). The probes'
 # sample and metric stay part of a run, so that its probe scores (and its best probe) compare across a resume.
@@ -41,15 +55,20 @@ class OutputOptions:
 
 
 def file_fingerprint(path: Path) -> str:
-    """Size plus a hash of the first and last MiB: cheap on large corpora, changed by any edit that shifts bytes."""
-    size = path.stat().st_size
-    digest = hashlib.sha1(str(size).encode())
-    with path.open("rb") as handle:
-        digest.update(handle.read(FINGERPRINT_BYTES))
-        if size > FINGERPRINT_BYTES:
-            handle.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
-            digest.update(handle.read())
-    return f"{size}:{digest.hexdigest()[:16]}"
+    """Size plus a sha256 of every byte, read in chunks (sha256 is the fastest hash of the standard library on CPUs
+    with SHA instructions: about 2 GB/s, docs/benchmarks.md). A file is hashed once per process while its size,
+    modification and change times and inode stay the same (any write changes the change time, which no one can set
+    back), so that a run's identity and its token store's key share one pass."""
+    path = Path(path)
+    stat = path.stat()
+    seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    if seen not in _HASHED:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+        _HASHED[seen] = f"{stat.st_size}:{digest.hexdigest()[:32]}"
+    return _HASHED[seen]
 
 
 def input_fingerprint(source: str | Path) -> str:
@@ -128,7 +147,14 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
     """Make `folder` this run's before any work: none of `ours` there (only unrelated files): take it; the same run with
     `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) and take it; else refuse.
 
-    Every process checks; only the main one of `processes` (an Accelerator or PartialState) then writes."""
+    Every process checks; only the main one of `processes` (an Accelerator or PartialState) takes the folder's lock
+    (`hold`) and then writes."""
+    main = processes is None or processes.is_main_process
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE) if main else None
+    if processes is not None and processes.num_processes > 1:
+        refusal = _from_main(refusal, processes)
+    if refusal is not None:
+        raise refusal
     stale = _check_folder(Path(folder), command, identity, ours, resume, overwrite, resumable)
     if processes is not None:
         processes.wait_for_everyone()
@@ -150,13 +176,123 @@ def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours:
     if resume:
         check_same_run(folder, command, marker, identity)
         return []
-    ways = "--resume continues it, --overwrite replaces it" if resumable else "--overwrite replaces it"
-    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {(marker or {}).get('command', '?')}`"
+    saved = marker or {}
+    changed = differences(saved.get("identity", {}), identity) if saved.get("command") == command else []
+    # --resume is named only where it would work: the same command with the same options.
+    same = saved.get("command") == command and not changed
+    ways = "--resume continues it, --overwrite replaces it" if resumable and same else "--overwrite replaces it"
+    which = f" ({', '.join(changed)} differ)" if changed else ""
+    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {saved.get('command', '?')}`{which}"
                       f"; {ways}, or choose another --output")
 
 
 def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "output") -> None:
-    """Refuse to replace an existing output file unless `overwrite` (the write itself is atomic, `retromae.io`)."""
-    if path is not None and Path(path).exists() and not overwrite:
-        raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another "
-                          f"--{option_name.replace('_', '-')}")
+    """Refuse to replace an existing output file unless `overwrite` (the write itself is atomic, `retromae.io`), a
+    folder in its place, and a file another process is writing (its lock, `hold`)."""
+    if path is None:
+        return
+    path, option_name = Path(path), f"--{option_name.replace('_', '-')}"
+    if path.is_dir():
+        raise FileSystemError(f"{path}: is a folder; {option_name} takes a file name")
+    refusal = hold(path, path.parent / f".{path.name}.lock")
+    if refusal is not None:
+        raise refusal
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another {option_name}")
+
+
+def lock_folder(folder: str | Path) -> None:
+    """Take `folder` (created here) for this command alone, as `claim_folder` does, for a command that keeps no
+    record of its run there (`init-model`); ConfigError or FileSystemError when another process holds it or it
+    cannot be written."""
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE)
+    if refusal is not None:
+        raise refusal
+
+
+def hold(output: Path, lock: Path) -> Exception | None:
+    """Take the lock file `lock` of `output` (a folder, created here, or a file) until `release`; the error to
+    raise when another process holds it or the place cannot be written, else None. The same process may claim an
+    output again (a library user running twice)."""
+    lock = Path(os.path.abspath(lock))
+    if lock in _HELD:
+        return None
+    try:
+        _make_folder(lock.parent)
+        descriptor = _locked(lock)
+    except FileSystemError as error:
+        return error
+    except BlockingIOError:
+        holder = _holder(lock)
+        return ConfigError(f"{output}: in use by another retromae process{holder}; wait for it to end (or stop it, "
+                           "then --resume), or choose another output")
+    except OSError as error:
+        return FileSystemError(f"{output}: cannot write here: {error.strerror or error}")
+    _HELD[lock] = (descriptor, os.getpid())
+    return None
+
+
+def _make_folder(folder: Path) -> None:
+    """Create `folder` and its parents; a file in its place (or in a parent's) is named."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        raise FileSystemError(f"{blocking}: is a file, not a folder") from None
+
+
+def _locked(lock: Path) -> int:
+    """A descriptor of `lock` holding its exclusive lock (BlockingIOError when another process holds it). Taken again
+    when the file was removed meanwhile by the process that released it (`release`), so that two processes never
+    hold locks on two different files of one name."""
+    while True:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.exists(lock) and os.path.samestat(os.fstat(descriptor), os.stat(lock)):
+                os.ftruncate(descriptor, 0)
+                os.write(descriptor, f"{os.getpid()}\n".encode())
+                return descriptor
+        except BaseException:
+            os.close(descriptor)
+            raise
+        os.close(descriptor)
+
+
+def _holder(lock: Path) -> str:
+    """" (pid N)" for the process that wrote its id into `lock`, or "" when it cannot be read."""
+    try:
+        pid = int(lock.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return ""
+    return f" (pid {pid})"
+
+
+@atexit.register
+def release() -> None:
+    """Remove and unlock this process's lock files: when a command of the CLI ends, and when the process exits (a
+    killed process leaves its files, unlocked). Not in forked children (data loader workers), whose copies of the
+    descriptors close with them."""
+    for lock, (descriptor, pid) in list(_HELD.items()):
+        if pid == os.getpid():
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            os.close(descriptor)
+            del _HELD[lock]
+
+
+def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:
+    """The main process's refusal, on every process of `processes` (a collective: all call it), so that none waits
+    for a main process that stopped. Sent as the bytes of its message in a tensor (no pickle between processes)."""
+    import torch
+    from accelerate.utils import broadcast
+
+    text = "" if refusal is None else f"{type(refusal).__name__}\t{refusal}"
+    data = torch.zeros(REFUSAL_BYTES, dtype=torch.uint8, device=processes.device)
+    encoded = text.encode("utf-8")[:REFUSAL_BYTES]
+    data[:len(encoded)] = torch.frombuffer(bytearray(encoded), dtype=torch.uint8) if encoded else data[:0]
+    received = bytes(broadcast(data, from_process=0).cpu().tolist()).rstrip(b"\0").decode("utf-8", "replace")
+    if not received:
+        return None
+    kind, message = received.split("\t", 1)
+    return (FileSystemError if kind == FileSystemError.__name__ else ConfigError)(message)

@@ -23,6 +23,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
@@ -49,10 +50,11 @@ from retromae.checkpoint_state import (
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
+from retromae.data.lines import appended_records
 from retromae.data.workers import started_workers, worker_context
 from retromae.errors import NonFiniteError
 from retromae.finite import nonfinite_parameters
-from retromae.io import write_text_atomic
+from retromae.io import append_line, check_free_space, write_text_atomic, writing
 from retromae.processes import check_process_count, without_gpus
 from retromae.run_folder import MARKER, check_same_run, claim_folder, read_marker, run_identity, write_marker
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
@@ -237,21 +239,23 @@ def prune_checkpoints(output: Path, keep: int, identity: dict) -> None:
 
 
 class MetricsLog:
-    """`metrics.jsonl`: one JSON object per logged step, appended; entries past a resumed step are dropped. The
+    """`metrics.jsonl`: one JSON object per logged step, appended whole or not at all (`retromae.io.append_line`);
+    entries past a resumed step are dropped, and so is a last record a kill cut, with a line saying so. The
     trackers of `--report-to` (`reporter`) get every record too."""
 
     def __init__(self, path: Path, resume_step: int | None, reporter: Reporter | None = None):
         self.path, self.reporter = path, reporter
         if resume_step is not None and path.exists():
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resume_step]
+            records, torn = appended_records(path)
+            if torn is not None:
+                print(f"{path}: line {torn} was cut by the stop of the run; dropped", file=sys.stderr)
+            kept = [json.dumps(record) for record in records if record["step"] <= resume_step]
             write_text_atomic(path, "".join(line + "\n" for line in kept))
         elif resume_step is None:
             path.unlink(missing_ok=True)
 
     def append(self, record: dict[str, float]) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
         if self.reporter is not None:
             self.reporter.log(record)
 
@@ -321,6 +325,7 @@ class Trainer:
         Prints the summary line (final losses, wall time, tokens/s) on the main process; `self.summary` holds its
         numbers."""
         started = time.perf_counter()
+        self._check_room()
         resumed = self._maybe_resume()
         metrics = (MetricsLog(self.output / "metrics.jsonl", resumed, start_reporter(self.config))
                    if self.accelerator.is_main_process else None)
@@ -350,13 +355,15 @@ class Trainer:
                 self._hook(self.on_step, bar)
             if self.config.save_every and self.state.step % self.config.save_every == 0:
                 self._stop_on_nonfinite_weights(bar)
-                self.save_checkpoint()
+                with writing(self._checkpoint_path(self.state.step)):  # a full disk: one line naming it
+                    self.save_checkpoint()
         self._stop_on_nonfinite_weights(bar)  # the weights the command exports next
         bar.close()
         if metrics:
             metrics.close()
         if self.config.save_every and latest_checkpoint(self.output) != self._checkpoint_path(self.state.step):
-            self.save_checkpoint()
+            with writing(self._checkpoint_path(self.state.step)):
+                self.save_checkpoint()
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
             print(self.summary.line(), flush=True)
@@ -403,6 +410,13 @@ class Trainer:
         last = f"the last good checkpoint is {ours[-1][1]} (step {ours[-1][0]})" if ours else "no checkpoint written"
         raise NonFiniteError(f"{what}; {last}; nothing was exported: check the data, or start again with a lower "
                              "--learning-rate (or a longer --warmup-ratio)")
+
+    def _check_room(self) -> None:
+        """With checkpoints, one (the weights and AdamW's two moments) must fit on the output's disk: checked on
+        every process before the first step, so that a full disk is not found hours in."""
+        if self.config.save_every:
+            size = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            check_free_space(self.output, 3 * size, "a checkpoint (the weights and the optimiser's two moments)")
 
     def _logs(self, step: int) -> bool:
         """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.console import quiet_by_default
 from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
 from retromae.retrieval.bm25 import BM25Params, bm25_search
 from retromae.run_folder import OutputOptions, claim_file
@@ -53,9 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(BM25Config, args)
+    bm25(build_config(BM25Config, args))
+    return 0
+
+
+@quiet_by_default
+def bm25(config: BM25Config | None = None, /, **options: Any) -> Path:
+    """A BM25 run as `config` (or `BM25Config(**options)`) says; returns the TREC run file (`retromae.bm25(...)`)."""
+    config = config if config is not None else BM25Config(**options)
     claim_file(config.output, config.overwrite)
     corpus, queries = read_inputs(config)
     write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
     print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.top_k} run in {config.output}")
-    return 0
+    return Path(config.output)

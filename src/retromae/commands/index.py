@@ -1,6 +1,7 @@
 """`retromae index`: an embeddings folder → a faiss (or exact numpy) index folder.
 
-Thin: parse → `IndexConfig` → `retrieval.index.build_index` / `save_index`.
+Thin: parse → `IndexConfig` → `index(config)` (the Python API's `retromae.index`) → `retrieval.index.build_index` /
+`save_index`.
 """
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.config import add_config_arguments, build_config, option
+from retromae.console import quiet_by_default
 from retromae.retrieval.index import FAISS_FILE, IDS_FILE, INDEX_INFO, METRICS, NUMPY_FILE, build_index, save_index
 from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
@@ -33,14 +36,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    index(build_config(IndexConfig, args))
+    return 0
+
+
+@quiet_by_default
+def index(config: IndexConfig | None = None, /, **options: Any) -> Path:
+    """Index an embeddings folder as `config` (or `IndexConfig(**options)`) says; returns the index folder
+    (`retromae.index(...)`)."""
     from retromae.retrieval.encode import load_embeddings
 
-    config = build_config(IndexConfig, args)
+    config = config if config is not None else IndexConfig(**options)
     claim_folder(config.output, "index", run_identity(config), (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO),
                  overwrite=config.overwrite, resumable=False)
     ids, vectors, encoding = load_embeddings(config.embeddings)
-    index = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
+    built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                         seed=config.seed)
-    save_index(index, config.output, ids, {"factory": config.factory, "params": config.params, "encoder": encoding})
+    save_index(built, config.output, ids, {"factory": config.factory, "params": config.params, "encoder": encoding})
     print(f"indexed {len(ids)} vectors into {config.output} ({config.factory}, {config.metric})")
-    return 0
+    return Path(config.output)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.console import quiet_by_default
 from retromae.errors import ModelLoadError
 from retromae.pretrain_config import ARCHITECTURE_NAMES
 
@@ -51,15 +53,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    init_model(build_config(InitModelConfig, args))
+    return 0
+
+
+@quiet_by_default
+def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path:
+    """A random model and its tokenizer as `config` (or `InitModelConfig(**options)`) says; returns the model folder
+    (`retromae.init_model(...)`)."""
+    from retromae.run_folder import lock_folder
     from retromae.scratch import save_random_model
 
-    config = build_config(InitModelConfig, args)
+    config = config if config is not None else InitModelConfig(**options)
+    lock_folder(config.output)
     tokenizer = trained_tokenizer(config) if config.corpus else existing_tokenizer(config.tokenizer)
     folder = save_random_model(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
                                max_positions=config.positions, seed=config.seed, architecture=config.architecture)
     print(f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, vocabulary "
           f"{len(tokenizer)}, {config.positions} positions) → {folder}")
-    return 0
+    return Path(folder)
 
 
 def trained_tokenizer(config: InitModelConfig):

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option
+from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.run_folder import OutputOptions, claim_file
@@ -42,10 +44,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    mine(build_config(MineConfig, args))
+    return 0
+
+
+@quiet_by_default
+def mine(config: MineConfig | None = None, /, **options: Any) -> Path:
+    """Mine hard negatives as `config` (or `MineConfig(**options)`) says; returns the training file written
+    (`retromae.mine(...)`)."""
     from retromae.data.training_groups import load_training_data, write_training_file
     from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
 
-    config = build_config(MineConfig, args)
+    config = config if config is not None else MineConfig(**options)
     claim_file(config.output, config.overwrite)
     data = load_training_data(config.data, config.split)
     if config.negatives == "bm25":
@@ -58,4 +68,4 @@ def run(args: argparse.Namespace) -> int:
     write_training_file(data, config.output)
     print(f"mined {sum(len(e.negatives) for e in data.examples)} negatives for {len(data.examples)} queries "
           f"into {config.output}")
-    return 0
+    return Path(config.output)

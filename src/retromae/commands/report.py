@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.config import add_config_arguments, build_config, option, require
+from retromae.console import quiet_by_default
 from retromae.run_folder import OutputOptions, claim_folder, run_identity
 
 REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
@@ -32,11 +34,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    report(build_config(ReportConfig, args))
+    return 0
+
+
+@quiet_by_default
+def report(config: ReportConfig | None = None, /, **options: Any) -> Path:
+    """Gather variant folders into a report as `config` (or `ReportConfig(**options)`) says; returns the report
+    folder (`retromae.report(...)`)."""
     from retromae.evaluation.experiments import write_report
 
-    config = build_config(ReportConfig, args)
+    config = config if config is not None else ReportConfig(**options)
     claim_folder(config.output, "report", run_identity(config), REPORT_FILES, overwrite=config.overwrite,
                  resumable=False)
     print(write_report(config.variants, config.output, config.title))
     print(f"report: {config.output / 'report.md'}")
-    return 0
+    return Path(config.output)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.config import add_config_arguments, build_config, option, require
+from retromae.console import quiet_by_default
 from retromae.run_folder import OutputOptions, claim_file
 
 HELP = "add teacher scores (pos_scores, neg_scores) from a cross-encoder to a training file, for finetune --distill"
@@ -31,11 +33,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    score(build_config(ScoreConfig, args))
+    return 0
+
+
+@quiet_by_default
+def score(config: ScoreConfig | None = None, /, **options: Any) -> Path:
+    """Score a training file with a cross-encoder as `config` (or `ScoreConfig(**options)`) says; returns the
+    training file written (`retromae.score(...)`)."""
     from retromae.reranker import CrossEncoder, score_training_file
 
-    config = build_config(ScoreConfig, args)
+    config = config if config is not None else ScoreConfig(**options)
     claim_file(config.output, config.overwrite)
     scorer = CrossEncoder(config.model, config.device, config.max_length)
     count = score_training_file(scorer, config.data, config.output, config.batch_size)
     print(f"scored {count} pairs into {config.output}")
-    return 0
+    return Path(config.output)

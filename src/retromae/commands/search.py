@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions, claim_file
 
@@ -76,18 +77,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    search(build_config(SearchConfig, args))
+    return 0
+
+
+@quiet_by_default
+def search(config: SearchConfig | None = None, /, **options: Any) -> Path:
+    """Search an index as `config` (or `SearchConfig(**options)`) says; returns the TREC run file
+    (`retromae.search(...)`)."""
     from retromae.data.retrieval_sets import write_trec_run
-    from retromae.retrieval.index import load_index, search, set_search_params
+    from retromae.retrieval.index import load_index, set_search_params
+    from retromae.retrieval.index import search as search_index
     from retromae.retrieval.search import results_to_run
 
-    config = build_config(SearchConfig, args)
+    config = config if config is not None else SearchConfig(**options)
     claim_file(config.output, config.overwrite)
     index, doc_ids, info = load_index(config.index)
     set_search_params(index, info.get("params", "") if config.params is None else config.params)
     query_ids, vectors = query_vectors(config, info.get("encoder", {}))
     if vectors.shape[1] != index.d:
         raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {index.d}-dimensional index")
-    scores, rows = search(index, vectors, config.top_k, show_progress=True)
+    scores, rows = search_index(index, vectors, config.top_k, show_progress=True)
     write_trec_run(results_to_run(query_ids, doc_ids, scores, rows), config.output, tag=config.tag)
     print(f"searched {len(query_ids)} queries over {len(doc_ids)} documents; top-{config.top_k} run in {config.output}")
-    return 0
+    return Path(config.output)

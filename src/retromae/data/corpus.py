@@ -2,7 +2,9 @@
 
 Owns: the corpus formats (.txt, JSON lines, .parquet, a BEIR folder, a Hugging Face dataset) and their errors,
 each naming the file and line (or row). Does not own tokenisation (see `token_store`) and never imports torch.
-Every reader streams: memory does not grow with the size of the file.
+Every reader streams: memory does not grow with the size of the file. `iter_corpus_pieces` gives the same
+documents as text pieces of a bounded size, and reads a `.txt` file of one document per line in pieces too, so
+that memory does not grow with the length of one document either (the token store reads through it).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import clean_text, numbered_lines, parse_json_line
+from retromae.data.lines import clean_text, numbered_line_pieces, numbered_lines, parse_json_line
 from retromae.errors import DataError
 
 HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
 CORPUS_SUFFIXES = (".txt", *JSON_SUFFIXES, ".parquet")
 PARQUET_BATCH_ROWS = 1024
+LINE_PIECE_BYTES = 1 << 20  # a .txt line is read this much at a time by `iter_corpus_pieces`
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,67 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
                     ".parquet, a folder of such files, a BEIR folder or hf:NAME")
 
 
+def iter_corpus_pieces(sources: Sequence[str | Path], size: int) -> Iterator[tuple[str, bool]]:
+    """(text, whether it ends its document) per piece of the documents of `iter_corpus(sources)`, in order: a
+    document of up to `size` characters is one piece, a longer one is cut before a space, tab or newline (or at
+    `size` characters in a run without any; `cut_pieces`). A `.txt` file of one document per line is read a piece
+    of a line at a time, so a long line is never held whole."""
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    if not sources:
+        raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+    for source in sources:
+        path = Path(source)
+        if isinstance(source, Path) or not str(source).startswith(HF_PREFIX):
+            files = folder_files(path) if path.is_dir() else [path]
+        else:
+            files = [source]
+        for file in files:
+            if isinstance(file, Path) and file.suffix.lower() == ".txt" and file.is_file() \
+                    and not _has_paragraph_break(file):
+                yield from cut_pieces(_txt_line_fragments(file), size)
+            else:
+                yield from cut_pieces(((document.text, True) for document in iter_documents(file)), size)
+
+
+def cut_pieces(fragments: Iterable[tuple[str, bool]], size: int) -> Iterator[tuple[str, bool]]:
+    """Re-cut a stream of (text, ends its document) fragments into pieces of at most `size` characters, each cut
+    before the last space, tab or newline of its `size` characters (at `size` when it has none): the same pieces
+    whatever the fragments, so a document read whole and one read in pieces tokenise alike."""
+    buffer, start = "", 0
+    for text, ends in fragments:
+        buffer, start = buffer[start:] + text, 0
+        while len(buffer) - start > size:
+            window = start + size
+            cut = max(buffer.rfind(space, start + 1, window) for space in " \n\t")
+            end = cut if cut > start else window
+            yield buffer[start:end], False
+            start = end
+        if ends:
+            yield buffer[start:], True
+            buffer, start = "", 0
+
+
+def _txt_line_fragments(path: Path) -> Iterator[tuple[str, bool]]:
+    """The documents of a one-document-per-line .txt file (its non-blank lines, stripped as `_read_txt` strips
+    them) as (fragment, ends its document) pairs, read LINE_PIECE_BYTES at a time."""
+    started, held = False, ""  # held: trailing whitespace, kept back until text follows it on the line
+    for _, text, ends in numbered_line_pieces(path, LINE_PIECE_BYTES):
+        if not started:
+            text = text.lstrip()
+            started = bool(text)
+        if started and text:
+            body = held + text
+            kept = body.rstrip()
+            held = body[len(kept):]
+            if kept:
+                yield kept, False
+        if ends:
+            if started:
+                yield "", True
+            started, held = False, ""
+
+
 def parse_hf_source(source: str) -> tuple[str, str | None]:
     """Split `hf:NAME` or `hf:NAME:CONFIG` into (NAME, CONFIG); a NAME that is an existing path is kept whole."""
     rest = source[len(HF_PREFIX):]
@@ -90,17 +154,22 @@ def _join(title: Any, text: str) -> str:
 
 
 def _has_paragraph_break(path: Path) -> bool:
-    """Whether a blank line separates two non-blank lines (then the file holds paragraphs, not lines)."""
-    seen_text, pending_blank = False, False
+    """Whether a blank line separates two non-blank lines (then the file holds paragraphs, not lines); each line is
+    read LINE_PIECE_BYTES at a time."""
+    seen_text, pending_blank, blank = False, False, True  # blank: the line read so far is
     with path.open("rb") as handle:
-        for raw in handle:
-            if raw.strip():
+        while raw := handle.readline(LINE_PIECE_BYTES):
+            blank = blank and not raw.strip()
+            if not raw.endswith(b"\n"):
+                continue
+            if not blank:
                 if pending_blank and seen_text:
                     return True
                 seen_text, pending_blank = True, False
             else:
                 pending_blank = True
-    return False
+            blank = True
+    return not blank and pending_blank and seen_text
 
 
 def _read_txt(path: Path) -> Iterator[Document]:

@@ -1,8 +1,10 @@
 """Reading line-based files with errors that name the file and the line.
 
-Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, and parsing one line as
-JSON. Every line-based reader (corpora, retrieval sets, training files, pairs, STS, runs) goes through here, so
-their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the same text:
+Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, parsing one line as
+JSON, reading a line too long to hold in pieces (`numbered_line_pieces`), and reading an appended JSON-lines log
+whose last record a kill may have cut (`appended_records`). Every line-based reader (corpora, retrieval sets,
+training files, pairs, STS, runs) goes through here, so their errors read alike: `FILE:LINE: what is wrong`, and
+so they all accept the same text:
 
 - a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
 - a number must be finite: JSON's NaN, Infinity and numbers too large for a float (1e999) are refused where the
@@ -15,10 +17,12 @@ their errors read alike: `FILE:LINE: what is wrong`, and so they all accept the 
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,15 +55,52 @@ def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[in
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
-            line = clean_text(line.removeprefix(BOM) if number == 1 else line)
-            if keep_blank or line.strip():
-                yield number, line
+    number = 0
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as err:
+                    raise DataError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from None
+                line = clean_text(line.removeprefix(BOM) if number == 1 else line)
+                if keep_blank or line.strip():
+                    yield number, line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:  # a cut download or copy: name it, not a traceback
+        raise DataError(f"{path}: truncated or damaged gzip file after line {number} ({err})") from None
+
+
+def numbered_line_pieces(path: Path, piece_bytes: int) -> Iterator[tuple[int, str, bool]]:
+    """(1-based line number, cleaned text, whether it ends the line) per piece of at most `piece_bytes` bytes of
+    every line, blank ones too: `numbered_lines` for a file whose lines may be too long to hold whole (a byte-order
+    mark, line ends and control characters handled alike; a CR just before a piece's end becomes a space)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    number, offset, ended = 1, 0, True  # offset: bytes of the current line before this piece
+    try:
+        with opener(path, "rb") as handle:
+            while raw := handle.readline(piece_bytes):
+                ended = raw.endswith(b"\n")
+                text = _decode(decoder, raw, ended, path, number, offset)
+                text = text.removeprefix(BOM) if number == 1 and offset == 0 else text
+                yield number, clean_text(text.rstrip("\r\n") if ended else text), ended
+                number, offset = (number + 1, 0) if ended else (number, offset + len(raw))
+            if not ended:  # a last line without its line end
+                yield number, _decode(decoder, b"", True, path, number, offset), True
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise DataError(f"{path}: truncated or damaged gzip file after line {number - 1} ({err})") from None
+
+
+def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, final: bool, path: Path, number: int,
+            offset: int) -> str:
+    """The text of the bytes `raw` of line `number` (a character cut at the piece's end waits for the next)."""
+    try:
+        return decoder.decode(raw, final=final)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}:{number}: invalid UTF-8 at byte {offset + err.start} of the line") from None
 
 
 class _NonFinite(ValueError):
@@ -108,3 +149,23 @@ def json_object_line(path: Path, number: int, line: str) -> dict:
     if not isinstance(record, dict):
         raise DataError(f"{path}:{number}: expected a JSON object")
     return record
+
+
+def appended_records(path: Path) -> tuple[list[Any], int | None]:
+    """The JSON values of a file written by appending one line per record (metrics.jsonl), and the number of its
+    last line when a kill or a full disk cut that record (no line end and not valid JSON: it is left out), else
+    None. Any other malformed line is an error naming it."""
+    path = Path(path)
+    with path.open("rb") as handle:
+        handle.seek(0, 2)
+        whole = handle.tell() == 0 or (handle.seek(-1, 2) and handle.read(1) == b"\n")
+    entries = list(numbered_lines(path))
+    records = []
+    for index, (number, line) in enumerate(entries):
+        try:
+            records.append(parse_json_line(path, number, line))
+        except DataError:
+            if index == len(entries) - 1 and not whole:
+                return records, number
+            raise
+    return records, None

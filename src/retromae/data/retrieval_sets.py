@@ -162,7 +162,7 @@ def _qrels_layout(path: Path, first: str, qrels_format: str) -> tuple[bool, tupl
         return False, (0, 2, 3), 4
     raise DataError(f"{path}:1: cannot tell the qrels format ({len(fields)} fields, no header line): a BEIR file "
                     f"starts with the header {chr(9).join(BEIR_COLUMNS)!r}; a TREC file has 'qid 0 docid rel' lines; "
-                    "or declare the layout (`retromae evaluate --qrels-format beir|trec`)")
+                    "add the header, or (with `retromae evaluate`) declare the layout with --qrels-format beir|trec")
 
 
 def _qrel_fields(path: Path, number: int, line: str, positions: tuple[int, int, int],

@@ -16,6 +16,12 @@ the word alone is longer than a block), and the first token of every block count
 last, shorter block of a document is kept when it has at least `MIN_BLOCK_TOKENS` tokens (or the whole
 block length when blocks are shorter), or when it is the whole document and has at least
 `MIN_DOCUMENT_TOKENS`; otherwise its tokens are dropped. Documents with no kept block are not counted.
+
+Long documents: a document longer than `PIECE_CHARACTERS` is tokenised in pieces cut before a whitespace
+character (read in pieces too from a `.txt` file of one document per line, `iter_corpus_pieces`), and packed as
+the pieces arrive (`_StoreWriter`), so memory does not grow with the length of one document
+(docs/reliability.md). Tokenizers that split words at whitespace (WordPiece, byte-level BPE, Metaspace) give the
+same tokens as on the whole text.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,15 +41,17 @@ from transformers import PreTrainedTokenizerFast
 
 from retromae.config import require
 from retromae.console import progress
-from retromae.data.corpus import HF_PREFIX, Document, folder_files, iter_corpus, parse_hf_source
-from retromae.errors import DataError
+from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, parse_hf_source
+from retromae.errors import DataError, FileSystemError
 from retromae.io import atomic_directory, write_text_atomic
+from retromae.run_folder import file_fingerprint
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-BATCH_DOCUMENTS = 1000
+BATCH_PIECES = 1000
 BATCH_CHARACTERS = 2_000_000
+PIECE_CHARACTERS = 100_000  # a longer document is tokenised in pieces (`retromae.data.corpus.cut_pieces`)
 MIN_BLOCK_TOKENS = 8
 MIN_DOCUMENT_TOKENS = 2
 CACHE_ENV = "RETROMAE_CACHE"
@@ -57,6 +66,23 @@ FILES = {
 def default_cache_dir() -> Path:
     """$RETROMAE_CACHE, or ~/.cache/retromae."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae")
+
+
+def usable_cache(cache_dir: Path | None) -> Path:
+    """The token-store folder under `cache_dir` (default `default_cache_dir`), created and checked writable before
+    any tokenising: FileSystemError naming it and the setting it came from (a file there, a read-only disk)."""
+    given = Path(cache_dir) if cache_dir else None
+    setting = "--cache-dir" if given else f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default cache"
+    folder = (given or default_cache_dir()) / "token_stores"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        cause = f"{blocking} is a file, not a folder" if blocking else error.strerror or str(error)
+        raise FileSystemError(f"{folder.parent}: unusable as the token cache ({setting}): {cause}") from None
+    return folder
 
 
 def plain_backend(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
@@ -76,7 +102,8 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
 
 
 def source_fingerprint(source: str | Path) -> list[Any]:
-    """What identifies a source's content: resolved path, size and mtime of each file, or the hf: name."""
+    """What identifies a source's content: resolved path and content fingerprint (size and a hash of every byte,
+    `retromae.run_folder.file_fingerprint`) of each file, or the hf: name."""
     if isinstance(source, str) and source.startswith(HF_PREFIX):
         name, config = parse_hf_source(source)
         if not Path(name).exists():
@@ -89,11 +116,7 @@ def source_fingerprint(source: str | Path) -> list[Any]:
 
 
 def _files_fingerprint(paths: Iterable[Path]) -> list[Any]:
-    out: list[Any] = []
-    for path in paths:
-        stat = path.stat()
-        out.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
-    return out
+    return [[str(path.resolve()), file_fingerprint(path)] for path in paths]
 
 
 def cache_key(sources: Sequence[str | Path], tokenizer: PreTrainedTokenizerFast, max_length: int) -> str:
@@ -117,6 +140,17 @@ def word_starts_of(word_ids: Sequence[int | None]) -> np.ndarray:
 
 def block_ends(word_starts: np.ndarray, block_tokens: int) -> list[int]:
     """End positions of the kept blocks of one document, following the packing rule in the module docstring."""
+    ends = full_block_ends(word_starts, block_tokens)
+    start = ends[-1] if ends else 0
+    if keeps_tail(len(word_starts) - start, start == 0, block_tokens):
+        ends.append(len(word_starts))
+    return ends
+
+
+def full_block_ends(word_starts: np.ndarray, block_tokens: int) -> list[int]:
+    """The ends of the full blocks cut from the start of `word_starts` while more than a block's tokens remain (a
+    cut that would fall inside a word moves back to its start). The same cuts whether the tokens that follow are
+    known yet or not: each cut looks only at the tokens up to the next one."""
     length, start, ends = len(word_starts), 0, []
     while length - start > block_tokens:
         end = start + block_tokens
@@ -125,19 +159,26 @@ def block_ends(word_starts: np.ndarray, block_tokens: int) -> list[int]:
             end = start + 1 + int(inside[-1]) if inside.size else end
         ends.append(end)
         start = end
-    tail = length - start
-    if tail >= min(MIN_BLOCK_TOKENS, block_tokens) or (start == 0 and tail >= MIN_DOCUMENT_TOKENS):
-        ends.append(length)
     return ends
 
 
+def keeps_tail(tail: int, whole_document: bool, block_tokens: int) -> bool:
+    """Whether the last, shorter block of a document (`tail` tokens; the whole document when `whole_document`) is
+    kept."""
+    return tail >= min(MIN_BLOCK_TOKENS, block_tokens) or (whole_document and tail >= MIN_DOCUMENT_TOKENS)
+
+
 class _StoreWriter:
-    """Appends packed blocks to the store's flat files, one tokenised batch at a time."""
+    """Appends packed blocks to the store's flat files, one tokenised batch of pieces at a time. A document may
+    come in several pieces: the tokens after its last full block wait (at most one block's worth) for the next
+    piece, so its blocks are those `block_ends` cuts from the whole document."""
 
     def __init__(self, directory: Path, block_tokens: int) -> None:
         self.directory, self.block_tokens = directory, block_tokens
         self.handles: dict[str, BinaryIO] = {}
         self.num_tokens = self.num_blocks = self.num_documents = self.documents_read = self.dropped_tokens = 0
+        self.pending_ids, self.pending_starts = np.zeros(0, np.int32), np.zeros(0, bool)
+        self.document_blocks = 0  # blocks written so far of the document in progress
 
     def __enter__(self) -> _StoreWriter:
         self.handles = {key: (self.directory / name).open("wb") for key, (name, _) in FILES.items()}
@@ -151,37 +192,57 @@ class _StoreWriter:
     def _write(self, key: str, array: np.ndarray) -> None:
         self.handles[key].write(np.ascontiguousarray(array, dtype=FILES[key][1]).tobytes())
 
-    def add_batch(self, encodings: Sequence[Any]) -> None:
-        """Pack each encoded document into blocks and append them."""
-        ids, starts, offsets, documents = [], [], [], []
-        for encoding in encodings:
-            self.documents_read += 1
-            doc_starts = word_starts_of(encoding.word_ids)
-            ends = block_ends(doc_starts, self.block_tokens)
-            self.dropped_tokens += len(doc_starts) - (ends[-1] if ends else 0)
-            if not ends:
-                continue
-            doc_starts[[0, *ends[:-1]]] = True
-            ids.append(np.asarray(encoding.ids[:ends[-1]], dtype=np.int32))
-            starts.append(doc_starts[:ends[-1]])
-            offsets.append(self.num_tokens + np.asarray(ends, dtype=np.int64))
-            documents.append(np.full(len(ends), self.num_documents, dtype=np.int32))
-            self.num_tokens += ends[-1]
-            self.num_blocks += len(ends)
-            self.num_documents += 1
-        if ids:
-            for key, parts in (("ids", ids), ("word_starts", starts), ("offsets", offsets), ("documents", documents)):
-                self._write(key, np.concatenate(parts))
+    def add_batch(self, encodings: Sequence[Any], last: Sequence[bool]) -> None:
+        """Pack each encoded piece into blocks and append them; `last[i]`: piece i ends its document."""
+        parts: dict[str, list[np.ndarray]] = {"ids": [], "word_starts": [], "offsets": [], "documents": []}
+        for encoding, ends_document in zip(encodings, last, strict=True):
+            ids = np.concatenate([self.pending_ids, np.asarray(encoding.ids, dtype=np.int32)])
+            starts = np.concatenate([self.pending_starts, word_starts_of(encoding.word_ids)])
+            ends = full_block_ends(starts, self.block_tokens)
+            done = ends[-1] if ends else 0
+            if ends_document and keeps_tail(len(ids) - done, self.document_blocks + len(ends) == 0,
+                                            self.block_tokens):
+                ends.append(len(ids))
+            if ends:
+                starts[[0, *ends[:-1]]] = True
+                self._add_blocks(parts, ids[:ends[-1]], starts[:ends[-1]], ends)
+            kept = ends[-1] if ends else 0
+            self.pending_ids, self.pending_starts = ids[kept:], starts[kept:]
+            if ends_document:
+                self._end_document()
+        if parts["ids"]:
+            for key, arrays in parts.items():
+                self._write(key, np.concatenate(arrays))
+
+    def _add_blocks(self, parts: dict[str, list[np.ndarray]], ids: np.ndarray, starts: np.ndarray,
+                    ends: list[int]) -> None:
+        """Queue the blocks `ids[previous end:end]` of the document in progress."""
+        parts["ids"].append(ids)
+        parts["word_starts"].append(starts)
+        parts["offsets"].append(self.num_tokens + np.asarray(ends, dtype=np.int64))
+        parts["documents"].append(np.full(len(ends), self.num_documents, dtype=np.int32))
+        self.num_tokens += ends[-1]
+        self.num_blocks += len(ends)
+        self.document_blocks += len(ends)
+
+    def _end_document(self) -> None:
+        """Count the document just finished; its tokens after the last kept block are dropped."""
+        self.documents_read += 1
+        self.dropped_tokens += len(self.pending_ids)
+        self.num_documents += self.document_blocks > 0
+        self.pending_ids, self.pending_starts = self.pending_ids[:0], self.pending_starts[:0]
+        self.document_blocks = 0
 
 
-def document_batches(documents: Iterable[Document]) -> Iterator[list[Document]]:
-    """Batches of up to BATCH_DOCUMENTS documents and about BATCH_CHARACTERS characters (bounds memory)."""
-    batch: list[Document] = []
+def piece_batches(pieces: Iterable[tuple[str, bool]]) -> Iterator[list[tuple[str, bool]]]:
+    """Batches of up to BATCH_PIECES pieces (`retromae.data.corpus.iter_corpus_pieces`) and about BATCH_CHARACTERS
+    characters: the bound on what one call of the tokenizer holds."""
+    batch: list[tuple[str, bool]] = []
     characters = 0
-    for document in documents:
-        batch.append(document)
-        characters += len(document.text)
-        if len(batch) == BATCH_DOCUMENTS or characters >= BATCH_CHARACTERS:
+    for piece in pieces:
+        batch.append(piece)
+        characters += len(piece[0])
+        if len(batch) == BATCH_PIECES or characters >= BATCH_CHARACTERS:
             yield batch
             batch, characters = [], 0
     if batch:
@@ -197,9 +258,10 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
     with _StoreWriter(directory, block_tokens) as writer, \
             progress(f"tokenising {_names(sources)} into blocks of {max_length}", unit="doc",
                      enabled=show_progress) as bar:
-        for batch in document_batches(iter_corpus(sources)):
-            writer.add_batch(backend.encode_batch([doc.text for doc in batch], add_special_tokens=False))
-            bar.update(len(batch))
+        for batch in piece_batches(iter_corpus_pieces(sources, PIECE_CHARACTERS)):
+            last = [ends for _, ends in batch]
+            writer.add_batch(backend.encode_batch([text for text, _ in batch], add_special_tokens=False), last)
+            bar.update(sum(last))
     if writer.num_blocks == 0:
         names = ", ".join(str(source) for source in sources)
         raise DataError(f"{names}: empty corpus: no document with at least {MIN_DOCUMENT_TOKENS} tokens of text")
@@ -237,8 +299,9 @@ class TokenStore:
         special = tokenizer.num_special_tokens_to_add(pair=False)
         require(max_length - special >= MIN_DOCUMENT_TOKENS, "max_length",
                 f"must leave room for {MIN_DOCUMENT_TOKENS} tokens besides the {special} special tokens")
+        stores = usable_cache(cache_dir)
         key = cache_key(sources, tokenizer, max_length)
-        path = Path(cache_dir or default_cache_dir()) / "token_stores" / key
+        path = stores / key
         if (path / "meta.json").is_file():
             logger.info("reusing token store %s", path)
             return cls(path)

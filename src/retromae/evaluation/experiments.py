@@ -18,7 +18,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from retromae.data.lines import numbered_lines, parse_json_line
+from retromae.data.lines import appended_records, numbered_lines
 from retromae.errors import DataError
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.io import write_text_atomic
@@ -83,8 +83,8 @@ def describe_pretraining(config: dict) -> str:
 
 
 def read_metrics(metrics: Path) -> list[dict]:
-    """The records of a training run's metrics.jsonl."""
-    return [parse_json_line(metrics, number, line) for number, line in numbered_lines(metrics)]
+    """The records of a training run's metrics.jsonl (a last record cut by a kill left out)."""
+    return appended_records(metrics)[0]
 
 
 def losses(records: list[dict], key: str = "loss") -> list[tuple[int, float]]:

@@ -5,6 +5,10 @@ file), or the table of many (`evaluation.table`: a row per data set, the average
 report folder, where each data set's corpus vectors are cached per model (`retrieval.encode.encode_cached`), so
 that the same evaluation started again after a kill resumes, and its figures equal the single-set runs'. Does not
 own the options (`evaluation.config`), the metrics, the search or the file formats.
+
+Scoring a run file (`--run`) needs no model: the model side (torch, transformers, faiss, scipy) is imported only by
+the functions that encode or correlate, so that `retromae evaluate --run` starts in a second and its errors come
+at once.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retromae.config import require
 from retromae.console import Stages
@@ -24,16 +28,16 @@ from retromae.data.retrieval_sets import (
     read_trec_run,
     write_trec_run,
 )
-from retromae.encoder import Encoder
 from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.report import save_results
-from retromae.evaluation.sts import sts_correlations
 from retromae.evaluation.table import REPORT_FILES, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
-from retromae.retrieval.encode import encode_cached
-from retromae.retrieval.search import Run, TextOptions, encode_texts, vector_search
 from retromae.run_folder import RUN_NEUTRAL, claim_file, claim_folder, input_fingerprint, run_identity
+
+if TYPE_CHECKING:
+    from retromae.encoder import Encoder
+    from retromae.retrieval.search import Run
 
 EMBEDDINGS_DIR = "embeddings"
 MODEL, BM25 = "model", "BM25"
@@ -76,6 +80,8 @@ def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
 
 
 def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
+    from retromae.evaluation.sts import sts_correlations
+
     require(config.model is not None, "model", "STS evaluation needs a model (a run has no similarities)")
     first, second, gold = load_sts_pairs(path)
     encoder = config.load_encoder()
@@ -99,6 +105,9 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
 def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,
               name: str = "corpus") -> Run:
     """The model's top-k run on `data`; its corpus vectors kept in (or read from) `cache` when given."""
+    from retromae.retrieval.encode import encode_cached
+    from retromae.retrieval.search import TextOptions, encode_texts, vector_search
+
     doc_ids, texts = list(data.corpus), [passage.joined() for passage in data.corpus.values()]
     passages = TextOptions(config.passage_prefix, config.passage_max_length)
     description = f"encoding {name} ({len(doc_ids):,} texts)"

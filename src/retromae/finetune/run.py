@@ -41,11 +41,21 @@ def _load_encoders(config: FinetuneConfig, device) -> tuple[Encoder, Encoder]:
 
 def _check_data(config: FinetuneConfig, data: TrainingSet, source: str) -> None:
     if config.distill and not data.has_scores:
-        raise ConfigError("--distill: the training data has no teacher scores; add them with `retromae score`")
+        raise ConfigError(f"--distill: {data.source} has no teacher scores; {_scoring_hint(config)}")
     if config.distill and source != "file":
         raise ConfigError("--distill: needs --negatives file (the scored negatives of the training file)")
     if source == "file" and not any(example.negatives for example in data.examples):
         raise ConfigError(f"--negatives: {data.source} lists no negatives; use --negatives none, bm25 or model")
+
+
+def _scoring_hint(config: FinetuneConfig) -> str:
+    """How to give training data teacher scores: score its training file (a folder is mined into one first)."""
+    scored = "`retromae score --model RERANKER --data {} --output SCORED.jsonl` (RERANKER: the reranker/ of a " \
+             "`retromae train-reranker` run), then fine-tune on SCORED.jsonl"
+    if Path(config.data).is_file():
+        return f"add them with {scored.format(config.data)}"
+    return (f"mine a training file first (`retromae mine --model {config.model} --data {config.data} --split "
+            f"{config.split} --output MINED.jsonl`), then score it with {scored.format('MINED.jsonl')}")
 
 
 def _prepare_negatives(config: FinetuneConfig, data: TrainingSet, source: str, miner: Miner, accelerator) -> None:

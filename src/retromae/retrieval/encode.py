@@ -36,7 +36,7 @@ from retromae.console import progress
 from retromae.encoder import Encoder
 from retromae.errors import DataError
 from retromae.finite import check_vectors
-from retromae.io import atomic_path, write_text_atomic
+from retromae.io import atomic_path, check_free_space, reserve, write_text_atomic
 from retromae.processes import process_state
 from retromae.run_folder import claim_folder, input_fingerprint
 
@@ -96,6 +96,7 @@ def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, in
     shards = output_dir / SHARDS_DIR
     with atomic_path(output_dir / EMBEDDINGS_FILE) as tmp:
         merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(ids), info["dim"]))
+        reserve(tmp)
         for index in range(count):
             merged[index * shard_size:(index + 1) * shard_size] = np.load(shards / f"shard-{index:05d}.npy")
         merged.flush()
@@ -134,6 +135,9 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     if _finished(output_dir, manifest):
         return output_dir
     shards = output_dir / SHARDS_DIR
+    done = sum(path.stat().st_size for path in shards.glob("shard-*.npy"))  # a resumed encoding's finished shards
+    # the shards, then embeddings.npy beside them: twice the vectors, checked before encoding (on every process)
+    check_free_space(output_dir, 2 * len(ids) * encoder.dimension * 4 - done, f"encoding {len(ids):,} texts")
     if state.is_main_process:
         _check_manifest(shards, manifest)
     state.wait_for_everyone()
