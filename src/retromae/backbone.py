@@ -23,9 +23,8 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 from retromae.backbones import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
-from retromae.export import HEAD_FILE
 from retromae.finite import check_weights
-from retromae.model_source import ModelSource, check_safetensors, check_tokenizer, resolve_model
+from retromae.model_source import HEAD_FILE, ModelSource, check_safetensors, check_tokenizer, resolve_model
 from retromae.pretrain_config import ATTENTION_NAMES
 
 IGNORE_INDEX = -100

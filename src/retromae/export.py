@@ -25,10 +25,9 @@ from retromae.encoder import default_max_length, describe_folder
 from retromae.errors import ModelLoadError
 from retromae.finite import check_weights
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
-from retromae.model_source import check_safetensors, read_json, resolve_model
+from retromae.model_source import HEAD_FILE, check_safetensors, read_json, resolve_model
 
 ENCODER_METADATA = "retromae_encoder.json"
-HEAD_FILE = "pretrain_head.safetensors"
 # What sentence-transformers writes beside the weights (and module folders such as 1_Pooling/): copied into encoder/.
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
 

@@ -26,6 +26,7 @@ from retromae.errors import DataError, ModelLoadError
 
 ENCODER_FILE = "retromae_encoder.json"
 RUN_MARKER = "retromae-run.json"
+HEAD_FILE = "pretrain_head.safetensors"  # the pre-training head a `retromae pretrain` run leaves beside encoder/
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 RUN_MODELS = ("encoder", "reranker")  # the model folder a run leaves, in the order looked for
 MAX_UNKNOWN_SHARE = 0.5  # a corpus read as more [UNK] than this is another language or a missing vocabulary
