@@ -133,17 +133,17 @@ def encode_command(model: Path, beir: Path, output: Path) -> dict[str, np.ndarra
 
 def evaluate_command(model: Path, beir: Path, monkeypatch) -> dict[str, np.ndarray]:
     """The vectors `retromae evaluate` searches with: id → vector."""
-    from retromae.evaluation import run as evaluation_run
+    from retromae.retrieval import search as retrieval_search
 
     seen = {}
-    search = evaluation_run.vector_search
+    search = retrieval_search.vector_search
 
     def keep(doc_ids, doc_vectors, query_ids, query_vectors, *args, **kwargs):
         seen.update(zip(doc_ids, doc_vectors, strict=True))
         seen.update(zip(query_ids, query_vectors, strict=True))
         return search(doc_ids, doc_vectors, query_ids, query_vectors, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation_run, "vector_search", keep)
+    monkeypatch.setattr(retrieval_search, "vector_search", keep)  # evaluation.run imports it when it searches
     assert main(["evaluate", "--model", str(model), "--data", str(beir), "--split", "test"]) == 0
     return seen
 
