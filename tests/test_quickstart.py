@@ -77,6 +77,13 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
     assert (retromae["objective"], retromae["decoding"]) == ("retromae", "enhanced")
     assert mlm["max_steps"] == retromae["max_steps"] == 3 and mlm["seed"] == retromae["seed"]
     assert json.loads((output / "finetune-none" / "config.json").read_text())["pooling"] == "cls"
+    # `retromae evaluate` on a quickstart model reads the length the model records and prints the quickstart's figures
+    assert json.loads((output / "initial-model" / "retromae_encoder.json").read_text())["max_length"] == 128
+    assert main(["evaluate", "--model", str(output / "finetune-retromae" / "encoder"), "--data",
+                 str(tmp_path / "data"), "--split", "test", "--output", str(tmp_path / "eval.json")]) == 0
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert {key: evaluated[key] for key in ("ndcg@10", "mrr@10", "recall@100")} == pytest.approx(
+        {key: results["RetroMAE (enhanced)"][key] for key in ("ndcg@10", "mrr@10", "recall@100")}, abs=1e-9)
 
 
 def test_the_frontier_recipe_averages_the_gaps_over_seeds(tmp_path):

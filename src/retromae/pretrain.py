@@ -105,7 +105,8 @@ def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_
         return None
     from retromae.evaluation.probe import Probe  # search, faiss and scipy: only for runs that probe
 
-    return Probe(config, tokenizer, config.max_length, Path(config.output), main_process)
+    return Probe(config, tokenizer, config.max_length, Path(config.output), main_process,
+                 declared_max_length(model_source(config)))
 
 
 def describe(config: PretrainConfig) -> str:

@@ -65,8 +65,11 @@ class Probe:
     """The Trainer's `log_extra` hook: probe scores at probe steps (empty elsewhere and on other processes)."""
 
     def __init__(self, options: ProbeOptions, tokenizer: PreTrainedTokenizerBase, max_length: int,
-                 output: Path, is_main_process: bool = True):
+                 output: Path, is_main_process: bool = True, export_max_length: int | None = None):
+        """`max_length`: the tokens a probe encodes; `export_max_length`: the length a best-probe export records
+        (the run's final export's: `export.declared_max_length` of its source)."""
         self.options, self.tokenizer, self.max_length = options, tokenizer, max_length
+        self.export_max_length = export_max_length
         self.best_folder = Path(output) / BEST_FOLDER
         self.metrics_path = Path(output) / "metrics.jsonl"
         self.active = is_main_process
@@ -147,7 +150,8 @@ class Probe:
         objective = trainer.unwrapped_model
         staging = self.best_folder.with_name(BEST_FOLDER + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling)
+        export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling,
+                       max_length=self.export_max_length)
         save_head(objective, staging)
         info = {"step": trainer.state.step, "tokens": trainer.state.tokens, "metric": key, **scores}
         write_text_atomic(staging / BEST_FILE, json.dumps(info, indent=2) + "\n")
