@@ -22,10 +22,10 @@ from safetensors.torch import load_file, save_file
 from test_train import collate, dataset
 from torch import nn
 
+import retromae
 from retromae.checkpoint_state import check_checkpointing, check_complete, check_shared_folder
 from retromae.config import ConfigError
 from retromae.io import current_umask
-from retromae.pretrain import pretrain
 from retromae.run_folder import MARKER
 from retromae.train import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
 
@@ -259,7 +259,7 @@ def test_deepspeed_checkpoints_are_refused_before_training():
 def test_pretrain_resume_refuses_a_planted_pickle_in_one_line(tiny_model_dir, tiny_corpus, tmp_path):
     """The CLI end to end: an old-layout checkpoint holding a crafted custom_checkpoint_1.pkl (what the audit did)."""
     output = tmp_path / "run"
-    assert pretrain(tiny_pretrain_config(tiny_model_dir, tiny_corpus, output, max_steps=3)) is not None
+    assert retromae.pretrain(tiny_pretrain_config(tiny_model_dir, tiny_corpus, output, max_steps=3)) is not None
     folder = latest_checkpoint(output)
     for name in OURS:
         (folder / name).unlink()

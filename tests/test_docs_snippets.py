@@ -57,13 +57,15 @@ def code_blocks(language: str) -> list[Block]:
 
 def shell_lines(text: str, variables: dict[str, str]) -> Iterator[list[str]]:
     """The commands of a shell block as argument lists: continuations joined, comments dropped, `$(python -c ...)`
-    and `$NAME` replaced from `variables` (a placeholder for others), assignments (`M=...`) skipped."""
+    and `$NAME` replaced from `variables` (a placeholder for others), assignments (`M=...`), a closing `&` skipped."""
     for line in text.replace("\\\n", " ").splitlines():
         line = PYTHON_CALL.sub(variables.get("PYTHON_CALL", "MODEL"), line)
         line = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), f"{m.group(1)}-VALUE"), line)
         tokens = shlex.split(line, comments=True)
         while tokens and re.fullmatch(r"\w+=.*", tokens[0]):  # VAR=value before a command, or alone
             tokens = tokens[1:]
+        if tokens[-1:] == ["&"]:  # a job sent to the background
+            tokens = tokens[:-1]
         if tokens[:1] == ["nice"]:
             tokens = tokens[3:] if tokens[1:2] == ["-n"] else tokens[1:]
         if tokens:

@@ -120,3 +120,20 @@ def test_a_wordpiece_vocabulary_trained_twice_on_the_same_texts_has_the_same_ids
     first, second = (train_tokenizer(texts, "wordpiece", 600).get_vocab() for _ in range(2))
     special = list(BRACKET_TOKENS.values())
     assert first == second and [first[token] for token in special] == list(range(len(special)))
+
+
+def test_metric_bars_are_labelled_on_an_axis_from_zero():
+    """Issue 38: a 0.0000 bar had no length to see on an autoscaled axis; every bar now carries its value, the axis
+    starts at 0 and ends a fifth beyond the longest bar (below 0 only for a negative value)."""
+    from retromae.evaluation.experiments import metric_bars, pyplot
+
+    plt = pyplot()
+    figure, (scores, correlations, zeros) = plt.subplots(1, 3)
+    metric_bars(scores, ["none", "mlm", "retromae"], [0.0, 0.0312, 0.5], "ndcg@10")
+    metric_bars(correlations, ["a", "b"], [-0.25, 0.5], "stsb spearman")
+    metric_bars(zeros, ["a"], [0.0], "recall@100")
+    assert [text.get_text() for text in scores.texts] == ["0.0000", "0.0312", "0.5000"]
+    assert scores.get_xlim() == pytest.approx((0.0, 0.6)) and scores.get_title() == "ndcg@10"
+    assert correlations.get_xlim() == pytest.approx((-0.475, 0.65))
+    assert zeros.get_xlim() == pytest.approx((0.0, 0.2)) and zeros.texts[0].get_text() == "0.0000"
+    plt.close(figure)

@@ -259,6 +259,24 @@ def test_training_file_errors_name_the_line(tmp_path, line, message):
         load_training_file(path)
 
 
+def test_a_qrels_file_given_as_data_is_named_with_what_data_takes(tiny_beir, tiny_model_dir, tmp_path, capsys):
+    """Issue 38: `finetune --data qrels/train.tsv` said only "malformed JSON"; the error now says what the file looks
+    like, what --data takes, and the BEIR folder and split to give instead. A line of other bad JSON gets the
+    format too."""
+    qrels = tiny_beir / "qrels" / "train.tsv"
+    output = tmp_path / "ft"
+    assert main(["finetune", "--model", str(tiny_model_dir), "--data", str(qrels), "--output", str(output)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"retromae: error: {qrels}:1: malformed JSON") and "\n" not in error
+    assert "3 tab-separated columns, as a qrels or MS MARCO .tsv file does" in error
+    assert '--data takes a training file of JSON lines, one query a line ({"query": str, "pos": [str, ...]' in error
+    assert error.endswith(f"or a BEIR / MS MARCO folder and --split (here: --data {tiny_beir} --split train)")
+    broken = tmp_path / "train.jsonl"
+    broken.write_text('["query", "passage"]\n')
+    with pytest.raises(DataError, match=r"train.jsonl:1: expected a JSON object; --data takes a training file"):
+        load_training_file(broken)
+
+
 def test_training_file_shares_passages_by_text(tmp_path):
     path = tmp_path / "train.jsonl"
     records = [{"query": "q1", "pos": ["a"], "neg": ["b", "a", "c"], "pos_scores": [3], "neg_scores": [1, 3, 0]},
@@ -307,6 +325,14 @@ def test_finetune_from_a_beir_folder_with_bm25_negatives_and_evaluate(tiny_beir,
     assert all(math.isfinite(m["contrastive"]) for m in _metrics(output))
     assert json.loads((output / "encoder" / "retromae_encoder.json").read_text())["pooling"] == "mean"
     assert (output / "negatives" / "step-0000000.json").is_file()
+    for folder in ("encoder", "sentence-transformer"):  # issue 38: the card named no base model and no training
+        card = (output / folder / "README.md").read_text()
+        assert f"- **Base model:** {tiny_model_dir}\n" in card and "Unknown" not in card
+        assert "- **Training:** dense-retrieval fine-tuning with bm25 negatives (4 steps)\n" in card
+        assert f"- **Training data:** {tiny_beir} (split train)\n" in card and "- **Steps:** 4 steps of " in card
+        assert "mean pooling, normalised" in card and "scored by cosine" in card
+    printed = capsys.readouterr().out
+    assert f"negatives             {output / 'negatives'}" in printed.split("wrote:")[1]
     assert main(["evaluate", "--model", str(output / "sentence-transformer"), "--data", str(tiny_beir),
                  "--output", str(tmp_path / "eval.json")]) == 0
     assert 0 <= json.loads((tmp_path / "eval.json").read_text())["ndcg@10"] <= 1

@@ -10,6 +10,7 @@ import pytest
 from conftest import make_sentences, tiny_beir
 
 import retromae.train
+from retromae.cli import main
 from retromae.config import ConfigError
 from retromae.data.retrieval_sets import Passage, RetrievalSet, load_retrieval_set
 from retromae.encoder import Encoder
@@ -198,3 +199,32 @@ def test_checkpointed_steps_are_logged_and_tokens_accumulate(tiny_model_dir, ref
     records = read_metrics(output)
     assert [r["step"] for r in records] == [2, 3, 4, 6]  # step 3 is checkpointed, so it is logged too
     assert [r["tokens"] for r in records] == [every[step]["tokens"] for step in (2, 3, 4, 6)]
+
+
+def test_a_best_probe_of_the_untrained_model_is_said_and_listed(tiny_model_dir, probe_data, tmp_path, capsys, caplog):
+    """Issue 38: at a learning rate of 1e-12 (the float32 weights do not change) every probe scores as step 0's, so
+    best-probe/ holds the untrained model: a warning says so, and the closing list of what the run wrote names
+    best-probe/ and tensorboard/."""
+    beir, _ = probe_data
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": " ".join(make_sentences(4, seed=i))}) + "\n" for i in range(60)))
+    output = tmp_path / "run"
+    arguments = ["pretrain", "--model", str(tiny_model_dir), "--corpus", str(corpus), "--output", str(output),
+                 "--max-steps", "4", "--batch-size", "4", "--max-length", "32", "--learning-rate", "1e-12",
+                 "--cache-dir", str(tmp_path / "cache"), "--probe", str(beir), "--probe-every", "2", "--log-every", "2",
+                 "--probe-queries", "8", "--probe-documents", "20", "--keep-best-probe", "--report-to", "tensorboard"]
+    assert main(arguments) == 0
+    assert json.loads((output / "best-probe" / "probe.json").read_text())["step"] == 0
+    warnings = [r.getMessage() for r in caplog.records if "untrained model" in r.getMessage()]
+    assert len(warnings) == 1 and "step 0" in warnings[0] and str(output / "best-probe") in warnings[0]
+    for folder, steps in (("encoder", "- **Steps:** 4 steps of 4 blocks of 32 tokens"),
+                          ("best-probe/sentence-transformer", "- **Steps:** 0 of 4 steps of 4 blocks of 32 tokens")):
+        card = (output / folder / "README.md").read_text()
+        assert f"- **Base model:** {tiny_model_dir}\n" in card and f"- **Training data:** {corpus}\n" in card
+        assert "- **Training:** pre-training: retromae enhanced, enc mask 0.3, dec mask 0.5, 1 dec layer" in card
+        assert steps in card and "Unknown" not in card
+    chosen = (output / "best-probe" / "encoder" / "README.md").read_text()
+    assert "- **Chosen by:** the best probe score (probe_ndcg@10 0." in chosen
+    listed = capsys.readouterr().out.split("wrote:")[1]
+    assert f"best probe            {output / 'best-probe'}" in listed
+    assert f"tensorboard           {output / 'tensorboard'}" in listed

@@ -56,7 +56,7 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
                  "--pretrain-steps", "3", "--pretrain-batch-size", "4", "--finetune-epochs", "1",
                  "--finetune-batch-size", "8"]) == 0
     saved = json.loads((output / "results.json").read_text())
-    assert saved["preset"] == "cpu" and saved["device"] in ("cpu", "cuda")
+    assert saved["preset"] == "cpu" and saved["device"] in ("cpu", "cuda") and saved["architecture"] == "bert"
     results = saved["results"]
     assert list(results) == ["BM25", "no pre-training", "MLM", "RetroMAE (enhanced)"]
     for scores in results.values():
@@ -77,6 +77,13 @@ def test_quickstart_writes_a_table_of_every_variant_against_bm25_and_a_plot(tmp_
     assert (retromae["objective"], retromae["decoding"]) == ("retromae", "enhanced")
     assert mlm["max_steps"] == retromae["max_steps"] == 3 and mlm["seed"] == retromae["seed"]
     assert json.loads((output / "finetune-none" / "config.json").read_text())["pooling"] == "cls"
+    # `retromae evaluate` on a quickstart model reads the length the model records and prints the quickstart's figures
+    assert json.loads((output / "initial-model" / "retromae_encoder.json").read_text())["max_length"] == 128
+    assert main(["evaluate", "--model", str(output / "finetune-retromae" / "encoder"), "--data",
+                 str(tmp_path / "data"), "--split", "test", "--output", str(tmp_path / "eval.json")]) == 0
+    evaluated = json.loads((tmp_path / "eval.json").read_text())
+    assert {key: evaluated[key] for key in ("ndcg@10", "mrr@10", "recall@100")} == pytest.approx(
+        {key: results["RetroMAE (enhanced)"][key] for key in ("ndcg@10", "mrr@10", "recall@100")}, abs=1e-9)
 
 
 def test_the_frontier_recipe_averages_the_gaps_over_seeds(tmp_path):
@@ -115,3 +122,29 @@ def test_the_initial_model_is_of_the_chosen_family_with_its_kind_of_tokenizer(tm
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert json.loads(tokenizer.backend_tokenizer.to_str())["model"]["type"] == tokenizer_model
     assert f"a 1-layer {architecture} encoder of hidden size 64" in describe_budget("cpu", budget, 60, architecture)
+
+
+def test_the_results_plot_names_the_model_and_labels_its_bars(tmp_path, monkeypatch):
+    """Issue 38: results.png did not say which model its rows share; its title now does, and each bar its score."""
+    import matplotlib.pyplot
+
+    import retromae.quickstart
+
+    closed = []
+    monkeypatch.setattr(retromae.quickstart, "pyplot",
+                        lambda: type("Pyplot", (), {"subplots": staticmethod(matplotlib.pyplot.subplots),
+                                                    "close": staticmethod(closed.append)}))
+    (tmp_path / "pretrain-mlm").mkdir()
+    records = [{"step": s, "loss": 9.0 - s, "encoder_mlm": 9.0 - s, "lr": 1e-4, "tokens": 64 * s} for s in (1, 2)]
+    (tmp_path / "pretrain-mlm" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {"preset": "cpu", "architecture": "bert", "budget": {"layers": 1, "hidden_size": 64, "vocab_size": 3000}}
+    caption = retromae.quickstart.model_caption(summary, tmp_path / "stdlib-docstrings")
+    assert caption == ("a 1-layer bert encoder of hidden size 64 (vocabulary 3,000), from random weights; cpu preset; "
+                       "test split of stdlib-docstrings")
+    results = {"BM25": {"ndcg@10": 0.355}, "no pre-training": {"ndcg@10": 0.0}, "MLM": {"ndcg@10": 0.036}}
+    retromae.quickstart.plot_results({"MLM": tmp_path / "pretrain-mlm"}, results, 6.5, tmp_path / "results.png",
+                                     caption)
+    assert (tmp_path / "results.png").read_bytes().startswith(b"\x89PNG")
+    figure = closed[0]
+    assert figure.get_suptitle() == caption
+    assert [text.get_text() for text in figure.axes[1].texts] == ["0.355", "0.000", "0.036"]

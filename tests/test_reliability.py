@@ -138,6 +138,45 @@ def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, 
         assert ours["lr"] == pytest.approx(theirs["lr"])
 
 
+def documented_rate(step: int, max_steps: int, learning_rate: float, warmup_ratio: float = 0.1) -> float:
+    """docs/reliability.md, "Training longer": the rate after step `step` (the one step `step` + 1 runs at) of a
+    run of `max_steps` steps, resumed or not: linear warm-up over int(warmup_ratio × max_steps) steps, then linear
+    decay to 0 at `max_steps`."""
+    warmup = int(warmup_ratio * max_steps)
+    if step < warmup:
+        return learning_rate * step / warmup
+    return learning_rate * max(0.0, (max_steps - step) / (max_steps - warmup))
+
+
+def test_a_finished_run_resumed_longer_follows_the_longer_schedule(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch,
+                                                                  capsys):
+    """Issue 38: a finished 10-step run (rate 0 at step 10) resumed with --max-steps 20. Every step after the resume
+    runs at the 20-step schedule's rate, the first one included (before: at the checkpoint's 0), and the rates logged
+    at steps 11-20 are the documented rule's."""
+    used: dict[int, float] = {}
+    original_step = retromae.train.Trainer._optimizer_step
+
+    def record_rate(self, batches):
+        used[self.state.step + 1] = self.optimizer.param_groups[0]["lr"]
+        return original_step(self, batches)
+
+    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", record_rate)
+    output = tmp_path / "run"
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=10, save_every=5))
+    assert run_metrics(output)[-1]["lr"] == 0.0
+    assert [used[step] for step in range(1, 11)] == pytest.approx(
+        [documented_rate(step - 1, 10, 1e-3) for step in range(1, 11)], abs=1e-12)
+    capsys.readouterr()
+    pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=20, save_every=5, resume=True))
+    assert "follows the schedule of 20 steps from step 10 on" in capsys.readouterr().out
+    for step in range(11, 21):
+        assert used[step] == pytest.approx(documented_rate(step - 1, 20, 1e-3), abs=1e-12)
+    logged = {record["step"]: record["lr"] for record in run_metrics(output)}
+    assert [logged[step] for step in range(11, 21)] == pytest.approx(
+        [documented_rate(step, 20, 1e-3) for step in range(11, 21)], abs=1e-12)
+    assert used[11] == pytest.approx(1e-3 * 10 / 18) and logged[15] == pytest.approx(1e-3 * 5 / 18)
+
+
 def test_resume_with_other_logging_and_saving_is_accepted(tiny_model_dir, tiny_corpus, tmp_path):
     output = tmp_path / "full"
     pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=4))

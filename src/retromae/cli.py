@@ -1,10 +1,11 @@
 """The `retromae` command line: one subcommand per module in `retromae.commands`.
 
-Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see `retromae.console`),
-and turning library errors into a one-line message and exit code 2, failures of the operating system into one line
-naming the path and the cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
-`kill`) into the same line (exit code 143), and refusing a multi-process launch that started one process
-(`retromae.processes`). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
+Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see `retromae.console`)
+and `--threads` (the CPU threads, `retromae.threads`, set before a command imports torch), turning library errors
+into a one-line message and exit code 2, failures of the operating system into one line naming the path and the
+cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop, `kill`) into the same line
+(exit code 143), and refusing a multi-process launch that started one process (`retromae.processes`). Each command
+module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
 a command that splits its work over a multi-process launch says so with `PROCESSES = "several"`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
 
@@ -31,9 +32,12 @@ from retromae import commands
 from retromae.console import library_output
 from retromae.errors import FileSystemError, RetroMAEError, os_error_line
 from retromae.processes import check_launch
+from retromae.threads import configure_threads
 
 VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars and reports, bm25s bars, "
                 "warnings), hidden by default; before or after the command name")
+THREADS_HELP = ("CPU threads to compute with (default: OMP_NUM_THREADS when set, else the cores this process may use: "
+                "its affinity and cgroup quota; docs/scaling.md); before or after the command name")
 
 INTERRUPTED = ("retromae: {}; finished checkpoints, shards and output files are kept (written atomically): "
                "`--resume` continues a training run, the same `encode` or `evaluate` command continues an encoding")
@@ -98,8 +102,10 @@ def discover_commands() -> list[CommandInfo]:
 
 
 def _chosen_command(argv: list[str]) -> str | None:
-    """The subcommand named in `argv`: its first argument that is not an option (the top level takes none)."""
-    return next((arg for arg in argv if not arg.startswith("-")), None)
+    """The subcommand named in `argv`: its first argument that is neither an option nor the value of `--threads`
+    (the top level's one option that takes a value)."""
+    values = {i + 1 for i, arg in enumerate(argv) if arg == "--threads"}
+    return next((arg for i, arg in enumerate(argv) if not arg.startswith("-") and i not in values), None)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -109,6 +115,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="Pre-train, fine-tune, index, search and evaluate retrieval encoders (RetroMAE and peers).",
     )
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    parser.add_argument("--threads", type=_positive, metavar="N", help=THREADS_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = None if argv is None else _chosen_command(argv)
     for command in discover_commands():
@@ -120,7 +127,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         general = sub.add_argument_group("help")
         general.add_argument("-h", "--help", action="help", help="show this help and exit")
         general.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+        general.add_argument("--threads", type=_positive, metavar="N", default=argparse.SUPPRESS, help=THREADS_HELP)
     return parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = args.__dict__.pop("handler")
     name = args.__dict__.pop("command")
     verbose = args.__dict__.pop("verbose")
+    configure_threads(args.__dict__.pop("threads"))
     try:
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         with sigterm_as_interrupt(), library_output(verbose):

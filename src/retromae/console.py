@@ -52,14 +52,15 @@ def verbose() -> bool:
 
 
 def quiet_by_default(function: Function) -> Function:
-    """An entry point of the Python API: run within `library_output(False)`, as the CLI runs a command without
-    --verbose, unless a caller up the stack chose already (the CLI; `with library_output(True):`)."""
+    """An entry point of the Python API, run as the CLI runs a command: within `library_output(False)` (as without
+    --verbose) unless a caller up the stack chose already (the CLI; `with library_output(True):`), and its outputs
+    released when it returns (`run_folder.released_after`), so that a later command may continue them."""
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
-        if _VERBOSE.get() is not None:
-            return function(*args, **kwargs)
-        with library_output(False):
+        from retromae.run_folder import released_after
+
+        with released_after(), (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)):
             return function(*args, **kwargs)
 
     return entry_point  # type: ignore[return-value]
@@ -256,6 +257,12 @@ def format_seconds(seconds: float) -> str:
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def written(output: Path, optional: Mapping[str, str]) -> dict[str, Path]:
+    """Of the outputs a run writes only with some options (label → name under `output`: `best-probe/`,
+    `negatives/`, `tensorboard/`), those that are there, for `wrote`."""
+    return {label: Path(output) / name for label, name in optional.items() if (Path(output) / name).exists()}
 
 
 def wrote(outputs: Mapping[str, Path | str], started: float | None = None) -> str:

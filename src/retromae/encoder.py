@@ -95,6 +95,18 @@ def _st_pooling(source: str, module_path: str) -> str:
     return modes[0]
 
 
+def _st_max_length(source: str, path: str) -> int | None:
+    """The max length sentence-transformers reads for the Transformer module at `path`: `max_seq_length` of its
+    sentence_bert_config.json (versions before 6 write it there), else its tokenizer's `model_max_length` (where
+    version 6 writes it), else None."""
+    prefix = f"{path}/" if path else ""
+    declared = (_read_json(source, f"{prefix}sentence_bert_config.json") or {}).get("max_seq_length")
+    if declared is not None:
+        return declared  # checked by `_check_declared_length`
+    length = (_read_json(source, f"{prefix}tokenizer_config.json") or {}).get("model_max_length")
+    return length if isinstance(length, int) and 0 < length < 1_000_000 else None  # tokenizers write 1e30 for none
+
+
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
     """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize."""
     spec, pooling, normalize = FolderSpec(), None, False
@@ -103,8 +115,7 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
         path = module.get("path", "")
         if kind == "Transformer":
             spec.subfolder = path
-            st_config = _read_json(source, f"{path}/sentence_bert_config.json" if path else "sentence_bert_config.json")
-            spec.max_length = (st_config or {}).get("max_seq_length")
+            spec.max_length = _st_max_length(source, path)
         elif kind == "Pooling":
             pooling = _st_pooling(source, path)
         elif kind == "Normalize":
@@ -152,7 +163,9 @@ def _check_declared_length(declared: Any, tokenizer: PreTrainedTokenizerBase, so
                              f"number of at least {least} (its tokenizer's special tokens and one of text)")
 
 
-def _default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
+def default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
+    """The tokens a model reads: the length its folder declares (else `DEFAULT_MAX_LENGTH`), at most its positions
+    and its tokenizer's limit. Every folder we write records this length (`retromae.export`)."""
     limits = [declared or DEFAULT_MAX_LENGTH, position_limit(model.config),
               tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None]
     return min(limit for limit in limits if limit)
@@ -167,7 +180,7 @@ class Encoder:
         self.model = model
         self.tokenizer = tokenizer
         self.config = pooling or PoolingConfig()
-        self.max_length = max_length or _default_max_length(model, tokenizer, None)
+        self.max_length = max_length or default_max_length(model, tokenizer, None)
         self.amp_dtype = amp_dtype
         self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
 
@@ -208,7 +221,7 @@ class Encoder:
         check_weights(model, resolved.given)
         _check_declared_length(spec.max_length, tokenizer, source)
         model.to(device).eval()
-        length = max_length or _default_max_length(model, tokenizer, spec.max_length)
+        length = max_length or default_max_length(model, tokenizer, spec.max_length)
         encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
         encoder.source = resolved.given
         return encoder

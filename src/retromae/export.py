@@ -1,9 +1,10 @@
 """What a training run leaves behind for its users: the encoder in the formats the field loads.
 
-Owns: `OUTPUT/encoder/` (a plain Hugging Face model + tokenizer + `retromae_encoder.json` naming its pooling
-and, when the source model declared one, its max length, + the sentence-transformers modules of that pooling, so
-that `SentenceTransformer("OUTPUT/encoder")` pools as trained), `OUTPUT/sentence-transformer/` (the same weights with
-the same pooling and `max_seq_length`, loadable by `SentenceTransformer`),
+Owns: `OUTPUT/encoder/` (a plain Hugging Face model + tokenizer + `retromae_encoder.json` naming its pooling and
+max length, + the sentence-transformers modules of that pooling, so that `SentenceTransformer("OUTPUT/encoder")`
+pools and truncates as trained), `OUTPUT/sentence-transformer/` (the same weights with the same pooling and max
+length, loadable by `SentenceTransformer`), the same files beside any model folder we write (`write_encoding_files`,
+e.g. `init-model`'s),
 `OUTPUT/pretrain_head.safetensors` (the objective's MLM head and decoder, so pre-training can continue) and
 `OUTPUT/config.json` (the resolved config). Every folder is written atomically. Does not own training.
 """
@@ -20,11 +21,11 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from retromae.encoder import describe_folder
+from retromae.encoder import default_max_length, describe_folder
 from retromae.errors import ModelLoadError
 from retromae.finite import check_weights
 from retromae.io import atomic_directory, atomic_path, write_text_atomic
-from retromae.model_source import HEAD_FILE, check_safetensors, resolve_model
+from retromae.model_source import HEAD_FILE, check_safetensors, read_json, resolve_model
 
 ENCODER_METADATA = "retromae_encoder.json"
 # What sentence-transformers writes beside the weights (and module folders such as 1_Pooling/): copied into encoder/.
@@ -33,18 +34,33 @@ SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.jso
 
 def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path,
                    pooling: str = "cls", normalize: bool = False, max_length: int | None = None) -> None:
-    """Save the base encoder (no MLM head) with its tokenizer and pooling metadata, loadable by `AutoModel` and, with
-    the same pooling, by `SentenceTransformer`; `max_length` (the source model's declared input length, see
-    `declared_max_length`) is kept when given."""
+    """Save the base encoder (no MLM head) with its tokenizer, pooling and max length, loadable by `AutoModel` and,
+    pooling and truncating the same way, by `SentenceTransformer`. `max_length` is the source model's declared
+    input length (`declared_max_length`); without one, the length `Encoder.load` gives the model."""
     check_weights(model.base_model, f"{path}: not exported")
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        metadata = {"pooling": pooling, "normalize": normalize}
-        if max_length is not None:
-            metadata["max_length"] = max_length
-        write_text_atomic(staging / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
-        _add_sentence_transformers_modules(staging, pooling, normalize, max_length)
+        write_encoding_files(staging, pooling, normalize, max_length or default_max_length(model, tokenizer, None))
+
+
+def write_encoding_files(folder: Path, pooling: str, normalize: bool, max_length: int) -> None:
+    """How the model in `folder` turns text into a vector, in every file that a reader of the folder looks at:
+    `retromae_encoder.json` (ours), the sentence-transformers modules with `max_seq_length`, and the tokenizer's
+    `model_max_length` (where sentence-transformers 6 and a plain `AutoTokenizer` read it)."""
+    metadata = {"pooling": pooling, "normalize": normalize, "max_length": max_length}
+    write_text_atomic(folder / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
+    _add_sentence_transformers_modules(folder, pooling, normalize, max_length)
+    _record_max_length(folder, max_length)
+
+
+def _record_max_length(folder: Path, max_length: int) -> None:
+    """`max_length` as sentence_bert_config.json's `max_seq_length` (read by every sentence-transformers version)
+    and tokenizer_config.json's `model_max_length`."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        values = read_json(folder / name) or {}
+        values[key] = max_length
+        write_text_atomic(folder / name, json.dumps(values, indent=2) + "\n")
 
 
 def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bool, max_length: int | None) -> None:
@@ -54,7 +70,7 @@ def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bo
         _sentence_transformer(folder, pooling, normalize, max_length).save(scratch)
         for entry in Path(scratch).iterdir():
             if entry.is_dir():
-                shutil.copytree(entry, folder / entry.name)
+                shutil.copytree(entry, folder / entry.name, dirs_exist_ok=True)
             elif entry.name in SENTENCE_TRANSFORMERS_FILES:
                 shutil.copy(entry, folder / entry.name)
 
@@ -92,9 +108,12 @@ def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str | No
     score the model was trained and is searched with: the dot product of unnormalised vectors (cosine when they are
     normalised), so that sentence-transformers and mteb rank as `retromae evaluate` does."""
     pooling = pooling or describe_folder(str(encoder_dir)).pooling.pooling
-    model = _sentence_transformer(encoder_dir, pooling, normalize, declared_max_length(encoder_dir))
+    max_length = declared_max_length(encoder_dir)
+    model = _sentence_transformer(encoder_dir, pooling, normalize, max_length)
     with atomic_directory(Path(path)) as staging:
         model.save(str(staging))
+        if max_length is not None:
+            _record_max_length(staging, max_length)
 
 
 def save_head(objective: nn.Module, output: Path) -> None:

@@ -36,8 +36,10 @@ from retromae.export import (
     load_head,
     save_head,
 )
+from retromae.model_card import pretraining_facts, write_model_cards
 from retromae.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import PretrainingObjective, build_objective
+from retromae.pretrain_config import BEST_PROBE_DIR
 from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
@@ -78,6 +80,7 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
         export_outputs(trained, tokenizer, output, declared_max_length(model_source(config)))
         if probe is not None:
             probe.finish()
+        write_cards(config, output)
     trainer.accelerator.wait_for_everyone()
     return output
 
@@ -103,7 +106,8 @@ def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_
         return None
     from retromae.evaluation.probe import Probe  # search, faiss and scipy: only for runs that probe
 
-    return Probe(config, tokenizer, config.max_length, Path(config.output), main_process)
+    return Probe(config, tokenizer, config.max_length, Path(config.output), main_process,
+                 declared_max_length(model_source(config)))
 
 
 def describe(config: PretrainConfig) -> str:
@@ -191,6 +195,22 @@ def pretraining_data(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast,
     views = CropPairDataset if objective.corpus_views == "crops" else SpanPairDataset
     return views(store, config.seed, objective.min_document_tokens, config.batch_size,
                  config.objective), PairCollator(tokenizer, pad_to_multiple_of, max_length)
+
+
+def write_cards(config: PretrainConfig, output: Path) -> None:
+    """The model cards of encoder/, sentence-transformer/ and, with --keep-best-probe, the best probe's folders
+    (the step it was taken at)."""
+    title = f"{output.name}: an encoder pre-trained with {config.objective}"
+    write_model_cards([output / "encoder", output / "sentence-transformer"], title, pretraining_facts(config))
+    best = output / BEST_PROBE_DIR
+    if config.keep_best_probe and best.is_dir():
+        from retromae.evaluation.probe import BEST_FILE  # search and faiss: only for runs that probe
+
+        probe = json.loads((best / BEST_FILE).read_text(encoding="utf-8"))
+        facts = pretraining_facts(config, steps=probe["step"])
+        metric = probe["metric"]
+        facts["Chosen by"] = f"the best probe score ({metric} {probe[metric]:.4f}) at step {probe['step']}"
+        write_model_cards([best / "encoder", best / "sentence-transformer"], f"{title} (best probe)", facts)
 
 
 def export_outputs(objective, tokenizer, output: Path, max_length: int | None = None) -> None:

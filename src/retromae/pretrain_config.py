@@ -20,6 +20,7 @@ PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 # The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
 # out so that --help imports no torch (tests/test_backbones.py checks the two agree).
 ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
+BEST_PROBE_DIR = "best-probe"  # where --keep-best-probe exports (`retromae.evaluation.probe`)
 ATTENTION_NAMES = ("auto", "sdpa", "flash_attention_2", "eager")  # `retromae.backbone.attention_implementation`
 
 

@@ -43,6 +43,9 @@ from retromae.scratch import family_tokenizer, save_random_model
 METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
 OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",
            "finetune-none", "finetune-mlm", "finetune-retromae", "results.md", "results.json", "results.png")
+# The tokens the quickstart's models read when it evaluates them (and `retromae evaluate` on them): the passage length
+# its published figures were measured with (a quarter of the standard library's docstrings are longer).
+EVALUATION_LENGTH = 128
 # (table name, pre-training objective or None, its options): each variant starts from the same initialisation.
 VARIANTS = (
     ("no pre-training", None, {}),
@@ -98,11 +101,18 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
 
 def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int, architecture: str = "bert") -> Path:
     """The family's kind of tokenizer trained on the corpus and a randomly initialised small model of `architecture`
-    (BERT: WordPiece), saved together."""
+    (BERT: WordPiece), saved together. It records the length it encodes text with (`model_length`), which its
+    pre-trained and fine-tuned exports keep: the quickstart evaluates them with it, as `retromae evaluate` does."""
     tokenizer = family_tokenizer((document.text for document in iter_corpus(corpus)), architecture,
                                  budget.vocab_size, 512)
     return save_random_model(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
-                             max_positions=max(512, budget.max_length), seed=seed, architecture=architecture)
+                             max_positions=max(512, budget.max_length), seed=seed, architecture=architecture,
+                             max_length=model_length(budget))
+
+
+def model_length(budget: Budget) -> int:
+    """The tokens the quickstart's models read: `EVALUATION_LENGTH`, or the pre-training blocks when longer."""
+    return max(EVALUATION_LENGTH, budget.max_length)
 
 
 def unigram_entropy(corpus: list[str], model: Path) -> float:
@@ -161,10 +171,11 @@ def finetune_variant(model: Path, data: Path, budget: Budget, output: Path, seed
 
 
 def evaluate_dense(model: Path, data_dir: Path) -> dict[str, float]:
-    """A dense encoder's metrics on the test split (passages up to 128 tokens)."""
+    """A dense encoder's metrics on the test split, queries and passages read up to the length the model records
+    (`model_length`), as `retromae evaluate --model` reads them."""
     data = load_retrieval_set(data_dir, "test")
     run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=100,
-                       passages=TextOptions(max_length=128), questions=TextOptions(max_length=32))
+                       passages=TextOptions(), questions=TextOptions())
     return evaluate_run(data.qrels, run, (10, 100))
 
 
@@ -199,11 +210,22 @@ def results_table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_caption(summary: dict[str, Any], data: Path) -> str:
+    """The model every row shares and where it was tested, e.g. "a 2-layer bert encoder of hidden size 128
+    (vocabulary 4,000), from random weights; tiny preset; test split of stdlib-docstrings"."""
+    budget = summary["budget"]
+    return (f"a {budget['layers']}-layer {summary['architecture']} encoder of hidden size {budget['hidden_size']} "
+            f"(vocabulary {budget['vocab_size']:,}), from random weights; {summary['preset']} preset; test split of "
+            f"{Path(data).name}")
+
+
 def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, float]], entropy: float,
-                 path: Path) -> None:
-    """Left: pre-training loss components against the step, and the unigram plateau; right: NDCG@10 per model."""
+                 path: Path, caption: str = "") -> None:
+    """Left: pre-training loss components against the step, and the unigram plateau; right: NDCG@10 per model;
+    `caption` (the model, `model_caption`) above both."""
     plt = pyplot()
     figure, (losses, bars) = plt.subplots(1, 2, figsize=(11, 4))
+    figure.suptitle(caption, fontsize=10)
     for name, folder in pretraining.items():
         records = read_metrics(folder / "metrics.jsonl")
         for key in sorted(k for k in records[0] if k not in (*NOT_LOSSES, "loss")):
@@ -212,7 +234,7 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
     losses.set(title="pre-training", xlabel="step", ylabel="loss (nats per predicted token)")
     losses.legend()
     names = list(results)
-    bars.bar(range(len(names)), [results[n]["ndcg@10"] for n in names], color="tab:blue")
+    bars.bar_label(bars.bar(range(len(names)), [results[n]["ndcg@10"] for n in names], color="tab:blue"), fmt="%.3f")
     bars.set_xticks(range(len(names)), names, rotation=15)
     bars.set(title="test queries", ylabel="NDCG@10")
     figure.tight_layout()
@@ -249,7 +271,8 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
                                             stages)
         if folder is not None:
             pretraining[name] = folder
-    summary = {"device": device, "preset": preset, "budget": dataclasses.asdict(budget),
+    summary = {"device": device, "preset": preset, "architecture": config.architecture,
+               "budget": dataclasses.asdict(budget),
                "minutes": (time.perf_counter() - started) / 60, "unigram_entropy": entropy,
                "pretraining_losses": final_losses(pretraining), "results": results}
     write_outputs(summary, pretraining, output, data)
@@ -264,7 +287,8 @@ def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output:
     note = plateau_note(summary["pretraining_losses"], summary["unigram_entropy"])
     write_text_atomic(output / "results.md", f"{header}{table}\n{note}\n")
     write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
-    plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png")
+    plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png",
+                 model_caption(summary, data))
     print(f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}")
 
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
-from retromae.backbone import check_max_length
+from retromae.backbone import check_max_length, position_limit
 from retromae.config import ConfigError, save_config
 from retromae.console import progress
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
@@ -37,6 +37,7 @@ from retromae.reranker_config import RerankerConfig
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 RERANKER_DIR = "reranker"
+DEFAULT_PAIR_LENGTH = 256  # tokens of a (query, passage) pair unless --max-length says otherwise
 
 
 class PairCollator:
@@ -97,12 +98,21 @@ def _training_set(config: RerankerConfig, accelerator):
     return data
 
 
+def pair_length(model_config, requested: int | None) -> int:
+    """The tokens of a (query, passage) pair: --max-length as given, by default `DEFAULT_PAIR_LENGTH`, at most what
+    the model reads (a default never exceeds the model; a value given does, and is refused by the length check)."""
+    if requested is not None:
+        return requested
+    return min(DEFAULT_PAIR_LENGTH, position_limit(model_config) or DEFAULT_PAIR_LENGTH)
+
+
 def train_reranker(config: RerankerConfig) -> Path:
     """Train a cross-encoder as configured; returns the output folder (the model is in `reranker/`)."""
     output = Path(config.output)
     accelerator = make_accelerator(config)
     seed_everything(config.seed)
     model, tokenizer = _load_classifier(config.model, trained=False)
+    config.max_length = pair_length(model.config, config.max_length)
     check_max_length(model.config, config.max_length, "max_length", tokenizer, pair=True)
     claim_output(config, "train-reranker", (RERANKER_DIR,), accelerator)
     data = _training_set(config, accelerator)
@@ -127,9 +137,10 @@ def train_reranker(config: RerankerConfig) -> Path:
 class CrossEncoder:
     """A one-logit sequence classifier scoring (query, passage) pairs."""
 
-    def __init__(self, name: str, device: str | None = None, max_length: int = 256) -> None:
+    def __init__(self, name: str, device: str | None = None, max_length: int | None = None) -> None:
         self.name = name
         self.model, self.tokenizer = _load_classifier(name, trained=True)
+        max_length = pair_length(self.model.config, max_length)
         check_max_length(self.model.config, max_length, "max_length", self.tokenizer, pair=True)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device).eval()

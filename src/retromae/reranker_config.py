@@ -25,11 +25,12 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
                                     "bi-encoder); auto: file for a training file, bm25 for a folder",
                             choices=("auto", "file", "bm25", "model"))
     group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives")
-    max_length: int = option(256, "max tokens of a (query, passage) pair")
+    max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
+                                                  "model reads")
     learning_rate: float = option(2e-5, "peak learning rate of AdamW")
 
     def __post_init__(self) -> None:
         HeadTrainingConfig.__post_init__(self)
         MiningOptions.__post_init__(self)
         require(self.group_size >= 2, "group_size", "must be at least 2 (a positive and a negative)")
-        require(self.max_length >= 8, "max_length", "must be at least 8")
+        require(self.max_length is None or self.max_length >= 8, "max_length", "must be at least 8")

@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -269,16 +269,27 @@ def _holder(lock: Path) -> str:
 
 
 @atexit.register
-def release() -> None:
-    """Remove and unlock this process's lock files: when a command of the CLI ends, and when the process exits (a
-    killed process leaves its files, unlocked). Not in forked children (data loader workers), whose copies of the
-    descriptors close with them."""
+def release(keep: Collection[Path] = ()) -> None:
+    """Remove and unlock this process's lock files (but those in `keep`): when a command of the CLI or a call of the
+    Python API ends, and when the process exits (a killed process leaves its files, unlocked). Not in forked
+    children (data loader workers), whose copies of the descriptors close with them."""
     for lock, (descriptor, pid) in list(_HELD.items()):
-        if pid == os.getpid():
+        if pid == os.getpid() and lock not in keep:
             with contextlib.suppress(OSError):
                 lock.unlink()
             os.close(descriptor)
             del _HELD[lock]
+
+
+@contextlib.contextmanager
+def released_after() -> Iterator[None]:
+    """The outputs claimed within the block are released when it ends (those held before stay): a call of the Python
+    API frees its outputs when it returns, as a command of the CLI does."""
+    held = set(_HELD)
+    try:
+        yield
+    finally:
+        release(keep=held)
 
 
 def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:

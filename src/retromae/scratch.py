@@ -15,8 +15,11 @@ from pathlib import Path
 
 from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from retromae.backbone import position_limit
 from retromae.backbones import architecture_adapter
 from retromae.config import require
+from retromae.encoder import default_max_length
+from retromae.export import write_encoding_files
 from retromae.io import write_text_atomic
 from retromae.tokenizer_training import train_tokenizer
 from retromae.train import seed_everything
@@ -36,8 +39,11 @@ def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,
 
 
 def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidden_size: int, layers: int,
-                      max_positions: int = 512, seed: int = 42, architecture: str = "bert") -> Path:
-    """A randomly initialised masked LM of `architecture` sized for `tokenizer` (heads of 64), saved with it."""
+                      max_positions: int = 512, seed: int = 42, architecture: str = "bert",
+                      max_length: int | None = None) -> Path:
+    """A randomly initialised masked LM of `architecture` sized for `tokenizer` (heads of 64), saved with it and with
+    the length and pooling it encodes text with (`export.write_encoding_files`): `max_length`, by default all its
+    positions (at most its tokenizer's limit), and [CLS] pooling."""
     require(hidden_size > 0 and hidden_size % 64 == 0, "hidden_size", "must be a positive multiple of 64 (heads of 64)")
     require(layers > 0, "layers", "must be positive")
     special_ids = {"pad": tokenizer.pad_token_id, "cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id}
@@ -51,6 +57,8 @@ def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidde
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     write_text_atomic(folder / RANDOM_INIT_MARKER, json.dumps({"seed": seed, "architecture": architecture}) + "\n")
+    write_encoding_files(folder, "cls", False,
+                         max_length or default_max_length(model, tokenizer, position_limit(model.config)))
     return folder
 
 

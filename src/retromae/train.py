@@ -135,9 +135,26 @@ def linear_schedule(start: int, warmup_ratio: float, total: int) -> Callable[[in
 
 
 def _scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule of `config.max_steps` steps: a function of the step and --max-steps alone (nothing of it is
+    read from a checkpoint but the step), so a run resumed with a larger --max-steps follows the longer run's
+    schedule from its step on (`follow_schedule`)."""
     body = linear_schedule(config.freeze_encoder_steps, config.warmup_ratio, config.max_steps)
     head = linear_schedule(0, config.warmup_ratio, config.max_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, [body if g["body"] else head for g in optimizer.param_groups])
+
+
+def follow_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int) -> tuple[float, float]:
+    """Put the schedule at `step` and every group's learning rate at the schedule's rate there, as an uninterrupted
+    run has them; returns the first group's rate before and after. A resumed optimiser holds the rate its
+    checkpoint's schedule gave (0 at the last step of a finished run): without this, the first step after resuming
+    with a larger --max-steps would run at it rather than at the longer schedule's. Only the step is taken from the
+    checkpoint, whatever else of the scheduler it holds."""
+    scheduler.last_epoch = step
+    before = scheduler.optimizer.param_groups[0]["lr"]
+    rates = [base * factor(step) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    return before, rates[0]
 
 
 def make_accelerator(config: TrainingConfig) -> Accelerator:
@@ -327,6 +344,8 @@ class Trainer:
         started = time.perf_counter()
         self._check_room()
         resumed = self._maybe_resume()
+        if resumed is not None:
+            self._follow_schedule()
         metrics = (MetricsLog(self.output / "metrics.jsonl", resumed, start_reporter(self.config))
                    if self.accelerator.is_main_process else None)
         batches = started_workers(self._data_loader())
@@ -417,6 +436,15 @@ class Trainer:
         if self.config.save_every:
             size = sum(p.numel() * p.element_size() for p in self.model.parameters())
             check_free_space(self.output, 3 * size, "a checkpoint (the weights and the optimiser's two moments)")
+
+    def _follow_schedule(self) -> None:
+        """After a resume: the rates of this run's schedule at the resumed step, said when they differ from the
+        checkpoint's (a larger --max-steps)."""
+        before, after = follow_schedule(self.scheduler, self.state.step)
+        if not math.isclose(before, after, rel_tol=1e-6, abs_tol=1e-12):
+            self.accelerator.print(f"--max-steps {self.config.max_steps}: the learning rate follows the schedule of "
+                                   f"{self.config.max_steps} steps from step {self.state.step} on: {after:.3g} "
+                                   f"(the checkpoint's schedule was at {before:.3g}); see docs/reliability.md")
 
     def _logs(self, step: int) -> bool:
         """Whether `step` writes a record: every log_every steps, the last step, and every checkpointed step (so a

@@ -18,14 +18,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retromae.console import wrote
+    from retromae.console import written, wrote
+    from retromae.finetune.negatives import NEGATIVES_DIR
     from retromae.finetune.run import finetune
     from retromae.processes import is_main_process
+    from retromae.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = finetune(build_config(FinetuneConfig, args))
     towers = ("", "query-") if (output / "query-encoder").is_dir() else ("",)
     if is_main_process():
         print(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers
-                     for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}, started))
+                     for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}
+                    | written(output, {"negatives": NEGATIVES_DIR, "tensorboard": TENSORBOARD_DIR}), started))
     return 0

@@ -19,15 +19,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retromae.console import wrote
+    from retromae.console import written, wrote
     from retromae.export import HEAD_FILE
     from retromae.pretrain import PretrainConfig, pretrain
+    from retromae.pretrain_config import BEST_PROBE_DIR
     from retromae.processes import is_main_process
+    from retromae.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = pretrain(build_config(PretrainConfig, args))
     if is_main_process():
         print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
-                     "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}, started))
+                     "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}
+                    | written(output, {"best probe": BEST_PROBE_DIR, "tensorboard": TENSORBOARD_DIR}), started))
     return 0
 

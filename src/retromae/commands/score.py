@@ -20,12 +20,13 @@ class ScoreConfig(OutputOptions):
     data: Path = option(help="training file (JSON lines: query, pos, neg)")
     output: Path = option(help="training file to write: the input with pos_scores and neg_scores")
     batch_size: int = option(64, "pairs per forward pass")
-    max_length: int = option(256, "max tokens of a (query, passage) pair")
+    max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
+                                                  "model reads")
     device: str | None = option(None, "torch device; default: the GPU if any")
 
     def __post_init__(self) -> None:
         require(self.batch_size > 0, "batch_size", "must be positive")
-        require(self.max_length >= 8, "max_length", "must be at least 8")
+        require(self.max_length is None or self.max_length >= 8, "max_length", "must be at least 8")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

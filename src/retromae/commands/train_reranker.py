@@ -18,12 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retromae.console import wrote
+    from retromae.console import written, wrote
     from retromae.processes import is_main_process
     from retromae.reranker import RERANKER_DIR, train_reranker
+    from retromae.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = train_reranker(build_config(RerankerConfig, args))
     if is_main_process():
-        print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}, started))
+        print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}
+                    | written(output, {"tensorboard": TENSORBOARD_DIR}), started))
     return 0

@@ -73,12 +73,28 @@ def _score_list(path: Path, number: int, record: dict, name: str, expected: int)
     return [finite_number(path, number, score, f"a score of {name!r}") for score in value]
 
 
+def _what_data_takes(path: Path, line: str) -> str:
+    """What --data expects, after a line that is no JSON object: a tab-separated line is named as the qrels or
+    .tsv file it looks like, and a BEIR folder's qrels file gets the folder and split to give instead."""
+    columns = line.split("\t")
+    looks = (f"the line holds {len(columns)} tab-separated columns, as a qrels or MS MARCO .tsv file does; "
+             if len(columns) > 1 else "")
+    folder, split = path.parent.parent, path.name.removesuffix(".gz").removesuffix(".tsv")
+    instead = (f" (here: --data {folder} --split {split})"
+               if path.parent.name == "qrels" and (folder / "corpus.jsonl").is_file() else "")
+    return (f'{looks}--data takes a training file of JSON lines, one query a line ({{"query": str, "pos": [str, ...], '
+            f'"neg": [str, ...]}}), or a BEIR / MS MARCO folder and --split{instead}')
+
+
 def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of every line of a training file, checked: `query` a string, `pos` a non-empty
     list of strings, `neg` a list of strings, score lists as long as the passage lists they score."""
     path = Path(path)
     for number, line in numbered_lines(path):
-        record = json_object_line(path, number, line)
+        try:
+            record = json_object_line(path, number, line)
+        except DataError as error:
+            raise DataError(f"{error}; {_what_data_takes(path, line)}") from None
         if not isinstance(record.get("query"), str):
             raise DataError(f"{path}:{number}: missing field 'query'" if "query" not in record
                             else f"{path}:{number}: field 'query' must be a string")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from retromae.data.lines import appended_records, numbered_lines
 from retromae.errors import DataError
@@ -180,12 +181,23 @@ def plot_metrics(variants: list[Variant], path: Path) -> None:
     figure, axes = plt.subplots(1, len(columns), figsize=(4 * len(columns), 3.5), squeeze=False)
     for axis, column in zip(axes[0], columns, strict=True):
         names = [v.name for v in variants if column in v.scores]
-        axis.barh(names, [v.scores[column] for v in variants if column in v.scores])
-        axis.invert_yaxis()
-        axis.set(title=column)
+        metric_bars(axis, names, [v.scores[column] for v in variants if column in v.scores], column)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def metric_bars(axis: Any, names: list[str], values: list[float], title: str) -> None:
+    """Horizontal bars of one metric, each labelled with its value (a 0.0000 bar has no length to see), on an axis
+    from 0 (or, for a negative correlation, 30% of the span below it: the label has the minus sign too) to a fifth
+    beyond the longest bar, room for its label (0 to 0.2 when every value is 0)."""
+    bars = axis.barh(names, values)
+    axis.bar_label(bars, fmt="%.4f", padding=3, fontsize=8)
+    low, high = min(0.0, *values), max(0.0, *values)
+    span = (high - low) or 1.0
+    axis.set_xlim(low - 0.3 * span if low < 0 else 0.0, high + 0.2 * span)
+    axis.invert_yaxis()
+    axis.set(title=title)
 
 
 def write_report(folders: list[Path], output: Path, title: str) -> str:

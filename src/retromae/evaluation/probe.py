@@ -29,7 +29,7 @@ from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.sts import sts_correlations
 from retromae.export import export_encoder, export_sentence_transformer, save_head
 from retromae.io import write_text_atomic
-from retromae.pretrain_config import ProbeOptions
+from retromae.pretrain_config import BEST_PROBE_DIR, ProbeOptions
 from retromae.retrieval.search import TextOptions, dense_search
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BEST_FOLDER = "best-probe"
+BEST_FOLDER = BEST_PROBE_DIR
 BEST_FILE = "probe.json"
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -65,8 +65,11 @@ class Probe:
     """The Trainer's `log_extra` hook: probe scores at probe steps (empty elsewhere and on other processes)."""
 
     def __init__(self, options: ProbeOptions, tokenizer: PreTrainedTokenizerBase, max_length: int,
-                 output: Path, is_main_process: bool = True):
+                 output: Path, is_main_process: bool = True, export_max_length: int | None = None):
+        """`max_length`: the tokens a probe encodes; `export_max_length`: the length a best-probe export records
+        (the run's final export's: `export.declared_max_length` of its source)."""
         self.options, self.tokenizer, self.max_length = options, tokenizer, max_length
+        self.export_max_length = export_max_length
         self.best_folder = Path(output) / BEST_FOLDER
         self.metrics_path = Path(output) / "metrics.jsonl"
         self.active = is_main_process
@@ -147,7 +150,8 @@ class Probe:
         objective = trainer.unwrapped_model
         staging = self.best_folder.with_name(BEST_FOLDER + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
-        export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling)
+        export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling,
+                       max_length=self.export_max_length)
         save_head(objective, staging)
         info = {"step": trainer.state.step, "tokens": trainer.state.tokens, "metric": key, **scores}
         write_text_atomic(staging / BEST_FILE, json.dumps(info, indent=2) + "\n")
@@ -155,6 +159,11 @@ class Probe:
         os.replace(staging, self.best_folder)
 
     def finish(self) -> None:
-        """After training: the best-probe encoder also as a sentence-transformers folder."""
+        """After training: the best-probe encoder also as a sentence-transformers folder, and a warning when it is
+        the untrained model (no probe after step 0 scored higher)."""
         if self.active and self.options.keep_best_probe and (self.best_folder / "encoder").is_dir():
             export_sentence_transformer(self.best_folder / "encoder", self.best_folder / "sentence-transformer")
+            if self._exported_step() == 0:
+                logger.warning("%s holds the untrained model: its %s at step 0, %.4f, was the best probe score, no "
+                               "later probe scored higher; the trained model is in encoder/", self.best_folder,
+                               self.options.probe_metric_key, self.best)

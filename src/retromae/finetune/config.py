@@ -40,9 +40,10 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
                                                 "queries' lengths, at most 64")
     passage_max_length: int | None = option(None, "max tokens per passage; default: the 95th percentile of the "
                                                   "training passages' lengths, at most 256 and the model's limit")
-    chunk_size: int = option(0, "gradient caching: encode a batch this many texts at a time and backpropagate "
-                                "through cached embeddings, so the batch size is bounded by time, not memory "
-                                "(0: off)")
+    chunk_size: int | None = option(None, "gradient caching: encode a batch this many texts at a time and "
+                                          "backpropagate through cached embeddings, so the batch size is bounded by "
+                                          "time, not memory (0: off); default: off when a step fits the memory the "
+                                          "process may use, else the largest power of two that fits")
     distill: bool = option(False, "distil the teacher scores of the training file (pos_scores, neg_scores) with a "
                                   "KL divergence over each query's group")
     distill_temperature: float = option(1.0, "temperature of both score distributions in the KL divergence")
@@ -61,7 +62,7 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
         require(self.group_size is None or self.group_size >= 1, "group_size", "must be at least 1")
         require(self.refresh_negatives_every >= 0, "refresh_negatives_every", "must be 0 or positive")
         require(self.temperature is None or self.temperature > 0, "temperature", "must be positive")
-        require(self.chunk_size >= 0, "chunk_size", "must be 0 or positive")
+        require(self.chunk_size is None or self.chunk_size >= 0, "chunk_size", "must be 0 or positive")
         require(self.distill_temperature > 0, "distill_temperature", "must be positive")
         require(self.contrastive_weight >= 0, "contrastive_weight", "must be 0 or positive")
         require(self.distill or self.contrastive_weight > 0, "contrastive_weight", "must be positive without --distill")

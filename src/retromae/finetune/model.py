@@ -11,6 +11,7 @@ each query's group (`losses.distillation_kl`). With `chunk_size`, embeddings com
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -51,15 +52,18 @@ class DualEncoder(nn.Module):
     def passage_model(self) -> PreTrainedModel:
         return self.query_model if self.untied_passage_model is None else self.untied_passage_model
 
+    def embed_at_once(self, model: PreTrainedModel, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled embeddings (B, D) of (B, L) inputs in one pass, whatever `chunk_size` says."""
+        hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        return pool(hidden, attention_mask, self.pooling)
+
     def embed(self, model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Pooled embeddings (B, D) of (B, L) inputs, through gradient caching when `chunk_size` is set."""
-        def run(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state  # (b, L, D)
-            return pool(hidden, mask, self.pooling)
-
         if self.options.chunk_size:
-            return cached_embed(run, model, input_ids, attention_mask, self.options.chunk_size)
-        return run(input_ids, attention_mask)
+            return cached_embed(functools.partial(self.embed_at_once, model), model, input_ids, attention_mask,
+                                self.options.chunk_size)
+        return self.embed_at_once(model, input_ids, attention_mask)
 
     def forward(self, batch: dict[str, torch.Tensor],
                 generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
@@ -107,8 +111,9 @@ def freeze_unused_parameters(model: DualEncoder, batch: dict[str, torch.Tensor])
 def estimated_step_seconds(model: DualEncoder, batch: dict[str, torch.Tensor]) -> float:
     """Expected seconds of a training step on `batch`: a timed forward pass without gradients over all its queries
     and passages (in gradient-caching chunks when they are set, so it needs no more memory than a step), times
-    three, since a backward pass costs about two forward passes. The pass is run once untimed first: a first call
-    pays one-time costs (CUDA's kernel loading and library handles: seconds, against milliseconds a step)."""
+    three, since a backward pass costs about two forward passes (four with gradient caching, which encodes every
+    text twice). The pass is run once untimed first: a first call pays one-time costs (CUDA's kernel loading and
+    library handles: seconds, against milliseconds a step)."""
 
     def forward() -> None:
         with torch.no_grad():
@@ -122,4 +127,4 @@ def estimated_step_seconds(model: DualEncoder, batch: dict[str, torch.Tensor]) -
     forward()
     started = time.perf_counter()
     forward()
-    return BACKWARD_COST * (time.perf_counter() - started)
+    return (BACKWARD_COST + bool(model.options.chunk_size)) * (time.perf_counter() - started)

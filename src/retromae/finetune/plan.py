@@ -5,8 +5,10 @@ one process sees, so that an epoch holds two steps or more and its batches can k
 query and passage max lengths (the length that covers 95% of a seeded sample of the set's queries and passages,
 rounded up to a multiple of 16, at most 64 and 256 tokens and what the model reads), and the number of steps
 (`resolve_steps`: `--epochs` passes over the queries, 2 unless `--epochs` or `--max-steps` is given); and the line a
-run prints when it starts (`plan_line`): its steps and batch shape, and its expected duration from a timed forward pass
-over its first batch (three of them make a step). Does not own training, batching or reading data.
+run prints when it starts (`plan_line`): its steps and batch shape, its expected duration from a timed forward pass
+over its first batch (three of them make a step, four with gradient caching) and its expected peak memory
+(`finetune.memory`, which also chooses gradient caching when a step at once would not fit). Does not own training,
+batching or reading data.
 """
 
 from __future__ import annotations
@@ -61,10 +63,12 @@ def resolve_steps(config: FinetuneConfig, batches_per_epoch: int) -> None:
         config.max_steps = max(1, math.ceil(config.epochs * batches_per_epoch / config.gradient_accumulation_steps))
 
 
-def plan_line(config: FinetuneConfig, queries: int, group_size: int, seconds_per_step: float) -> str:
-    """What the run will do and how long it should take, e.g. "50 steps (2 epochs of 809 queries) of 32 queries x 1
-    passage, queries up to 32 tokens, passages up to 256: about 4m05s (4.9 s a step, from a timed forward pass over
-    the first batch)"."""
+def plan_line(config: FinetuneConfig, queries: int, group_size: int, seconds_per_step: float,
+              memory: str = "") -> str:
+    """What the run will do, how long it should take and (`memory`, `MemoryPlan.describe`) the memory it needs, e.g.
+    "50 steps (2 epochs of 809 queries) of 32 queries x 1 passage, queries up to 32 tokens, passages up to 256: about
+    4m05s (4.9 s a step, from a timed forward pass over the first batch); peak memory about 2.9 GB of the 21.4 GB
+    this process may use"."""
     passes = f" ({config.epochs:g} epochs of {queries:,} queries)" if config.epochs is not None else ""
     micro = config.batch_size * config.gradient_accumulation_steps
     per_step = seconds_per_step * config.gradient_accumulation_steps
@@ -73,4 +77,5 @@ def plan_line(config: FinetuneConfig, queries: int, group_size: int, seconds_per
     return (f"{config.max_steps:,} steps{passes} of {micro} queries x {group_size} "
             f"passage{'s' if group_size > 1 else ''}, queries up to {config.query_max_length} tokens, passages up "
             f"to {config.passage_max_length}: about {format_seconds(config.max_steps * per_step)} "
-            f"({per_step:.3g} s a step, from a timed forward pass over the first batch){mining}")
+            f"({per_step:.3g} s a step, from a timed forward pass over the first batch){mining}"
+            f"{'; ' + memory if memory else ''}")

@@ -12,15 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import broadcast_object_list
+
 from retromae.config import ConfigError, save_config
 from retromae.data.training_groups import TrainingSet, load_training_data
 from retromae.encoder import Encoder
-from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
+from retromae.export import export_encoder, export_sentence_transformer
 from retromae.finetune.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetune.config import FinetuneConfig
+from retromae.finetune.memory import measure_step_memory, memory_budget, plan_memory
 from retromae.finetune.model import DualEncoder, LossOptions, estimated_step_seconds, freeze_unused_parameters
 from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
 from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
+from retromae.model_card import finetuning_facts, write_model_cards
 from retromae.model_source import check_unknown_share
 from retromae.train import Trainer, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
@@ -74,7 +78,7 @@ def _dual_encoder(config: FinetuneConfig, passage: Encoder, query: Encoder, grou
     options = LossOptions(temperature=config.temperature or (0.05 if passage.normalize else 1.0),
                           group_size=group_size, contrastive_weight=config.contrastive_weight,
                           distill_weight=1.0 if config.distill else 0.0,
-                          distill_temperature=config.distill_temperature, chunk_size=config.chunk_size)
+                          distill_temperature=config.distill_temperature, chunk_size=config.chunk_size or 0)
     return DualEncoder(query.model, passage.model if config.untie else None, passage.config, options)
 
 
@@ -111,10 +115,8 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     first = collate([dataset[group] for group in next(iter(probe))])
     first = {key: value.to(accelerator.device) for key, value in first.items()}
     freeze_unused_parameters(model, first)
-    if accelerator.is_main_process:
-        with accelerator.autocast():
-            per_step = estimated_step_seconds(model, first)
-        print(plan_line(config, len(data.examples), group_size, per_step), flush=True)
+    _plan(config, model, first, passage_encoder.tokenizer.pad_token_id or 0, accelerator, len(data.examples),
+          group_size)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
@@ -123,10 +125,32 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
         save_config(config, output / "config.json")
     trainer.run()
     if accelerator.is_main_process:
-        export_towers(trainer.unwrapped_model, passage_encoder, output,
-                      declared_max_length(config.model))
+        export_towers(trainer.unwrapped_model, passage_encoder, output, passage_encoder.max_length)
+        write_model_cards([output / f"{tower}{kind}" for tower in ("", "query-")
+                           for kind in ("encoder", "sentence-transformer")],
+                          f"{output.name}: a dense retriever fine-tuned by retromae",
+                          finetuning_facts(config, describe(config, source)))
     accelerator.wait_for_everyone()
     return output
+
+
+def _plan(config: FinetuneConfig, model: DualEncoder, first: dict, pad_id: int, accelerator, queries: int,
+          group_size: int) -> None:
+    """Plan memory and time on the main process and print the plan line: the gradient-caching chunk size is
+    --chunk-size, else the one `plan_memory` chooses for the memory this process may use; every process trains with
+    the main process's."""
+    chunk = [config.chunk_size or 0]
+    if accelerator.is_main_process:
+        with accelerator.autocast():
+            memory = measure_step_memory(model, first, config.query_max_length, config.passage_max_length, pad_id)
+            plan = plan_memory(memory, config.batch_size, config.batch_size * group_size,
+                               memory_budget(accelerator.device), accelerator.device.type, config.chunk_size)
+            model.options.chunk_size = chunk[0] = plan.chunk_size
+            per_step = estimated_step_seconds(model, first)
+        print(plan_line(config, queries, group_size, per_step, plan.describe()), flush=True)
+    if accelerator.num_processes > 1:
+        broadcast_object_list(chunk)
+    model.options.chunk_size = chunk[0]
 
 
 def describe(config: FinetuneConfig, negatives: str) -> str:
@@ -138,7 +162,8 @@ def describe(config: FinetuneConfig, negatives: str) -> str:
 
 def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length: int | None = None) -> None:
     """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied.
-    They keep the starting model's pooling and declared `max_length`."""
+    They keep the starting model's pooling and `max_length` (the length it declares, else the one it was loaded
+    with)."""
     towers = {"": model.passage_model}
     if model.untied_passage_model is not None:
         towers["query-"] = model.query_model
