@@ -12,6 +12,7 @@ does what the command does and returns what it wrote:
     retromae.bm25(data=..., output=...)                                              # → the TREC run file
     retromae.evaluate(model=..., data=[...])                                         # → the metrics (a dict)
     retromae.mine(model=..., data=..., output=...)                                   # → the training file
+    retromae.adapt(model=..., corpus=[...], output=...)                              # → the output folder
     # also: init_model, train_reranker, score, report, quickstart, and each command's config class
 
 Like the CLI, an entry point keeps the libraries' own output (transformers' load reports and bars, hub retries)
@@ -44,6 +45,7 @@ _PUBLIC = {
     "score": "retromae.commands.score:score",
     "report": "retromae.commands.report:report",
     "quickstart": "retromae.quickstart",  # a callable module, as pretrain
+    "adapt": "retromae.adapt",  # a callable package, as finetune
     "PretrainConfig": "retromae.pretrain_config:PretrainConfig",
     "FinetuneConfig": "retromae.finetune.run:FinetuneConfig",
     "EncodeConfig": "retromae.commands.encode:EncodeConfig",
@@ -57,6 +59,7 @@ _PUBLIC = {
     "ScoreConfig": "retromae.commands.score:ScoreConfig",
     "ReportConfig": "retromae.commands.report:ReportConfig",
     "QuickstartConfig": "retromae.quickstart_config:QuickstartConfig",
+    "AdaptConfig": "retromae.adapt.config:AdaptConfig",
     "Encoder": "retromae.encoder:Encoder",
     "objectives": "retromae.objectives",
     "ObjectiveModule": "retromae.hf_trainer:ObjectiveModule",

@@ -253,6 +253,12 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
+def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's model tensors by name (`MODEL_FILE`), checked as a resume checks them; for reading one
+    checkpoint's weights without its training state (`retromae adapt`'s guard)."""
+    return _read_tensors(path)
+
+
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file, the aliases of its metadata restored; each floating tensor finite."""
     with _reading(path):

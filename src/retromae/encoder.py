@@ -46,6 +46,7 @@ class FolderSpec:
     subfolder: str = ""
     pooling: PoolingConfig = dataclasses.field(default_factory=PoolingConfig)
     max_length: int | None = None
+    declared: bool = False  # whether the folder declares its pooling (else `pooling` is the default)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConfig) -> torch.Tensor:
@@ -125,6 +126,7 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     if pooling is None:
         raise ModelLoadError(f"{source}: modules.json has no Pooling module")
     spec.pooling = PoolingConfig(pooling, normalize)
+    spec.declared = True
     return spec
 
 
@@ -133,7 +135,7 @@ def describe_folder(source: str) -> FolderSpec:
     ours = _read_json(source, ENCODER_FILE)
     if ours is not None:
         return FolderSpec(pooling=PoolingConfig(ours.get("pooling", "cls"), bool(ours.get("normalize", False))),
-                          max_length=ours.get("max_length"))
+                          max_length=ours.get("max_length"), declared=True)
     modules = _read_json(source, "modules.json")
     if modules is not None:
         return _sentence_transformers_spec(source, modules)

@@ -49,7 +49,8 @@ CUDA_PADDING_MULTIPLE = 64  # batch lengths on CUDA: few shapes, each a multiple
 TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
 OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
                     "retromae+contrastive": "RetroMAE + contrastive", "dupmae": "DupMAE", "condenser": "Condenser",
-                    "cocondenser": "coCondenser", "contriever": "Contriever", "simcse": "SimCSE"}
+                    "cocondenser": "coCondenser", "contriever": "Contriever", "simcse": "SimCSE", "tsdae": "TSDAE",
+                    "cropping": "cropping contrastive"}
 
 
 def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
@@ -215,8 +216,10 @@ def write_cards(config: PretrainConfig, output: Path) -> None:
 def export_outputs(objective, tokenizer, output: Path, max_length: int | None = None) -> None:
     """encoder/, sentence-transformer/ (the objective's pooling, the source model's max length) and the
     pre-training head."""
-    export_encoder(objective.encoder, tokenizer, output / "encoder", pooling=objective.pooling, max_length=max_length)
-    export_sentence_transformer(output / "encoder", output / "sentence-transformer")
+    normalize = getattr(objective, "normalize", False)  # an objective trained in a cosine similarity says so
+    export_encoder(objective.encoder, tokenizer, output / "encoder", pooling=objective.pooling, normalize=normalize,
+                   max_length=max_length)
+    export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
     save_head(objective, output)
 
 

@@ -15,7 +15,7 @@ from retromae.training_config import HeadTrainingConfig
 
 # The keys of `retromae.objectives.OBJECTIVES`, in its order; named here so that the options need no objective code.
 OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
-                   "cocondenser", "contriever", "simcse")
+                   "cocondenser", "contriever", "simcse", "tsdae", "cropping")
 PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 # The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
 # out so that --help imports no torch (tests/test_backbones.py checks the two agree).
@@ -143,6 +143,6 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
         require(len(self.corpus) > 0 or self.pairs is not None, "corpus", "give at least one corpus file")
         require(self.contrastive_weight is None or self.objective == "retromae+contrastive", "contrastive_weight",
                 "only the retromae+contrastive objective has a contrastive term to weigh")
-        require(not (self.freeze_encoder_steps and self.objective in ("contrastive", "contriever")),
+        require(not (self.freeze_encoder_steps and self.objective in ("contrastive", "contriever", "cropping")),
                 "freeze_encoder_steps", f"the {self.objective} objective has no head to train while the encoder is "
                                         "frozen")

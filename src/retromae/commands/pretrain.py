@@ -9,7 +9,7 @@ from retromae.config import add_config_arguments, build_config
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = ("pre-train an encoder (RetroMAE, SEED, MLM, DupMAE, Condenser, coCondenser, Contriever, SimCSE, contrastive, "
-        "RetroMAE+contrastive); flags override --config")
+        "RetroMAE+contrastive, TSDAE, cropping); flags override --config")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

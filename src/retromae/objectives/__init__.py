@@ -19,12 +19,14 @@ from retromae.objectives.cocondenser import CoCondenser
 from retromae.objectives.condenser import Condenser
 from retromae.objectives.contrastive import Contrastive
 from retromae.objectives.contriever import Contriever
+from retromae.objectives.cropping import Cropping
 from retromae.objectives.dupmae import DupMAE
 from retromae.objectives.mlm import MaskedLanguageModeling
 from retromae.objectives.retromae import RetroMAE
 from retromae.objectives.retromae_contrastive import RetroMAEContrastive
 from retromae.objectives.seed import SEEDEncoder
 from retromae.objectives.simcse import SimCSE
+from retromae.objectives.tsdae import TSDAE
 
 OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "retromae": RetroMAE,
@@ -37,6 +39,8 @@ OBJECTIVES: dict[str, type[PretrainingObjective]] = {
     "cocondenser": CoCondenser,
     "contriever": Contriever,
     "simcse": SimCSE,
+    "tsdae": TSDAE,
+    "cropping": Cropping,
 }
 
 

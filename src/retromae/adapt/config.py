@@ -1,0 +1,85 @@
+"""The options of `retromae adapt`, declared apart from the run so that parsing them imports no torch.
+
+Owns `AdaptConfig`: the base, the corpus, the validation set, the recipe (objective, budget, head warm-up, weight
+averaging with the base) and the guard's candidates. The training loop's options come from `TrainingConfig`; some of
+its defaults are the adaptation recipe's (learning rate, batch). Does not own the run (`retromae.adapt.run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from retromae.config import option, require
+from retromae.encoder_config import POOLINGS
+from retromae.training_config import TrainingConfig
+
+# Objectives `adapt` trains with; each reads blocks of the corpus and trains the encoder under the base's pooling.
+ADAPT_OBJECTIVES = ("tsdae", "cropping", "mlm")
+HEADLESS = ("cropping",)  # objectives with no fresh head to warm: the encoder trains from the first step
+
+
+@dataclass(kw_only=True)
+class AdaptConfig(TrainingConfig):
+    """Options of `retromae adapt`; defaults are the recipe the literature supports best for an embedder that is
+    already trained (docs/guide.md, "Adapting an embedder to your corpus")."""
+
+    model: str = option(help="the embedder to adapt: a sentence-transformers folder, our exported encoder, or a "
+                             "Hugging Face encoder (folder or hub name); its pooling and similarity are kept")
+    corpus: list[str] = option(help="the corpus to adapt to (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG]); "
+                                    "no labels needed")
+    validation: str | None = option(None, "a BEIR (or MS MARCO) folder of your own labelled queries that the guard "
+                                          "scores candidates on; default: pseudo-queries from documents held out of "
+                                          "training (a sentence of each, searched for it among the corpus)")
+    validation_split: str = option("test", "qrels split of --validation")
+    validation_queries: int = option(200, "the guard scores at most this many queries (held-out documents without "
+                                          "--validation: at most this many, and a tenth of the corpus at most)")
+    validation_documents: int = option(2000, "documents searched per query: the relevant ones and a seeded sample "
+                                             "of others, this many in all")
+    pooling: str | None = option(None, "the base's pooling; needed when its folder declares none (no "
+                                       "sentence-transformers modules.json / 1_Pooling, no retromae_encoder.json); "
+                                       "default: what the folder declares", choices=POOLINGS)
+    normalize: bool | None = option(None, "with --pooling: whether the base's vectors are L2-normalised (compared by "
+                                          "cosine); else what its folder declares")
+    objective: str = option("tsdae", "adaptation objective: tsdae (denoising auto-encoder through the sentence "
+                                     "vector, GPL's +1.4), cropping (InfoNCE between two crops of a document in the "
+                                     "base's cosine similarity, COCO-DR-style) or mlm (masked language modelling)",
+                            choices=ADAPT_OBJECTIVES)
+    decoder_layers: int | None = option(None, "decoder layers of tsdae (default 1)")
+    max_length: int = option(128, "tokens per training block, and per validation text")
+    passes: float = option(1.0, "without --max-steps: passes over the training blocks, at --batch-size, capped by "
+                                "--step-cap")
+    step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach")
+    max_steps: int | None = option(None, "optimiser steps (default: from --passes and --step-cap)")
+    batch_size: int = option(8, "examples per step (TSDAE's reference batch)")
+    learning_rate: float = option(3e-5, "peak learning rate of the encoder (TSDAE's reference rate)")
+    head_learning_rate: float = option(1e-4, "peak learning rate of the fresh heads (decoder, MLM head)")
+    head_warmup: float = option(0.1, "share of the steps that train only the fresh heads before the encoder moves")
+    checkpoints: int = option(3, "checkpoints the guard scores, evenly spaced over the budget (the last at the end)")
+    mix: list[float] = option([1.0, 0.5], "weights of the adapted encoder in its average with the base "
+                                          "(1: the adapted one as is; 0.5: half and half); the guard scores each "
+                                          "checkpoint at each weight")
+    train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
+                                     "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
+                                     "finetune`'s defaults, into OUTPUT/finetuned/")
+    train_split: str = option("train", "qrels split of a --train folder")
+    cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
+    # Set from --checkpoints, so not options of this command (ClassVar drops the inherited fields).
+    save_every: ClassVar[int] = 0
+    keep_checkpoints: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(len(self.corpus) > 0, "corpus", "give at least one corpus file")
+        require(self.validation_queries > 0, "validation_queries", "must be positive")
+        require(self.validation_documents > 0, "validation_documents", "must be positive")
+        require(self.normalize is None or self.pooling is not None, "normalize",
+                "only with --pooling (a folder that declares its pooling declares its normalisation too)")
+        require(self.max_length >= 8, "max_length", "must be at least 8")
+        require(self.passes > 0, "passes", "must be positive")
+        require(self.step_cap > 0, "step_cap", "must be positive")
+        require(0 <= self.head_warmup < 1, "head_warmup", "must lie in [0, 1)")
+        require(self.checkpoints >= 1, "checkpoints", "must be at least 1")
+        require(len(self.mix) > 0 and all(0 < weight <= 1 for weight in self.mix), "mix",
+                "each weight must lie in (0, 1]")
+        require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")

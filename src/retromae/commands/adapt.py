@@ -1,0 +1,32 @@
+"""`retromae adapt`: adapt an already-trained embedder to a corpus without labels, never handing back a worse one
+on the validation set."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from retromae.config import add_config_arguments, build_config
+
+HELP = ("adapt an embedder to your corpus without labels (TSDAE with head warm-up, checkpoints and their averages "
+        "with the base scored on held-out validation: the base is kept when nothing beats it)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from retromae.adapt.config import AdaptConfig
+
+    add_config_arguments(parser, AdaptConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retromae.adapt.config import AdaptConfig
+    from retromae.adapt.run import GUARD_FILE, adapt
+    from retromae.console import wrote
+
+    started = time.perf_counter()
+    output = adapt(build_config(AdaptConfig, args))
+    outputs = {"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
+               "guard": output / GUARD_FILE, "validation set": output / "validation",
+               "fine-tuned": output / "finetuned" / "encoder"}
+    print(wrote({name: path for name, path in outputs.items() if path.exists()}, started))
+    return 0
