@@ -141,21 +141,27 @@ class CountingTokenizer:
         monkeypatch.setattr(cls, "__call__", call)
 
 
-def test_no_caller_hands_a_long_text_whole_to_the_tokenizer(monkeypatch, tiny_model_dir):
+def test_no_caller_hands_a_long_text_whole_to_the_tokenizer(monkeypatch, tiny_model_dir, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
     from retromae.encoder import Encoder
     from retromae.finetune.batches import GroupCollator
     from retromae.finetune.plan import covering_length
-    from retromae.reranker import PairCollator
+    from retromae.reranker import CrossEncoder, PairCollator
 
     encoder = Encoder.load(tiny_model_dir, device="cpu")
+    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(tmp_path)
+    encoder.tokenizer.save_pretrained(tmp_path)
+    scorer = CrossEncoder(str(tmp_path), "cpu", 32)
     long = words(random.Random(1), 100_000)  # about 700,000 characters
     texts = [*make_sentences(5), long]
     expected = whole(encoder.tokenizer, texts, 32)
     counter = CountingTokenizer(monkeypatch, encoder.tokenizer)
-    assert encoder.tokenize(texts, 32) == [ids for ids in expected]
+    assert encoder.tokenize(texts, 32) == expected
     assert encoder.encode(texts, max_length=32, show_progress=False).shape == (6, encoder.dimension)
     batch = GroupCollator(encoder.tokenizer, 32, 32)([("a query", texts, None)])
     assert batch["passage_input_ids"][-1].tolist() == expected[-1]
     PairCollator(encoder.tokenizer, 32)([("a query", texts, None)])
     assert covering_length(encoder.tokenizer, texts, 32, 0) == 32
+    assert scorer.score(["a query"] * len(texts), texts, show_progress=False).shape == (6,)
     assert 0 < counter.longest <= CEILING_PER_TOKEN * 32 < len(long)
