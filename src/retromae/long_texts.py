@@ -22,13 +22,14 @@ is asked of the tokenizer itself (`split_characters`: Metaspace after NFKC keeps
 token holding one of them rules it out (it would be matched across the cut).
 
 The prefix starts at `CHARACTERS_PER_TOKEN * max_length` characters and doubles while it holds fewer than
-`max_length` tokens, up to `CEILING_PER_TOKEN * max_length` characters: a text that holds fewer tokens than that
-in so many characters (a whitespace run or a word of hundreds of thousands of characters) is cut there, not read
-whole, and only then may differ from whole-text tokenisation. Where a stretch longer than the prefix has no
-whitespace to cut before (one enormous "word", CJK text under Metaspace or byte-level BPE), the prefix ends at the
-next whitespace when that lies within the ceiling (exact), else at a character boundary (not inside a combining
-sequence) at the ceiling: inside a word, so its last tokens may differ from the whole text's; the tokens kept are
-still the first `max_length` of a prefix that holds more.
+`max_length` tokens, up to `CEILING_PER_TOKEN * max_length` characters. Two cases fall inside a word, outside the
+argument above. A stretch without whitespace longer than the prefix (one enormous "word"; CJK text under Metaspace
+or byte-level BPE) is cut before the next whitespace when that lies within the ceiling (exact), else at a character
+boundary (not inside a combining sequence) at the prefix's size: the tokens kept are the first `max_length` of a
+prefix that holds at least that many, and only the last tokens of that prefix are those of a cut word (the tests
+find the whole text's tokens for every family). A text with fewer than `max_length` tokens in the ceiling's
+characters (a whitespace run or a word that long) is cut at the ceiling, not read whole: its tokens before that
+word are the whole text's, and the rest is lost.
 """
 
 from __future__ import annotations
@@ -52,8 +53,11 @@ def clip_texts(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len
     prefix whose first `max_length` tokens are those of the whole (module docstring); the whole text is never
     copied or handed to the tokenizer."""
     start = CHARACTERS_PER_TOKEN * max_length
-    clipped = [prefix + text for text in texts] if prefix else list(texts)
     long = {row: start for row, text in enumerate(texts) if len(prefix) + len(text) > start}
+    if not prefix:
+        clipped = list(texts)
+    else:  # a long text gets its prefix once cut
+        clipped = [text if row in long else prefix + text for row, text in enumerate(texts)]
     if not long:
         return clipped
     splits = split_characters(tokenizer)
