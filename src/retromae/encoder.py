@@ -30,6 +30,7 @@ from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
 from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory, write_text_atomic
+from retromae.long_texts import clip_texts
 from retromae.model_source import ENCODER_FILE, check_safetensors, check_tokenizer, read_json, resolve_model
 from retromae.onednn import packed_linears
 
@@ -247,10 +248,12 @@ class Encoder:
         return pool(hidden, attention_mask, self.config)
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
-        """Token ids of each text (prefix prepended), truncated, unpadded."""
-        texts = [prefix + text for text in texts] if prefix else list(texts)
-        return self.tokenizer(texts, truncation=True, max_length=max_length or self.max_length,
-                              return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        """Token ids of each text (prefix prepended), truncated, unpadded; a long text is read only as far as its
+        first tokens (`retromae.long_texts`)."""
+        max_length = max_length or self.max_length
+        return self.tokenizer(clip_texts(self.tokenizer, texts, max_length, prefix), truncation=True,
+                              max_length=max_length, return_attention_mask=False,
+                              return_token_type_ids=False)["input_ids"]
 
     def collate(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-pad token id lists into `(B, L)` ids and attention mask on the encoder's device."""

@@ -32,6 +32,7 @@ from retromae.finetune.batches import GroupBatchSampler, GroupDataset
 from retromae.finetune.negatives import Miner
 from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory
+from retromae.long_texts import clip_texts
 from retromae.model_source import check_safetensors, check_tokenizer, resolve_model
 from retromae.reranker_config import RerankerConfig
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
@@ -49,8 +50,9 @@ class PairCollator:
     def __call__(self, groups: list[tuple[str, list[str], object]]) -> dict[str, torch.Tensor]:
         queries = [query for query, texts, _ in groups for _ in texts]
         passages = [text for _, texts, _ in groups for text in texts]
-        return dict(self.tokenizer(queries, passages, truncation="only_second", max_length=self.max_length,
-                                   padding=True, return_tensors="pt"))
+        return dict(self.tokenizer(queries, clip_texts(self.tokenizer, passages, self.max_length),
+                                   truncation="only_second", max_length=self.max_length, padding=True,
+                                   return_tensors="pt"))
 
 
 class ListwiseObjective(nn.Module):
@@ -155,7 +157,8 @@ class CrossEncoder:
         with progress(f"scoring {len(order):,} pairs", len(order), "pair", enabled=show_progress) as bar:
             for start in range(0, len(order), batch_size):
                 rows = order[start:start + batch_size]
-                tokens = self.tokenizer([queries[r] for r in rows], [passages[r] for r in rows],
+                tokens = self.tokenizer([queries[r] for r in rows],
+                                        clip_texts(self.tokenizer, [passages[r] for r in rows], self.max_length),
                                         truncation="only_second", max_length=self.max_length, padding=True,
                                         return_tensors="pt").to(self.device)
                 scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()

@@ -27,6 +27,7 @@ from transformers import PreTrainedTokenizerBase
 
 from retromae.data.training_groups import TrainingSet
 from retromae.errors import DataError
+from retromae.long_texts import clip_texts
 
 MAX_FILL_TRIES = 1000
 
@@ -162,7 +163,8 @@ class GroupCollator:
         self.query_max_length, self.passage_max_length = query_max_length, passage_max_length
 
     def _encode(self, texts: list[str], max_length: int, prefix: str) -> dict[str, torch.Tensor]:
-        tokens = self.tokenizer(texts, truncation=True, max_length=max_length, padding=True,
+        tokens = self.tokenizer(clip_texts(self.tokenizer, texts, max_length), truncation=True, max_length=max_length,
+                                padding=True,
                                 return_token_type_ids=False, return_tensors="pt")
         return {f"{prefix}_input_ids": tokens["input_ids"], f"{prefix}_attention_mask": tokens["attention_mask"]}
 

@@ -22,6 +22,7 @@ from retromae.backbone import position_limit
 from retromae.console import format_seconds
 from retromae.data.training_groups import TrainingSet
 from retromae.finetune.config import FinetuneConfig
+from retromae.long_texts import clip_texts
 
 DEFAULT_EPOCHS = 2.0
 DEFAULT_BATCH_SIZE = 32
@@ -36,7 +37,8 @@ def covering_length(tokenizer: PreTrainedTokenizerBase, texts: list[str], cap: i
     """Tokens (special tokens included) that cover `LENGTH_COVERAGE` of a seeded sample of `texts`, rounded up to a
     multiple of `LENGTH_MULTIPLE`, at most `cap`."""
     sample = random.Random(seed).sample(texts, min(len(texts), LENGTH_SAMPLE))
-    lengths = sorted(len(ids) for ids in tokenizer(sample, truncation=True, max_length=cap)["input_ids"])
+    tokens = tokenizer(clip_texts(tokenizer, sample, cap), truncation=True, max_length=cap)["input_ids"]
+    lengths = sorted(len(ids) for ids in tokens)
     covered = lengths[max(0, math.ceil(LENGTH_COVERAGE * len(lengths)) - 1)] if lengths else cap
     return min(cap, math.ceil(covered / LENGTH_MULTIPLE) * LENGTH_MULTIPLE)
 
