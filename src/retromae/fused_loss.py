@@ -1,0 +1,281 @@
+"""The vocabulary projection fused with the losses taken on it, a chunk of rows at a time.
+
+Owns: `VocabularyHead` (an MLM head split into its transform and its projection onto the vocabulary, and the
+losses every objective takes on it: the mean cross-entropy over labelled rows, and DupMAE's max-pool over
+positions), the chunked PyTorch kernels behind them (`linear_cross_entropy_sum`, `linear_max_pool`), the choice
+of kernel (`VOCABULARY_LOSSES`) and the vocabulary padded to a multiple of 64 rows inside the loss. Does not own
+where the head sits in a backbone (`BackboneAdapter.vocabulary_projection`) or which rows are labelled (objectives).
+
+Why: RetroMAE's enhanced decoding, SEED and DupMAE project every token onto the vocabulary; unfused, the (N, V)
+logits exist several times over in a step (the logits, their float32 copy, the log-softmax, their gradients):
+at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in float32.
+
+- Cross-entropy (`linear_cross_entropy_sum`): for each chunk of rows, logits = x W^T + b, their log-sum-exp and
+  loss, and, in the same pass, their gradient (softmax - one-hot) multiplied out into the gradients of x, W and b,
+  which are stored for the backward pass (which only scales them by the incoming gradient). The choice against
+  recomputing each chunk's logits in the backward pass: three matrix products a row instead of four, for float32
+  gradients of W and b held from forward to backward (V x E, 47 MB for MiniLM, 94 MB for BERT-base; less than one
+  chunk of logits of the unfused path's many). A chunk holds about `chunk_cells` logits (8 Mi cells, 32 MB of
+  float32: 274 rows of BERT's vocabulary), large enough for efficient matrix products, and is the most that
+  exists at once.
+- DupMAE's bag-of-words max-pool over positions (`linear_max_pool`): the running maximum over chunks of positions,
+  remembering where each maximum sat. Its backward needs no logits at all: each pooled cell's gradient goes to one
+  position, so the gradients of x and W are gathers and scatters of B x V x E products instead of two B x L x V x E
+  matrix products.
+- Numerics follow the unfused path: the projection runs in the autocast dtype when autocast is on (as `nn.Linear`
+  would), in the weight's dtype otherwise; the softmax and loss in float32. Padded vocabulary rows have weight 0 and
+  bias `finfo.min`, so their logits never count (probability 0, no gradient), and are cut from every result.
+- On CUDA, where Liger Kernel is installed, its fused linear cross-entropy (Triton) replaces the chunked loop
+  ("liger", what "auto" picks there); it is optional, never a dependency.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from retromae.backbone import IGNORE_INDEX
+
+PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
+CHUNK_CELLS = 2**23
+# auto: liger on CUDA where installed, chunked otherwise; unfused: the head's full logits, then the loss
+VOCABULARY_LOSSES = ("auto", "chunked", "liger", "unfused")
+
+
+@functools.cache
+def liger_installed() -> bool:
+    """Whether Liger Kernel can be imported (found without importing it)."""
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def compute_dtype(tensor: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype `nn.Linear` would project `tensor` in: autocast's when it is on for the tensor's device, else the
+    weight's."""
+    device = tensor.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+
+
+def padded_projection(weight: torch.Tensor, bias: torch.Tensor | None,
+                      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight (V, E) and bias (V,) in `dtype`, padded to Vp rows, a multiple of 64: zero weights, bias finfo.min
+    (a finite floor: its logits get probability 0 and no NaN in any dtype). Differentiable."""
+    vocab = weight.shape[0]
+    extra = -vocab % PAD_MULTIPLE
+    bias = weight.new_zeros(vocab, dtype=dtype) if bias is None else bias.to(dtype)
+    floor = torch.full((extra,), torch.finfo(dtype).min, dtype=dtype, device=weight.device)
+    return F.pad(weight.to(dtype), (0, 0, 0, extra)), torch.cat([bias, floor])  # (Vp, E), (Vp,)
+
+
+def chunk_size(cells: int, width: int) -> int:
+    """Rows of `width` logits in a chunk of about `cells` cells (at least one)."""
+    return max(1, cells // width)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of x W^T + b; gradients computed chunk by chunk in the forward pass and stored."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                dtype: torch.dtype, cells: int, gradients: bool) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            total, grads = _cross_entropy_chunks(x, weight, bias, labels, dtype, cells, gradients)
+        ctx.save_for_backward(*grads)
+        ctx.has_bias = bias is not None
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total: torch.Tensor):
+        grad_x, grad_weight, grad_bias = ctx.saved_tensors
+        grad_bias = grad_bias * grad_total if ctx.has_bias else None
+        return grad_x * grad_total, grad_weight * grad_total, grad_bias, None, None, None, None
+
+
+def _cross_entropy_chunks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                          dtype: torch.dtype, cells: int,
+                          gradients: bool) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """The summed loss (float32) of x (N, E) against labels (N,), and with `gradients` those of x (N, E),
+    weight (V, E) and bias (V,) for a loss gradient of 1 (else empty tensors)."""
+    vocab = weight.shape[0]
+    w, b = padded_projection(weight.detach(), None if bias is None else bias.detach(), dtype)  # (Vp, E), (Vp,)
+    rows = chunk_size(cells, w.shape[0])
+    total = torch.zeros((), dtype=torch.float32, device=x.device)
+    grad_x = torch.empty_like(x) if gradients else x.new_empty(0)
+    grad_w = torch.zeros(w.shape, dtype=torch.float32, device=x.device) if gradients else x.new_empty(0)
+    grad_b = torch.zeros(w.shape[0], dtype=torch.float32, device=x.device) if gradients else x.new_empty(0)
+    for start in range(0, x.shape[0], rows):
+        chunk = slice(start, start + rows)
+        inputs = x[chunk].detach().to(dtype)  # (C, E)
+        logits = torch.addmm(b, inputs, w.T).float()  # (C, Vp)
+        target = labels[chunk]
+        labelled = target != IGNORE_INDEX  # (C,)
+        safe = target.clamp(min=0)[:, None]  # (C, 1): any real column for unlabelled rows, their loss is zeroed
+        picked = logits.gather(1, safe)[:, 0]  # (C,)
+        top = logits.amax(dim=1, keepdim=True)  # (C, 1)
+        probabilities = logits.sub_(top).exp_()  # in place: unnormalised softmax, (C, Vp)
+        sums = probabilities.sum(dim=1, keepdim=True)  # (C, 1)
+        total += ((top[:, 0] + sums[:, 0].log() - picked) * labelled).sum()
+        if gradients:
+            weight_of_row = labelled.float()[:, None]  # (C, 1): unlabelled rows get no gradient
+            scores = probabilities.mul_(weight_of_row / sums).scatter_add_(1, safe, -weight_of_row)  # softmax - 1hot
+            _accumulate(scores, inputs, w, grad_x[chunk], grad_w, grad_b)
+    if not gradients:
+        return total, ()
+    return total, (grad_x, grad_w[:vocab].to(weight.dtype), grad_b[:vocab].to(weight.dtype))
+
+
+def _accumulate(scores: torch.Tensor, inputs: torch.Tensor, w: torch.Tensor, grad_x: torch.Tensor,
+                grad_w: torch.Tensor, grad_b: torch.Tensor) -> None:
+    """Add one chunk's gradients: scores (C, Vp) float32 = d loss / d logits; inputs (C, E) and w (Vp, E) in the
+    compute dtype; grad_x (C, E) written, grad_w (Vp, E) and grad_b (Vp,) float32 accumulated."""
+    grad_b += scores.sum(dim=0)
+    if w.dtype == torch.float32:
+        grad_x.copy_(scores @ w)
+        grad_w.addmm_(scores.T, inputs)
+        return
+    scores = scores.to(w.dtype)  # as the unfused path hands its logits' gradient to a low-precision matmul
+    grad_x.copy_(scores @ w)
+    grad_w += (scores.T @ inputs).float()
+
+
+def linear_cross_entropy_sum(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                             labels: torch.Tensor, cells: int = CHUNK_CELLS) -> torch.Tensor:
+    """Σ over labelled rows of cross-entropy(x W^T + b, label), float32; x (N, E), weight (V, E), bias (V,) or
+    None, labels (N,) with -100 for rows that do not count. The (N, V) logits never exist: chunks of about
+    `cells` logits, forward and backward. Equal to F.cross_entropy(F.linear(x, weight, bias).float(), labels,
+    reduction="sum") to float tolerance, gradients included."""
+    dtype = compute_dtype(x, weight)
+    gradients = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    return _LinearCrossEntropy.apply(x, weight, bias, labels, dtype, cells, gradients)
+
+
+def liger_cross_entropy_sum(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            labels: torch.Tensor) -> torch.Tensor:
+    """`linear_cross_entropy_sum` on Liger Kernel's fused linear cross-entropy (CUDA, Triton), on the padded
+    projection in the compute dtype."""
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    if x.device.type != "cuda":
+        raise ValueError("the liger vocabulary loss runs on CUDA only; use chunked (or auto) on this device")
+    dtype = compute_dtype(x, weight)
+    w, b = padded_projection(weight, bias, dtype)
+    with torch.autocast("cuda", enabled=False):
+        loss = liger_fused_linear_cross_entropy(x.to(dtype), w, labels, bias=b, ignore_index=IGNORE_INDEX,
+                                                reduction="sum")
+    return loss.float()
+
+
+class _LinearMaxPool(torch.autograd.Function):
+    """max over positions of x W^T + b at visible positions, with the argmax kept for a sparse backward pass."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, visible: torch.Tensor,
+                dtype: torch.dtype, cells: int) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            pooled, where = _max_pool_chunks(x.detach(), weight.detach(), None if bias is None else bias.detach(),
+                                             visible, dtype, cells)
+        ctx.save_for_backward(x, weight, where, visible)
+        ctx.has_bias = bias is not None
+        return pooled
+
+    @staticmethod
+    def backward(ctx, grad_pooled: torch.Tensor):
+        x, weight, where, visible = ctx.saved_tensors
+        grad_x, grad_weight, grad_bias = _max_pool_gradients(x, weight, where, visible, grad_pooled)
+        return grad_x, grad_weight, grad_bias if ctx.has_bias else None, None, None, None
+
+
+def _max_pool_chunks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, visible: torch.Tensor,
+                     dtype: torch.dtype, cells: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """pooled (B, V) float32, the maximum over visible positions of the logits of x (B, L, E), and where (B, V)
+    the position it sat at; positions a chunk at a time with a running maximum."""
+    batch, length, _ = x.shape
+    vocab = weight.shape[0]
+    w, b = padded_projection(weight, bias, dtype)  # (Vp, E), (Vp,)
+    floor = torch.finfo(torch.float32).min
+    pooled = torch.full((batch, w.shape[0]), floor, device=x.device)  # (B, Vp)
+    where = torch.zeros((batch, w.shape[0]), dtype=torch.long, device=x.device)  # (B, Vp)
+    positions = chunk_size(cells, batch * w.shape[0])
+    for start in range(0, length, positions):
+        chunk = slice(start, start + positions)
+        inputs = x[:, chunk].to(dtype)  # (B, P, E)
+        logits = torch.addmm(b, inputs.flatten(0, 1), w.T).float().view(batch, inputs.shape[1], -1)  # (B, P, Vp)
+        logits.masked_fill_(~visible[:, chunk, None], floor)
+        top, index = logits.max(dim=1)  # (B, Vp) each
+        higher = top > pooled  # the first maximum wins a tie, as within one chunk
+        pooled = torch.where(higher, top, pooled)
+        where = torch.where(higher, index + start, where)
+    return pooled[:, :vocab], where[:, :vocab]
+
+
+def _max_pool_gradients(x: torch.Tensor, weight: torch.Tensor, where: torch.Tensor, visible: torch.Tensor,
+                        grad_pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of x (B, L, E), weight (V, E) and bias (V,) from that of the pooled logits (B, V): cell (b, v)
+    sends its gradient to position where[b, v] alone (none when that position was hidden, as masked_fill's
+    backward does), so grad_x[b, l] = Σ_{v: where[b,v] = l} g[b,v] W[v] and grad_W[v] = Σ_b g[b,v] x[b, where[b,v]];
+    a block of the vocabulary at a time, (B, block, E) products."""
+    grad = grad_pooled.float() * visible.gather(1, where)  # (B, V)
+    grad_x = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    grad_w = torch.empty(weight.shape, dtype=torch.float32, device=x.device)
+    width = x.shape[-1]
+    block = chunk_size(CHUNK_CELLS, x.shape[0] * width)
+    for start in range(0, weight.shape[0], block):
+        words = slice(start, start + block)
+        index = where[:, words, None].expand(-1, -1, width)  # (B, block, E)
+        g = grad[:, words, None]  # (B, block, 1)
+        grad_w[words] = (x.gather(1, index).float() * g).sum(dim=0)
+        grad_x.scatter_add_(1, index, weight[words].float()[None] * g)
+    return grad_x.to(x.dtype), grad_w.to(weight.dtype), grad.sum(dim=0).to(weight.dtype)
+
+
+def linear_max_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, visible: torch.Tensor,
+                    cells: int = CHUNK_CELLS) -> torch.Tensor:
+    """(B, V) float32: per row, the maximum over the visible positions (B, L) bool of the logits x W^T + b of
+    x (B, L, E), the (B, L, V) logits never held at once; finfo.min where a row has no visible position."""
+    return _LinearMaxPool.apply(x, weight, bias, visible.bool(), compute_dtype(x, weight), cells)
+
+
+@dataclass(frozen=True)
+class VocabularyHead:
+    """An MLM head as the losses use it: `head` whole (the unfused path), `transform` and `projection` its two
+    parts (`BackboneAdapter.vocabulary_projection`), `kind` one of `VOCABULARY_LOSSES`. Not a module, so that an
+    objective holding one registers no parameter twice."""
+
+    head: nn.Module
+    transform: nn.Module
+    projection: nn.Linear
+    kind: str = "auto"
+    cells: int = CHUNK_CELLS
+
+    def __post_init__(self) -> None:
+        if self.kind not in VOCABULARY_LOSSES:
+            raise ValueError(f"vocabulary loss {self.kind!r}: choose from {', '.join(VOCABULARY_LOSSES)}")
+
+    @property
+    def fused(self) -> bool:
+        return self.kind != "unfused"
+
+    def loss_sum(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Σ over labelled rows of the cross-entropy of states hidden (N, D) against labels (N,) (-100: none)."""
+        if not self.fused:
+            logits = self.head(hidden)  # (N, V)
+            return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+        states = self.transform(hidden)  # (N, E)
+        weight, bias = self.projection.weight, self.projection.bias
+        if self.kind == "liger" or (self.kind == "auto" and states.is_cuda and liger_installed()):
+            return liger_cross_entropy_sum(states, weight, bias, labels)
+        return linear_cross_entropy_sum(states, weight, bias, labels, self.cells)
+
+    def loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy over the labelled rows of hidden (N, D), labels (N,); 0 without any."""
+        return self.loss_sum(hidden, labels) / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+    def max_pool(self, hidden: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """(B, V) float32: the maximum over visible positions (B, L) of the logits of hidden (B, L, D), fused (the
+        unfused path is the head's logits, then their maximum: `retromae.objectives.dupmae`)."""
+        projection = self.projection
+        return linear_max_pool(self.transform(hidden), projection.weight, projection.bias, visible, self.cells)
