@@ -6,8 +6,8 @@ For each objective that scores tokens against the vocabulary, the same objective
 token blocks:
 
 - step time: collation, forward, backward, AdamW (`pretrain_throughput.py`'s pure step); rounds alternate between
-  all runs so that the load of a shared machine hits them alike; the figure is the median, and the ratio to the
-  reference step of the same rounds;
+  all runs so that the load of a shared machine hits them alike; the figures are the medians of wall time and of
+  the process's CPU time, and their ratios to the reference step and to the unfused step of the same rounds;
 - peak memory of the step: the most bytes of tensors alive at once during forward and backward above what was
   alive before it (weights, gradients, optimiser state), from the profiler's allocation records (so not affected
   by load or by other processes);
@@ -25,13 +25,15 @@ Run: PYTHONPATH=src python benchmarks/vocabulary_loss.py [--shape minilm|bert-ba
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
 import torch
 from common import minilm_path
-from pretrain_throughput import RUNS, make_blocks, measure, our_step, reference_step
+from pretrain_throughput import RUNS, make_blocks, our_step, reference_step
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
@@ -120,12 +122,18 @@ def enhanced_loss_memory(args: argparse.Namespace) -> dict[str, int]:
         encoder_labels = labels.masked_fill(~masked, backbone.IGNORE_INDEX)
         capacity = backbone.label_capacity(labels.numel(), 0.3)
 
-        def losses() -> None:
-            encoder = objective.token_loss(encoder_states, encoder_labels, capacity)
-            (encoder + objective.token_loss(decoder_states, labels)).backward()
+        losses = functools.partial(enhanced_losses, objective, encoder_states, encoder_labels, capacity,
+                                   decoder_states, labels)
         losses()  # gradients allocated once, as in a run past its first step
         figures[kind] = peak_bytes(losses)
     return figures
+
+
+def enhanced_losses(objective, encoder_states: torch.Tensor, encoder_labels: torch.Tensor, capacity: int,
+                    decoder_states: torch.Tensor, labels: torch.Tensor) -> None:
+    """Enhanced decoding's encoder MLM loss (at `capacity` positions) plus its decoder loss, and their backward."""
+    encoder = objective.token_loss(encoder_states, encoder_labels, capacity)
+    (encoder + objective.token_loss(decoder_states, labels)).backward()
 
 
 def main() -> None:
@@ -152,25 +160,39 @@ def main() -> None:
     for name, (step, _) in runs.items():
         step()  # optimiser state and gradients allocated, as in a run past its first step
         memory[name] = peak_bytes(step)
-    seconds = measure({name: step for name, (step, _) in runs.items()}, args.rounds, args.warmup,
-                      torch.device("cpu")) if args.timing else {}
+    seconds = measure({name: step for name, (step, _) in runs.items()}, args.rounds, args.warmup) \
+        if args.timing else {}
     report(memory, seconds)
 
 
-def report(memory: dict[str, int], seconds: dict[str, float]) -> None:
-    base = seconds.get(REFERENCE)
-    print(f"{'run':<40}{'peak MiB':>10}{'s/step':>10}{'/ reference':>13}{'fused / unfused':>17}")
+def measure(steps: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, tuple[float, float]]:
+    """Median wall seconds and median CPU seconds of the process per step of each run, rounds alternating between
+    the runs. On a shared machine CPU time is the steadier figure: wall time also counts the waits for a core."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            step()
+            wall[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - started_cpu)
+    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in steps}
+
+
+def report(memory: dict[str, int], seconds: dict[str, tuple[float, float]]) -> None:
+    print(f"{'run':<36}{'peak MiB':>9}{'wall s':>9}{'/ ref':>7}{'/ unfused':>10}{'CPU s':>9}{'/ ref':>7}"
+          f"{'/ unfused':>10}")
     for name, peak in memory.items():
-        line = f"{name:<40}{peak / 2**20:>10.0f}"
-        if seconds:
-            line += f"{seconds[name]:>10.3f}{seconds[name] / base:>13.2f}"
-            if name.endswith(": fused"):
-                line += f"{seconds[name] / seconds[name.replace(': fused', ': unfused')]:>17.2f}"
+        line = f"{name:<36}{peak / 2**20:>9.0f}"
+        for which in (0, 1) if seconds else ():
+            value = seconds[name][which]
+            unfused = seconds.get(name.replace(": fused", ": unfused")) if name.endswith(": fused") else None
+            line += f"{value:>9.3f}{value / seconds[REFERENCE][which]:>7.2f}"
+            line += f"{value / unfused[which]:>10.2f}" if unfused else " " * 10
         print(line)
-    fused = [name for name in memory if name.endswith(": fused")]
-    if seconds and fused:
-        ratios = [seconds[name] / seconds[name.replace(": fused", ": unfused")] for name in fused]
-        print(f"median fused / unfused step time over the objectives: {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":
