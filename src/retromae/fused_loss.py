@@ -10,14 +10,14 @@ Why: RetroMAE's enhanced decoding, SEED and DupMAE project every token onto the 
 logits exist several times over in a step (the logits, their float32 copy, the log-softmax, their gradients):
 at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in float32.
 
-- Cross-entropy (`linear_cross_entropy_sum`): for each chunk of rows, logits = x W^T + b, their log-sum-exp and
-  loss, and, in the same pass, their gradient (softmax - one-hot) multiplied out into the gradients of x, W and b,
-  which are stored for the backward pass (which only scales them by the incoming gradient). The choice against
-  recomputing each chunk's logits in the backward pass: three matrix products a row instead of four, for float32
-  gradients of W and b held from forward to backward (V x E, 47 MB for MiniLM, 94 MB for BERT-base; less than one
-  chunk of logits of the unfused path's many). A chunk holds about `chunk_cells` logits (8 Mi cells, 32 MB of
-  float32: 274 rows of BERT's vocabulary), large enough for efficient matrix products, and is the most that
-  exists at once.
+- Cross-entropy (`linear_cross_entropy_sum`): for each chunk of rows, logits = x W^T + b, their log-softmax (one
+  fused kernel a row) and loss, and, in the same pass, their gradient (softmax - one-hot) multiplied out into the
+  gradients of x, W and b, which are stored for the backward pass (which only scales them by the incoming
+  gradient). The choice against recomputing each chunk's logits in the backward pass: three matrix products a row
+  instead of four, for float32 gradients of W and b held from forward to backward (V x E: 47 MB for MiniLM, 94 MB
+  for BERT-base, less than the logits of one chunk of 2,048 rows). A chunk holds about `cells` logits (16 Mi
+  cells, 64 MB of float32: 549 rows of BERT's vocabulary) in two buffers reused by every chunk: the gradient of W
+  is read and written once a chunk, so chunks much smaller cost time (2x at 2 Mi cells on this CPU).
 - DupMAE's bag-of-words max-pool over positions (`linear_max_pool`): the running maximum over chunks of positions,
   remembering where each maximum sat. Its backward needs no logits at all: each pooled cell's gradient goes to one
   position, so the gradients of x and W are gathers and scatters of B x V x E products instead of two B x L x V x E
@@ -25,8 +25,9 @@ at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in flo
 - Numerics follow the unfused path: the projection runs in the autocast dtype when autocast is on (as `nn.Linear`
   would), in the weight's dtype otherwise; the softmax and loss in float32. Padded vocabulary rows have weight 0 and
   bias `finfo.min`, so their logits never count (probability 0, no gradient), and are cut from every result.
-- On CUDA, where Liger Kernel is installed, its fused linear cross-entropy (Triton) replaces the chunked loop
-  ("liger", what "auto" picks there); it is optional, never a dependency.
+- The matrix products run on oneDNN in float32 on the CPU (`Products`), PyTorch's elsewhere. On CUDA, where Liger
+  Kernel is installed, its fused linear cross-entropy (Triton) replaces the chunked loop ("liger", what "auto"
+  picks there); it is optional, never a dependency.
 """
 
 from __future__ import annotations
