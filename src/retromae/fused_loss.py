@@ -20,8 +20,8 @@ at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in flo
   is read and written once a chunk, so chunks much smaller cost time (2x at 2 Mi cells on this CPU).
 - DupMAE's bag-of-words max-pool over positions (`linear_max_pool`): the running maximum over chunks of positions,
   remembering where each maximum sat. Its backward needs no logits at all: each pooled cell's gradient goes to one
-  position, so the gradients of x and W are gathers and scatters of B x V x E products instead of two B x L x V x E
-  matrix products.
+  position, so the gradients of x and W are two sparse-dense products of B x V x E multiply-adds instead of two
+  dense B x L x V x E matrix products.
 - Numerics follow the unfused path: the projection runs in the autocast dtype when autocast is on (as `nn.Linear`
   would), in the weight's dtype otherwise; the softmax and loss in float32. Padded vocabulary rows have weight 0 and
   bias `finfo.min`, so their logits never count (probability 0, no gradient), and are cut from every result.
@@ -260,19 +260,17 @@ def _max_pool_gradients(x: torch.Tensor, weight: torch.Tensor, where: torch.Tens
                         grad_pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of x (B, L, E), weight (V, E) and bias (V,) from that of the pooled logits (B, V): cell (b, v)
     sends its gradient to position where[b, v] alone (none when that position was hidden, as masked_fill's
-    backward does), so grad_x[b, l] = Σ_{v: where[b,v] = l} g[b,v] W[v] and grad_W[v] = Σ_b g[b,v] x[b, where[b,v]];
-    a block of the vocabulary at a time, (B, block, E) products."""
+    backward does). So d loss / d logits is a sparse (B·L, V) matrix S with B·V entries, and the gradients are two
+    sparse-dense products, S W and S^T x: B·V·E multiply-adds instead of the dense path's 2·B·L·V·E."""
+    batch, length, width = x.shape
+    vocab = weight.shape[0]
     grad = grad_pooled.float() * visible.gather(1, where)  # (B, V)
-    grad_x = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    grad_w = torch.empty(weight.shape, dtype=torch.float32, device=x.device)
-    width = x.shape[-1]
-    block = chunk_size(CHUNK_CELLS, x.shape[0] * width)
-    for start in range(0, weight.shape[0], block):
-        words = slice(start, start + block)
-        index = where[:, words, None].expand(-1, -1, width)  # (B, block, E)
-        g = grad[:, words, None]  # (B, block, 1)
-        grad_w[words] = (x.gather(1, index).float() * g).sum(dim=0)
-        grad_x.scatter_add_(1, index, weight[words].float()[None] * g)
+    rows = (where + torch.arange(batch, device=x.device)[:, None] * length).flatten()  # (B·V,) flattened positions
+    columns = torch.arange(vocab, device=x.device).repeat(batch)  # (B·V,)
+    sparse = torch.sparse_coo_tensor(torch.stack([rows, columns]), grad.flatten(), (batch * length, vocab),
+                                     check_invariants=False).coalesce()  # (B·L, V)
+    grad_x = torch.sparse.mm(sparse, weight.float()).view(batch, length, width)
+    grad_w = torch.sparse.mm(sparse.t().coalesce(), x.reshape(batch * length, width).float())  # (V, E)
     return grad_x.to(x.dtype), grad_w.to(weight.dtype), grad.sum(dim=0).to(weight.dtype)
 
 
