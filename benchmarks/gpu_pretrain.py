@@ -63,6 +63,11 @@ OBJECTIVES = {
     "retromae basic": dict(objective="retromae", decoding="basic"),
     "mlm (0.15)": dict(objective="mlm", encoder_mask_ratio=0.15),
     "seed": dict(objective="seed"),
+    # the vocabulary losses unfused (--vocabulary-loss unfused), beside the fused default; DupMAE projects every
+    # position twice (decoder, bag of words)
+    "retromae enhanced, unfused": dict(objective="retromae", decoding="enhanced", vocabulary_loss="unfused"),
+    "dupmae": dict(objective="dupmae"),
+    "dupmae, unfused": dict(objective="dupmae", vocabulary_loss="unfused"),
 }
 DEFAULT_OBJECTIVES = ["retromae enhanced", "retromae basic", "mlm (0.15)", "seed"]
 REFERENCE = "HF BertForMaskedLM loop"

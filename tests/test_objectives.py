@@ -98,7 +98,7 @@ def test_vocabulary_projection_runs_only_at_masked_positions(tiny_tokenizer):
     batch (`label_capacity`; 33% of a batch of 32 blocks of 512 at ratio 0.3)."""
     objective = build("mlm", tiny_tokenizer)
     rows = []
-    objective.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    objective.vocabulary.transform.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
     batch = make_batch(tiny_tokenizer, count=16)
     objective(batch, generator())
     positions = batch["input_ids"].numel()

@@ -164,10 +164,18 @@ def masked_lm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
     first (a stable sort of the flattened labels, then a gather): shapes never depend on the draw, so there is no
     boolean indexing to wait for and no graph break under torch.compile. Without, it runs on every position (for
     losses over nearly all tokens). A batch without labels gives 0."""
+    hidden, labels = labelled_rows(hidden, labels, capacity)  # (C, D), (C,)
+    logits = head(hidden)  # (C, V)
+    total = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def labelled_rows(hidden: torch.Tensor, labels: torch.Tensor,
+                  capacity: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """States (..., D) and labels (...) flattened to (N, D) and (N,); with `capacity` (`label_capacity`), only that
+    many rows, the labelled ones first (a stable sort of the flattened labels, then a gather)."""
     hidden, labels = hidden.flatten(0, -2), labels.flatten()  # (N, D), (N,)
     if capacity is not None and capacity < labels.numel():
         first = torch.argsort((labels == IGNORE_INDEX).to(torch.uint8), stable=True)[:capacity]  # (C,) labelled first
         hidden, labels = hidden[first], labels[first]  # (C, D), (C,)
-    logits = head(hidden)  # (C, V)
-    total = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
-    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+    return hidden, labels

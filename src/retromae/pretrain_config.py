@@ -22,6 +22,7 @@ PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
 ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
 BEST_PROBE_DIR = "best-probe"  # where --keep-best-probe exports (`retromae.evaluation.probe`)
 ATTENTION_NAMES = ("auto", "sdpa", "flash_attention_2", "eager")  # `retromae.backbone.attention_implementation`
+VOCABULARY_LOSS_NAMES = ("auto", "chunked", "liger", "unfused")  # `retromae.fused_loss.VOCABULARY_LOSSES`
 
 
 @dataclass(kw_only=True)
@@ -96,6 +97,11 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                     "variable-length sequences), else PyTorch SDPA, else eager (DeBERTa)",
                             choices=ATTENTION_NAMES)
     objective: str = option("retromae", "pre-training objective", choices=OBJECTIVE_NAMES)
+    vocabulary_loss: str = option("auto", "how the losses on the vocabulary run: fused with the projection onto it, "
+                                          "a chunk of rows at a time, so the full logits never exist (chunked: "
+                                          "PyTorch; liger: Liger Kernel's fused linear cross-entropy, CUDA; auto: "
+                                          "liger on CUDA where liger-kernel is installed, else chunked), or unfused "
+                                          "(every logit at once, then the loss)", choices=VOCABULARY_LOSS_NAMES)
     decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
                            choices=("enhanced", "basic"))
     decoder_layers: int | None = option(None, "decoder (or head) transformer layers (default: the objective's; "
@@ -123,6 +129,7 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
 
     def __post_init__(self) -> None:
+        from retromae.fused_loss import liger_installed
         from retromae.objectives import OBJECTIVES  # torch: only once a run is configured, never to parse --help
 
         super().__post_init__()
@@ -136,6 +143,8 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
         require(0 < self.decoder_mask_ratio < 1, "decoder_mask_ratio", "must lie in (0, 1)")
         require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
         objective.check_config(self)
+        require(self.vocabulary_loss != "liger" or liger_installed(), "vocabulary_loss",
+                "liger needs Liger Kernel (pip install liger-kernel) and a CUDA device; give auto or chunked")
         require(self.max_length >= 8, "max_length", "must be at least 8")
         require(self.pairs is None or objective.pairs_views is not None, "pairs",
                 f"the {self.objective} objective reads --corpus, not pairs")

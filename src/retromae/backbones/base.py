@@ -1,10 +1,10 @@
 """What every backbone adapter answers, with the answers most BERT-shaped encoders share.
 
-Owns: `BackboneAdapter`, the questions an objective may ask of a masked-LM backbone (where its MLM head is, how
-positions enter it, how to run its body, the longest input it reads, which tokenizer kind its family trains, a
-tiny config of it for a model from scratch) and `DecoderPositions`, the position signal a pre-training decoder
-takes from the backbone. Does not own any family (`retromae.backbones.<family>`) or the registry
-(`retromae.backbones`).
+Owns: `BackboneAdapter`, the questions an objective may ask of a masked-LM backbone (where its MLM head is and how
+it splits into a transform and the vocabulary projection, how positions enter it, how to run its body, the longest
+input it reads, which tokenizer kind its family trains, a tiny config of it for a model from scratch) and
+`DecoderPositions`, the position signal a pre-training decoder takes from the backbone. Does not own any family
+(`retromae.backbones.<family>`) or the registry (`retromae.backbones`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,18 @@ class BackboneAdapter:
             raise ModelLoadError(f"{type(model).__name__} ({self.family} family): expected one MLM head module "
                                  f"beside the base model, found {len(heads)}")
         return heads[0]
+
+    def vocabulary_projection(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Linear]:
+        """The MLM head in two parts, (transform, projection), with mlm_head(x) == projection(transform(x)): the
+        transform maps states (..., D) to (..., E) (BERT's dense, activation and LayerNorm), the projection is the
+        (tied) linear layer onto the vocabulary. A fused projection and loss (`retromae.fused_loss`) need them apart.
+        By default BERT's layout: `predictions.transform`, then `predictions.decoder`."""
+        predictions = getattr(self.mlm_head(model), "predictions", None)
+        transform, projection = getattr(predictions, "transform", None), getattr(predictions, "decoder", None)
+        if not isinstance(transform, nn.Module) or not isinstance(projection, nn.Linear):
+            raise ModelLoadError(f"{type(model).__name__} ({self.family} family): its MLM head has no "
+                                 "predictions.transform and predictions.decoder to split")
+        return transform, projection
 
     def head_modules(self, model: PreTrainedModel) -> list[nn.Module]:
         """The modules `mlm_head` runs, each registered in `model` (what torch.compile compiles in place)."""

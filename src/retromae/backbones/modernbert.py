@@ -24,6 +24,9 @@ class ModernBertAdapter(BackboneAdapter):
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         return nn.Sequential(*self.head_modules(model))
 
+    def vocabulary_projection(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Linear]:
+        return model.head, model.get_output_embeddings()
+
     def head_modules(self, model: PreTrainedModel) -> list[nn.Module]:
         return [model.head, model.get_output_embeddings()]
 

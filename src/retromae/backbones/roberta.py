@@ -5,6 +5,8 @@ Unigram with `▁`; one MLM head module (`lm_head`) beside the base model."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel, RobertaConfig, XLMRobertaConfig
 
 from retromae.backbones.base import BackboneAdapter
@@ -16,6 +18,10 @@ class RobertaAdapter(BackboneAdapter):
     positions = "absolute"
     architectures = {"roberta": "byte-level-bpe", "xlm-roberta": "unigram"}
     angle_tokens = True
+
+    def vocabulary_projection(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Linear]:
+        head = self.mlm_head(model)
+        return HeadTransform(head), head.decoder
 
     def max_length(self, config: PretrainedConfig) -> int | None:
         return config.max_position_embeddings - self._offset(config)
@@ -38,3 +44,15 @@ class RobertaAdapter(BackboneAdapter):
                             max_position_embeddings=max_positions + special_ids["pad"] + 1, type_vocab_size=1,
                             pad_token_id=special_ids["pad"], bos_token_id=special_ids["cls"],
                             eos_token_id=special_ids["sep"])
+
+
+class HeadTransform(nn.Module):
+    """What `RobertaLMHead` does before its projection onto the vocabulary: dense, exact GELU, LayerNorm. It holds
+    the head's own layers (no weights of its own), since the head's forward runs them inline."""
+
+    def __init__(self, head: nn.Module):
+        super().__init__()
+        self.head = head
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head.layer_norm(F.gelu(self.head.dense(features)))

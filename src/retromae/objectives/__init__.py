@@ -49,7 +49,9 @@ def build_objective(name: str, encoder: PreTrainedModel, tokenizer: PreTrainedTo
     """The objective `name` around `encoder`, configured from a pre-training config."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name].from_config(encoder, MaskingSettings.create(tokenizer, config), config)
+    objective = OBJECTIVES[name].from_config(encoder, MaskingSettings.create(tokenizer, config), config)
+    objective.use_vocabulary_loss(getattr(config, "vocabulary_loss", "auto"))  # configs written before the option
+    return objective
 
 
 def create_objective(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,

@@ -2,7 +2,8 @@
 
 Owns: the `PretrainingObjective` base class (forward(batch, generator) → named losses, "loss" the sum to
 optimise; class attributes saying which data it reads, the pooling it trains, its decoder's default depth; its
-config checks), `MaskingSettings`, the masked encoder pass used by MLM, RetroMAE, SEED, DupMAE and Condenser alike,
+config checks), `MaskingSettings`, the masked encoder pass used by MLM, RetroMAE, SEED, DupMAE and Condenser
+alike, the loss on the vocabulary they all take (`token_loss`, fused with the projection by `retromae.fused_loss`),
 the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share, and the decoders' position signal.
 Everything it needs of the backbone it asks the family's adapter (`retromae.backbones`). Does not own any decoder
 or objective-specific loss.
@@ -10,6 +11,7 @@ or objective-specific loss.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from retromae import backbone
 from retromae.backbones import DecoderPositions, adapter_for
 from retromae.config import require
+from retromae.fused_loss import VocabularyHead
 from retromae.masking import mlm_mask
 
 
@@ -65,12 +68,17 @@ class PretrainingObjective(nn.Module):
         self.encoder = encoder
         self.masking = masking
         self.adapter = adapter_for(encoder)  # fails early, naming what is missing, on a family no adapter knows
-        self.adapter.mlm_head(encoder)
+        self.vocabulary = VocabularyHead(self.adapter.mlm_head(encoder), *self.adapter.vocabulary_projection(encoder))
 
     @property
     def lm_head(self) -> nn.Module:
         """The encoder's (tied) MLM head, shared by every decoder; not registered twice."""
         return self.adapter.mlm_head(self.encoder)
+
+    def use_vocabulary_loss(self, kind: str) -> None:
+        """How the losses on the vocabulary run (`retromae.fused_loss.VOCABULARY_LOSSES`): fused in chunks (auto,
+        chunked, liger) or unfused (the full logits, then the loss)."""
+        self.vocabulary = dataclasses.replace(self.vocabulary, kind=kind)
 
     @classmethod
     def temperature_of(cls, config) -> float:
@@ -108,8 +116,10 @@ class PretrainingObjective(nn.Module):
             module.compile(*args, **kwargs)
 
     def compiled_modules(self) -> list[nn.Module]:
-        """The encoder body and the MLM head; objectives with a decoder add its layers."""
-        return [self.encoder.base_model, *self.adapter.head_modules(self.encoder)]
+        """The encoder body and the MLM head (its transform alone when the projection is fused with the loss);
+        objectives with a decoder add its layers."""
+        head = [self.vocabulary.transform] if self.vocabulary.fused else self.adapter.head_modules(self.encoder)
+        return [self.encoder.base_model, *head]
 
     def encode_masked(self, batch: dict[str, torch.Tensor],
                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,6 +132,14 @@ class PretrainingObjective(nn.Module):
         """The MLM-head loss of states (B, L, D) at the positions `mask_encoder_input` labelled (B, L), projected at
         a fixed number of positions (`backbone.label_capacity`) so that no step waits for the device."""
         capacity = backbone.label_capacity(labels.numel(), self.masking.encoder_mask_ratio)
+        return self.token_loss(hidden, labels, capacity)
+
+    def token_loss(self, hidden: torch.Tensor, labels: torch.Tensor, capacity: int | None = None) -> torch.Tensor:
+        """Mean cross-entropy of the MLM head's logits of states (B, L, D) against labels (B, L) (-100: no loss),
+        projected at `capacity` positions (`backbone.masked_lm_loss`) or all; fused with the projection unless
+        the objective was told otherwise (`use_vocabulary_loss`)."""
+        if self.vocabulary.fused:
+            return self.vocabulary.loss(*backbone.labelled_rows(hidden, labels, capacity))
         return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
 
     def mask_encoder_input(self, batch: dict[str, torch.Tensor],

@@ -1,9 +1,9 @@
 """DupMAE (Xiao et al., 2023, "RetroMAE-2"): RetroMAE plus a bag-of-words objective on the encoder's token logits.
 
-Owns: the bag-of-words target (`bag_of_words_weights`), the pooled MLM logits (`max_pooled_logits`) and their
-loss (`bag_of_words_loss`). The decoder is RetroMAE's (enhanced decoding by default, the reference's choice),
-under RetroMAE's names, so a `retromae` head loads into it. Total loss = encoder MLM + decoder loss
-+ `bow_weight` (0.1) × bag-of-words loss.
+Owns: the bag-of-words target (`bag_of_words_weights`), the pooled MLM logits (`max_pooled_logits`, or fused with
+the projection: `pooled_logits`) and their loss (`bag_of_words_loss`). The decoder is RetroMAE's (enhanced
+decoding by default, the reference's choice), under RetroMAE's names, so a `retromae` head loads into it. Total
+loss = encoder MLM + decoder loss + `bow_weight` (0.1) × bag-of-words loss.
 
 Facts from the reference code (staoxiao/RetroMAE `src/pretrain/modeling_duplex.py` and its collator), followed
 where the paper reads differently (docs/guide.md, "Objectives"):
@@ -72,9 +72,16 @@ class DupMAE(RetroMAE):
         hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
         encoder_loss = self.masked_token_loss(hidden, labels)
         decoder_loss = self.decoder_loss(batch, hidden[:, :1], generator)
-        pooled = max_pooled_logits(self.lm_head(hidden), batch["attention_mask"])  # (B, V)
+        pooled = self.pooled_logits(hidden, batch["attention_mask"])  # (B, V)
         weights = bag_of_words_weights(batch["input_ids"], batch["special_tokens_mask"], pooled.shape[-1])
         bow_loss = bag_of_words_loss(pooled, weights)
         return {"loss": encoder_loss + decoder_loss + self.bow_weight * bow_loss,
                 "encoder_mlm": encoder_loss.detach(), "decoder": decoder_loss.detach(),
                 "bag_of_words": bow_loss.detach()}
+
+    def pooled_logits(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """`max_pooled_logits` of the MLM head's logits of the encoder states (B, L, D), (B, V) float32; fused, a
+        chunk of positions at a time with a running maximum (`retromae.fused_loss.linear_max_pool`)."""
+        if self.vocabulary.fused:
+            return self.vocabulary.max_pool(hidden[:, 1:], attention_mask[:, 1:])
+        return max_pooled_logits(self.lm_head(hidden), attention_mask)

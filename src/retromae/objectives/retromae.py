@@ -18,7 +18,6 @@ rotates queries and keys to their positions.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
@@ -103,7 +102,7 @@ class RetroMAE(PretrainingObjective):
             hidden = layer(hidden, hidden, visible, rotary)
         labels = input_ids.masked_fill(~masked, backbone.IGNORE_INDEX)
         capacity = backbone.label_capacity(labels.numel(), self.masking.decoder_mask_ratio)
-        return backbone.masked_lm_loss(self.lm_head, hidden, labels, capacity)
+        return self.token_loss(hidden, labels, capacity)
 
     def _enhanced_decoding(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
                            generator: torch.Generator) -> torch.Tensor:
@@ -123,7 +122,7 @@ class RetroMAE(PretrainingObjective):
             batch["attention_mask"], ratio=self.masking.decoder_mask_ratio, generator=generator
         )  # (B, L, L)
         hidden = self.decoder[0](query, context, visible, positions.rotary)
-        return backbone.masked_lm_loss(self.lm_head, hidden, labels)  # every real token: projected everywhere
+        return self.token_loss(hidden, labels)  # every real token: projected everywhere
 
     def _blockwise_enhanced_decoding(self, query: torch.Tensor, context: torch.Tensor, attention_mask: torch.Tensor,
                                      labels: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None,
@@ -149,5 +148,4 @@ class RetroMAE(PretrainingObjective):
         scores = hashed_uniform(seeds, start, query.shape[1], context.shape[1])  # (B, R, L)
         visible = enhanced_decoding_mask_from_scores(attention_mask, scores, self.masking.decoder_mask_ratio, start)
         hidden = self.decoder[0](query, context, visible, rotary, query_start=start)  # (B, R, D)
-        logits = self.lm_head(hidden).flatten(0, 1).float()  # (B * R, V)
-        return F.cross_entropy(logits, labels.flatten(), ignore_index=backbone.IGNORE_INDEX, reduction="sum")
+        return self.vocabulary.loss_sum(hidden.flatten(0, 1), labels.flatten())

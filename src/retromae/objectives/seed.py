@@ -65,7 +65,7 @@ class SEEDEncoder(PretrainingObjective):
         hidden, encoder_loss = self.encode_masked(batch, generator)
         decoded = self.decode(batch, hidden[:, :1])  # (B, L, D)
         labels = next_token_labels(batch["input_ids"], batch["special_tokens_mask"])
-        decoder_loss = backbone.masked_lm_loss(self.lm_head, decoded, labels)  # every next token: projected everywhere
+        decoder_loss = self.token_loss(decoded, labels)  # every next token: projected everywhere
         return {"loss": encoder_loss + decoder_loss, "encoder_mlm": encoder_loss.detach(),
                 "decoder": decoder_loss.detach()}
 
