@@ -157,6 +157,7 @@ CASES = {
     "condenser": ("condenser", {}),
     "cocondenser": ("cocondenser", {}),
     "retromae+contrastive": ("retromae+contrastive", {}),
+    "tsdae": ("tsdae", {}),
 }
 
 

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import tiny_bert_config
 
 from retromae.objectives import create_objective
-from retromae.objectives.tsdae import TSDAE, delete_words, next_token_loss
+from retromae.objectives.tsdae import TSDAE, delete_words, next_token_labels
 
 
 def test_next_token_loss_by_hand():
@@ -20,7 +21,10 @@ def test_next_token_loss_by_hand():
     attention_mask = torch.tensor([[1, 1, 1, 0]])
     first = -(2.0 - math.log(math.exp(0) + math.exp(2) + math.exp(0)))  # token 1 from [0, 2, 0]
     second = math.log(3.0)  # token 2 from uniform logits
-    assert next_token_loss(logits, input_ids, attention_mask).item() == pytest.approx((first + second) / 2, rel=1e-6)
+    labels = next_token_labels(input_ids, attention_mask)
+    assert labels.tolist() == [[1, 2, -100]]
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert loss.item() == pytest.approx((first + second) / 2, rel=1e-6)
 
 
 def test_deletion_keeps_special_tokens_order_and_at_least_one_word():

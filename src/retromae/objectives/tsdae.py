@@ -2,7 +2,7 @@
 sentence vector.
 
 Owns: the deletion noise (`delete_words`), the decoder (`TSDAEDecoderLayer`: causal self-attention over the clean
-tokens, attention to the one sentence vector, feed-forward), the next-token loss (`next_token_loss`) and the
+tokens, attention to the one sentence vector, feed-forward), the next-token labels (`next_token_labels`) and the
 `tsdae` objective. The encoder reads a noised input (each word deleted with probability 0.6, at least one kept),
 pools it into one vector with the pooling it is used with (`--pooling`/`--normalize` of `retromae adapt`; [CLS],
 unnormalised, from `retromae pretrain`), and the decoder reconstructs the clean input from that vector alone.
@@ -57,12 +57,10 @@ def delete_words(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_
     return noised[:, :length], kept[:, :length].long()
 
 
-def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of predicting token t + 1 from position t, logits (B, L - 1, V) of positions 0..L-2 against
-    `input_ids` (B, L) from position 1 on, padding ignored. Plain cross-entropy over the vocabulary for now: the fused
-    chunked vocabulary projection of `retromae.losses` takes this over once it lands."""
-    labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, backbone.IGNORE_INDEX)  # (B, L - 1)
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=backbone.IGNORE_INDEX)
+def next_token_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The labels (B, L - 1) of predicting token t + 1 from position t: `input_ids` (B, L) from position 1 on,
+    padding ignored (`backbone.IGNORE_INDEX`)."""
+    return input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, backbone.IGNORE_INDEX)
 
 
 class TSDAEDecoderLayer(nn.Module):
@@ -149,5 +147,5 @@ class TSDAE(PretrainingObjective):
         rotary = self.decoder_positions(input_ids.shape[1], input_ids.device).rotary
         for layer in self.decoder:
             decoded = layer(decoded, sentence, attention_mask, rotary)
-        loss = next_token_loss(self.lm_head(decoded[:, :-1]), input_ids, attention_mask)
+        loss = self.token_loss(decoded[:, :-1], next_token_labels(input_ids, attention_mask))  # fused with the head
         return {"loss": loss, "reconstruction": loss.detach()}
