@@ -1,12 +1,14 @@
-"""Float32 linear layers on oneDNN with prepacked weights, for CPU inference.
+"""Float32 linear layers on oneDNN with prepacked weights, on the CPU: a model's layers for inference, and the
+vocabulary projections of the fused training loss (`retromae.fused_loss` packs its own weights through `available`).
 
 Owns `packed_linears(model)`: a context in which every `nn.Linear` of a model runs through PyTorch's oneDNN linear
 (`torch.ops.mkldnn._linear_pointwise`) on a copy of its weight reordered once into oneDNN's blocked layout, instead
 of PyTorch's default float32 GEMM (MKL's sgemm). On the development machine's AMD EPYC (AVX-512) MKL runs its AVX2
 kernels and oneDNN its AVX-512 ones: the MiniLM forward pass took 0.63-0.69 of the time in two runs, its outputs
 equal to 3.3e-7 (docs/benchmarks.md, Encoding). This is the layout PyTorch's own compiler uses on CPU; here it needs no
-compilation. Inference only (no autograd), float32 on CPU only: anywhere else, or with a PyTorch without these ops,
-the context changes nothing. Does not own models, pooling or precision choices (`retromae.encoder`).
+compilation. `packed_linears` is inference only (no autograd), float32 on CPU only: anywhere else, or with a
+PyTorch without these ops, the context changes nothing. Does not own models, pooling or precision choices
+(`retromae.encoder`).
 """
 
 from __future__ import annotations
