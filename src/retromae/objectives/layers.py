@@ -1,4 +1,4 @@
-"""Transformer layers for the pre-training decoders (RetroMAE's and SEED-Encoder's).
+"""Transformer layers for the pre-training decoders (RetroMAE's and SEED-Encoder's; TSDAE's uses its pieces).
 
 Owns: a post-LayerNorm transformer layer whose queries and keys/values may come from different streams
 (two-stream attention) and whose attention pattern is a boolean mask, run through PyTorch SDPA, with rotary
@@ -23,6 +23,20 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (x.float() * cos + rotated * sin).to(x.dtype)
 
 
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, L, D) → (B, H, L, D/H): the attention heads of a projection."""
+    batch, length, hidden = x.shape
+    return x.view(batch, length, num_heads, hidden // num_heads).transpose(1, 2)
+
+
+def init_linears(module: nn.Module, std: float) -> None:
+    """BERT's initialisation of every `nn.Linear` under `module`: weights N(0, std), biases 0."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.normal_(layer.weight, std=std)
+            nn.init.zeros_(layer.bias)
+
+
 class DecoderLayer(nn.Module):
     """One BERT-shaped layer: attention(query, context) + residual + LayerNorm, then FFN + residual + LayerNorm."""
 
@@ -41,26 +55,16 @@ class DecoderLayer(nn.Module):
         self.output_norm = nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12))
         self.dropout = nn.Dropout(getattr(config, "hidden_dropout_prob", 0.1))
         self.attention_dropout = getattr(config, "attention_probs_dropout_prob", 0.1)
-        self._init_weights(getattr(config, "initializer_range", 0.02))
-
-    def _init_weights(self, std: float) -> None:
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, std=std)
-                nn.init.zeros_(module.bias)
-
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, hidden = x.shape
-        return x.view(batch, length, self.num_heads, hidden // self.num_heads).transpose(1, 2)  # (B, H, L, Dh)
+        init_linears(self, getattr(config, "initializer_range", 0.02))
 
     def forward(self, query: torch.Tensor, context: torch.Tensor, visible: torch.Tensor,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None, query_start: int = 0) -> torch.Tensor:
         """query (B, Lq, D), context (B, Lk, D), visible (B, Lq, Lk) or (B, 1, Lk) bool → (B, Lq, D). With `rotary`
         (cos, sin), each (Lk, Dh), context column j is rotated to position j and query row i to position
         query_start + i (the query rows may be a block of a longer stream)."""
-        q = self._split_heads(self.query(query))
-        k = self._split_heads(self.key(context))
-        v = self._split_heads(self.value(context))
+        q = split_heads(self.query(query), self.num_heads)  # (B, H, Lq, Dh)
+        k = split_heads(self.key(context), self.num_heads)  # (B, H, Lk, Dh)
+        v = split_heads(self.value(context), self.num_heads)
         if rotary is not None:
             cos, sin = rotary
             rows = slice(query_start, query_start + query.shape[1])

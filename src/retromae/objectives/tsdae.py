@@ -29,7 +29,7 @@ from retromae.config import require
 from retromae.encoder import pool
 from retromae.encoder_config import POOLINGS, PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
-from retromae.objectives.layers import apply_rotary
+from retromae.objectives.layers import apply_rotary, init_linears, split_heads
 
 DELETION_RATIO = 0.6  # the reference's noise
 
@@ -78,21 +78,13 @@ class TSDAEDecoderLayer(nn.Module):
                                           nn.Linear(config.intermediate_size, hidden))
         self.norms = nn.ModuleList(nn.LayerNorm(hidden, eps=eps) for _ in range(3))
         self.dropout = nn.Dropout(getattr(config, "hidden_dropout_prob", 0.1))
-        std = getattr(config, "initializer_range", 0.02)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, std=std)
-                nn.init.zeros_(module.bias)
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, hidden = x.shape
-        return x.view(batch, length, self.num_heads, hidden // self.num_heads).transpose(1, 2)  # (B, H, L, Dh)
+        init_linears(self, getattr(config, "initializer_range", 0.02))
 
     def forward(self, hidden: torch.Tensor, sentence: torch.Tensor, attention_mask: torch.Tensor,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """hidden (B, L, D), sentence (B, D), attention_mask (B, L) → (B, L, D)."""
         length = hidden.shape[1]
-        q, k, v = self._heads(self.query(hidden)), self._heads(self.key(hidden)), self._heads(self.value(hidden))
+        q, k, v = (split_heads(projection(hidden), self.num_heads) for projection in (self.query, self.key, self.value))
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         causal = torch.ones(length, length, dtype=torch.bool, device=hidden.device).tril()  # (L, L)
