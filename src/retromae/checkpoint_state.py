@@ -40,6 +40,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from retromae.config import ConfigError
+from retromae.data.lines import loads_finite
 from retromae.io import share_as_umask_allows
 
 FORMAT = 1
@@ -246,11 +247,8 @@ def _reading(path: Path) -> Iterator[None]:
 
 
 def _read_json(path: Path) -> Any:
-    def refuse(constant: str) -> float:
-        raise ValueError(f"{constant} is not a finite number")
-
     with _reading(path):
-        return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+        return loads_finite(path.read_text(encoding="utf-8"))
 
 
 def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -13,7 +13,6 @@ loading weights (`retromae.encoder`, `retromae.backbone`) nor a folder's pooling
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import struct
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retromae.data.lines import NonFiniteNumber, loads_finite
 from retromae.errors import DataError, ModelLoadError
 
 ENCODER_FILE = "retromae_encoder.json"
@@ -114,14 +114,10 @@ def read_json(path: Path) -> Any:
     if not path.is_file():
         return None
 
-    def finite(text: str) -> float:
-        value = float(text)
-        if not math.isfinite(value):
-            raise ModelLoadError(f"{path}: the number {text} is not finite (NaN or infinite)")
-        return value
-
     try:
-        return json.loads(path.read_text(encoding="utf-8"), parse_float=finite, parse_constant=finite)
+        return loads_finite(path.read_text(encoding="utf-8"))
+    except NonFiniteNumber as error:
+        raise ModelLoadError(f"{path}: the number {error} is not finite (NaN or infinite)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
 

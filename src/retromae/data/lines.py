@@ -103,26 +103,32 @@ def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, final: bool, path: P
         raise DataError(f"{path}:{number}: invalid UTF-8 at byte {offset + err.start} of the line") from None
 
 
-class _NonFinite(ValueError):
+class NonFiniteNumber(ValueError):
     """A JSON number that is not a finite float (NaN, Infinity, 1e999); its text is the message."""
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _NonFinite(text)
+        raise NonFiniteNumber(text)
     return value
 
 
 def _refuse_constant(text: str) -> float:
-    raise _NonFinite(text)
+    raise NonFiniteNumber(text)
+
+
+def loads_finite(text: str) -> Any:
+    """`json.loads(text)`, refusing NaN, Infinity and numbers beyond a float: `NonFiniteNumber` naming the number
+    (every JSON we read: data lines, model folders' files, checkpoints' state)."""
+    return json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)
 
 
 def parse_json_line(path: Path, number: int, line: str) -> Any:
     """The JSON value on one line of `path`, its strings cleaned (`clean_text`); a non-finite number is an error."""
     try:
-        return _clean_value(json.loads(line, parse_float=_finite_float, parse_constant=_refuse_constant))
-    except _NonFinite as err:
+        return _clean_value(loads_finite(line))
+    except NonFiniteNumber as err:
         raise DataError(f"{path}:{number}: the number {err} is not finite (NaN or infinite)") from None
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{number}: malformed JSON ({err.msg} at column {err.colno})") from None
