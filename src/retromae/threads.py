@@ -28,49 +28,26 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from retromae.cgroups import UNIFIED, own_groups, read_setting
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 WAIT_POLICY = "OMP_WAIT_POLICY"
 
 
-def _own_cgroup_paths(proc_cgroup: Path) -> tuple[str, str]:
-    """This process's cgroup paths: (v2 unified, v1 cpu controller), "/" when unknown."""
-    unified = cpu = "/"
-    try:
-        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return unified, cpu
-    for line in lines:
-        fields = line.split(":", 2)  # hierarchy-ID:controllers:path
-        if len(fields) != 3:
-            continue
-        _, controllers, path = fields
-        if controllers == "":
-            unified = path
-        elif "cpu" in controllers.split(","):
-            cpu = path
-    return unified, cpu
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-
-
 def cgroup_cpu_quota(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
     """The CPUs a cgroup quota grants this process (quota / period), or None without a quota. Both the process's own
     cgroup and the root of the mount are read (inside a container the latter is the container's)."""
-    unified, cpu = _own_cgroup_paths(proc_cgroup)
+    groups = own_groups(proc_cgroup)
+    unified, cpu = groups.get(UNIFIED, "/"), groups.get("cpu", "/")
     quotas = []
     for folder in {root / unified.lstrip("/"), root}:  # v2: "max 100000" or "200000 100000"
-        fields = (_read(folder / "cpu.max") or "").split()
+        fields = (read_setting(folder / "cpu.max") or "").split()
         if len(fields) == 2 and fields[0] != "max":
             quotas.append((fields[0], fields[1]))
     for base in (root / "cpu", root / "cpu,cpuacct"):  # v1: a quota of -1 is none
         for folder in {base / cpu.lstrip("/"), base}:
-            quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+            quota, period = read_setting(folder / "cpu.cfs_quota_us"), read_setting(folder / "cpu.cfs_period_us")
             if quota and period and quota != "-1":
                 quotas.append((quota, period))
     granted = [int(q) / int(p) for q, p in quotas if q.isdigit() and p.isdigit() and int(p) > 0 and int(q) > 0]

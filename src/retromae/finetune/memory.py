@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from retromae.cgroups import UNIFIED, own_groups, read_setting
 from retromae.config import ConfigError
 from retromae.finetune.model import DualEncoder
 
@@ -114,7 +115,7 @@ def resident_bytes(device: torch.device) -> int:
     """What the process holds now: torch's allocated memory on CUDA, the resident set elsewhere (0 where unknown)."""
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device)
-    status = _read(Path("/proc/self/status"))
+    status = read_setting(Path("/proc/self/status"))
     found = re.search(r"^VmRSS:\s+(\d+) kB", status or "", re.MULTILINE)
     return int(found.group(1)) * 1024 if found else 0
 
@@ -136,35 +137,27 @@ def measure_step_memory(model: DualEncoder, batch: dict[str, torch.Tensor], quer
     return StepMemory(resident_bytes(device), OPTIMIZER_COPIES * trainable, queries, passages)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-
-
 def _meminfo_available() -> int | None:
     """The kernel's estimate of the memory available to new work (MemAvailable), None where there is no /proc."""
-    found = re.search(r"^MemAvailable:\s+(\d+) kB", _read(Path("/proc/meminfo")) or "", re.MULTILINE)
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", read_setting(Path("/proc/meminfo")) or "", re.MULTILINE)
     return int(found.group(1)) * 1024 if found else None
 
 
 def cgroup_headroom(cgroups: Path = Path("/proc/self/cgroup"), mount: Path = Path("/sys/fs/cgroup")) -> int | None:
     """What this process's memory cgroup (listed in `cgroups`, mounted at `mount`) still allows: its limit less its
     usage, page cache it can drop not counted, under cgroup v2 or v1; None without a limit."""
-    for line in (_read(cgroups) or "").splitlines():
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # v2
-            folder, files = mount / path.lstrip("/"), ("memory.max", "memory.current", "inactive_file")
-        elif "memory" in controllers.split(","):  # v1
-            folder = mount / "memory" / path.lstrip("/")
-            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-        else:
+    groups = own_groups(cgroups)
+    candidates = []
+    if UNIFIED in groups:  # v2
+        candidates.append((mount / groups[UNIFIED].lstrip("/"), ("memory.max", "memory.current", "inactive_file")))
+    if "memory" in groups:  # v1
+        candidates.append((mount / "memory" / groups["memory"].lstrip("/"),
+                           ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")))
+    for folder, files in candidates:
+        limit, usage = read_setting(folder / files[0]), read_setting(folder / files[1])
+        if limit is None or usage is None or not limit.isdigit() or int(limit) >= UNLIMITED:
             continue
-        limit, usage = _read(folder / files[0]), _read(folder / files[1])
-        if limit is None or usage is None or not limit.strip().isdigit() or int(limit) >= UNLIMITED:
-            continue
-        dropped = re.search(rf"^{files[2]} (\d+)$", _read(folder / "memory.stat") or "", re.MULTILINE)
+        dropped = re.search(rf"^{files[2]} (\d+)$", read_setting(folder / "memory.stat") or "", re.MULTILINE)
         return max(0, int(limit) - int(usage) + (int(dropped.group(1)) if dropped else 0))
     return None
 
