@@ -13,10 +13,14 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-COMMAND_LAYER = ("retromae.commands", "retromae.cli")
-# The circles left after the layout change, each as its sorted modules; the objectives' typed options remove them.
-# The test fails on any other circle, so this list can only shrink.
-KNOWN_CYCLES: set[tuple[str, ...]] = set()
+COMMAND_LAYER = ("retromae.commands", "retromae.cli")  # the parsers and the commands' thin runners
+# Circles closed only by imports inside functions (those keep `--help` free of torch), each as its sorted modules.
+# The test fails on any other circle, so this list can only shrink: the objectives' typed options remove the first.
+KNOWN_FUNCTION_CYCLES = {
+    ("retromae.objectives", "retromae.pretraining.config"),  # checking a PretrainConfig asks the objectives
+    ("retromae.encoder", "retromae.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
+    ("retromae.api", "retromae.pretraining.run", "retromae.quickstart"),  # entry points import what they run
+}
 
 
 def module_files(src: Path = SRC) -> dict[str, Path]:
@@ -112,15 +116,20 @@ def _in_command_layer(name: str) -> bool:
 
 
 def test_no_library_module_imports_the_command_layer():
+    """Only the command layer imports `retromae.commands`, at module level or inside a function."""
     graphs = import_graph(), import_graph(module_level=False)
     upward = sorted(f"{name} → {target}" for graph in graphs for name, targets in graph.items() for target in targets
-                    if not _in_command_layer(name) and _in_command_layer(target))
+                    if not _in_command_layer(name) and target.startswith("retromae.commands"))
     assert upward == [], f"library modules import the command layer: {upward}"
 
 
-def test_no_import_cycles_beyond_the_known_ones():
-    cycles = import_cycles()
-    assert cycles <= KNOWN_CYCLES, f"new import circles: {sorted(cycles - KNOWN_CYCLES)}"
+def test_no_module_level_import_cycles():
+    assert import_cycles() == set()
+
+
+def test_no_function_level_import_cycles_beyond_the_known_ones():
+    cycles = import_cycles(with_function_imports=True)
+    assert cycles <= KNOWN_FUNCTION_CYCLES, f"new import circles: {sorted(cycles - KNOWN_FUNCTION_CYCLES)}"
 
 
 def test_cycle_finder_sees_a_circle(tmp_path):

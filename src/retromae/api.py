@@ -1,9 +1,10 @@
 """What the public Python API needs besides the commands' own entry points (`retromae/__init__.py` lists them all).
 
-Owns: `CallableModule`, which lets `retromae.pretrain(...)` and `retromae.finetune(...)` be called although
-`retromae.pretrain` and `retromae.finetune` are also the modules that implement them (a submodule, once imported,
-is the package attribute of its name); `encode(config)`, the library side of `retromae encode`; and the public
-forms of the entry points whose implementations take a config only (`evaluate`, `train_reranker`, `quickstart`).
+Owns: `CallableModule`, which lets `retromae.pretrain(...)` and `retromae.finetune(...)` be called although they
+are also the modules that implement them (`retromae.pretraining.run`, and the `retromae.finetune` package, which,
+once imported, is the package attribute of its name); `encode(config)`, the library side of `retromae encode`; and
+the public forms of the entry points whose implementations take a config only (`evaluate`, `train_reranker`,
+`quickstart`).
 Every entry point runs quietly (`console.quiet_by_default`). Imports no torch until called.
 """
 
@@ -29,8 +30,8 @@ class CallableModule(types.ModuleType):
 def encode(config: Any = None, /, **options: Any) -> Path:
     """Encode a corpus or queries file into an embeddings folder as `config` (an `EncodeConfig`, or its options as
     keywords) says; returns the folder (`retrieval.encode` describes its layout)."""
-    from retromae.commands.encode import EncodeConfig, read_texts
     from retromae.processes import process_state
+    from retromae.retrieval.config import EncodeConfig, read_texts
     from retromae.retrieval.encode import encode_to_dir
 
     config = config if config is not None else EncodeConfig(**options)

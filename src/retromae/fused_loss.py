@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from retromae import onednn
-from retromae.backbone import IGNORE_INDEX
+from retromae.backbones.masked_lm import IGNORE_INDEX
 
 PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
 CHUNK_CELLS = 2**24
