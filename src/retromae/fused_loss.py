@@ -200,6 +200,7 @@ def liger_cross_entropy_sum(x: torch.Tensor, weight: torch.Tensor, bias: torch.T
                             labels: torch.Tensor) -> torch.Tensor:
     """`linear_cross_entropy_sum` on Liger Kernel's fused linear cross-entropy (CUDA, Triton), on the padded
     projection in the compute dtype."""
+    # Liger Kernel, optional: only when chosen (--vocabulary-loss liger)
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     if x.device.type != "cuda":

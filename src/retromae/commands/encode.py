@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch: only when the command runs, so --help stays instant
     from retromae.api import encode
     from retromae.console import format_seconds
     from retromae.processes import is_main_process

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path:
     """A random model and its tokenizer as `config` (or `InitModelConfig(**options)`) says; returns the model folder
     (`retromae.init_model(...)`)."""
+    # torch: only when the command runs, so --help stays instant
     from retromae.pretraining.scratch import save_random_model
     from retromae.run_folder import lock_folder
 
@@ -76,6 +77,7 @@ def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path
 
 def trained_tokenizer(config: InitModelConfig):
     """The family's kind of tokenizer trained on --corpus."""
+    # torch: only when the command runs, so --help stays instant
     from retromae.data.corpus import iter_corpus
     from retromae.pretraining.scratch import family_tokenizer
 
@@ -85,6 +87,7 @@ def trained_tokenizer(config: InitModelConfig):
 
 def existing_tokenizer(name: str):
     """The tokenizer of --tokenizer, checked as every command checks one."""
+    # transformers: only when the command runs, so --help stays instant
     from transformers import AutoTokenizer
 
     from retromae.model_source import check_tokenizer, resolve_tokenizer

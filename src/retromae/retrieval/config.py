@@ -76,6 +76,7 @@ class EncodeConfig(OutputOptions, EncoderOptions):
 
 def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
     """Ids and texts of the corpus (title and text joined) or of the queries file."""
+    # numpy (through data.retrieval_sets): EncodeConfig is parsed by --help
     from retromae.data.retrieval_sets import load_corpus, load_queries
 
     if config.queries is not None:
