@@ -4,7 +4,7 @@ For each objective, and for a `BertForMaskedLM` + `DataCollatorForLanguageModeli
 (same model, same token-store blocks, same DataLoader settings, fused AdamW on CUDA, clipping), equal work:
 
 - end to end: the whole loop (data loading, collation, copies, masks, step, logging). Ours is
-  `retromae.pretrain.pretrain` itself, read from its metrics.jsonl (median over log windows after the first);
+  `retromae.pretraining.run.pretrain` itself, read from its metrics.jsonl (median over log windows after the first);
   the HF loop is timed the same way, in windows of `--log-every` steps, over one DataLoader that is never
   restarted within the run (the corpus holds more blocks than the run reads);
 - pure step: forward + backward + gradient clipping + AdamW on the first `--warmup + --rounds` batches the run
@@ -55,7 +55,7 @@ from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.collate import BlockCollator, BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
 from retromae.objectives import build_objective
-from retromae.pretrain import PretrainConfig, padding_multiple, pretrain
+from retromae.pretraining.run import PretrainConfig, padding_multiple, pretrain
 
 OBJECTIVES = {
     "retromae enhanced": dict(objective="retromae", decoding="enhanced"),

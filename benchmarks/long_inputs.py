@@ -32,7 +32,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from retromae.backbones import architecture_adapter
+    from retromae.backbones.registry import architecture_adapter
     from retromae.objectives import build_objective
 
     torch.manual_seed(0)

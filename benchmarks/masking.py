@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-from retromae.masking import (
+from retromae.pretraining.masking import (
     enhanced_decoding_mask,
     enhanced_decoding_mask_from_scores,
     mlm_mask,

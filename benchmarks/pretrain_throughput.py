@@ -42,13 +42,13 @@ import torch
 from common import minilm_path, synchronize
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
-from retromae.backbone import attention_implementation, masked_lm_class
-from retromae.backbones import ARCHITECTURES
+from retromae.backbones.masked_lm import attention_implementation, masked_lm_class
+from retromae.backbones.registry import ARCHITECTURES
 from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus
 from retromae.objectives import build_objective
-from retromae.scratch import family_tokenizer, save_random_model
+from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.train import Trainer, TrainingConfig
 
 RUNS = {

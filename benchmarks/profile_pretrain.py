@@ -18,8 +18,8 @@ import time
 
 from common import minilm_path
 
-from retromae.pretrain import pretrain
-from retromae.pretrain_config import PretrainConfig
+from retromae.pretraining.config import PretrainConfig
+from retromae.pretraining.run import pretrain
 
 
 def main() -> None:

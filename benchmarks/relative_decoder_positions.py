@@ -31,12 +31,12 @@ import torch
 from torch import nn
 from transformers import AutoModelForMaskedLM
 
-from retromae.backbones import DecoderPositions, architecture_adapter
+from retromae.backbones.registry import DecoderPositions, architecture_adapter
 from retromae.console import library_output
 from retromae.data.corpus import iter_corpus
 from retromae.objectives import build_objective
 from retromae.objectives.retromae import RetroMAE
-from retromae.scratch import family_tokenizer
+from retromae.pretraining.scratch import family_tokenizer
 
 CHOICES = ("rotary", "learned", "none")
 SETTINGS = SimpleNamespace(encoder_mask_ratio=0.3, decoder_mask_ratio=0.5, whole_word_mask=False,

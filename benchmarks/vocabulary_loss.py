@@ -42,7 +42,7 @@ from pretrain_throughput import RUNS, make_blocks, our_step, reference_step
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus

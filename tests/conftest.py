@@ -22,7 +22,7 @@ import pytest
 if TYPE_CHECKING:
     from transformers import BertConfig, PreTrainedTokenizerFast
 
-    from retromae.pretrain_config import PretrainConfig
+    from retromae.pretraining.config import PretrainConfig
 
 SANDBOX_VARIABLES = {"HF_HOME": "huggingface", "HF_HUB_CACHE": "huggingface/hub",
                      "HF_DATASETS_CACHE": "huggingface/datasets", "XDG_CACHE_HOME": "cache",
@@ -150,7 +150,7 @@ def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int, run) -> No
 def tiny_pretrain_config(model: Path, corpus: Path, output: Path, /, **overrides) -> PretrainConfig:
     """A few-step pre-training of the tiny model on the tiny corpus; `overrides` change any option (`corpus`
     too)."""
-    from retromae.pretrain_config import PretrainConfig
+    from retromae.pretraining.config import PretrainConfig
 
     values = dict(model=str(model), corpus=[str(corpus)], output=str(output), max_steps=6, batch_size=4,
                   max_length=32, log_every=1, save_every=3, learning_rate=1e-3, cache_dir=str(output.parent / "cache"))

@@ -33,7 +33,7 @@ def test_importing_retromae_loads_no_torch():
 
 
 def test_pretrain_finetune_encode_evaluate_without_the_command_line(tmp_path, tiny_model_dir, tiny_corpus):
-    import retromae.pretrain as pretraining  # the module that implements it, imported first: still callable
+    import retromae.pretraining.run as pretraining  # the module that implements it, imported first: still callable
 
     assert retromae.pretrain is pretraining
     tiny_beir(tmp_path / "beir")

@@ -12,17 +12,17 @@ from conftest import kill_after_checkpoint, make_sentences, run_metrics, shared_
 from test_objectives import generator, make_batch, settings
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM
 
-from retromae import backbone
-from retromae.backbones import ARCHITECTURES, adapter_for, architecture_adapter
+from retromae.backbones import masked_lm as backbone
 from retromae.backbones.deberta import rotary_table
+from retromae.backbones.registry import ARCHITECTURES, adapter_for, architecture_adapter
 from retromae.cli import main
 from retromae.config import ConfigError
 from retromae.data.token_store import word_starts_of
 from retromae.errors import ModelLoadError
-from retromae.masking import select_positions
 from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.layers import apply_rotary
-from retromae.scratch import family_tokenizer
+from retromae.pretraining.masking import select_positions
+from retromae.pretraining.scratch import family_tokenizer
 from retromae.tokenizer_training import train_tokenizer
 
 FAMILIES = tuple(ARCHITECTURES)  # bert, roberta, xlm-roberta, modernbert, deberta-v2
@@ -278,7 +278,7 @@ def test_init_model_needs_a_tokenizer_or_a_corpus(tmp_path, capsys):
     ("deberta-v2", "dupmae")}))
 def test_family_runs_resume_identically_and_export_with_their_pooling(family_model_dirs, tiny_corpus, tmp_path,
                                                                       monkeypatch, architecture, objective):
-    from retromae.pretrain import pretrain
+    from retromae.pretraining.run import pretrain
 
     folder = family_model_dirs[architecture]
     pooling = OBJECTIVES[objective].pooling
@@ -324,7 +324,7 @@ def test_blockwise_enhanced_decoding_gives_the_whole_loss_and_gradients(family_t
     """With the mask drawn from the same counter-based scores, decoding 5 query rows at a time (recomputed in the
     backward pass) gives the loss and gradients of decoding every row at once."""
     import retromae.objectives.retromae as retromae_module
-    from retromae.masking import draw_seeds, enhanced_decoding_mask_from_scores, hashed_uniform
+    from retromae.pretraining.masking import draw_seeds, enhanced_decoding_mask_from_scores, hashed_uniform
 
     def hashed_mask(attention_mask, *, ratio, generator):  # the whole (B, L, L) mask, from the blockwise scores
         batch, length = attention_mask.shape
@@ -351,7 +351,7 @@ def test_blockwise_enhanced_decoding_gives_the_whole_loss_and_gradients(family_t
 
 
 def test_the_architectures_options_name_every_architecture_the_registry_builds():
-    from retromae.pretrain_config import ARCHITECTURE_NAMES
+    from retromae.backbones import ARCHITECTURE_NAMES
 
     assert ARCHITECTURE_NAMES == FAMILIES
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from retromae.cli import build_parser, discover_commands
 from retromae.objectives import OBJECTIVES
-from retromae.pretrain_config import OBJECTIVE_NAMES
+from retromae.pretraining.config import OBJECTIVE_NAMES
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 OPTIONAL = ("bm25s", "jax", "faiss", "sentence_transformers", "matplotlib", "datasets")

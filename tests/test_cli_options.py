@@ -9,10 +9,10 @@ import pytest
 
 from retromae.cli import build_parser, main
 from retromae.commands.bm25 import BM25Config
-from retromae.commands.encode import EncodeConfig
 from retromae.commands.mine import MineConfig
 from retromae.commands.search import SearchConfig
 from retromae.config import ConfigError, build_config
+from retromae.retrieval.config import EncodeConfig
 
 COMMANDS = ("bm25", "encode", "evaluate", "finetune", "index", "init-model", "mine", "pretrain", "quickstart",
             "report", "score", "search", "train-reranker")

@@ -392,7 +392,7 @@ def test_padding_to_a_multiple_stops_at_the_longest_block(tiny_tokenizer):
 def test_pretraining_pads_to_64_on_cuda_only_by_default(tiny_model_dir, tiny_corpus, tmp_path):
     import torch
 
-    from retromae.pretrain import padding_multiple
+    from retromae.pretraining.run import padding_multiple
 
     config = tiny_pretrain_config(tiny_model_dir, tiny_corpus, tmp_path / "run")
     assert padding_multiple(config, torch.device("cuda")) == 64

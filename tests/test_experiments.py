@@ -11,7 +11,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 from retromae.cli import main
 from retromae.errors import DataError
 from retromae.evaluation.experiments import describe_pretraining, read_variant, report_table, write_report
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretraining.run import PretrainConfig, pretrain
 
 
 def test_init_model_saves_a_random_bert_sized_for_the_tokenizer(tiny_model_dir, tmp_path):

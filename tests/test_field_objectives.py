@@ -27,7 +27,7 @@ from retromae.objectives.cocondenser import span_pair_loss
 from retromae.objectives.contriever import MoCoQueue, moco_loss, momentum_update
 from retromae.objectives.dupmae import bag_of_words_loss, bag_of_words_weights, max_pooled_logits
 from retromae.objectives.simcse import simcse_loss
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretraining.run import PretrainConfig, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELD = ("dupmae", "condenser", "cocondenser", "contriever", "simcse")
@@ -305,9 +305,9 @@ def test_skip_from_past_the_last_layer_is_a_clear_error(tiny_model_dir, tiny_cor
 
 @pytest.mark.parametrize("first,second", [("condenser", "cocondenser"), ("retromae", "dupmae")])
 def test_init_from_continues_with_the_previous_head(tiny_model_dir, tiny_corpus, tmp_path, first, second):
-    from retromae.backbone import load_masked_lm
+    from retromae.backbones.masked_lm import load_masked_lm
     from retromae.objectives import build_objective
-    from retromae.pretrain import init_head
+    from retromae.pretraining.run import init_head
 
     stage_one = pretrain(field_config(tiny_model_dir, tiny_corpus, tmp_path / "one", first, max_steps=2, save_every=0))
     settings = PretrainConfig(init_from=str(stage_one), corpus=[str(tiny_corpus)], output=str(tmp_path / "two"),

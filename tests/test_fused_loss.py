@@ -14,7 +14,7 @@ from test_backbones import family_tokenizers, tiny_model  # noqa: F401 (a fixtur
 from test_objectives import build, generator, make_batch, settings
 from transformers import AutoConfig, BertForMaskedLM
 
-from retromae.backbones import ARCHITECTURES, adapter_for
+from retromae.backbones.registry import ARCHITECTURES, adapter_for
 from retromae.export import export_encoder
 from retromae.fused_loss import (
     IGNORE_INDEX,

@@ -28,7 +28,7 @@ from retromae.encoder import Encoder
 from retromae.errors import DataError, ModelLoadError, NonFiniteError
 from retromae.export import export_encoder
 from retromae.finite import check_vectors
-from retromae.pretrain_config import PretrainConfig
+from retromae.pretraining.config import PretrainConfig
 from retromae.retrieval.encode import encode_to_dir, load_embeddings
 from retromae.train import Trainer, TrainingConfig, checkpoints_by_step
 

@@ -25,7 +25,7 @@ def training_texts() -> list[str]:
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
 def tokenizer(request):
-    from retromae.scratch import family_tokenizer
+    from retromae.pretraining.scratch import family_tokenizer
 
     return family_tokenizer(training_texts(), request.param, 300)
 

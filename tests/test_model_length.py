@@ -87,7 +87,7 @@ class Written:
         self.folders["quickstart initial model"] = (folder, model_length(budget))
 
     def _pretrain(self) -> None:
-        from retromae.pretrain import pretrain
+        from retromae.pretraining.run import pretrain
 
         init, length = self["init-model"]
         pretrain(tiny_pretrain_config(init, self.beir / "corpus.jsonl", self.root / "pretrain", max_steps=2,

@@ -24,7 +24,7 @@ def cli(*args) -> int:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_model_dir):
     """A finished 2-step pre-training of the tiny model: its output folder (encoder/, sentence-transformer/, ...)."""
-    from retromae.pretrain import pretrain
+    from retromae.pretraining.run import pretrain
 
     folder = tmp_path_factory.mktemp("run")
     corpus = folder / "corpus.jsonl"

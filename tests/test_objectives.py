@@ -9,7 +9,7 @@ import torch
 from conftest import make_sentences, tiny_bert_config
 from transformers import BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
-from retromae.backbone import label_capacity
+from retromae.backbones.masked_lm import label_capacity
 from retromae.losses import info_nce
 from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.retromae import RetroMAE

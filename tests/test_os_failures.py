@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
-import retromae.pretrain
+import retromae.pretraining.run
 import retromae.train
 from retromae.cli import main
 from retromae.config import ConfigError
@@ -36,7 +36,7 @@ from retromae.data.retrieval_sets import load_qrels
 from retromae.data.token_store import TokenStore, cache_key
 from retromae.errors import DataError, FileSystemError, ModelLoadError
 from retromae.io import append_line, writing
-from retromae.pretrain import pretrain
+from retromae.pretraining.run import pretrain
 from retromae.run_folder import LOCK_FILE, file_fingerprint, input_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,7 +251,7 @@ def test_an_append_cut_short_by_a_full_disk_leaves_no_half_record(tmp_path, monk
 def test_a_read_only_output_is_refused_before_any_work(tiny_model_dir, tiny_corpus, tmp_path, read_only, capsys,
                                                        monkeypatch):
     started = []
-    monkeypatch.setattr(retromae.pretrain, "pretraining_data", lambda *a, **k: started.append(1))
+    monkeypatch.setattr(retromae.pretraining.run, "pretraining_data", lambda *a, **k: started.append(1))
     assert main(pretrain_options(tiny_model_dir, tiny_corpus, read_only / "run", tmp_path)) == 1
     error = one_line(capsys)
     assert error.startswith(f"retromae: error: {read_only / 'run'}: cannot write here: ")
@@ -402,7 +402,7 @@ def test_sigterm_stops_like_ctrl_c(tiny_model_dir, tiny_corpus, tmp_path, monkey
         time.sleep(5)
         pytest.fail("SIGTERM did not stop the command")
 
-    monkeypatch.setattr(retromae.pretrain, "pretrain", terminated)
+    monkeypatch.setattr(retromae.pretraining.run, "pretrain", terminated)
     assert main(pretrain_options(tiny_model_dir, tiny_corpus, tmp_path / "run", tmp_path)) == 143
     error = one_line(capsys)
     assert error.startswith("retromae: stopped by SIGTERM; finished checkpoints") and "--resume" in error

@@ -15,17 +15,17 @@ from conftest import tiny_pretrain_config as config
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
-import retromae.pretrain
+import retromae.pretraining.run
 import retromae.train
-from retromae.backbone import load_masked_lm
+from retromae.backbones.masked_lm import load_masked_lm
 from retromae.cli import main
 from retromae.config import ConfigError
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import HEAD_FILE, export_encoder, load_head, save_head
 from retromae.objectives import build_objective
-from retromae.pretrain import PretrainConfig, init_head, load_backbone, pretrain
-from retromae.scratch import is_random_init, save_random_model
+from retromae.pretraining.run import PretrainConfig, init_head, load_backbone, pretrain
+from retromae.pretraining.scratch import is_random_init, save_random_model
 
 
 def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, tmp_path):
@@ -353,15 +353,15 @@ def test_freezing_a_model_without_heads_is_refused(tiny_model_dir, tmp_path):
 def stage_one(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
     """A finished 3-step retromae run, and its trained objective as it was exported."""
     trained = {}
-    export = retromae.pretrain.export_outputs
+    export = retromae.pretraining.run.export_outputs
 
     def keep_then_export(objective, *rest):
         trained["objective"] = objective
         export(objective, *rest)
 
-    monkeypatch.setattr(retromae.pretrain, "export_outputs", keep_then_export)
+    monkeypatch.setattr(retromae.pretraining.run, "export_outputs", keep_then_export)
     output = pretrain(config(tiny_model_dir, tiny_corpus, tmp_path / "stage1", max_steps=3, save_every=0))
-    monkeypatch.setattr(retromae.pretrain, "export_outputs", export)
+    monkeypatch.setattr(retromae.pretraining.run, "export_outputs", export)
     return output, trained["objective"].eval()
 
 
@@ -447,7 +447,7 @@ def test_init_missing_head_keeps_the_mlm_run_and_starts_the_decoder_as_from_scra
 
     settings = from_mlm_run(mlm_stage_one, tmp_path / "two", tiny_corpus, init_missing_head=True)
     continued = built(settings)
-    with caplog.at_level("WARNING", logger="retromae.pretrain"):
+    with caplog.at_level("WARNING", logger="retromae.pretraining.run"):
         init_head(continued, settings)
     scratch = built(config(mlm_stage_one / "encoder", tiny_corpus, tmp_path / "scratch"))  # --model: all fresh
     saved, fresh = load_file(str(mlm_stage_one / HEAD_FILE)), scratch.head_state_dict()

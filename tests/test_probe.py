@@ -18,7 +18,7 @@ from retromae.evaluation.curves import ProbePoint, crossover, probe_points
 from retromae.evaluation.experiments import write_report
 from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.probe import sample_retrieval_set
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.retrieval.search import dense_search
 
 LOSSES = ("loss", "encoder_mlm", "decoder", "lr", "tokens")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
-import retromae.pretrain
+import retromae.pretraining.run
 import retromae.train
 from retromae.cli import main
 from retromae.config import ConfigError
@@ -31,7 +31,7 @@ from retromae.data.retrieval_sets import (
 )
 from retromae.data.training_groups import load_training_file
 from retromae.encoder import Encoder
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.retrieval.encode import SHARDS_DIR, encode_to_dir, load_embeddings
 
 TEXTS = make_sentences(12, seed=3)
@@ -398,7 +398,7 @@ def test_ctrl_c_prints_one_line(tiny_model_dir, tiny_corpus, tmp_path, monkeypat
     def interrupted(config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(retromae.pretrain, "pretrain", interrupted)
+    monkeypatch.setattr(retromae.pretraining.run, "pretrain", interrupted)
     assert main(["pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus), "--output",
                  str(tmp_path / "run")]) == 130
     error = capsys.readouterr().err.strip()

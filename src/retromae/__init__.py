@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 # Public name → "module" (the name is that module) or "module:attribute".
 _PUBLIC = {
-    "pretrain": "retromae.pretrain",  # a callable module (`retromae.api.CallableModule`)
+    "pretrain": "retromae.pretraining.run",  # a callable module (`retromae.api.CallableModule`)
     "finetune": "retromae.finetune",  # likewise
     "encode": "retromae.api:encode",
     "index": "retromae.commands.index:index",
@@ -46,9 +46,9 @@ _PUBLIC = {
     "report": "retromae.commands.report:report",
     "quickstart": "retromae.quickstart",  # a callable module, as pretrain
     "adapt": "retromae.adapt",  # a callable package, as finetune
-    "PretrainConfig": "retromae.pretrain_config:PretrainConfig",
+    "PretrainConfig": "retromae.pretraining.config:PretrainConfig",
     "FinetuneConfig": "retromae.finetune.run:FinetuneConfig",
-    "EncodeConfig": "retromae.commands.encode:EncodeConfig",
+    "EncodeConfig": "retromae.retrieval.config:EncodeConfig",
     "IndexConfig": "retromae.commands.index:IndexConfig",
     "SearchConfig": "retromae.commands.search:SearchConfig",
     "BM25Config": "retromae.commands.bm25:BM25Config",
@@ -62,8 +62,8 @@ _PUBLIC = {
     "AdaptConfig": "retromae.adapt.config:AdaptConfig",
     "Encoder": "retromae.encoder:Encoder",
     "objectives": "retromae.objectives",
-    "ObjectiveModule": "retromae.hf_trainer:ObjectiveModule",
-    "TextCollator": "retromae.hf_trainer:TextCollator",
+    "ObjectiveModule": "retromae.pretraining.hf_trainer:ObjectiveModule",
+    "TextCollator": "retromae.pretraining.hf_trainer:TextCollator",
 }
 __all__ = ["__version__", *_PUBLIC]
 

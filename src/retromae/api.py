@@ -1,9 +1,10 @@
 """What the public Python API needs besides the commands' own entry points (`retromae/__init__.py` lists them all).
 
-Owns: `CallableModule`, which lets `retromae.pretrain(...)` and `retromae.finetune(...)` be called although
-`retromae.pretrain` and `retromae.finetune` are also the modules that implement them (a submodule, once imported,
-is the package attribute of its name); `encode(config)`, the library side of `retromae encode`; and the public
-forms of the entry points whose implementations take a config only (`evaluate`, `train_reranker`, `quickstart`).
+Owns: `CallableModule`, which lets `retromae.pretrain(...)` and `retromae.finetune(...)` be called although they
+are also the modules that implement them (`retromae.pretraining.run`, and the `retromae.finetune` package, which,
+once imported, is the package attribute of its name); `encode(config)`, the library side of `retromae encode`; and
+the public forms of the entry points whose implementations take a config only (`evaluate`, `train_reranker`,
+`quickstart`).
 Every entry point runs quietly (`console.quiet_by_default`). Imports no torch until called.
 """
 
@@ -15,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from retromae.console import quiet_by_default
+from retromae.processes import process_state
+from retromae.quickstart_config import QuickstartConfig
+from retromae.reranker_config import RerankerConfig
+from retromae.retrieval.config import EncodeConfig, read_texts
 
 
 class CallableModule(types.ModuleType):
@@ -29,9 +34,7 @@ class CallableModule(types.ModuleType):
 def encode(config: Any = None, /, **options: Any) -> Path:
     """Encode a corpus or queries file into an embeddings folder as `config` (an `EncodeConfig`, or its options as
     keywords) says; returns the folder (`retrieval.encode` describes its layout)."""
-    from retromae.commands.encode import EncodeConfig, read_texts
-    from retromae.processes import process_state
-    from retromae.retrieval.encode import encode_to_dir
+    from retromae.retrieval.encode import encode_to_dir  # torch: imported on call, so `import retromae` loads none
 
     config = config if config is not None else EncodeConfig(**options)
     ids, texts = read_texts(config)
@@ -47,7 +50,7 @@ def encode(config: Any = None, /, **options: Any) -> Path:
 def evaluate(config: Any = None, /, **options: Any) -> dict[str, Any]:
     """Evaluate a model or a run as `config` (an `EvaluateConfig`, or its options as keywords) says; returns the
     metrics (`retromae.evaluation.run.evaluate` describes them)."""
-    from retromae.evaluation.run import evaluate as run_evaluation
+    from retromae.evaluation.run import evaluate as run_evaluation  # numpy and the search stack: only on call
 
     return run_evaluation(config, **options)
 
@@ -56,8 +59,7 @@ def evaluate(config: Any = None, /, **options: Any) -> dict[str, Any]:
 def train_reranker(config: Any = None, /, **options: Any) -> Path:
     """Train a cross-encoder as `config` (a `RerankerConfig`, or its options as keywords) says; returns the output
     folder (the model in its reranker/)."""
-    from retromae.reranker import train_reranker as train
-    from retromae.reranker_config import RerankerConfig
+    from retromae.reranker import train_reranker as train  # torch: only on call
 
     return train(config if config is not None else RerankerConfig(**options))
 
@@ -66,7 +68,6 @@ def train_reranker(config: Any = None, /, **options: Any) -> Path:
 def quickstart(config: Any = None, /, **options: Any) -> dict[str, dict[str, float]]:
     """The quickstart's comparison as `config` (a `QuickstartConfig`, or its options as keywords) says; returns the
     test metrics (and minutes) per model."""
-    from retromae.quickstart import quickstart as run_quickstart
-    from retromae.quickstart_config import QuickstartConfig
+    from retromae.quickstart import quickstart as run_quickstart  # torch: only on call
 
     return run_quickstart(config if config is not None else QuickstartConfig(**options))

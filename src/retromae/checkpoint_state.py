@@ -125,6 +125,7 @@ def _state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer,
     """(model state, optimiser state keyed by parameter name); under FSDP full, on process 0 only (a collective)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper around the torch optimiser
     if _sharded(accelerator):
+        # torch.distributed.checkpoint: only for a sharded (FSDP) model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         return get_state_dict(model, inner, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -307,6 +308,7 @@ def _check_finite(value: Any) -> None:
 
 def _load_model(model: nn.Module, weights: dict[str, torch.Tensor], accelerator: Accelerator) -> None:
     if _sharded(accelerator):
+        # torch.distributed.checkpoint: only for a sharded (FSDP) model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
@@ -333,6 +335,7 @@ def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, saved: d
                     accelerator: Accelerator) -> None:
     inner = getattr(optimizer, "optimizer", optimizer)
     if _sharded(accelerator):
+        # torch.distributed.checkpoint: only for a sharded (FSDP) model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(model, inner, saved, options=StateDictOptions(full_state_dict=True))

@@ -58,6 +58,7 @@ def quiet_by_default(function: Function) -> Function:
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
+        # run_folder imports config and yaml: kept out of `retromae --help`
         from retromae.run_folder import released_after
 
         with released_after(), (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)):
@@ -100,6 +101,7 @@ def _quiet_loggers() -> Iterator[None]:
 @contextlib.contextmanager
 def _quiet_hub_bars() -> Iterator[None]:
     """huggingface_hub's bars off; transformers, imported later in the block, takes its bar switch from them."""
+    # huggingface_hub: only when a library's output is silenced
     import huggingface_hub.utils.logging  # noqa: F401  (sets the hub logger's level; see `library_output`)
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from retromae.backbone import check_max_length, position_limit
+from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import require
 from retromae.console import progress
 from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig

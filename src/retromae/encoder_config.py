@@ -53,6 +53,7 @@ class EncoderOptions:
     def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
         """The encoder these options name, on `--device`, else on `device`, else on the default device; the
         command's length options (`--query-max-length`, `--passage-max-length`) checked against it."""
+        # torch: EncoderOptions is parsed by --help
         from retromae.encoder import Encoder
 
         encoder = Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,

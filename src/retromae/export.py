@@ -78,6 +78,7 @@ def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bo
 def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_length: int | None):
     """A SentenceTransformer over the model in `encoder_dir`: its transformer, the pooling, optionally Normalize.
     Built in the middle of a training (a best-probe export), it leaves the global RNG as it found it."""
+    # sentence-transformers: only when a sentence-transformers folder is written
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from retromae import onednn
-from retromae.backbone import IGNORE_INDEX
+from retromae.backbones.masked_lm import IGNORE_INDEX
 
 PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
 CHUNK_CELLS = 2**24
@@ -200,6 +200,7 @@ def liger_cross_entropy_sum(x: torch.Tensor, weight: torch.Tensor, bias: torch.T
                             labels: torch.Tensor) -> torch.Tensor:
     """`linear_cross_entropy_sum` on Liger Kernel's fused linear cross-entropy (CUDA, Triton), on the padded
     projection in the compute dtype."""
+    # Liger Kernel, optional: only when chosen (--vocabulary-loss liger)
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     if x.device.type != "cuda":

@@ -7,7 +7,8 @@ a plain Hugging Face model folder, or a hub name — and the one-line error nami
 pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, ids beyond the
 model's embeddings, a corpus read as mostly `[UNK]`), and that a folder's safetensors files are whole
 (`check_safetensors`: a truncated one is named before a library fails on it without its name). Does not own
-loading weights (`retromae.encoder`, `retromae.backbone`) nor a folder's pooling (`retromae.encoder.describe_folder`).
+loading weights (`retromae.encoder`, `retromae.backbones.masked_lm`) nor a folder's pooling
+(`retromae.encoder.describe_folder`).
 """
 
 from __future__ import annotations

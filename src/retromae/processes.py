@@ -51,6 +51,7 @@ def check_launch(command: str, splits_work: bool, env: Mapping[str, str] = os.en
 
 def without_gpus() -> bool:
     """True for a multi-process launch on a machine without CUDA: the processes then talk over gloo."""
+    # torch: processes is read by --help (retromae.cli.check_launch)
     import torch
 
     return launched_processes() > 1 and not torch.cuda.is_available()
@@ -66,6 +67,7 @@ def check_process_count(num_processes: int) -> None:
 
 def process_state() -> Any:
     """Accelerate's `PartialState` of this process (gloo on a machine without CUDA), checked against the launch."""
+    # accelerate: processes is read by --help (retromae.cli.check_launch)
     from accelerate import PartialState
 
     state = PartialState(cpu=without_gpus())

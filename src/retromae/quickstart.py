@@ -33,12 +33,12 @@ from retromae.evaluation import evaluate_run
 from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
-from retromae.pretrain import PretrainConfig, pretrain
+from retromae.pretraining.run import PretrainConfig, pretrain
+from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.quickstart_config import Budget, QuickstartConfig
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.run_folder import claim_folder, run_identity
-from retromae.scratch import family_tokenizer, save_random_model
 
 METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
 OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",

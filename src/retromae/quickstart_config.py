@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from retromae.backbones import ARCHITECTURE_NAMES
 from retromae.config import option, require, require_finite
-from retromae.pretrain_config import ARCHITECTURE_NAMES
 from retromae.run_folder import OutputOptions
 
 

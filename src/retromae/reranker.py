@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
-from retromae.backbone import check_max_length, position_limit
+from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import ConfigError, save_config
 from retromae.console import progress
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records

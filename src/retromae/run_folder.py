@@ -295,6 +295,7 @@ def released_after() -> Iterator[None]:
 def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:
     """The main process's refusal, on every process of `processes` (a collective: all call it), so that none waits
     for a main process that stopped. Sent as the bytes of its message in a tensor (no pickle between processes)."""
+    # torch and accelerate: run_folder is read by every command's --help (OutputOptions)
     import torch
     from accelerate.utils import broadcast
 

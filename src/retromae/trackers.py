@@ -35,6 +35,7 @@ def check_installed(names: Sequence[str]) -> None:
 
 def _tracker(name: str, output: Path) -> Any:
     """Accelerate's tracker `name`, told where (or under which project and run name) to write."""
+    # accelerate: only when a tracker is asked for (--report-to)
     from accelerate.tracking import LOGGER_TYPE_TO_CLASS
 
     tracker_class = LOGGER_TYPE_TO_CLASS[name]

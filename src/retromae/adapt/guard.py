@@ -4,7 +4,7 @@ Owns: the candidates (each checkpoint of the training stage, at each weight of i
 θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and scoring an
 encoder state (NDCG@10 of a dense search of the validation queries, with the base's pooling and similarity). A
 candidate wins only by beating the base strictly; otherwise the base is the result, unchanged. Does not own the
-training (`retromae.pretrain`), search or metrics (`retromae.retrieval`, `retromae.evaluation.metrics`).
+training (`retromae.pretraining.run`), search or metrics (`retromae.retrieval`, `retromae.evaluation.metrics`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from retromae.data.token_store import TokenStore
 from retromae.encoder import Encoder, PoolingConfig
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.io import write_text_atomic
-from retromae.pretrain_config import PretrainConfig
+from retromae.pretraining.config import PretrainConfig
 from retromae.run_folder import claim_folder, run_identity
 
 GUARD_FILE = "guard.json"
@@ -67,7 +67,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
         base_score = score(encoder, validation, ENCODE_BATCH)
     stages.start("adapting")
     stage = stage_config(config, output, blocks, pooling)
-    from retromae.pretrain import pretrain  # the training stack: only once the inputs have passed their checks
+    from retromae.pretraining.run import pretrain  # the training stack: only once the inputs have passed their checks
 
     pretrain(stage)
     stages.start("guarding: scoring the checkpoints against the base")

@@ -4,7 +4,7 @@ Owns: `BackboneAdapter`, the questions an objective may ask of a masked-LM backb
 it splits into a transform and the vocabulary projection, how positions enter it, how to run its body, the longest
 input it reads, which tokenizer kind its family trains, a tiny config of it for a model from scratch) and
 `DecoderPositions`, the position signal a pre-training decoder takes from the backbone. Does not own any family
-(`retromae.backbones.<family>`) or the registry (`retromae.backbones`).
+(`retromae.backbones.<family>`) or the registry (`retromae.backbones.registry`).
 """
 
 from __future__ import annotations

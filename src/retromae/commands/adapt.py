@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch: only when the command runs, so --help stays instant
     from retromae.adapt.config import AdaptConfig
     from retromae.adapt.run import GUARD_FILE, adapt
     from retromae.console import wrote

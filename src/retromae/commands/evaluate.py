@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # numpy and the search stack: only when the command runs, so --help stays instant
     from retromae.evaluation.config import EvaluateConfig
     from retromae.evaluation.report import print_results
     from retromae.evaluation.run import evaluate

@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.finetune.negatives import NEGATIVES_DIR
     from retromae.finetune.run import finetune

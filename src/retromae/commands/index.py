@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 def index(config: IndexConfig | None = None, /, **options: Any) -> Path:
     """Index an embeddings folder as `config` (or `IndexConfig(**options)`) says; returns the index folder
     (`retromae.index(...)`)."""
+    # torch (through retrieval.encode): only when the command runs, so --help stays instant
     from retromae.retrieval.encode import load_embeddings
 
     config = config if config is not None else IndexConfig(**options)

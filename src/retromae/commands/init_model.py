@@ -12,10 +12,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from retromae.backbones import ARCHITECTURE_NAMES
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
 from retromae.console import quiet_by_default
 from retromae.errors import ModelLoadError
-from retromae.pretrain_config import ARCHITECTURE_NAMES
 
 HELP = ("save a randomly initialised masked LM (bert, roberta, xlm-roberta, modernbert, deberta-v2) of a chosen size "
         "with an existing tokenizer or one trained on a corpus, as the --model of a from-scratch `retromae pretrain`")
@@ -61,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
 def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path:
     """A random model and its tokenizer as `config` (or `InitModelConfig(**options)`) says; returns the model folder
     (`retromae.init_model(...)`)."""
+    # torch: only when the command runs, so --help stays instant
+    from retromae.pretraining.scratch import save_random_model
     from retromae.run_folder import lock_folder
-    from retromae.scratch import save_random_model
 
     config = config if config is not None else InitModelConfig(**options)
     lock_folder(config.output)
@@ -76,8 +77,9 @@ def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path
 
 def trained_tokenizer(config: InitModelConfig):
     """The family's kind of tokenizer trained on --corpus."""
+    # torch: only when the command runs, so --help stays instant
     from retromae.data.corpus import iter_corpus
-    from retromae.scratch import family_tokenizer
+    from retromae.pretraining.scratch import family_tokenizer
 
     texts = (document.text for document in iter_corpus(config.corpus))
     return family_tokenizer(texts, config.architecture, config.vocab_size, config.positions)
@@ -85,6 +87,7 @@ def trained_tokenizer(config: InitModelConfig):
 
 def existing_tokenizer(name: str):
     """The tokenizer of --tokenizer, checked as every command checks one."""
+    # transformers: only when the command runs, so --help stays instant
     from transformers import AutoTokenizer
 
     from retromae.model_source import check_tokenizer, resolve_tokenizer

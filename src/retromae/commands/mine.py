@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
 def mine(config: MineConfig | None = None, /, **options: Any) -> Path:
     """Mine hard negatives as `config` (or `MineConfig(**options)`) says; returns the training file written
     (`retromae.mine(...)`)."""
+    # torch and faiss: only when the command runs, so --help stays instant
     from retromae.data.training_groups import load_training_data, write_training_file
     from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
 

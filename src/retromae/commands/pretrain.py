@@ -13,7 +13,7 @@ HELP = ("pre-train an encoder (RetroMAE, SEED, MLM, DupMAE, Condenser, coCondens
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.pretrain_config import PretrainConfig
+    from retromae.pretraining.config import PretrainConfig
 
     add_config_arguments(parser, PretrainConfig)
 
@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from retromae.console import written, wrote
     from retromae.export import HEAD_FILE
-    from retromae.pretrain import PretrainConfig, pretrain
-    from retromae.pretrain_config import BEST_PROBE_DIR
+    from retromae.pretraining.config import BEST_PROBE_DIR
+    from retromae.pretraining.run import PretrainConfig, pretrain
     from retromae.processes import is_main_process
     from retromae.trackers import TENSORBOARD_DIR
 

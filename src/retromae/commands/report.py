@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
 def report(config: ReportConfig | None = None, /, **options: Any) -> Path:
     """Gather variant folders into a report as `config` (or `ReportConfig(**options)`) says; returns the report
     folder (`retromae.report(...)`)."""
+    # torch and matplotlib: only when the command runs, so --help stays instant
     from retromae.evaluation.experiments import write_report
 
     config = config if config is not None else ReportConfig(**options)

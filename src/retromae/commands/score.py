@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
 def score(config: ScoreConfig | None = None, /, **options: Any) -> Path:
     """Score a training file with a cross-encoder as `config` (or `ScoreConfig(**options)`) says; returns the
     training file written (`retromae.score(...)`)."""
+    # torch: only when the command runs, so --help stays instant
     from retromae.reranker import CrossEncoder, score_training_file
 
     config = config if config is not None else ScoreConfig(**options)

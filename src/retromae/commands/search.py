@@ -43,6 +43,7 @@ class SearchConfig(OutputOptions, EncoderOptions):
 
 
 def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encoder:
+    # torch: only for a queries file to encode
     from retromae.encoder import Encoder
 
     model = config.model or recorded.get("model")
@@ -57,6 +58,7 @@ def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encod
 
 def query_vectors(config: SearchConfig, recorded: dict[str, Any]) -> tuple[list[str], np.ndarray]:
     """Ids and `(Q, D)` vectors of the queries: read from an embeddings folder, or encoded from a file."""
+    # numpy and torch: only when the command runs, so --help stays instant
     import numpy as np
 
     from retromae.data.retrieval_sets import load_queries
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 def search(config: SearchConfig | None = None, /, **options: Any) -> Path:
     """Search an index as `config` (or `SearchConfig(**options)`) says; returns the TREC run file
     (`retromae.search(...)`)."""
+    # numpy and faiss: only when the command runs, so --help stays instant
     from retromae.data.retrieval_sets import write_trec_run
     from retromae.retrieval.index import load_index, set_search_params
     from retromae.retrieval.index import search as search_index

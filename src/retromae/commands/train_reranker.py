@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.processes import is_main_process
     from retromae.reranker import RERANKER_DIR, train_reranker

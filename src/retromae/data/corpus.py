@@ -224,6 +224,7 @@ def _record_document(record: Any, where: str, default_id: str) -> Document:
 
 def _read_parquet(path: Path) -> Iterator[Document]:
     """A parquet table with a `text` column (+ `title`, `_id`/`id`), read one batch of rows at a time."""
+    # pyarrow: only for a parquet corpus
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -244,6 +245,7 @@ def _read_parquet(path: Path) -> Iterator[Document]:
 
 def _read_hf(source: str) -> Iterator[Document]:
     """The `train` split of a Hugging Face dataset (hub name or local folder), streamed."""
+    # datasets: only for a Hugging Face dataset corpus
     import datasets
 
     name, config = parse_hf_source(source)

@@ -29,7 +29,7 @@ from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.sts import sts_correlations
 from retromae.export import export_encoder, export_sentence_transformer, save_head
 from retromae.io import write_text_atomic
-from retromae.pretrain_config import BEST_PROBE_DIR, ProbeOptions
+from retromae.pretraining.config import BEST_PROBE_DIR, ProbeOptions
 from retromae.retrieval.search import TextOptions, dense_search
 
 if TYPE_CHECKING:

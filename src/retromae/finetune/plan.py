@@ -18,7 +18,7 @@ import random
 
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-from retromae.backbone import position_limit
+from retromae.backbones.masked_lm import position_limit
 from retromae.console import format_seconds
 from retromae.data.training_groups import TrainingSet
 from retromae.finetune.config import FinetuneConfig

@@ -58,7 +58,7 @@ def create_objective(name: str, model: PreTrainedModel, tokenizer: PreTrainedTok
                      **options: Any) -> PretrainingObjective:
     """The objective `name` around `model` (a masked LM), with `retromae pretrain`'s defaults for every option not
     given (e.g. `decoding="basic"`, `encoder_mask_ratio=0.15`); the options are checked as the command checks them."""
-    from retromae.pretrain_config import PretrainConfig
+    from retromae.pretraining.config import PretrainConfig
 
     defaults = {field.name: field.default for field in dataclasses.fields(PretrainConfig)
                 if field.default is not dataclasses.MISSING}

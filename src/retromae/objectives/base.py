@@ -18,11 +18,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from retromae import backbone
-from retromae.backbones import DecoderPositions, adapter_for
+from retromae.backbones import masked_lm as backbone
+from retromae.backbones.registry import DecoderPositions, adapter_for
 from retromae.config import require
 from retromae.fused_loss import VocabularyHead
-from retromae.masking import mlm_mask
+from retromae.pretraining.masking import mlm_mask
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.config import ConfigError
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer

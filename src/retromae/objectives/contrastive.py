@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.losses import cross_device_info_nce
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.encoder import pool
 from retromae.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.config import require
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.retromae import RetroMAE

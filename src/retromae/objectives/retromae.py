@@ -22,17 +22,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.config import require
-from retromae.masking import (
+from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.layers import DecoderLayer
+from retromae.pretraining.masking import (
     decoder_input_mask,
     draw_seeds,
     enhanced_decoding_mask,
     enhanced_decoding_mask_from_scores,
     hashed_uniform,
 )
-from retromae.objectives.base import MaskingSettings, PretrainingObjective
-from retromae.objectives.layers import DecoderLayer
 
 
 class RetroMAE(PretrainingObjective):

@@ -16,7 +16,7 @@ from retromae.config import require
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.contrastive import contrastive_loss
 from retromae.objectives.retromae import RetroMAE
-from retromae.scratch import is_random_init
+from retromae.pretraining.scratch import is_random_init
 
 FROM_SCRATCH = ("retromae+contrastive from random weights stays on the unigram plateau with the paper's weight 1 "
                 "(docs/guide.md, 'RetroMAE + contrastive'): pre-train with --objective retromae first and continue "

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.losses import cross_device_info_nce
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from retromae import backbone
+from retromae.backbones import masked_lm as backbone
 from retromae.config import require
 from retromae.encoder import pool
 from retromae.encoder_config import POOLINGS, PoolingConfig

@@ -49,6 +49,7 @@ def _stemmer(name: str) -> Any:
     if name == "none":
         return None
     try:
+        # PyStemmer, optional: only for --stemmer english
         import Stemmer
     except ImportError as error:
         raise ConfigError("--stemmer: english stemming needs PyStemmer (pip install PyStemmer)") from error
@@ -59,6 +60,7 @@ def _bm25s() -> ModuleType:
     """bm25s, imported with jax (if installed) kept on the CPU unless the user chose jax's platform themselves."""
     if "JAX_PLATFORMS" not in os.environ and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
         os.environ["JAX_PLATFORMS"] = "cpu"
+    # bm25s imports jax when installed: only after its platform is set
     import bm25s
 
     return bm25s

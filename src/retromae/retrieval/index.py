@@ -36,6 +36,7 @@ EXACT_BLOCK = 256
 def import_faiss() -> Any | None:
     """The faiss module, or None when it is not installed (then only the exact numpy index exists)."""
     try:
+        # faiss, optional: the exact numpy index works without it
         import faiss
     except ImportError:
         return None

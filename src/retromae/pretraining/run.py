@@ -1,6 +1,6 @@
 """Pre-training from end to end: config → token store or pairs → objective → training loop → exported encoder.
 
-Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-light `retromae.pretrain_config`), the
+Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-light `retromae.pretraining.config`), the
 choice of data for an objective (blocks of a token store; for the contrastive objectives, two spans per document or
 given pairs), and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training
 head). Does not own data reading, masking, objectives or the loop itself; it wires them together. The module
@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from retromae.api import CallableModule
-from retromae.backbone import check_max_length, load_masked_lm
+from retromae.backbones.masked_lm import check_max_length, load_masked_lm
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import CropPairDataset, PairCollator, PairsDataset, SpanPairDataset
@@ -39,8 +39,8 @@ from retromae.export import (
 from retromae.model_card import pretraining_facts, write_model_cards
 from retromae.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import PretrainingObjective, build_objective
-from retromae.pretrain_config import BEST_PROBE_DIR
-from retromae.pretrain_config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
+from retromae.pretraining.config import BEST_PROBE_DIR
+from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)

@@ -3,13 +3,14 @@
 Owns: `PretrainConfig`, the names of the objectives it offers, and `ProbeOptions` (its `--probe*` and
 `--keep-best-probe` options, run by `retromae.evaluation.probe`). Checking a config asks each objective class
 (`retromae.objectives`) what it accepts, so constructing one imports torch; declaring the options does not.
-Does not own pre-training itself (`retromae.pretrain`).
+Does not own pre-training itself (`retromae.pretraining.run`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from retromae.backbones import ATTENTION_NAMES
 from retromae.config import option, require
 from retromae.training_config import HeadTrainingConfig
 
@@ -17,11 +18,7 @@ from retromae.training_config import HeadTrainingConfig
 OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
                    "cocondenser", "contriever", "simcse", "tsdae", "cropping")
 PROBE_METRICS = ("ndcg@10", "recall@100", "sts_spearman")
-# The architectures `retromae init-model` and `retromae quickstart` build (`retromae.backbones.ARCHITECTURES`), spelled
-# out so that --help imports no torch (tests/test_backbones.py checks the two agree).
-ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
 BEST_PROBE_DIR = "best-probe"  # where --keep-best-probe exports (`retromae.evaluation.probe`)
-ATTENTION_NAMES = ("auto", "sdpa", "flash_attention_2", "eager")  # `retromae.backbone.attention_implementation`
 VOCABULARY_LOSS_NAMES = ("auto", "chunked", "liger", "unfused")  # `retromae.fused_loss.VOCABULARY_LOSSES`
 
 

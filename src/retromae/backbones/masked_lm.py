@@ -20,12 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
-from retromae.backbones import adapter_for, find_adapter
+from retromae.backbones import ATTENTION_NAMES
+from retromae.backbones.registry import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.finite import check_weights
 from retromae.model_source import HEAD_FILE, ModelSource, check_safetensors, check_tokenizer, resolve_model
-from retromae.pretrain_config import ATTENTION_NAMES
 
 IGNORE_INDEX = -100
 logger = logging.getLogger(__name__)

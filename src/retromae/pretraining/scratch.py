@@ -1,6 +1,6 @@
 """Starting points for pre-training from scratch: a random masked LM of any supported family beside a tokenizer.
 
-Owns: saving a randomly initialised masked LM of an architecture (`retromae.backbones.ARCHITECTURES`: bert, roberta,
+Owns: saving a randomly initialised masked LM of an architecture (`backbones.ARCHITECTURE_NAMES`: bert, roberta,
 xlm-roberta, modernbert, deberta-v2) and a chosen size beside a tokenizer (one trained on text by
 `retromae.tokenizer_training`, or any existing one, such as BERT's uncased vocabulary), as a folder that
 `retromae pretrain --model` and `retromae finetune --model` load like a hub checkpoint; and telling such a folder
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from retromae.backbone import position_limit
-from retromae.backbones import architecture_adapter
+from retromae.backbones.masked_lm import position_limit
+from retromae.backbones.registry import architecture_adapter
 from retromae.config import require
 from retromae.encoder import default_max_length
 from retromae.export import write_encoding_files
