@@ -23,7 +23,7 @@ from typing import Any
 from retromae.data.lines import appended_records, numbered_lines
 from retromae.errors import DataError
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
-from retromae.evaluation.metric_registry import reported_keys
+from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.io import write_text_atomic
 from retromae.objectives import OBJECTIVES
 
@@ -147,7 +147,8 @@ def report_table(variants: list[Variant]) -> str:
     lines = ["| " + " | ".join(["variant", "pre-training", "pre-training loss", *columns, "minutes"]) + " |",
              "|---|---|---|" + "---:|" * (len(columns) + 1)]
     for variant in variants:
-        cells = [f"{variant.scores[c]:.4f}" if c in variant.scores else "–" for c in columns]
+        # a column is "NAME KEY" (eval/NAME.json's metric KEY), printed in that metric's format
+        cells = [show(c.rsplit(" ", 1)[-1], variant.scores[c]) if c in variant.scores else "–" for c in columns]
         minutes = f"{sum(variant.seconds.values()) / 60:.1f}" if variant.seconds else "–"
         lines.append("| " + " | ".join([variant.name, variant.pretraining, _loss_cell(variant.pretrain_losses),
                                          *cells, minutes]) + " |")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 RANKING, CORRELATION = "ranking", "correlation"
+DEFAULT_SPEC = ".4f"  # how values print: 4 decimals
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Metric:
     title: str
     long_title: str
     higher_is_better: bool = True
-    spec: str = ".4f"
+    spec: str = DEFAULT_SPEC
 
     def show(self, value: float) -> str:
         """A value as tables print it."""
@@ -171,8 +172,10 @@ register(CorrelationMetric("spearman", "Spearman", "Spearman", compute=spearman,
 
 
 def metrics(kind: str | None = None) -> list[Metric]:
-    """The registered metrics (of one kind: RANKING or CORRELATION), in registration order."""
-    return [metric for metric in METRICS.values() if kind is None or metric.kind == kind]
+    """The registered metrics of one kind (RANKING or CORRELATION) in registration order; of both: the ranking
+    metrics first."""
+    return [metric for wanted in ((kind,) if kind else (RANKING, CORRELATION)) for metric in METRICS.values()
+            if metric.kind == wanted]
 
 
 def reported_keys(kind: str | None = None) -> list[str]:
@@ -185,15 +188,22 @@ def primary_key() -> str:
     return reported_keys(RANKING)[0]
 
 
-def parse_key(key: str, kind: str | None = None) -> tuple[Metric, int | None]:
+def find_key(key: str) -> tuple[Metric, int | None] | None:
     """The metric of a key (`NAME@K` for a ranking metric, `NAME` for a correlation) and its cut-off (None for a
-    correlation); ValueError for a key no registered metric (of `kind`, when given) has."""
+    correlation); None for a key no registered metric has."""
     name, at, k = key.partition("@")
     metric = METRICS.get(name)
-    if metric is not None and kind in (None, metric.kind) and (
-            not at if metric.kind == CORRELATION else k.isdigit() and int(k) >= 1):
-        return metric, int(k) if at else None
-    raise ValueError(f"{key!r} is not a {kind + ' ' if kind else ''}metric")
+    if metric is None or not (not at if metric.kind == CORRELATION else k.isdigit() and int(k) >= 1):
+        return None
+    return metric, int(k) if at else None
+
+
+def parse_key(key: str, kind: str | None = None) -> tuple[Metric, int | None]:
+    """`find_key`, but ValueError for a key no registered metric (of `kind`, when given) has."""
+    found = find_key(key)
+    if found is None or kind not in (None, found[0].kind):
+        raise ValueError(f"{key!r} is not a {kind + ' ' if kind else ''}metric")
+    return found
 
 
 def cutoffs(keys: Sequence[str]) -> list[int]:
@@ -214,5 +224,6 @@ def long_title(key: str) -> str:
 
 
 def show(key: str, value: float) -> str:
-    """A value of `key` as tables print it (its metric's format)."""
-    return parse_key(key)[0].show(value)
+    """A value of `key` as tables print it: in its metric's format (4 decimals for a key no metric has)."""
+    found = find_key(key)
+    return found[0].show(value) if found else format(value, DEFAULT_SPEC)
