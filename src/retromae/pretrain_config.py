@@ -1,14 +1,14 @@
 """The options of `retromae pretrain`, declared apart from the run so that parsing them imports no torch.
 
 Owns: `PretrainConfig`, the names of the objectives it offers, and `ProbeOptions` (its `--probe*` and
-`--keep-best-probe` options, run by `retromae.evaluation.probe`; the probes score the metric registry's reported
-keys, `probe_metrics`). Checking a config asks each objective class
+`--keep-best-probe` options, run by `retromae.evaluation.probe`). Checking a config asks each objective class
 (`retromae.objectives`) what it accepts, so constructing one imports torch; declaring the options does not.
 Does not own pre-training itself (`retromae.pretrain`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from retromae.config import option, require
@@ -38,7 +38,7 @@ class ProbeMetricChoices:
     """--probe-metric's choices, read from the metric registry when asked: a metric registered after this module
     was imported is offered too."""
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter({**probe_metrics(RANKING), **probe_metrics(CORRELATION)})
 
     def __contains__(self, name: object) -> bool:
@@ -108,7 +108,7 @@ class ProbeOptions:
 
     @property
     def probe_metric_entry(self) -> Metric:
-        """The registered metric of the score the best probe keeps the best of (its `better`)."""
+        """The registered metric of the score --keep-best-probe keeps the best of."""
         name = self.probe_metric_key.removeprefix("probe_")
         return parse_key({**probe_metrics(RANKING), **probe_metrics(CORRELATION)}[name])[0]
 

@@ -42,6 +42,7 @@ from retromae.run_folder import claim_folder, run_identity
 from retromae.scratch import family_tokenizer, save_random_model
 
 METRICS = {key: long_title(key) for key in ("ndcg@10", "mrr@10", "recall@100")}  # results.md's columns
+CUTOFFS = cutoffs(list(METRICS))  # 10, 100: the runs are the top max(CUTOFFS)
 OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",
            "finetune-none", "finetune-mlm", "finetune-retromae", "results.md", "results.json", "results.png")
 # The tokens the quickstart's models read when it evaluates them (and `retromae evaluate` on them): the passage length
@@ -175,15 +176,15 @@ def evaluate_dense(model: Path, data_dir: Path) -> dict[str, float]:
     """A dense encoder's metrics on the test split, queries and passages read up to the length the model records
     (`model_length`), as `retromae evaluate --model` reads them."""
     data = load_retrieval_set(data_dir, "test")
-    run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=100,
+    run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=max(CUTOFFS),
                        passages=TextOptions(), questions=TextOptions())
-    return evaluate_run(data.qrels, run, cutoffs(list(METRICS)))
+    return evaluate_run(data.qrels, run, CUTOFFS)
 
 
 def evaluate_bm25(data_dir: Path) -> dict[str, float]:
     """BM25's metrics on the test split."""
     data = load_retrieval_set(data_dir, "test")
-    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=100), cutoffs(list(METRICS)))
+    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=max(CUTOFFS)), CUTOFFS)
 
 
 def run_variant(objective: str | None, options: dict[str, Any], initial: Path, corpus: list[str], data: Path,
