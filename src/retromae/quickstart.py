@@ -31,6 +31,7 @@ from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.encoder import Encoder
 from retromae.evaluation import evaluate_run
 from retromae.evaluation.experiments import pyplot, read_metrics
+from retromae.evaluation.metric_registry import cutoffs, long_title, primary_key
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
 from retromae.pretraining.run import PretrainConfig, pretrain
@@ -40,7 +41,8 @@ from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.run_folder import claim_folder, run_identity
 
-METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
+METRICS = {key: long_title(key) for key in ("ndcg@10", "mrr@10", "recall@100")}  # results.md's columns
+CUTOFFS = cutoffs(list(METRICS))  # 10, 100: the runs are the top max(CUTOFFS)
 OUTPUTS = ("quickstart-config.json", "stdlib-docstrings", "initial-model", "cache", "pretrain-mlm", "pretrain-retromae",
            "finetune-none", "finetune-mlm", "finetune-retromae", "results.md", "results.json", "results.png")
 # The tokens the quickstart's models read when it evaluates them (and `retromae evaluate` on them): the passage length
@@ -174,15 +176,15 @@ def evaluate_dense(model: Path, data_dir: Path) -> dict[str, float]:
     """A dense encoder's metrics on the test split, queries and passages read up to the length the model records
     (`model_length`), as `retromae evaluate --model` reads them."""
     data = load_retrieval_set(data_dir, "test")
-    run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=100,
+    run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=max(CUTOFFS),
                        passages=TextOptions(), questions=TextOptions())
-    return evaluate_run(data.qrels, run, (10, 100))
+    return evaluate_run(data.qrels, run, CUTOFFS)
 
 
 def evaluate_bm25(data_dir: Path) -> dict[str, float]:
     """BM25's metrics on the test split."""
     data = load_retrieval_set(data_dir, "test")
-    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=100), (10, 100))
+    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=max(CUTOFFS)), CUTOFFS)
 
 
 def run_variant(objective: str | None, options: dict[str, Any], initial: Path, corpus: list[str], data: Path,
@@ -234,9 +236,10 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
     losses.set(title="pre-training", xlabel="step", ylabel="loss (nats per predicted token)")
     losses.legend()
     names = list(results)
-    bars.bar_label(bars.bar(range(len(names)), [results[n]["ndcg@10"] for n in names], color="tab:blue"), fmt="%.3f")
+    bars.bar_label(bars.bar(range(len(names)), [results[n][primary_key()] for n in names], color="tab:blue"),
+                   fmt="%.3f")
     bars.set_xticks(range(len(names)), names, rotation=15)
-    bars.set(title="test queries", ylabel="NDCG@10")
+    bars.set(title="test queries", ylabel=long_title(primary_key()))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

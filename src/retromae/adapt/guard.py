@@ -2,9 +2,10 @@
 
 Owns: the candidates (each checkpoint of the training stage, at each weight of its average with the base: WiSE-FT's
 θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and scoring an
-encoder state (NDCG@10 of a dense search of the validation queries, with the base's pooling and similarity). A
-candidate wins only by beating the base strictly; otherwise the base is the result, unchanged. Does not own the
-training (`retromae.pretraining.run`), search or metrics (`retromae.retrieval`, `retromae.evaluation.metrics`).
+encoder state (the primary metric of the metric registry, NDCG@10, of a dense search of the validation queries, with
+the base's pooling and similarity). A candidate wins only by beating the base strictly; otherwise the base is the
+result, unchanged. Does not own the training (`retromae.pretraining.run`), search or metrics (`retromae.retrieval`,
+`retromae.evaluation.metric_registry`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from retromae.console import progress
 from retromae.data.retrieval_sets import RetrievalSet
 from retromae.encoder import Encoder
 from retromae.errors import ModelLoadError
+from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.train import checkpoints_by_step
 
-METRIC = "ndcg@10"
+METRIC = primary_key()  # ndcg@10
 
 
 @dataclass
@@ -42,10 +44,11 @@ class Candidate:
 
 
 def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> float:
-    """NDCG@10 of `encoder` on the validation set (no progress display of its own)."""
-    run = dense_search(encoder, validation.corpus_texts(), validation.queries, k=10, passages=TextOptions(),
+    """`METRIC` (NDCG@10) of `encoder` on the validation set (no progress display of its own)."""
+    k = parse_key(METRIC)[1]
+    run = dense_search(encoder, validation.corpus_texts(), validation.queries, k=k, passages=TextOptions(),
                        questions=TextOptions(), batch_size=batch_size, show_progress=False)
-    return evaluate_run(validation.qrels, run, (10,))[METRIC]
+    return evaluate_run(validation.qrels, run, (k,))[METRIC]
 
 
 def checkpoint_encoder(checkpoint: Path, base: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -85,7 +88,7 @@ def run_guard(encoder: Encoder, validation: RetrievalSet, training: Path, prefix
             state = averaged(checkpoint_encoder(paths[candidate.step], base, prefix), base, candidate.weight)
             encoder.model.load_state_dict(state)
             candidate.score = score(encoder, validation, batch_size)
-            if candidate.score > best.score:
+            if parse_key(METRIC)[0].better(candidate.score, best.score):
                 best, best_state = candidate, state
             bar.update(1)
     encoder.model.load_state_dict(base)

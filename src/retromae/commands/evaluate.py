@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 
 from retromae.config import add_config_arguments, build_config
+from retromae.evaluation.metric_registry import CORRELATION, RANKING, metrics
 
-HELP = ("evaluate a model or a run: NDCG/MRR/Recall/MAP/P@k on BEIR or MS MARCO (one table over many data sets, "
-        "BM25 beside), Pearson/Spearman on STS")
+HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in metrics(RANKING))}@k on BEIR or "
+        f"MS MARCO (one table over many data sets, BM25 beside), "
+        f"{'/'.join(metric.long_title for metric in metrics(CORRELATION))} on STS")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,12 +13,15 @@ from pathlib import Path
 from retromae.config import ConfigError, option, require
 from retromae.encoder_config import EncoderOptions
 from retromae.errors import DataError
+from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.run_folder import OutputOptions
 
 TASKS = ("auto", "retrieval", "sts")
 QRELS_FORMATS = ("auto", "beir", "trec")  # as `data.retrieval_sets.load_qrels` reads them (no numpy import here)
 CORPUS_FILES = ("corpus.jsonl", "collection.tsv", "corpus.tsv")
+RANKING_NAMES = ", ".join(metric.name for metric in metrics(RANKING))  # ndcg, mrr, recall, map, p
+RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKING))  # NDCG@k, MRR@k, Recall@k, ...
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -38,11 +41,10 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
                                        "for a file without a header", choices=QRELS_FORMATS)
     task: str = option("auto", "retrieval or sts; auto: sts for a file or a folder holding sts-{split}.csv",
                        choices=TASKS)
-    metrics: list[str] = option(list(DEFAULT_METRICS), "the table's columns, NAME@K with NAME one of ndcg, mrr, "
-                                                       "recall, map, p")
+    metrics: list[str] = option(list(DEFAULT_METRICS), f"the table's columns, NAME@K with NAME one of {RANKING_NAMES}")
     bm25: bool = option(False, "BM25 (bm25s: k1 1.2, b 0.75, English stopwords) beside the model in the table")
-    k_values: list[int] = option([10, 100], "one data set without a report folder: the cut-offs k of its NDCG@k, "
-                                            "MRR@k, Recall@k, MAP@k, P@k")
+    k_values: list[int] = option([10, 100], f"one data set without a report folder: the cut-offs k of its "
+                                            f"{RANKING_TITLES}")
     top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed")
     per_query: bool = option(False, "also report every query's scores (in the --output JSON file)")
     output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "

@@ -6,7 +6,8 @@ Owns: reading a variant folder laid out by the recipes and turning a list of the
 
     pretrain/        a `retromae pretrain` output (config.json, metrics.jsonl, with probe scores if any)
     finetune/        a `retromae finetune` output (config.json, metrics.jsonl)
-    eval/NAME.json   `retromae evaluate --output` files; NAME prefixes the metric columns
+    eval/NAME.json   `retromae evaluate --output` files; NAME prefixes the metric columns (the metric registry's
+                     reported keys: ndcg@10, recall@100, spearman)
     times.txt        one "STAGE SECONDS" line per timed stage
 
 Does not own running anything, nor computing metrics.
@@ -22,10 +23,9 @@ from typing import Any
 from retromae.data.lines import appended_records, numbered_lines
 from retromae.errors import DataError
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
+from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.io import write_text_atomic
 from retromae.objectives import OBJECTIVES
-
-REPORTED_METRICS = ("ndcg@10", "recall@100", "spearman")
 
 
 @dataclass
@@ -119,7 +119,7 @@ def read_variant(folder: Path) -> Variant:
     for path in sorted((folder / "eval").glob("*.json")):
         results = _read_json(path)
         variant.scores.update({f"{path.stem} {metric}": float(results[metric])
-                               for metric in REPORTED_METRICS if metric in results})
+                               for metric in reported_keys() if metric in results})
     if (folder / "times.txt").exists():
         variant.seconds = read_times(folder / "times.txt")
     if not (variant.scores or variant.pretrain_losses or variant.seconds):
@@ -147,7 +147,8 @@ def report_table(variants: list[Variant]) -> str:
     lines = ["| " + " | ".join(["variant", "pre-training", "pre-training loss", *columns, "minutes"]) + " |",
              "|---|---|---|" + "---:|" * (len(columns) + 1)]
     for variant in variants:
-        cells = [f"{variant.scores[c]:.4f}" if c in variant.scores else "–" for c in columns]
+        # a column is "NAME KEY" (eval/NAME.json's metric KEY), printed in that metric's format
+        cells = [show(c.rsplit(" ", 1)[-1], variant.scores[c]) if c in variant.scores else "–" for c in columns]
         minutes = f"{sum(variant.seconds.values()) / 60:.1f}" if variant.seconds else "–"
         lines.append("| " + " | ".join([variant.name, variant.pretraining, _loss_cell(variant.pretrain_losses),
                                          *cells, minutes]) + " |")

@@ -3,8 +3,9 @@
 Owns: the seeded sample a probe evaluates (queries of a BEIR or MS MARCO folder, their judged documents and other
 documents), and `Probe`, the Trainer's `log_extra` hook: at step 0 of a fresh run, every `probe_every` steps and at
 the last step it encodes the sample with the training encoder's [CLS] state (on the training device, main process,
-inference mode, no random draws) and returns `probe_ndcg@10`, `probe_recall@100`, `probe_sts_spearman` and
-`probe_seconds` for the step's record in metrics.jsonl. With `keep_best_probe` it exports the best-scoring encoder
+inference mode, no random draws) and returns the probe scores (`probe_ndcg@10`, `probe_recall@100`,
+`probe_sts_spearman`: the metric registry's reported keys, `pretrain_config.probe_metrics`) and `probe_seconds` for
+the step's record in metrics.jsonl. With `keep_best_probe` it exports the best-scoring encoder
 to `OUTPUT/best-probe/` (encoder/, pretrain_head.safetensors, probe.json; sentence-transformer/ at the end), a
 folder the checkpoint pruning never sees. Does not own the training loop, encoding, search or metric definitions.
 """
@@ -25,11 +26,12 @@ import torch
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set, load_sts_pairs
 from retromae.encoder import Encoder, PoolingConfig
 from retromae.evaluation.experiments import read_metrics
+from retromae.evaluation.metric_registry import CORRELATION, RANKING, cutoffs
 from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.sts import sts_correlations
 from retromae.export import export_encoder, export_sentence_transformer, save_head
 from retromae.io import write_text_atomic
-from retromae.pretraining.config import BEST_PROBE_DIR, ProbeOptions
+from retromae.pretraining.config import BEST_PROBE_DIR, ProbeOptions, probe_metrics
 from retromae.retrieval.search import TextOptions, dense_search
 
 if TYPE_CHECKING:
@@ -114,14 +116,17 @@ class Probe:
         scores: dict[str, float] = {}
         batch = self.options.probe_batch_size
         if self.retrieval is not None:
-            run = dense_search(encoder, self.corpus, self.retrieval.queries, k=100, passages=TextOptions(),
+            probed = probe_metrics(RANKING)
+            ks = cutoffs(list(probed.values()))
+            run = dense_search(encoder, self.corpus, self.retrieval.queries, k=max(ks), passages=TextOptions(),
                                questions=TextOptions(), batch_size=batch, show_progress=False)
-            results = evaluate_run(self.retrieval.qrels, run, (10, 100))
-            scores.update({"probe_ndcg@10": results["ndcg@10"], "probe_recall@100": results["recall@100"]})
+            results = evaluate_run(self.retrieval.qrels, run, ks)
+            scores.update({f"probe_{name}": results[key] for name, key in probed.items()})
         if self.sts is not None:
             first, second, gold = self.sts
             vectors = [encoder.encode(side, batch_size=batch, show_progress=False) for side in (first, second)]
-            scores["probe_sts_spearman"] = sts_correlations(*vectors, gold)["spearman"]
+            correlations = sts_correlations(*vectors, gold)
+            scores.update({f"probe_{name}": correlations[key] for name, key in probe_metrics(CORRELATION).items()})
         return scores
 
     def _restore_best(self) -> None:
@@ -131,7 +136,7 @@ class Probe:
         key = self.options.probe_metric_key
         logged = read_metrics(self.metrics_path) if self.metrics_path.exists() else []
         probes = {record["step"]: record[key] for record in logged if key in record}
-        self.best = max(probes.values(), default=None)
+        self.best = self.options.probe_metric_entry.best(probes.values())
         exported = self._exported_step()
         if exported is not None and exported not in probes:
             logger.warning("%s: removing the export of step %d, which the resumed run has not logged",
@@ -144,7 +149,7 @@ class Probe:
 
     def _keep_if_best(self, trainer: Trainer, scores: dict[str, float]) -> None:
         key = self.options.probe_metric_key
-        if self.best is not None and scores[key] <= self.best:
+        if self.best is not None and not self.options.probe_metric_entry.better(scores[key], self.best):
             return
         self.best = scores[key]
         objective = trainer.unwrapped_model

@@ -11,20 +11,22 @@ from typing import Any
 
 import numpy as np
 
+from retromae.evaluation.metric_registry import show
 from retromae.io import write_text_atomic
 
 
-def _format_value(value: Any) -> str:
+def _format_value(key: str, value: Any) -> str:
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (float, np.floating)):
-        return f"{float(value):.4f}"
+        return show(key, float(value))
     return str(value)
 
 
 def format_table(results: dict[str, Any], title: str | None = None) -> str:
-    """A two-column plain-text table (metric, value), floats to 4 decimals, values right-aligned."""
-    rows = [("metric", "value")] + [(str(key), _format_value(value)) for key, value in results.items()]
+    """A two-column plain-text table (metric, value), floats in their metric's format (4 decimals), values
+    right-aligned."""
+    rows = [("metric", "value")] + [(str(key), _format_value(str(key), value)) for key, value in results.items()]
     name_width = max(len(name) for name, _ in rows)
     value_width = max(len(value) for _, value in rows)
     rule = "-" * (name_width + 2 + value_width)

@@ -1,14 +1,16 @@
 """Semantic textual similarity: correlation of embedding cosine similarity with gold scores.
 
-Owns: the STS figure of merit (Pearson and Spearman of cosine similarity against the gold scores, as in the
-STS Benchmark literature). Does not own: encoding sentences (the caller passes embeddings) or reading STS files
+Owns: scoring STS pairs: the cosine similarities of their embeddings against the gold scores, by every registered
+correlation metric (Pearson and Spearman, as in the STS Benchmark literature; `evaluation.metric_registry`). Does
+not own: encoding sentences (the caller passes embeddings) or reading STS files
 (see `retromae.data.retrieval_sets.load_sts_pairs`). No torch.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+
+from retromae.evaluation.metric_registry import CORRELATION, metrics
 
 
 def cosine_similarities(embeddings_1: np.ndarray, embeddings_2: np.ndarray) -> np.ndarray:
@@ -22,14 +24,12 @@ def cosine_similarities(embeddings_1: np.ndarray, embeddings_2: np.ndarray) -> n
 
 
 def sts_correlations(embeddings_1: np.ndarray, embeddings_2: np.ndarray, gold: np.ndarray) -> dict[str, float]:
-    """{"pearson", "spearman"}: correlations of the pairs' cosine similarities with the gold scores, shape (N,)."""
+    """{"pearson", "spearman", ...}: every correlation metric of the pairs' cosine similarities with the gold scores,
+    shape (N,)."""
     similarities = cosine_similarities(embeddings_1, embeddings_2)  # (N,)
     gold = np.asarray(gold, dtype=np.float64).reshape(-1)  # (N,)
     if gold.shape != similarities.shape:
         raise ValueError(f"{len(gold)} gold scores for {len(similarities)} sentence pairs")
     if len(gold) < 2:
         raise ValueError("correlations need at least 2 sentence pairs")
-    return {
-        "pearson": float(stats.pearsonr(similarities, gold)[0]),
-        "spearman": float(stats.spearmanr(similarities, gold)[0]),
-    }
+    return {metric.name: metric.compute(similarities, gold) for metric in metrics(CORRELATION)}

@@ -1,8 +1,9 @@
 """The table of one model (and BM25 beside it) over many retrieval sets, as the BEIR papers and leaderboards report.
 
-Owns: naming the metrics a table shows (`ndcg@10`, `recall@100`, `mrr@10`, `map@100`, `p@10`), the row of each
-data set and the average row (the mean over data sets, each weighing the same), and writing the table as Markdown,
-CSV, JSON and a bar plot. Does not own computing the metrics (`evaluation.metrics`) nor running a model
+Owns: checking the metrics a table shows (ranking keys such as `ndcg@10`, `recall@100`, `mrr@10`, `map@100`,
+`p@10`; by default the reported ones), the row of each data set and the average row (the mean over data sets, each
+weighing the same), and writing the table as Markdown, CSV, JSON and a bar plot. Does not own the metrics, their
+titles and formats (`evaluation.metric_registry`), computing them (`evaluation.metrics`) nor running a model
 (`evaluation.run`).
 """
 
@@ -16,28 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from retromae.config import ConfigError
-from retromae.evaluation.metrics import KEY_PREFIX
+from retromae.evaluation.metric_registry import RANKING, metrics, parse_key, reported_keys, show, title
 from retromae.io import atomic_path, write_text_atomic
 
-DEFAULT_METRICS = ("ndcg@10", "recall@100")
-SHOWN_NAMES = {"ndcg": "NDCG", "mrr": "MRR", "recall": "R", "map": "MAP", "p": "P"}
+DEFAULT_METRICS = tuple(reported_keys(RANKING))
 AVERAGE = "average"
 REPORT_FILES = ("results.md", "results.csv", "results.json", "results.png")
 
 
 def metric_k(metric: str) -> int:
-    """The cut-off of a metric name such as `ndcg@10`; ConfigError for a name `evaluate_run` does not compute."""
-    name, _, k = metric.partition("@")
-    if name not in KEY_PREFIX.values() or not k.isdigit() or int(k) < 1:
+    """The cut-off of a ranking metric's key such as `ndcg@10`; ConfigError for a key `evaluate_run` does not
+    compute."""
+    try:
+        return parse_key(metric, RANKING)[1]
+    except ValueError as error:
         raise ConfigError(f"--metrics: {metric!r} is not a metric; use NAME@K with NAME one of "
-                          f"{', '.join(KEY_PREFIX.values())}, e.g. ndcg@10 recall@100")
-    return int(k)
-
-
-def shown_name(metric: str) -> str:
-    """A metric's column title: ndcg@10 → NDCG@10, recall@100 → R@100."""
-    name, _, k = metric.partition("@")
-    return f"{SHOWN_NAMES[name]}@{k}"
+                          f"{', '.join(entry.name for entry in metrics(RANKING))}, e.g. ndcg@10 recall@100") from error
 
 
 @dataclass
@@ -65,16 +60,16 @@ class Table:
                 for system in self.systems}
 
     def header(self) -> list[str]:
-        return ["data set", "queries", "documents"] + [f"{system} {shown_name(metric)}" for system in self.systems
+        return ["data set", "queries", "documents"] + [f"{system} {title(metric)}" for system in self.systems
                                                        for metric in self.metrics]
 
     def lines(self) -> list[list[str]]:
-        """The rows as text (values to 4 decimals), the average last."""
+        """The rows as text (values in their metric's format: 4 decimals), the average last."""
         average = self.average()
         lines = [[row.name, str(row.queries), str(row.documents)]
-                 + [f"{row.scores[system][metric]:.4f}" for system in self.systems for metric in self.metrics]
+                 + [show(metric, row.scores[system][metric]) for system in self.systems for metric in self.metrics]
                  for row in self.rows]
-        lines.append([AVERAGE, "", ""] + [f"{average[system][metric]:.4f}" for system in self.systems
+        lines.append([AVERAGE, "", ""] + [show(metric, average[system][metric]) for system in self.systems
                                           for metric in self.metrics])
         return lines
 
@@ -122,7 +117,7 @@ def plot_table(table: Table, path: Path) -> None:
             values = [row.scores[system][metric] for row in table.rows] + [average[system][metric]]
             axis.bar([i + offset * width for i in range(len(names))], values, width, label=system)
         axis.set_xticks([i + width * (len(table.systems) - 1) / 2 for i in range(len(names))], names, rotation=15)
-        axis.set(title=shown_name(metric), ylim=(0, 1))
+        axis.set(title=title(metric), ylim=(0, 1))
         axis.legend()
     figure.tight_layout()
     with atomic_path(path) as tmp:
