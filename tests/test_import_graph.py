@@ -19,7 +19,6 @@ COMMAND_LAYER = ("retromae.commands", "retromae.cli")  # the parsers and the com
 KNOWN_FUNCTION_CYCLES = {
     ("retromae.objectives", "retromae.pretraining.config"),  # checking a PretrainConfig asks the objectives
     ("retromae.encoder", "retromae.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
-    ("retromae.api", "retromae.pretraining.run", "retromae.quickstart"),  # entry points import what they run
 }
 
 

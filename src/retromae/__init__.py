@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 
 # Public name → "module" (the name is that module) or "module:attribute".
 _PUBLIC = {
-    "pretrain": "retromae.pretraining.run",  # a callable module (`retromae.api.CallableModule`)
+    "pretrain": "retromae.pretraining.run",  # a callable module (`retromae.callable_module.CallableModule`)
     "finetune": "retromae.finetune",  # likewise
     "encode": "retromae.api:encode",
     "index": "retromae.commands.index:index",

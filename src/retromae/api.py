@@ -1,17 +1,12 @@
 """What the public Python API needs besides the commands' own entry points (`retromae/__init__.py` lists them all).
 
-Owns: `CallableModule`, which lets `retromae.pretrain(...)` and `retromae.finetune(...)` be called although they
-are also the modules that implement them (`retromae.pretraining.run`, and the `retromae.finetune` package, which,
-once imported, is the package attribute of its name); `encode(config)`, the library side of `retromae encode`; and
-the public forms of the entry points whose implementations take a config only (`evaluate`, `train_reranker`,
-`quickstart`).
+Owns: `encode(config)`, the library side of `retromae encode`, and the public forms of the entry points whose
+implementations take a config only (`evaluate`, `train_reranker`, `quickstart`).
 Every entry point runs quietly (`console.quiet_by_default`). Imports no torch until called.
 """
 
 from __future__ import annotations
 
-import importlib
-import types
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +15,6 @@ from retromae.processes import process_state
 from retromae.quickstart_config import QuickstartConfig
 from retromae.reranker_config import RerankerConfig
 from retromae.retrieval.config import EncodeConfig, read_texts
-
-
-class CallableModule(types.ModuleType):
-    """A module that runs its `__entry__` ("module:function") when called, e.g. `retromae.pretrain(config)`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        module, _, function = self.__entry__.partition(":")
-        return quiet_by_default(getattr(importlib.import_module(module), function))(*args, **kwargs)
 
 
 @quiet_by_default

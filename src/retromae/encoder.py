@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -65,9 +67,6 @@ def _read_json(source: str, filename: str) -> dict[str, Any] | None:
     """A JSON file of a local folder or hub repository, or None when it has no such file."""
     if os.path.isdir(source):
         return read_json(Path(source) / filename)
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
-
     try:
         return json.loads(Path(hf_hub_download(source, filename)).read_text(encoding="utf-8"))
     except LocalEntryNotFoundError as error:  # offline and not cached: a subclass of EntryNotFoundError

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from retromae.config import config_to_dict
 from retromae.encoder import describe_folder
+from retromae.evaluation.experiments import describe_pretraining
 from retromae.io import write_text_atomic
 
 CARD = "README.md"
@@ -23,9 +25,6 @@ CARD = "README.md"
 
 def pretraining_facts(config: Any, steps: int | None = None) -> dict[str, str]:
     """The card's facts of a `retromae pretrain` run (`steps`: those done, when fewer than --max-steps)."""
-    from retromae.config import config_to_dict
-    from retromae.evaluation.experiments import describe_pretraining
-
     done = config.max_steps if steps is None else steps
     start = (f"{config.init_from} (continued pre-training)" if config.init_from else
              f"random weights in the configuration of {config.model}" if config.from_config else config.model)

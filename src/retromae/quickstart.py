@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from retromae.api import CallableModule
+import torch
+from transformers import AutoTokenizer
+
+from retromae.callable_module import CallableModule
 from retromae.config import save_config
 from retromae.console import NOT_LOSSES, Stages
 from retromae.data.corpus import iter_corpus
@@ -58,8 +61,6 @@ VARIANTS = (
 
 def detect_device() -> str:
     """'cuda' when torch sees a CUDA GPU (the training loop then runs there), else 'cpu'."""
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -120,8 +121,6 @@ def model_length(budget: Budget) -> int:
 def unigram_entropy(corpus: list[str], model: Path) -> float:
     """Nats per token of predicting every token of the corpus by its frequency alone: the plateau a pre-training
     loss sits on until the model learns to use context (docs/RESULTS.md, section 1)."""
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     counts: collections.Counter[int] = collections.Counter()
     for document in iter_corpus(corpus):

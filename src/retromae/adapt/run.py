@@ -31,7 +31,9 @@ from retromae.console import Stages, step
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
 from retromae.encoder import Encoder, PoolingConfig
+from retromae.evaluation.probe import sample_retrieval_set
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
+from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
 from retromae.pretraining.config import PretrainConfig
 from retromae.run_folder import claim_folder, run_identity
@@ -92,8 +94,6 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
 def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet) -> float:
     """`retromae finetune` of OUTPUT/encoder on --train into OUTPUT/finetuned/ (its defaults; the adapted encoder's
     pooling and similarity); returns the fine-tuned encoder's score on the validation set."""
-    from retromae.finetune.run import FinetuneConfig, finetune
-
     tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
                                     output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
                                     overwrite=config.overwrite, mixed_precision=config.mixed_precision))
@@ -103,8 +103,6 @@ def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet
 def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> tuple[RetrievalSet, int]:
     """The validation set (--validation's sample, or pseudo-queries of held-out documents written to
     OUTPUT/validation/), the training corpus (OUTPUT/data/train.jsonl) and its number of blocks."""
-    from retromae.evaluation.probe import sample_retrieval_set
-
     where = ", ".join(config.corpus)
     with step(f"reading {where}"):
         documents = read_documents(config.corpus)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from retromae.adapt.config import AdaptConfig
 from retromae.config import add_config_arguments, build_config
 
 HELP = ("adapt an embedder to your corpus without labels (TSDAE with head warm-up, checkpoints and their averages "
@@ -13,14 +14,11 @@ HELP = ("adapt an embedder to your corpus without labels (TSDAE with head warm-u
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.adapt.config import AdaptConfig
-
     add_config_arguments(parser, AdaptConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
-    from retromae.adapt.config import AdaptConfig
     from retromae.adapt.run import GUARD_FILE, adapt
     from retromae.console import wrote
 

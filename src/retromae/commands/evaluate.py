@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from retromae.config import add_config_arguments, build_config
+from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, metrics
 
 HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in metrics(RANKING))}@k on BEIR or "
@@ -19,14 +20,11 @@ HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in m
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.evaluation.config import EvaluateConfig
-
     add_config_arguments(parser, EvaluateConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     # numpy and the search stack: only when the command runs, so --help stays instant
-    from retromae.evaluation.config import EvaluateConfig
     from retromae.evaluation.report import print_results
     from retromae.evaluation.run import evaluate
 

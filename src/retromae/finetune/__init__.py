@@ -4,12 +4,12 @@ model being trained), cross-device negatives, gradient caching, and distillation
 Submodules: `batches` (group sampler, collator), `grad_cache`, `model` (dual encoder and its losses),
 `negatives` (mining before and during training), `run` (`FinetuneConfig`, `finetune`). The training loop is
 `retromae.train`; the losses are `retromae.losses`. The package can be called: `retromae.finetune(config)` is
-`run.finetune(config)` (`retromae.api.CallableModule`).
+`run.finetune(config)` (`retromae.callable_module.CallableModule`).
 """
 
 import sys
 
-from retromae.api import CallableModule
+from retromae.callable_module import CallableModule
 
 __entry__ = "retromae.finetune.run:finetune"
 sys.modules[__name__].__class__ = CallableModule

@@ -5,5 +5,5 @@ Submodules: `config` (`PretrainConfig`, every option of `retromae pretrain`, imp
 objective, training loop, export), `masking` (the encoder and decoder masks), `scratch` (a model and tokenizer
 from scratch, `retromae init-model`), `hf_trainer` (an objective under a transformers `Trainer`). The objectives
 are `retromae.objectives`; the backbone they train is `retromae.backbones`; the training loop is `retromae.train`.
-`retromae.pretrain(config)` is `run.pretrain(config)` (`run` is a `retromae.api.CallableModule`).
+`retromae.pretrain(config)` is `run.pretrain(config)` (`run` is a `retromae.callable_module.CallableModule`).
 """

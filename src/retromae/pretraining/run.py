@@ -4,7 +4,7 @@ Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-ligh
 choice of data for an objective (blocks of a token store; for the contrastive objectives, two spans per document or
 given pairs), and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training
 head). Does not own data reading, masking, objectives or the loop itself; it wires them together. The module
-itself can be called: `retromae.pretrain(config)` is `pretrain(config)` (`retromae.api.CallableModule`).
+itself can be called: `retromae.pretrain(config)` is `pretrain(config)` (`retromae.callable_module.CallableModule`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from retromae.api import CallableModule
 from retromae.backbones.masked_lm import check_max_length, load_masked_lm
+from retromae.callable_module import CallableModule
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import CropPairDataset, PairCollator, PairsDataset, SpanPairDataset
