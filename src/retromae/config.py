@@ -224,25 +224,23 @@ def _flat_values(values: dict[str, Any], config_cls: type, path: Path, given: di
     hold several objectives' options."""
     if not hasattr(config_cls, "option_sections"):
         return values
-    sections = config_cls.option_sections()
-    flat = {key: value for key, value in values.items() if key not in sections}
+    sections = config_cls.option_sections()  # a section is a mapping: `seed: 42` is --seed, `seed: {...}` SEED's
+    nested = {key for key, value in values.items() if key in sections and isinstance(value, dict)}
+    flat = {key: value for key, value in values.items() if key not in nested}
     chooser = next(field for field in dataclasses.fields(config_cls) if field.name == config_cls.SECTION_FIELD)
     chosen = given.get(chooser.name, flat.get(chooser.name, _default_of(chooser)))
-    for name in sections.keys() & values.keys():
-        nested = values[name]
-        if not isinstance(nested, dict):
-            raise ConfigError(f"{path}: {name}: expected a mapping of its options, got {nested!r}")
-        nested = {key.replace("-", "_"): value for key, value in nested.items()}
-        unknown = sorted(set(nested) - sections[name])
+    for name in sorted(nested):
+        options = {key.replace("-", "_"): value for key, value in values[name].items()}
+        unknown = sorted(set(options) - sections[name])
         if unknown:
             raise ConfigError(f"{path}: {name}: unknown option(s) {', '.join(unknown)} (it reads "
                               f"{', '.join(sorted(sections[name])) or 'none'})")
-        clashes = sorted(key for key in nested if key in flat and flat[key] != nested[key])
-        if name == chosen and clashes:
-            raise ConfigError(f"{path}: {', '.join(clashes)} given twice, flat and under {name}, with different "
-                              "values")
         if name == chosen:
-            flat.update(nested)
+            clashes = sorted(key for key in options if key in flat and flat[key] != options[key])
+            if clashes:
+                raise ConfigError(f"{path}: {', '.join(clashes)} given twice, flat and under {name}, with "
+                                  "different values")
+            flat.update(options)
     return flat
 
 
