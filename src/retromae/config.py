@@ -19,6 +19,7 @@ import math
 import sys
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,16 +95,21 @@ def _group_title(config_cls: type, field: dataclasses.Field) -> str | None:
     """The field's own `group`, else `OPTION_GROUP` of the most basic class declaring it, or None for the command's
     own options."""
     if field.metadata.get("group"):
-        return field.metadata["group"]
+        return _text(field.metadata["group"])
     for cls in reversed(config_cls.__mro__):
         if field.name in getattr(cls, "__annotations__", {}):
             return cls.__dict__.get("OPTION_GROUP")
     return None
 
 
+def _text(value: str | Callable[[], str]) -> str:
+    """A help text or section title, or the function that makes it when `--help` is built (a registry's)."""
+    return value() if callable(value) else value
+
+
 def _help_text(field: dataclasses.Field) -> str:
     """The field's help with, once, whether it is required or its default (unset defaults say nothing)."""
-    help_text, default = field.metadata.get("help", ""), _default_of(field)
+    help_text, default = _text(field.metadata.get("help", "")), _default_of(field)
     if default is REQUIRED:
         return f"{help_text} (required)"
     if field.metadata.get("required_unless"):

@@ -20,6 +20,7 @@ Adding an objective is its module, its options class when it has options of its 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import typing
 from collections.abc import Iterator, Mapping
@@ -82,6 +83,17 @@ class ObjectiveTable(Mapping):
             raise ValueError(f"objective {name!r} is already registered")
         self._entries[name] = entry
 
+    def unregister(self, name: str) -> None:
+        """Withdraw a registered objective (a test's, a plugin's, when it is done)."""
+        self.entry(name)
+        del self._entries[name]
+
+    def readers(self, option: str) -> dict[str, type[ObjectiveOptions]]:
+        """The objectives whose options declare `option` as a flag, name → options class, in table order."""
+        return {name: entry.options for name, entry in self._entries.items()
+                if any(field.name == option and field.metadata.get("help") is not None
+                       for field in dataclasses.fields(entry.options))}
+
 
 OBJECTIVES = ObjectiveTable({
     "retromae": ObjectiveEntry("retromae.objectives.retromae:RetroMAE", opts.RetroMAEOptions),
@@ -109,30 +121,37 @@ def register_objective(name: str, target: Any, options: type[ObjectiveOptions] =
 
 def flat_options() -> list[tuple[str, Any, dataclasses.Field]]:
     """(name, type, field) of every flag the objectives' options declare, for `make_dataclass`: one per name, in
-    table order. Each field's `group` (its section of `--help`) names the objectives that read it; where those
-    objectives' defaults differ, the flat default is None ("the objective's") and the help lists them."""
-    readers: dict[str, list[tuple[str, type[ObjectiveOptions]]]] = {}
-    for name in OBJECTIVES:
-        for field in dataclasses.fields(OBJECTIVES.entry(name).options):
-            if field.metadata.get("help") is not None:
-                readers.setdefault(field.name, []).append((name, OBJECTIVES.entry(name).options))
-    return [_flat_field(field_name, users) for field_name, users in readers.items()]
+    table order. Where the objectives reading a flag have different defaults, its flat default is None ("the
+    objective's"). Its section of `--help` (`group`) and its help name the objectives reading it, asked of the
+    table when `--help` is built, so that a registered objective shows there too."""
+    flags = dict.fromkeys(field.name for name in OBJECTIVES
+                          for field in dataclasses.fields(OBJECTIVES.entry(name).options)
+                          if field.metadata.get("help") is not None)
+    return [_flat_field(flag) for flag in flags]
 
 
-def _flat_field(name: str, users: list[tuple[str, type[ObjectiveOptions]]]) -> tuple[str, Any, dataclasses.Field]:
-    """The flat field of option `name`, read by the objectives `users` (name, options class)."""
-    declared = {objective: _field(options, name) for objective, options in users}
-    first = next(iter(declared.values()))
-    defaults = {objective: field.default for objective, field in declared.items()}
-    kind = typing.get_type_hints(users[0][1])[name]
-    metadata = {**first.metadata, "group": f"--objective {', '.join(declared)}"}
-    if len(set(defaults.values())) == 1:
-        return name, kind, dataclasses.field(default=first.default, metadata=metadata)
+def _flat_field(option: str) -> tuple[str, Any, dataclasses.Field]:
+    readers = OBJECTIVES.readers(option)
+    first = _field(next(iter(readers.values())), option)
+    kind = typing.get_type_hints(next(iter(readers.values())))[option]
+    varies = len({_field(options, option).default for options in readers.values()}) > 1
+    metadata = {**first.metadata, "group": functools.partial(_section, option),
+                "help": functools.partial(_help, option, first.metadata["help"]) if varies else first.metadata["help"]}
+    return option, kind | None if varies else kind, dataclasses.field(default=None if varies else first.default,
+                                                                       metadata=metadata)
+
+
+def _section(option: str) -> str:
+    """The section of `--help` of an objective's flag: the objectives that read it."""
+    return f"--objective {', '.join(OBJECTIVES.readers(option))}"
+
+
+def _help(option: str, text: str) -> str:
+    """The help of a flag whose default depends on the objective, listing those defaults."""
+    defaults = {name: _field(options, option).default for name, options in OBJECTIVES.readers(option).items()}
     usual = max(set(defaults.values()), key=list(defaults.values()).count)
-    shown = ", ".join([f"{objective} {default}" for objective, default in defaults.items() if default != usual]
-                      + [f"the others {usual}"])
-    metadata["help"] = f"{first.metadata['help']} (default: the objective's: {shown})"
-    return name, kind | None, dataclasses.field(default=None, metadata=metadata)
+    shown = [f"{name} {default}" for name, default in defaults.items() if default != usual]
+    return f"{text} (default: the objective's: {', '.join([*shown, f'the others {usual}'])})"
 
 
 def _field(options: type[ObjectiveOptions], name: str) -> dataclasses.Field:

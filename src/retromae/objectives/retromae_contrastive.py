@@ -14,8 +14,8 @@ from transformers import PreTrainedModel
 
 from retromae.config import require
 from retromae.objectives.base import MaskingSettings
-from retromae.objectives.options import RetroMAEContrastiveOptions
 from retromae.objectives.contrastive import contrastive_loss
+from retromae.objectives.options import RetroMAEContrastiveOptions
 from retromae.objectives.retromae import RetroMAE
 from retromae.scratch import is_random_init
 

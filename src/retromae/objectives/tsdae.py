@@ -31,6 +31,7 @@ from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import apply_rotary, init_linears, split_heads
 from retromae.objectives.options import TSDAEOptions
 
+
 def delete_words(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_tokens_mask: torch.Tensor,
                  word_starts: torch.Tensor | None, ratio: float, generator: torch.Generator,
                  pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
