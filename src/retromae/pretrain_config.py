@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from retromae.config import ConfigError, option, require
+from retromae.config import option, require
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.training_config import HeadTrainingConfig
 
@@ -155,8 +155,4 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
         for field in dataclasses.fields(ObjectiveOptionFields):
             require(field.name in reads or field.default is not None or getattr(self, field.name) is None,
                     field.name, f"the {self.objective} objective does not read it")
-        try:
-            options = objective.options.from_values(self)
-        except TypeError as error:  # a value of the wrong type in a config file
-            raise ConfigError(f"--objective {self.objective}: {error}") from error
-        objective.check_config(options, self)
+        objective.check_config(objective.options.from_values(self), self)
