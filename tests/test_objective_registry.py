@@ -10,14 +10,15 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from conftest import run_metrics, tiny_pretrain_config
+from conftest import run_metrics, tiny_bert_config, tiny_pretrain_config
 from safetensors.torch import load_file
 from torch import nn
+from transformers import BertForMaskedLM
 
 from retromae.cli import main
 from retromae.config import ConfigError, build_config, option
 from retromae.evaluation.experiments import describe_pretraining, write_report
-from retromae.objectives import OBJECTIVES, register_objective
+from retromae.objectives import OBJECTIVES, create_objective, register_objective
 from retromae.objectives.base import PretrainingObjective
 from retromae.objectives.options import DecoderOptions
 from retromae.pretrain import describe, pretrain
@@ -130,8 +131,12 @@ def test_config_files_take_an_objective_s_options_nested_or_flat(tiny_corpus, tm
 
 
 @pytest.mark.parametrize("name", list(OBJECTIVES))
-def test_every_objective_says_what_it_is(name):
+def test_every_objective_says_what_it_is(name, tiny_tokenizer):
     objective = OBJECTIVES[name]
+    model = BertForMaskedLM(tiny_bert_config(len(tiny_tokenizer)))
+    built = create_objective(name, model, tiny_tokenizer, **({"queue_size": 4} if name == "contriever" else {}))
+    saved = {tensor.split(".")[0] for tensor in built.head_state_dict()}  # the pre-training head's modules
+    assert saved == set(objective.head) | {"encoder"}  # "encoder": its MLM head
     assert objective.title and objective.options is OBJECTIVES.entry(name).options
     assert set(objective.masks) <= {"encoder", "decoder"}
     assert objective.pooling in ("cls", "mean")

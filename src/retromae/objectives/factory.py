@@ -16,9 +16,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.objectives import OBJECTIVES
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.pretrain_config import PretrainConfig
 
-# What `create_objective` takes besides the objective's own options, with `retromae pretrain`'s defaults.
-RUN_OPTIONS = {"encoder_mask_ratio": 0.3, "whole_word_mask": False, "vocabulary_loss": "auto"}
+# What `create_objective` takes besides the objective's own options; `retromae pretrain`'s defaults.
+RUN_OPTIONS = {field.name: field.default for field in dataclasses.fields(PretrainConfig)
+               if field.name in ("encoder_mask_ratio", "whole_word_mask", "vocabulary_loss")}
 
 
 def objective_class(name: str) -> type[PretrainingObjective]:
