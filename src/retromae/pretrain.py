@@ -164,7 +164,7 @@ def previous_objective(folder: Path) -> str:
     if name not in OBJECTIVES:
         return name
     options = OBJECTIVES[name].options
-    variant = options.from_values(saved).variant if options.VARIANT else None
+    variant = options.from_values(saved).variant
     return f"{name} ({variant} {options.VARIANT})" if variant else name
 
 

@@ -9,7 +9,6 @@ nor any objective.
 from __future__ import annotations
 
 import dataclasses
-import types
 from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -53,7 +52,9 @@ def create_objective(name: str, model: PreTrainedModel, tokenizer: PreTrainedTok
         raise TypeError(f"create_objective() got unknown option(s) {', '.join(unknown)}")
     typed = cls.options(**{key: value for key, value in options.items() if key not in RUN_OPTIONS})
     typed.check()
-    run = types.SimpleNamespace(**{**RUN_OPTIONS, **options})
-    objective = cls.from_config(model, MaskingSettings.create(tokenizer, run), typed)
-    objective.use_vocabulary_loss(run.vocabulary_loss)
+    run = {**RUN_OPTIONS, **{key: value for key, value in options.items() if key in RUN_OPTIONS}}
+    masking = MaskingSettings(tokenizer.mask_token_id, len(tokenizer), run["encoder_mask_ratio"],
+                              run["whole_word_mask"])
+    objective = cls.from_config(model, masking, typed)
+    objective.use_vocabulary_loss(run["vocabulary_loss"])
     return objective
