@@ -131,14 +131,15 @@ def flat_options() -> list[tuple[str, Any, dataclasses.Field]]:
 
 
 def _flat_field(option: str) -> tuple[str, Any, dataclasses.Field]:
-    readers = OBJECTIVES.readers(option)
-    first = _field(next(iter(readers.values())), option)
-    kind = typing.get_type_hints(next(iter(readers.values())))[option]
-    varies = len({_field(options, option).default for options in readers.values()}) > 1
+    readers = list(OBJECTIVES.readers(option).values())
+    first = _field(readers[0], option)
+    kind = typing.get_type_hints(readers[0])[option]
+    if len({_field(options, option).default for options in readers}) == 1:
+        metadata = {**first.metadata, "group": functools.partial(_section, option)}
+        return option, kind, dataclasses.field(default=first.default, metadata=metadata)
     metadata = {**first.metadata, "group": functools.partial(_section, option),
-                "help": functools.partial(_help, option, first.metadata["help"]) if varies else first.metadata["help"]}
-    return option, kind | None if varies else kind, dataclasses.field(default=None if varies else first.default,
-                                                                       metadata=metadata)
+                "help": functools.partial(_help, option, first.metadata["help"])}
+    return option, kind | None, dataclasses.field(default=None, metadata=metadata)  # None: "the objective's"
 
 
 def _section(option: str) -> str:
