@@ -13,7 +13,6 @@ from pathlib import Path
 
 from retromae.cli import build_parser, discover_commands
 from retromae.objectives import OBJECTIVES
-from retromae.pretraining.config import OBJECTIVE_NAMES
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 OPTIONAL = ("bm25s", "jax", "faiss", "sentence_transformers", "matplotlib", "datasets")
@@ -88,5 +87,6 @@ def test_parser_without_argv_knows_every_command_option():
     assert args.compile is True and args.handler.__module__ == "retromae.commands.pretrain"
 
 
-def test_objective_names_are_the_registry_keys():
-    assert OBJECTIVE_NAMES == tuple(OBJECTIVES)
+def test_every_objective_of_the_table_loads_with_the_table_s_options():
+    for name in OBJECTIVES:  # `ObjectiveEntry.load` refuses a class whose options are not the table's
+        assert OBJECTIVES[name].options is OBJECTIVES.entry(name).options and OBJECTIVES[name].title

@@ -2,8 +2,9 @@
 
 Owns: declaring a documented field (`option`), turning a config dataclass into argparse options (required
 inputs first, then the command's own options, then one group per shared config class that names itself in
-`OPTION_GROUP`; each default printed once), old spellings of renamed options (hidden aliases that still work
-for one release, with a note saying the new name), merging a YAML/JSON config file with command-line flags
+`OPTION_GROUP`, or that a field's `group` names; each default printed once), old spellings of renamed options
+(hidden aliases that still work for one release, with a note saying the new name), merging a YAML/JSON config file
+(its options flat, or nested in the sections the config class names: `option_sections`) with command-line flags
 (flags win) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON beside the
 outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the names
 follow is in docs/cli.md.
@@ -18,6 +19,7 @@ import math
 import sys
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,17 +91,25 @@ def is_required(field: dataclasses.Field) -> bool:
     return _default_of(field) is REQUIRED or field.metadata.get("required_unless") is not None
 
 
-def _group_title(config_cls: type, name: str) -> str | None:
-    """`OPTION_GROUP` of the most basic class declaring `name`, or None for the command's own options."""
+def _group_title(config_cls: type, field: dataclasses.Field) -> str | None:
+    """The field's own `group`, else `OPTION_GROUP` of the most basic class declaring it, or None for the command's
+    own options."""
+    if field.metadata.get("group"):
+        return _text(field.metadata["group"])
     for cls in reversed(config_cls.__mro__):
-        if name in getattr(cls, "__annotations__", {}):
+        if field.name in getattr(cls, "__annotations__", {}):
             return cls.__dict__.get("OPTION_GROUP")
     return None
 
 
+def _text(value: str | Callable[[], str]) -> str:
+    """A help text or section title, or the function that makes it when `--help` is built (a registry's)."""
+    return value() if callable(value) else value
+
+
 def _help_text(field: dataclasses.Field) -> str:
     """The field's help with, once, whether it is required or its default (unset defaults say nothing)."""
-    help_text, default = field.metadata.get("help", ""), _default_of(field)
+    help_text, default = _text(field.metadata.get("help", "")), _default_of(field)
     if default is REQUIRED:
         return f"{help_text} (required)"
     if field.metadata.get("required_unless"):
@@ -132,7 +142,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
     hints = typing.get_type_hints(config_cls)
     placed: dict[str | None, list[dataclasses.Field]] = {"required": [], None: []}
     for field in dataclasses.fields(config_cls):
-        title = "required" if is_required(field) else _group_title(config_cls, field.name)
+        title = "required" if is_required(field) else _group_title(config_cls, field)
         placed.setdefault(title, []).append(field)
     placed["required"].sort(key=lambda field: field.name == "output")  # inputs first, the output last
     for title, fields in placed.items():
@@ -193,7 +203,8 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     overriding the one before, into a validated `config_cls`."""
     given = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
     config_path = given.pop("config", None)
-    values = _new_spellings(load_config_file(config_path), config_cls) if config_path else {}
+    values = _new_spellings(_flat_values(load_config_file(config_path), config_cls, config_path, given),
+                            config_cls) if config_path else {}
     known = {field.name for field in dataclasses.fields(config_cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -209,6 +220,34 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         return config_cls(**values)
     except TypeError as error:
         raise ConfigError(str(error)) from error
+
+
+def _flat_values(values: dict[str, Any], config_cls: type, path: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """A config file's values with one section's options moved to the top level, where flat keys also name them.
+    A config class with sections names them (`option_sections()`: a section → the options it may hold, e.g. an
+    objective's) and the field that chooses one (`SECTION_FIELD`, e.g. "objective"): the chosen section applies (the
+    flag's choice, else the file's, else the default); the others are checked and left unused, so that one file can
+    hold several objectives' options."""
+    if not hasattr(config_cls, "option_sections"):
+        return values
+    sections = config_cls.option_sections()  # a section is a mapping: `seed: 42` is --seed, `seed: {...}` SEED's
+    nested = {key for key, value in values.items() if key in sections and isinstance(value, dict)}
+    flat = {key: value for key, value in values.items() if key not in nested}
+    chooser = next(field for field in dataclasses.fields(config_cls) if field.name == config_cls.SECTION_FIELD)
+    chosen = given.get(chooser.name, flat.get(chooser.name, _default_of(chooser)))
+    for name in sorted(nested):
+        options = {key.replace("-", "_"): value for key, value in values[name].items()}
+        unknown = sorted(set(options) - sections[name])
+        if unknown:
+            raise ConfigError(f"{path}: {name}: unknown option(s) {', '.join(unknown)} (it reads "
+                              f"{', '.join(sorted(sections[name])) or 'none'})")
+        if name == chosen:
+            clashes = sorted(key for key in options if key in flat and flat[key] != options[key])
+            if clashes:
+                raise ConfigError(f"{path}: {', '.join(clashes)} given twice, flat and under {name}, with "
+                                  "different values")
+            flat.update(options)
+    return flat
 
 
 def _saved_options(given: dict[str, Any], known: set[str]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from retromae.training_config import TrainingConfig
 
 # Objectives `adapt` trains with; each reads blocks of the corpus and trains the encoder under the base's pooling.
 ADAPT_OBJECTIVES = ("tsdae", "cropping", "mlm")
-HEADLESS = ("cropping",)  # objectives with no fresh head to warm: the encoder trains from the first step
 
 
 @dataclass(kw_only=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.adapt.config import HEADLESS, AdaptConfig
+from retromae.adapt.config import AdaptConfig
 from retromae.adapt.data import (
     base_pooling,
     check_language,
@@ -35,6 +35,7 @@ from retromae.evaluation.probe import sample_retrieval_set
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
+from retromae.objectives import OBJECTIVES
 from retromae.pretraining.config import PretrainConfig
 from retromae.run_folder import claim_folder, run_identity
 
@@ -135,7 +136,8 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: Poolin
     """The `retromae pretrain` run of the training stage, in OUTPUT/training/: the heads warmed for --head-warmup
     of the steps before the encoder moves, a checkpoint for each of --checkpoints, all kept for the guard."""
     steps = budget(config, blocks)
-    warmup = 0 if config.objective in HEADLESS else min(steps - 1, round(config.head_warmup * steps))
+    headless = not OBJECTIVES[config.objective].trains_a_head()  # no fresh head to warm: the encoder trains at once
+    warmup = 0 if headless else min(steps - 1, round(config.head_warmup * steps))
     return StageConfig(
         model=config.model, corpus=[str(output / "data" / "train.jsonl")], output=str(output / "training"),
         objective=config.objective, decoder_layers=config.decoder_layers, max_length=config.max_length,

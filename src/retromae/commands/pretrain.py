@@ -8,8 +8,8 @@ import time
 from retromae.config import add_config_arguments, build_config
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
-HELP = ("pre-train an encoder (RetroMAE, SEED, MLM, DupMAE, Condenser, coCondenser, Contriever, SimCSE, contrastive, "
-        "RetroMAE+contrastive, TSDAE, cropping); flags override --config")
+HELP = ("pre-train an encoder with RetroMAE or another of the field's objectives (--objective: each has its options "
+        "section); flags override --config")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

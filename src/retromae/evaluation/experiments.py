@@ -26,6 +26,7 @@ from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_poin
 from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.io import write_text_atomic
 from retromae.objectives import OBJECTIVES
+from retromae.objectives.options import DecoderOptions
 
 
 @dataclass
@@ -64,15 +65,17 @@ def _read_json(path: Path) -> dict:
 
 
 def describe_pretraining(config: dict) -> str:
-    """A short description of a pre-training run's method, from its saved config."""
-    objective = config["objective"]
-    retromae = objective.startswith("retromae") or objective == "dupmae"  # RetroMAE's decoder
-    parts = [f"{objective} {config['decoding']}" if retromae else objective]
-    if objective not in ("contrastive", "contriever", "simcse"):  # the objectives that mask their input
+    """A short description of a pre-training run's method, from its saved config (its objective's class says what
+    it masks and whether it has a decoder)."""
+    name = config["objective"]
+    objective = OBJECTIVES[name]
+    options = objective.options.from_values(config)
+    parts = [f"{name} {options.variant}" if options.variant else name]
+    if "encoder" in objective.masks:
         parts.append(f"enc mask {config['encoder_mask_ratio']:g}")
-    if retromae:
-        parts.append(f"dec mask {config['decoder_mask_ratio']:g}")
-    layers = config.get("decoder_layers") or OBJECTIVES[objective].default_decoder_layers
+    if "decoder" in objective.masks:
+        parts.append(f"dec mask {options.decoder_mask_ratio:g}")
+    layers = options.decoder_layers if isinstance(options, DecoderOptions) else None
     if layers:
         parts.append(f"{layers} dec layer{'s' if layers > 1 else ''}")
     parts.append(f"{config['max_steps']} steps")

@@ -4,7 +4,7 @@ Owns: the seeded sample a probe evaluates (queries of a BEIR or MS MARCO folder,
 documents), and `Probe`, the Trainer's `log_extra` hook: at step 0 of a fresh run, every `probe_every` steps and at
 the last step it encodes the sample with the training encoder's [CLS] state (on the training device, main process,
 inference mode, no random draws) and returns the probe scores (`probe_ndcg@10`, `probe_recall@100`,
-`probe_sts_spearman`: the metric registry's reported keys, `pretrain_config.probe_metrics`) and `probe_seconds` for
+`probe_sts_spearman`: the metric registry's reported keys, `pretraining.config.probe_metrics`) and `probe_seconds` for
 the step's record in metrics.jsonl. With `keep_best_probe` it exports the best-scoring encoder
 to `OUTPUT/best-probe/` (encoder/, pretrain_head.safetensors, probe.json; sentence-transformer/ at the end), a
 folder the checkpoint pruning never sees. Does not own the training loop, encoding, search or metric definitions.

@@ -1,12 +1,13 @@
 """What every pre-training objective shares: the backbone, its MLM head, the masking settings.
 
 Owns: the `PretrainingObjective` base class (forward(batch, generator) → named losses, "loss" the sum to
-optimise; class attributes saying which data it reads, the pooling it trains, its decoder's default depth; its
-config checks), `MaskingSettings`, the masked encoder pass used by MLM, RetroMAE, SEED, DupMAE and Condenser
-alike, the loss on the vocabulary they all take (`token_loss`, fused with the projection by `retromae.fused_loss`),
-the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share, and the decoders' position signal.
-Everything it needs of the backbone it asks the family's adapter (`retromae.backbones`). Does not own any decoder
-or objective-specific loss.
+optimise; class attributes saying what the objective is: its title, what it masks, its head, its options class, which
+data it reads, the pooling it trains; its checks of a run), `MaskingSettings`, the masked encoder pass used by MLM,
+RetroMAE, SEED, DupMAE and Condenser alike, the loss on the vocabulary they all take (`token_loss`, fused with the
+projection by `retromae.fused_loss`), the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share,
+and the decoders' position signal. Everything it needs of the backbone it asks the family's adapter
+(`retromae.backbones`). Does not own any decoder or objective-specific loss, nor the options
+(`retromae.objectives.options`).
 """
 
 from __future__ import annotations
@@ -20,48 +21,55 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.backbones import masked_lm as backbone
 from retromae.backbones.registry import DecoderPositions, adapter_for
-from retromae.config import require
 from retromae.fused_loss import VocabularyHead
+from retromae.objectives.options import ObjectiveOptions
 from retromae.pretraining.masking import mlm_mask
 
 
 @dataclass(frozen=True)
 class MaskingSettings:
-    """Token ids and ratios the masks need; taken from the tokenizer and the pre-training config."""
+    """Token ids and the encoder's masking, shared by every objective; taken from the tokenizer and the pre-training
+    config (a decoder's masking is its objective's option)."""
 
     mask_token_id: int
     vocab_size: int
     encoder_mask_ratio: float
-    decoder_mask_ratio: float
     whole_word_mask: bool
 
     @classmethod
     def create(cls, tokenizer: PreTrainedTokenizerBase, config) -> MaskingSettings:
-        return cls(tokenizer.mask_token_id, len(tokenizer), config.encoder_mask_ratio,
-                   config.decoder_mask_ratio, config.whole_word_mask)
+        return cls(tokenizer.mask_token_id, len(tokenizer), config.encoder_mask_ratio, config.whole_word_mask)
 
 
 class PretrainingObjective(nn.Module):
     """An encoder (a Hugging Face masked LM) plus whatever head the objective trains beside it.
 
-    `corpus_views`: what one example of a --corpus is: "blocks" (a `BlockCollator` batch of B rows), "spans" (two
-    spans of one document) or "crops" (two augmented crops of one document), the last two a `PairCollator` batch of
-    2B rows. `pairs_views`: what one line of --pairs gives, "pairs" (2B rows) or "triples" (query, positive, hard
-    negative: 3B rows), None when the objective reads no pairs. `min_document_tokens`: the fewest tokens a document
-    needs to give two spans or crops. `pooling`: the sentence embedding the objective trains, "cls" or "mean"; the
-    probe and the exports use it. `default_decoder_layers`: the decoder depth when `--decoder-layers` is not given;
-    None when the objective has no decoder. `default_temperature`: the similarity temperature when `--temperature`
-    is not given; None when the objective has none. `checkpoint_only`: prefixes of state that checkpoints keep but
-    the exported head leaves out (e.g. a momentum encoder and its queue).
+    What the objective is, for progress bars, reports, checks and exports to ask rather than its name:
+    `title`: its name in progress bars and reports ("RetroMAE"). `options`: its options class
+    (`retromae.objectives.options`; the table in `retromae.objectives` names the same). `masks`: the inputs it
+    masks, "encoder" (at `encoder_mask_ratio`, 80/10/10) and "decoder" (at its `decoder_mask_ratio`); () when it
+    masks nothing. `head`: its modules beside the encoder and its MLM head (a decoder), trained from fresh weights,
+    saved in the pre-training head and restored by `--init-from`. `trains_mlm_head`: False when it never calls the
+    MLM head (then frozen, and kept and saved unchanged). `checkpoint_only`: prefixes of state that checkpoints keep
+    but the exported head leaves out (e.g. a momentum encoder and its queue). `pooling`: the sentence embedding it
+    trains, "cls" or "mean"; the probe and the exports use it.
+    Its data: `corpus_views`: what one example of a --corpus is: "blocks" (a `BlockCollator` batch of B rows),
+    "spans" (two spans of one document) or "crops" (two augmented crops of one document), the last two a
+    `PairCollator` batch of 2B rows. `pairs_views`: what one line of --pairs gives, "pairs" (2B rows) or "triples"
+    (query, positive, hard negative: 3B rows), None when the objective reads no pairs. `min_document_tokens`: the
+    fewest tokens a document needs to give two spans or crops.
     """
 
+    title: str = ""
+    options: type[ObjectiveOptions] = ObjectiveOptions
+    masks: tuple[str, ...] = ("encoder",)
+    head: tuple[str, ...] = ()
+    trains_mlm_head: bool = True
+    checkpoint_only: tuple[str, ...] = ()
+    pooling: str = "cls"
     corpus_views: str = "blocks"
     pairs_views: str | None = None
     min_document_tokens: int = 1
-    pooling: str = "cls"
-    default_decoder_layers: int | None = None
-    default_temperature: float | None = None
-    checkpoint_only: tuple[str, ...] = ()
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings):
         super().__init__()
@@ -69,6 +77,8 @@ class PretrainingObjective(nn.Module):
         self.masking = masking
         self.adapter = adapter_for(encoder)  # fails early, naming what is missing, on a family no adapter knows
         self.vocabulary = VocabularyHead(self.adapter.mlm_head(encoder), *self.adapter.vocabulary_projection(encoder))
+        if not self.trains_mlm_head:
+            self.freeze_unused_mlm_head()
 
     @property
     def lm_head(self) -> nn.Module:
@@ -80,11 +90,6 @@ class PretrainingObjective(nn.Module):
         chunked, liger) or unfused (the full logits, then the loss)."""
         self.vocabulary = dataclasses.replace(self.vocabulary, kind=kind)
 
-    @classmethod
-    def temperature_of(cls, config) -> float:
-        """--temperature, or the objective's own default when it is not given."""
-        return cls.default_temperature if config.temperature is None else config.temperature
-
     def freeze_unused_mlm_head(self) -> None:
         """For objectives that never call the MLM head: freeze it, so DDP waits for no gradient. Tied embeddings
         stay trained."""
@@ -94,16 +99,21 @@ class PretrainingObjective(nn.Module):
                 parameter.requires_grad_(False)
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> PretrainingObjective:
-        """Build from a pre-training config; objectives with options of their own override this."""
+    def trains_a_head(cls) -> bool:
+        """Whether it trains anything beside the encoder body (a head of its own, or the MLM head)."""
+        return bool(cls.head) or cls.trains_mlm_head
+
+    @classmethod
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings,
+                    options: ObjectiveOptions) -> PretrainingObjective:
+        """Build from the objective's typed options; objectives with options of their own override this."""
         return cls(encoder, masking)
 
     @classmethod
-    def check_config(cls, config) -> None:
-        """Raise ConfigError for options this objective cannot honour; objectives with options extend it."""
-        require(cls.default_decoder_layers is not None or config.decoder_layers is None, "decoder_layers",
-                f"the {config.objective} objective has no decoder")
-        require(config.temperature is None or config.temperature > 0, "temperature", "must be positive")
+    def check_config(cls, options: ObjectiveOptions, config) -> None:
+        """Raise ConfigError for options this objective cannot honour in the run `config` (a `PretrainConfig`);
+        objectives whose options depend on the run extend it."""
+        options.check()
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError

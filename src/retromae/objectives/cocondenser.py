@@ -25,6 +25,7 @@ from retromae.config import require
 from retromae.losses import gather_with_grad
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.condenser import Condenser
+from retromae.objectives.options import CoCondenserOptions
 
 
 def span_pair_loss(embeddings: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -50,9 +51,10 @@ def span_pair_loss(embeddings: torch.Tensor, temperature: float = 1.0) -> torch.
 class CoCondenser(Condenser):
     """Condenser's head and late MLM on both spans, plus the span-pair contrastive loss on their [CLS] vectors."""
 
+    title = "coCondenser"
+    options = CoCondenserOptions
     corpus_views = "spans"
     min_document_tokens = 8  # two spans of 25-50% of the tokens: at least 2 tokens each
-    default_temperature = 1.0
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, head_layers: int = 2,
                  skip_from: int | None = None, temperature: float = 1.0):
@@ -60,14 +62,14 @@ class CoCondenser(Condenser):
         self.temperature = temperature
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> CoCondenser:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        return cls(encoder, masking, head_layers=layers, skip_from=config.skip_from,
-                   temperature=cls.temperature_of(config))
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings,
+                    options: CoCondenserOptions) -> CoCondenser:
+        return cls(encoder, masking, head_layers=options.decoder_layers, skip_from=options.skip_from,
+                   temperature=options.temperature)
 
     @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
+    def check_config(cls, options: CoCondenserOptions, config) -> None:
+        super().check_config(options, config)
         require(config.gradient_accumulation_steps == 1, "gradient_accumulation_steps",
                 "coCondenser's negatives are every span of the global batch; accumulating micro-batches would "
                 "shrink that pool without saying so (pre-training has no GradCache): raise --batch-size or add "

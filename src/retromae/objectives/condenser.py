@@ -21,6 +21,7 @@ from retromae.backbones import masked_lm as backbone
 from retromae.config import ConfigError
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
+from retromae.objectives.options import CondenserOptions
 
 
 def default_skip_from(config) -> int:
@@ -31,7 +32,9 @@ def default_skip_from(config) -> int:
 class Condenser(PretrainingObjective):
     """Late MLM plus a `decoder_layers`-layer head over [last-layer CLS, layer-`skip_from` tokens]."""
 
-    default_decoder_layers = 2
+    title = "Condenser"
+    options = CondenserOptions
+    head = ("condenser_head",)
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, head_layers: int = 2,
                  skip_from: int | None = None):
@@ -44,9 +47,8 @@ class Condenser(PretrainingObjective):
         self.condenser_head = nn.ModuleList(DecoderLayer(encoder.config) for _ in range(head_layers))
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> Condenser:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        return cls(encoder, masking, head_layers=layers, skip_from=config.skip_from)
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: CondenserOptions) -> Condenser:
+        return cls(encoder, masking, head_layers=options.decoder_layers, skip_from=options.skip_from)
 
     def compiled_modules(self) -> list[nn.Module]:
         return [*super().compiled_modules(), *self.condenser_head]

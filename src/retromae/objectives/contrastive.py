@@ -18,6 +18,7 @@ from transformers import PreTrainedModel
 from retromae.backbones import masked_lm as backbone
 from retromae.losses import cross_device_info_nce
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.options import TemperatureOptions
 
 
 def contrastive_loss(embeddings: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -36,20 +37,23 @@ def contrastive_loss(embeddings: torch.Tensor, temperature: float) -> torch.Tens
 class Contrastive(PretrainingObjective):
     """InfoNCE alone on the [CLS] embeddings of both views; the MLM head is kept (and saved) but not trained."""
 
+    title = "contrastive spans"
+    options = TemperatureOptions
+    masks = ()
+    trains_mlm_head = False
     corpus_views = "spans"
     pairs_views = "pairs"
-    default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, temperature: float = 0.05):
         super().__init__(encoder, masking)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.temperature = temperature
-        self.freeze_unused_mlm_head()
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> Contrastive:
-        return cls(encoder, masking, temperature=cls.temperature_of(config))
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings,
+                    options: TemperatureOptions) -> Contrastive:
+        return cls(encoder, masking, temperature=options.temperature)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         hidden = backbone.hidden_states(self.encoder, batch["input_ids"], batch["attention_mask"])  # (2B, L, D)

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from retromae.config import require
 from retromae.encoder import PoolingConfig, pool
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.options import ContrieverOptions
 
 MEAN = PoolingConfig("mean", False)
 
@@ -81,10 +81,13 @@ class MoCoQueue(nn.Module):
 class Contriever(PretrainingObjective):
     """MoCo between a query crop (trained encoder) and a key crop (momentum encoder), the queue as negatives."""
 
+    title = "Contriever"
+    options = ContrieverOptions
+    masks = ()
+    trains_mlm_head = False
     corpus_views = "crops"
     min_document_tokens = 10  # a crop of 10% keeps at least one token
     pooling = "mean"
-    default_temperature = 0.05
     checkpoint_only = ("key_encoder.", "queue.")
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, temperature: float = 0.05,
@@ -93,18 +96,11 @@ class Contriever(PretrainingObjective):
         self.temperature, self.momentum = temperature, momentum
         self.key_encoder = copy.deepcopy(encoder.base_model).requires_grad_(False)
         self.queue = MoCoQueue(queue_size, encoder.config.hidden_size)
-        self.freeze_unused_mlm_head()
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> Contriever:
-        return cls(encoder, masking, temperature=cls.temperature_of(config), momentum=config.momentum,
-                   queue_size=config.queue_size)
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        require(0 <= config.momentum < 1, "momentum", "must lie in [0, 1)")
-        require(config.queue_size >= 1, "queue_size", "must be at least 1")
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: ContrieverOptions) -> Contriever:
+        return cls(encoder, masking, temperature=options.temperature, momentum=options.momentum,
+                   queue_size=options.queue_size)
 
     def embed(self, body: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Mean-pooled last-layer states (B, D) of `body` (the query or the key encoder)."""

@@ -20,14 +20,18 @@ from retromae.encoder import pool
 from retromae.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.contrastive import contrastive_loss
+from retromae.objectives.options import CroppingOptions
 
 
 class Cropping(PretrainingObjective):
     """InfoNCE over cosine similarities of the pooled vectors of two crops per document."""
 
+    title = "cropping contrastive"
+    options = CroppingOptions
+    masks = ()  # it crops and deletes tokens instead (`retromae.data.contrastive.CropPairDataset`)
+    trains_mlm_head = False
     corpus_views = "crops"
     min_document_tokens = 10  # a crop of 10% keeps at least one token
-    default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, temperature: float = 0.05,
                  pooling: str = "cls", normalize: bool = False):
@@ -36,14 +40,11 @@ class Cropping(PretrainingObjective):
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.temperature, self.pooling = temperature, pooling
         self.normalize = normalize  # the similarity the encoder is used with, for its export; the loss is cosine
-        self.freeze_unused_mlm_head()
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> Cropping:
-        # `retromae adapt` passes the base's pooling; `retromae pretrain` has no such option ([CLS]).
-        return cls(encoder, masking, temperature=cls.temperature_of(config),
-                   pooling=getattr(config, "pooling", None) or "cls",
-                   normalize=bool(getattr(config, "normalize", False)))
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: CroppingOptions) -> Cropping:
+        return cls(encoder, masking, temperature=options.temperature, pooling=options.pooling,
+                   normalize=options.normalize)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         hidden = backbone.hidden_states(self.encoder, batch["input_ids"], batch["attention_mask"])  # (2B, L, D)

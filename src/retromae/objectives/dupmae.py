@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from retromae.backbones import masked_lm as backbone
-from retromae.config import require
 from retromae.objectives.base import MaskingSettings
+from retromae.objectives.options import DupMAEOptions
 from retromae.objectives.retromae import RetroMAE
 
 
@@ -52,20 +52,19 @@ def bag_of_words_loss(pooled: torch.Tensor, weights: torch.Tensor) -> torch.Tens
 class DupMAE(RetroMAE):
     """RetroMAE's encoder MLM and decoder, plus the bag-of-words loss on the masked encoder pass's MLM logits."""
 
+    title = "DupMAE"
+    options = DupMAEOptions
+
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
-                 decoder_layers: int = 1, bow_weight: float = 0.1):
-        super().__init__(encoder, masking, decoding=decoding, decoder_layers=decoder_layers)
+                 decoder_layers: int = 1, decoder_mask_ratio: float = 0.5, bow_weight: float = 0.1):
+        super().__init__(encoder, masking, decoding=decoding, decoder_layers=decoder_layers,
+                         decoder_mask_ratio=decoder_mask_ratio)
         self.bow_weight = bow_weight
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> DupMAE:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        return cls(encoder, masking, decoding=config.decoding, decoder_layers=layers, bow_weight=config.bow_weight)
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        require(config.bow_weight >= 0, "bow_weight", "must not be negative")
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: DupMAEOptions) -> DupMAE:
+        return cls(encoder, masking, decoding=options.decoding, decoder_layers=options.decoder_layers,
+                   decoder_mask_ratio=options.decoder_mask_ratio, bow_weight=options.bow_weight)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         corrupted, labels = self.mask_encoder_input(batch, generator)

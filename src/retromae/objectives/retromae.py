@@ -23,9 +23,9 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
 from retromae.backbones import masked_lm as backbone
-from retromae.config import require
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
+from retromae.objectives.options import RetroMAEOptions
 from retromae.pretraining.masking import (
     decoder_input_mask,
     draw_seeds,
@@ -42,29 +42,26 @@ class RetroMAE(PretrainingObjective):
     128 MiB of float32 scores; 128 blocks of 512 tokens, 2 of 4,096). Past it (one example of 8,192 tokens is 64 Mi
     cells), the query stream is decoded a block of rows at a time (`_blockwise_enhanced_decoding`)."""
 
-    default_decoder_layers = 1
+    title = "RetroMAE"
+    options = RetroMAEOptions
+    masks = ("encoder", "decoder")
+    head = ("decoder",)
     mask_cells = 2**25
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
-                 decoder_layers: int = 1):
+                 decoder_layers: int = 1, decoder_mask_ratio: float = 0.5):
         super().__init__(encoder, masking)
         if decoding not in ("enhanced", "basic"):
             raise ValueError(f"decoding must be 'enhanced' or 'basic', not {decoding!r}")
         if decoding == "enhanced" and decoder_layers != 1:
             raise ValueError("enhanced decoding uses exactly one decoder layer (RetroMAE, Section 4.4)")
-        self.decoding = decoding
+        self.decoding, self.decoder_mask_ratio = decoding, decoder_mask_ratio
         self.decoder = nn.ModuleList(DecoderLayer(encoder.config) for _ in range(decoder_layers))
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> RetroMAE:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        return cls(encoder, masking, decoding=config.decoding, decoder_layers=layers)
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        require(config.decoding == "basic" or config.decoder_layers in (None, 1), "decoder_layers",
-                "enhanced decoding uses exactly one layer; pass --decoding basic for deeper decoders")
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: RetroMAEOptions) -> RetroMAE:
+        return cls(encoder, masking, decoding=options.decoding, decoder_layers=options.decoder_layers,
+                   decoder_mask_ratio=options.decoder_mask_ratio)
 
     def compiled_modules(self) -> list[nn.Module]:
         return [*super().compiled_modules(), *self.decoder]
@@ -91,7 +88,7 @@ class RetroMAE(PretrainingObjective):
                         generator: torch.Generator) -> torch.Tensor:
         input_ids = batch["input_ids"]
         masked = decoder_input_mask(
-            batch["special_tokens_mask"], ratio=self.masking.decoder_mask_ratio, generator=generator,
+            batch["special_tokens_mask"], ratio=self.decoder_mask_ratio, generator=generator,
             word_starts=batch["word_starts"] if self.masking.whole_word_mask else None,
         )  # (B, L) bool
         corrupted = input_ids.masked_fill(masked, self.masking.mask_token_id)
@@ -101,7 +98,7 @@ class RetroMAE(PretrainingObjective):
         for layer in self.decoder:
             hidden = layer(hidden, hidden, visible, rotary)
         labels = input_ids.masked_fill(~masked, backbone.IGNORE_INDEX)
-        capacity = backbone.label_capacity(labels.numel(), self.masking.decoder_mask_ratio)
+        capacity = backbone.label_capacity(labels.numel(), self.decoder_mask_ratio)
         return self.token_loss(hidden, labels, capacity)
 
     def _enhanced_decoding(self, batch: dict[str, torch.Tensor], cls_embedding: torch.Tensor,
@@ -119,7 +116,7 @@ class RetroMAE(PretrainingObjective):
             return self._blockwise_enhanced_decoding(query, context, batch["attention_mask"], labels,
                                                      positions.rotary, generator)
         visible = enhanced_decoding_mask(
-            batch["attention_mask"], ratio=self.masking.decoder_mask_ratio, generator=generator
+            batch["attention_mask"], ratio=self.decoder_mask_ratio, generator=generator
         )  # (B, L, L)
         hidden = self.decoder[0](query, context, visible, positions.rotary)
         return self.token_loss(hidden, labels)  # every real token: projected everywhere
@@ -146,6 +143,6 @@ class RetroMAE(PretrainingObjective):
                       rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         """The summed cross-entropy of query rows start .. start + R - 1, query (B, R, D), labels (B, R)."""
         scores = hashed_uniform(seeds, start, query.shape[1], context.shape[1])  # (B, R, L)
-        visible = enhanced_decoding_mask_from_scores(attention_mask, scores, self.masking.decoder_mask_ratio, start)
+        visible = enhanced_decoding_mask_from_scores(attention_mask, scores, self.decoder_mask_ratio, start)
         hidden = self.decoder[0](query, context, visible, rotary, query_start=start)  # (B, R, D)
         return self.vocabulary.loss_sum(hidden.flatten(0, 1), labels.flatten())

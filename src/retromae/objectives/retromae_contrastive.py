@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 from retromae.config import require
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.contrastive import contrastive_loss
+from retromae.objectives.options import RetroMAEContrastiveOptions
 from retromae.objectives.retromae import RetroMAE
 from retromae.pretraining.scratch import is_random_init
 
@@ -26,13 +27,16 @@ FROM_SCRATCH = ("retromae+contrastive from random weights stays on the unigram p
 class RetroMAEContrastive(RetroMAE):
     """RetroMAE's losses on every view plus InfoNCE between the two views' [CLS] embeddings."""
 
+    title = "RetroMAE + contrastive"
+    options = RetroMAEContrastiveOptions
     corpus_views = "spans"
     pairs_views = "pairs"
-    default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
-                 decoder_layers: int = 1, temperature: float = 0.05, contrastive_weight: float = 1.0):
-        super().__init__(encoder, masking, decoding=decoding, decoder_layers=decoder_layers)
+                 decoder_layers: int = 1, temperature: float = 0.05, contrastive_weight: float = 1.0,
+                 decoder_mask_ratio: float = 0.5):
+        super().__init__(encoder, masking, decoding=decoding, decoder_layers=decoder_layers,
+                         decoder_mask_ratio=decoder_mask_ratio)
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         if contrastive_weight < 0:
@@ -40,19 +44,17 @@ class RetroMAEContrastive(RetroMAE):
         self.temperature, self.contrastive_weight = temperature, contrastive_weight
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> RetroMAEContrastive:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        weight = 1.0 if config.contrastive_weight is None else config.contrastive_weight
-        return cls(encoder, masking, decoding=config.decoding, decoder_layers=layers,
-                   temperature=cls.temperature_of(config), contrastive_weight=weight)
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings,
+                    options: RetroMAEContrastiveOptions) -> RetroMAEContrastive:
+        return cls(encoder, masking, decoding=options.decoding, decoder_layers=options.decoder_layers,
+                   temperature=options.temperature, contrastive_weight=options.weight,
+                   decoder_mask_ratio=options.decoder_mask_ratio)
 
     @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        require(config.contrastive_weight is None or config.contrastive_weight >= 0, "contrastive_weight",
-                "must not be negative")
+    def check_config(cls, options: RetroMAEContrastiveOptions, config) -> None:
+        super().check_config(options, config)
         from_scratch = config.from_config or (config.model is not None and is_random_init(config.model))
-        require(config.contrastive_weight is not None or not from_scratch, "contrastive_weight", FROM_SCRATCH)
+        require(options.contrastive_weight is not None or not from_scratch, "contrastive_weight", FROM_SCRATCH)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         embeddings, encoder_loss, decoder_loss = self.reconstruction_losses(batch, generator)  # (2B, D), ...

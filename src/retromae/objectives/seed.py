@@ -22,9 +22,9 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from retromae.backbones import masked_lm as backbone
-from retromae.config import require
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
+from retromae.objectives.options import SEEDOptions
 from retromae.pretraining.masking import seed_decoder_mask
 
 
@@ -38,7 +38,9 @@ def next_token_labels(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor
 class SEEDEncoder(PretrainingObjective):
     """Encoder MLM plus a shallow decoder that sees [CLS] and only a few previous tokens."""
 
-    default_decoder_layers = 3
+    title = "SEED-Encoder"
+    options = SEEDOptions
+    head = ("weak_decoder",)
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoder_layers: int = 3,
                  attention_window: int = 2):
@@ -49,14 +51,8 @@ class SEEDEncoder(PretrainingObjective):
         self.weak_decoder = nn.ModuleList(DecoderLayer(encoder.config) for _ in range(decoder_layers))
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> SEEDEncoder:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        return cls(encoder, masking, decoder_layers=layers, attention_window=config.attention_window)
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        require(config.attention_window >= 1, "attention_window", "must be at least 1")
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: SEEDOptions) -> SEEDEncoder:
+        return cls(encoder, masking, decoder_layers=options.decoder_layers, attention_window=options.attention_window)
 
     def compiled_modules(self) -> list[nn.Module]:
         return [*super().compiled_modules(), *self.weak_decoder]

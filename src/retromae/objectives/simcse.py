@@ -26,6 +26,7 @@ from transformers import PreTrainedModel
 from retromae.backbones import masked_lm as backbone
 from retromae.losses import cross_device_info_nce
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
+from retromae.objectives.options import SimCSEOptions
 
 
 def simcse_loss(queries: torch.Tensor, positives: torch.Tensor, temperature: float,
@@ -40,8 +41,12 @@ def simcse_loss(queries: torch.Tensor, positives: torch.Tensor, temperature: flo
 class SimCSE(PretrainingObjective):
     """Unsupervised (dropout views of a block) or supervised (query, positive, hard negative) SimCSE."""
 
+    title = "SimCSE"
+    options = SimCSEOptions
+    masks = ()
+    head = ("simcse_mlp",)
+    trains_mlm_head = False
     pairs_views = "triples"
-    default_temperature = 0.05
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, temperature: float = 0.05,
                  supervised: bool = False):
@@ -51,11 +56,10 @@ class SimCSE(PretrainingObjective):
         self.simcse_mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
         nn.init.normal_(self.simcse_mlp[0].weight, std=getattr(encoder.config, "initializer_range", 0.02))
         nn.init.zeros_(self.simcse_mlp[0].bias)  # initialised as the backbone's own linear layers, as the reference
-        self.freeze_unused_mlm_head()
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> SimCSE:
-        return cls(encoder, masking, temperature=cls.temperature_of(config), supervised=config.pairs is not None)
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: SimCSEOptions) -> SimCSE:
+        return cls(encoder, masking, temperature=options.temperature, supervised=options.supervised)
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]

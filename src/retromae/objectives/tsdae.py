@@ -25,13 +25,11 @@ from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
 from retromae.backbones import masked_lm as backbone
-from retromae.config import require
 from retromae.encoder import pool
-from retromae.encoder_config import POOLINGS, PoolingConfig
+from retromae.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import apply_rotary, init_linears, split_heads
-
-DELETION_RATIO = 0.6  # the reference's noise
+from retromae.objectives.options import TSDAEOptions
 
 
 def delete_words(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_tokens_mask: torch.Tensor,
@@ -99,10 +97,13 @@ class TSDAEDecoderLayer(nn.Module):
 class TSDAE(PretrainingObjective):
     """Encode the noised input into one vector; decode the clean input from it with the tied embeddings and head."""
 
-    default_decoder_layers = 1
+    title = "TSDAE"
+    options = TSDAEOptions
+    masks = ()  # it deletes words instead (`delete_words`)
+    head = ("decoder",)
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoder_layers: int = 1,
-                 pooling: PoolingConfig | None = None, deletion_ratio: float = DELETION_RATIO):
+                 pooling: PoolingConfig | None = None, deletion_ratio: float = TSDAEOptions.deletion_ratio):
         super().__init__(encoder, masking)
         if not 0 <= deletion_ratio < 1:
             raise ValueError(f"deletion_ratio must lie in [0, 1), got {deletion_ratio}")
@@ -113,17 +114,9 @@ class TSDAE(PretrainingObjective):
         self.decoder = nn.ModuleList(TSDAEDecoderLayer(encoder.config) for _ in range(decoder_layers))
 
     @classmethod
-    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, config) -> TSDAE:
-        layers = cls.default_decoder_layers if config.decoder_layers is None else config.decoder_layers
-        # `retromae adapt` passes the base's pooling and normalisation; `retromae pretrain` has neither option.
-        pooling = PoolingConfig(getattr(config, "pooling", None) or "cls", bool(getattr(config, "normalize", False)))
-        return cls(encoder, masking, decoder_layers=layers, pooling=pooling,
-                   deletion_ratio=getattr(config, "deletion_ratio", DELETION_RATIO))
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        require(getattr(config, "pooling", None) in (None, *POOLINGS), "pooling", f"must be one of {POOLINGS}")
+    def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: TSDAEOptions) -> TSDAE:
+        return cls(encoder, masking, decoder_layers=options.decoder_layers,
+                   pooling=PoolingConfig(options.pooling, options.normalize), deletion_ratio=options.deletion_ratio)
 
     def compiled_modules(self) -> list[nn.Module]:
         return [*super().compiled_modules(), *self.decoder]

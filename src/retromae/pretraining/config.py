@@ -1,24 +1,26 @@
 """The options of `retromae pretrain`, declared apart from the run so that parsing them imports no torch.
 
-Owns: `PretrainConfig`, the names of the objectives it offers, and `ProbeOptions` (its `--probe*` and
-`--keep-best-probe` options, run by `retromae.evaluation.probe`). Checking a config asks each objective class
-(`retromae.objectives`) what it accepts, so constructing one imports torch; declaring the options does not.
-Does not own pre-training itself (`retromae.pretraining.run`).
+Owns: `PretrainConfig` and `ProbeOptions` (its `--probe*` and `--keep-best-probe` options, run by
+`retromae.evaluation.probe`). The objectives it offers and their options come from the table in
+`retromae.objectives`: each objective's options class (`retromae.objectives.options`) gives its flat fields
+(`ObjectiveOptionFields`), one section of `--help` each, and a config file may nest them under the objective's name
+(`retromae: {decoder_mask_ratio: 0.5}`). Checking a config asks the objective's class what it accepts, so
+constructing one imports torch; declaring the options does not. Does not own pre-training itself
+(`retromae.pretraining.run`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from retromae.backbones import ATTENTION_NAMES
 from retromae.config import option, require
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, Metric, long_title, parse_key, reported_keys
+from retromae.objectives import OBJECTIVES, flat_options
 from retromae.training_config import HeadTrainingConfig
 
-# The keys of `retromae.objectives.OBJECTIVES`, in its order; named here so that the options need no objective code.
-OBJECTIVE_NAMES = ("retromae", "mlm", "seed", "contrastive", "retromae+contrastive", "dupmae", "condenser",
-                   "cocondenser", "contriever", "simcse", "tsdae", "cropping")
 BEST_PROBE_DIR = "best-probe"  # where --keep-best-probe exports (`retromae.evaluation.probe`)
 VOCABULARY_LOSS_NAMES = ("auto", "chunked", "liger", "unfused")  # `retromae.fused_loss.VOCABULARY_LOSSES`
 STS_PREFIX = "sts_"  # the probe names of correlations, scored on --probe-sts pairs: sts_spearman
@@ -110,9 +112,15 @@ class ProbeOptions:
         return parse_key({**probe_metrics(RANKING), **probe_metrics(CORRELATION)}[name])[0]
 
 
+# Every objective's options as flat fields (a flag each, `--decoder-layers`), made from the options classes.
+ObjectiveOptionFields = dataclasses.make_dataclass("ObjectiveOptionFields", flat_options(), kw_only=True)
+
+
 @dataclass(kw_only=True)
-class PretrainConfig(ProbeOptions, HeadTrainingConfig):
+class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
+
+    SECTION_FIELD = "objective"  # a config file's section of that name holds the objective's options
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
                                      "XLM-R, ModernBERT, DeBERTa-v3, MiniLM)", required_unless="--init-from")
@@ -131,31 +139,14 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                     "supports it and flash-attn is installed (padded batches run unpadded, as "
                                     "variable-length sequences), else PyTorch SDPA, else eager (DeBERTa)",
                             choices=ATTENTION_NAMES)
-    objective: str = option("retromae", "pre-training objective", choices=OBJECTIVE_NAMES)
+    objective: str = option("retromae", "pre-training objective; its options are in the sections below that "
+                                        "name it", choices=OBJECTIVES)
     vocabulary_loss: str = option("auto", "how the losses on the vocabulary run: fused with the projection onto it, "
                                           "a chunk of rows at a time, so the full logits never exist (chunked: "
                                           "PyTorch; liger: Liger Kernel's fused linear cross-entropy, CUDA; auto: "
                                           "liger on CUDA where liger-kernel is installed, else chunked), or unfused "
                                           "(every logit at once, then the loss)", choices=VOCABULARY_LOSS_NAMES)
-    decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens) or basic",
-                           choices=("enhanced", "basic"))
-    decoder_layers: int | None = option(None, "decoder (or head) transformer layers (default: the objective's; "
-                                              "retromae and dupmae 1, and enhanced decoding uses exactly 1; seed 3; "
-                                              "condenser and cocondenser 2)")
-    attention_window: int = option(2, "seed: the decoder attends to this many previous tokens (plus [CLS])")
-    temperature: float | None = option(None, "contrastive objectives: similarity temperature (default: the "
-                                             "objective's; 0.05 over cosine similarities, cocondenser 1.0 over dot "
-                                             "products, contriever 0.05 over dot products)")
-    bow_weight: float = option(0.1, "dupmae: weight of the bag-of-words loss")
-    skip_from: int | None = option(None, "condenser, cocondenser: the layer whose token states the head reads "
-                                         "(default: half the depth, 6 of 12)")
-    momentum: float = option(0.9995, "contriever: momentum of the key encoder's moving average")
-    queue_size: int = option(131_072, "contriever: keys kept in the MoCo queue as negatives")
-    contrastive_weight: float | None = option(None, "retromae+contrastive: weight of the InfoNCE term in the sum "
-                                                    "(default 1, the paper's sum; 0 = RetroMAE alone on the same "
-                                                    "pairs); from random weights it must be given (docs/guide.md)")
     encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)")
-    decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder")
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
     max_length: int = option(256, "tokens per packed block, special tokens included (the paper uses 512)")
     pad_to_multiple_of: int | None = option(None, "round each batch's length up to a multiple of this (few distinct "
@@ -163,21 +154,25 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                                                   "CUDA, none on CPU (0: none)")
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
 
+    @classmethod
+    def option_sections(cls) -> dict[str, set[str]]:
+        """Config-file sections: each objective's name → the options it reads (`retromae.config.build_config`)."""
+        return {name: {field.name for field in dataclasses.fields(OBJECTIVES.entry(name).options)
+                       if field.metadata.get("help") is not None} for name in OBJECTIVES}
+
     def __post_init__(self) -> None:
         from retromae.fused_loss import liger_installed
-        from retromae.objectives import OBJECTIVES  # torch: only once a run is configured, never to parse --help
 
         super().__post_init__()
-        objective = OBJECTIVES[self.objective]
+        require(self.objective in OBJECTIVES, "objective", f"choose from {', '.join(OBJECTIVES)}")
+        objective = OBJECTIVES[self.objective]  # torch: only once a run is configured, never to parse --help
         require((self.model is None) != (self.init_from is None), "model",
                 "give exactly one of --model and --init-from (which loads DIR/encoder)")
         require(not (self.init_from and self.from_config), "from_config", "cannot be combined with --init-from")
         require(self.init_from is not None or not self.init_missing_head, "init_missing_head",
                 "only with --init-from (from --model the whole head starts fresh)")
         require(0 < self.encoder_mask_ratio < 1, "encoder_mask_ratio", "must lie in (0, 1)")
-        require(0 < self.decoder_mask_ratio < 1, "decoder_mask_ratio", "must lie in (0, 1)")
-        require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
-        objective.check_config(self)
+        self.check_objective_options(objective)
         require(self.vocabulary_loss != "liger" or liger_installed(), "vocabulary_loss",
                 "liger needs Liger Kernel (pip install liger-kernel) and a CUDA device; give auto or chunked")
         require(self.max_length >= 8, "max_length", "must be at least 8")
@@ -185,8 +180,14 @@ class PretrainConfig(ProbeOptions, HeadTrainingConfig):
                 f"the {self.objective} objective reads --corpus, not pairs")
         require(self.pairs is None or not self.corpus, "pairs", "give --pairs or --corpus, not both")
         require(len(self.corpus) > 0 or self.pairs is not None, "corpus", "give at least one corpus file")
-        require(self.contrastive_weight is None or self.objective == "retromae+contrastive", "contrastive_weight",
-                "only the retromae+contrastive objective has a contrastive term to weigh")
-        require(not (self.freeze_encoder_steps and self.objective in ("contrastive", "contriever", "cropping")),
-                "freeze_encoder_steps", f"the {self.objective} objective has no head to train while the encoder is "
-                                        "frozen")
+        require(not self.freeze_encoder_steps or objective.trains_a_head(), "freeze_encoder_steps",
+                f"the {self.objective} objective has no head to train while the encoder is frozen")
+
+    def check_objective_options(self, objective: type) -> None:
+        """The objective's options, checked by its class; an option given that it does not read is refused (those
+        whose flat default is None, "not given", can tell)."""
+        reads = {field.name for field in dataclasses.fields(objective.options)}
+        for field in dataclasses.fields(ObjectiveOptionFields):
+            require(field.name in reads or field.default is not None or getattr(self, field.name) is None,
+                    field.name, f"the {self.objective} objective does not read it")
+        objective.check_config(objective.options.from_values(self), self)

@@ -38,7 +38,7 @@ from retromae.export import (
 )
 from retromae.model_card import pretraining_facts, write_model_cards
 from retromae.model_source import check_unknown_share, unfinished_run
-from retromae.objectives import PretrainingObjective, build_objective
+from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
 from retromae.pretraining.config import BEST_PROBE_DIR
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
@@ -47,10 +47,6 @@ logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
 CUDA_PADDING_MULTIPLE = 64  # batch lengths on CUDA: few shapes, each a multiple of the tensor cores' tiles
 TOKENIZER_SAMPLE = 100_000  # corpus tokens checked for [UNK] before training
-OBJECTIVE_TITLES = {"retromae": "RetroMAE", "seed": "SEED-Encoder", "mlm": "MLM", "contrastive": "contrastive spans",
-                    "retromae+contrastive": "RetroMAE + contrastive", "dupmae": "DupMAE", "condenser": "Condenser",
-                    "cocondenser": "coCondenser", "contriever": "Contriever", "simcse": "SimCSE", "tsdae": "TSDAE",
-                    "cropping": "cropping contrastive"}
 
 
 def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
@@ -112,7 +108,7 @@ def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_
 
 def describe(config: PretrainConfig) -> str:
     """The run's name on its progress bar and summary, e.g. "pre-training RetroMAE (200 steps)"."""
-    return f"pre-training {OBJECTIVE_TITLES.get(config.objective, config.objective)} ({config.max_steps:,} steps)"
+    return f"pre-training {OBJECTIVES[config.objective].title or config.objective} ({config.max_steps:,} steps)"
 
 
 def model_source(config: PretrainConfig) -> str:
@@ -159,13 +155,17 @@ def head_modules(names: list[str]) -> list[str]:
 
 
 def previous_objective(folder: Path) -> str:
-    """The objective named in a previous run's config.json (with its decoding), or 'unknown'."""
+    """The objective named in a previous run's config.json (with its variant, e.g. its decoding), or 'unknown'."""
     try:
         saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "unknown"
     name = saved.get("objective", "unknown")
-    return f"{name} ({saved.get('decoding')} decoding)" if name.startswith("retromae") else name
+    if name not in OBJECTIVES:
+        return name
+    options = OBJECTIVES[name].options
+    variant = options.from_values(saved).variant
+    return f"{name} ({variant} {options.VARIANT})" if variant else name
 
 
 def padding_multiple(config: PretrainConfig, device: torch.device) -> int | None:
