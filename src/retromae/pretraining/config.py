@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retromae.backbones import ATTENTION_NAMES
+from retromae.backbones.families import family_titles
 from retromae.config import option, require
 from retromae.training_config import HeadTrainingConfig
 
@@ -76,8 +77,8 @@ class ProbeOptions:
 class PretrainConfig(ProbeOptions, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
 
-    model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
-                                     "XLM-R, ModernBERT, DeBERTa-v3, MiniLM)", required_unless="--init-from")
+    model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder, of a supported "
+                                     f"family ({family_titles()})", required_unless="--init-from")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
                                          "and pretrain_head.safetensors (stage 2)", required_unless="--model")
     init_missing_head: bool = option(False, "with --init-from: start the head tensors the previous run lacks (e.g. "
