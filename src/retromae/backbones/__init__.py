@@ -10,6 +10,12 @@ need). Adding a family is its adapter module and one entry in `families.FAMILIES
 
 from retromae.backbones.families import architecture_names
 
-# The architectures `retromae init-model` and `retromae quickstart` build, as the options offer them.
-ARCHITECTURE_NAMES = architecture_names()
 ATTENTION_NAMES = ("auto", "sdpa", "flash_attention_2", "eager")  # `masked_lm.attention_implementation`
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """`ARCHITECTURE_NAMES`: the architectures `retromae init-model` and `retromae quickstart` build, read from the
+    family table when asked (not when this package is imported), so that an entry added to it is offered too."""
+    if name == "ARCHITECTURE_NAMES":
+        return architecture_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
