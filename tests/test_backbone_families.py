@@ -21,8 +21,15 @@ from transformers import AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM,
 from retromae.backbones import families
 from retromae.backbones.base import BackboneAdapter
 from retromae.backbones.families import BackboneFamily
-from retromae.backbones.registry import ARCHITECTURES, adapter_for, architecture_adapter, supported_families
+from retromae.backbones.registry import (
+    ARCHITECTURES,
+    adapter_for,
+    architecture_adapter,
+    family_adapter,
+    supported_families,
+)
 from retromae.objectives import build_objective
+from retromae.tokenizer_training import KINDS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -66,6 +73,18 @@ def toy_family(monkeypatch) -> BackboneFamily:
     entry = BackboneFamily(**TOY)
     monkeypatch.setitem(families.FAMILIES, "distilbert", entry)
     return entry
+
+
+def test_every_entry_names_an_adapter_class_a_tokenizer_kind_and_model_types_no_other_entry_reads():
+    seen_types: list[str] = []
+    for entry in families.FAMILIES.values():
+        adapter = family_adapter(entry)
+        assert isinstance(adapter, BackboneAdapter) and adapter.entry is entry and adapter.positions
+        assert set(entry.architectures.values()) <= set(KINDS), entry.title
+        assert entry.max_positions >= 8
+        seen_types += entry.model_types
+    assert len(seen_types) == len(set(seen_types))
+    assert len(families.architecture_names()) == len(set(families.architecture_names()))
 
 
 def test_the_registry_finds_a_family_from_its_table_entry(toy_family, tiny_tokenizer):
