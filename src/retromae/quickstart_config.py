@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from retromae.backbones import ARCHITECTURE_NAMES
+from retromae.backbones.families import tokenizer_kinds_help
 from retromae.config import option, require, require_finite
 from retromae.run_folder import OutputOptions
 
@@ -73,8 +74,7 @@ class QuickstartConfig(OutputOptions):
     preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on "
                                       "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     architecture: str = option("bert", "family of the small encoder built from scratch, with its kind of tokenizer "
-                                       "(bert: WordPiece; xlm-roberta, deberta-v2: Unigram; roberta, modernbert: "
-                                       "byte-level BPE)", choices=ARCHITECTURE_NAMES)
+                                       f"({tokenizer_kinds_help()})", choices=ARCHITECTURE_NAMES)
     vocab_size: int | None = option(None, "vocabulary trained on the corpus (cpu preset: 2000)")
     hidden_size: int | None = option(None, "hidden size of the small encoder (cpu preset: 128)")
     layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")

@@ -5,7 +5,7 @@ Owns: `train_tokenizer(texts, kind, ...)` for "wordpiece" (BERT: uncased, `##` m
 ModernBERT: `Ġ` marks a word start), each with the special tokens its family names (`[CLS]`-style or `<s>`-style),
 `[CLS] text [SEP]` framing, and ids that do not depend on the trainer's hash order, so that the same texts give the
 same tokenizer. Whole-word masking reads word starts from the fast tokenizer's `word_ids()` for every kind. Does
-not own models (`retromae.pretraining.scratch`).
+not own models (`retromae.pretraining.scratch`) or which family trains which kind (`retromae.backbones.families`).
 """
 
 from __future__ import annotations

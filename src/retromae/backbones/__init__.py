@@ -1,13 +1,21 @@
-"""The backbones pre-training builds and loads: the names the options offer, spelled out here without importing
-torch so that `--help` stays instant.
+"""The backbones pre-training builds and loads: the names the options offer, read from the family table without
+importing torch so that `--help` stays instant.
 
-Submodules: `registry` (the family adapters, `ADAPTERS`, and finding a model's), `base` (what every adapter
-answers), one module per family (`bert`, `roberta`, `modernbert`, `deberta`), and `masked_lm` (loading a masked-LM
-backbone with the attention asked for, and the handles objectives need). Adding a family is its module, its entry
-in `registry.ADAPTERS` and, when `init-model` builds it, its name in `ARCHITECTURE_NAMES`.
+Submodules: `families` (the torch-free table of families, `FAMILIES`: names, model types, tokenizer kinds, where
+each adapter lives), `registry` (the family adapters, imported from the table when a model needs one, and finding
+a model's), `base` (what every adapter answers), one adapter module per family (the table names each), and
+`masked_lm` (loading a masked-LM backbone with the attention asked for, and the handles objectives need). Adding a
+family is its adapter module and one entry in `families.FAMILIES`.
 """
 
-# The architectures `retromae init-model` and `retromae quickstart` build (`registry.ARCHITECTURES`), spelled out so
-# that --help imports no torch (tests/test_backbones.py checks the two agree).
-ARCHITECTURE_NAMES = ("bert", "roberta", "xlm-roberta", "modernbert", "deberta-v2")
+from retromae.backbones.families import architecture_names
+
 ATTENTION_NAMES = ("auto", "sdpa", "flash_attention_2", "eager")  # `masked_lm.attention_implementation`
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """`ARCHITECTURE_NAMES`: the architectures `retromae init-model` and `retromae quickstart` build, read from the
+    family table when asked (not when this package is imported), so that an entry added to it is offered too."""
+    if name == "ARCHITECTURE_NAMES":
+        return architecture_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

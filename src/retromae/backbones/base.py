@@ -2,13 +2,15 @@
 
 Owns: `BackboneAdapter`, the questions an objective may ask of a masked-LM backbone (where its MLM head is and how
 it splits into a transform and the vocabulary projection, how positions enter it, how to run its body, the longest
-input it reads, which tokenizer kind its family trains, a tiny config of it for a model from scratch) and
-`DecoderPositions`, the position signal a pre-training decoder takes from the backbone. Does not own any family
-(`retromae.backbones.<family>`) or the registry (`retromae.backbones.registry`).
+input it reads, a tiny config of it for a model from scratch) and `DecoderPositions`, the position signal a
+pre-training decoder takes from the backbone. Does not own any family (`retromae.backbones.<family>`), the facts
+the table states of it (`retromae.backbones.families`: names, model types, tokenizer kinds) or the registry
+(`retromae.backbones.registry`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -16,6 +18,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
+from retromae.backbones.families import BackboneFamily
 from retromae.errors import ModelLoadError
 
 
@@ -35,16 +38,23 @@ class BackboneAdapter:
     """One backbone family. The defaults fit a BERT-shaped masked LM: one MLM head module beside the base model, an
     absolute position table in `base_model.embeddings`, a body that takes a (B, 1, 1, L) boolean padding mask."""
 
-    family: ClassVar[str]
-    model_types: ClassVar[tuple[str, ...]]  # config.model_type values this adapter serves
     positions: ClassVar[str]  # "absolute", "rotary" or "relative"
-    # architecture name (`retromae init-model --architecture`) → the tokenizer kind its family trains
-    architectures: ClassVar[dict[str, str]]
-    # Whether the family names its special tokens <s>, </s>, <pad>, <mask> (RoBERTa's style) rather than [CLS], ...
-    angle_tokens: ClassVar[bool] = False
     # Whether the body takes the padding mask as (B, 1, 1, L) booleans under SDPA (`body`); families that build their
     # own masks from the 2D one (ModernBERT's sliding windows, DeBERTa's relative attention) say False.
     boolean_padding_mask: ClassVar[bool] = True
+
+    def __init__(self, entry: BackboneFamily):
+        self.entry = entry  # the family's entry in `retromae.backbones.families.FAMILIES`: its names and facts
+
+    @property
+    def family(self) -> str:
+        """How messages name the family, e.g. "RoBERTa/XLM-R"."""
+        return self.entry.title
+
+    @property
+    def architectures(self) -> Mapping[str, str]:
+        """Architecture name (`retromae init-model --architecture`) → the tokenizer kind its family trains."""
+        return self.entry.architectures
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:
         """The module mapping hidden states (..., D) to vocabulary logits (..., V): the one child beside the base."""

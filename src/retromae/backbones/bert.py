@@ -9,10 +9,7 @@ from retromae.backbones.base import BackboneAdapter
 
 
 class BertAdapter(BackboneAdapter):
-    family = "BERT"
-    model_types = ("bert",)
     positions = "absolute"
-    architectures = {"bert": "wordpiece"}
 
     def scratch_config(self, architecture: str, vocab_size: int, special_ids: dict[str, int], *, hidden_size: int,
                        layers: int, max_positions: int) -> PretrainedConfig:

@@ -29,10 +29,7 @@ def rotary_table(length: int, head_dim: int, device: torch.device,
 
 
 class DebertaV2Adapter(BackboneAdapter):
-    family = "DeBERTa-v2/v3"
-    model_types = ("deberta-v2",)
     positions = "relative"
-    architectures = {"deberta-v2": "unigram"}
     boolean_padding_mask = False  # it builds its (B, 1, L, L) mask from the 2D one
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:

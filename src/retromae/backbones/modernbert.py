@@ -15,10 +15,7 @@ GLOBAL_LAYERS = "full_attention"  # the rotary parameters of ModernBERT's global
 
 
 class ModernBertAdapter(BackboneAdapter):
-    family = "ModernBERT"
-    model_types = ("modernbert",)
     positions = "rotary"
-    architectures = {"modernbert": "byte-level-bpe"}
     boolean_padding_mask = False  # it builds its sliding windows from the 2D mask; a 4D one would make them global
 
     def mlm_head(self, model: PreTrainedModel) -> nn.Module:

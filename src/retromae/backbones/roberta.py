@@ -13,11 +13,7 @@ from retromae.backbones.base import BackboneAdapter
 
 
 class RobertaAdapter(BackboneAdapter):
-    family = "RoBERTa/XLM-R"
-    model_types = ("roberta", "xlm-roberta", "camembert")
     positions = "absolute"
-    architectures = {"roberta": "byte-level-bpe", "xlm-roberta": "unigram"}
-    angle_tokens = True
 
     def vocabulary_projection(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Linear]:
         head = self.mlm_head(model)

@@ -1,8 +1,9 @@
 """`retromae init-model`: a randomly initialised small masked LM of a supported family, to pre-train from scratch.
 
-Its tokenizer is an existing one (`--tokenizer`) or one trained on a corpus (`--corpus`) of the kind the family uses:
-WordPiece (bert), SentencePiece-style Unigram (xlm-roberta, deberta-v2) or byte-level BPE (roberta, modernbert).
-Thin: parse → `InitModelConfig` → `tokenizer_training.train_tokenizer` → `scratch.save_random_model`.
+Its tokenizer is an existing one (`--tokenizer`) or one trained on a corpus (`--corpus`) of the kind the family uses
+(WordPiece, SentencePiece-style Unigram or byte-level BPE). The architectures offered, the tokenizer kind of each and
+the default length come from the family table (`retromae.backbones.families`). Thin: parse → `InitModelConfig` →
+`tokenizer_training.train_tokenizer` → `scratch.save_random_model`.
 """
 
 from __future__ import annotations
@@ -13,20 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from retromae.backbones import ARCHITECTURE_NAMES
+from retromae.backbones.families import family_building, max_positions_help, tokenizer_kinds_help
 from retromae.config import ConfigError, add_config_arguments, build_config, option, require
 from retromae.console import quiet_by_default
 from retromae.errors import ModelLoadError
 
-HELP = ("save a randomly initialised masked LM (bert, roberta, xlm-roberta, modernbert, deberta-v2) of a chosen size "
-        "with an existing tokenizer or one trained on a corpus, as the --model of a from-scratch `retromae pretrain`")
-# The longest input of a family's model when --max-positions is not given.
-DEFAULT_POSITIONS = {"modernbert": 8192}
+# A literal string, so that `retromae --help` lists the commands without importing them; the families it builds
+# are listed by `init-model --help` (--architecture), from the family table.
+HELP = ("save a randomly initialised masked LM of a supported family (--architecture) and a chosen size, with an "
+        "existing tokenizer or one trained on a corpus, as the --model of a from-scratch `retromae pretrain`")
 
 
 @dataclasses.dataclass(kw_only=True)
 class InitModelConfig:
     output: Path = option(help="folder to write the model and tokenizer to")
-    architecture: str = option("bert", "model family to build", choices=ARCHITECTURE_NAMES)
+    architecture: str = option("bert", f"model family to build, with its kind of tokenizer ({tokenizer_kinds_help()})",
+                               choices=ARCHITECTURE_NAMES)
     tokenizer: str | None = option(None, "existing tokenizer: hub name or a local model folder holding one",
                                    required_unless="--corpus")
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
@@ -34,7 +37,7 @@ class InitModelConfig:
     vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus")
     hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)")
     layers: int = option(4, "transformer layers")
-    max_positions: int | None = option(None, "longest input (default 512; 8192 for modernbert)")
+    max_positions: int | None = option(None, f"longest input ({max_positions_help()})")
     seed: int = option(42, "seed of the random initialisation")
 
     def __post_init__(self) -> None:
@@ -45,7 +48,7 @@ class InitModelConfig:
 
     @property
     def positions(self) -> int:
-        return self.max_positions or DEFAULT_POSITIONS.get(self.architecture, 512)
+        return self.max_positions or family_building(self.architecture).max_positions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

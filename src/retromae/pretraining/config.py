@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from retromae.backbones import ATTENTION_NAMES
+from retromae.backbones.families import family_titles
 from retromae.config import option, require
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, Metric, long_title, parse_key, reported_keys
 from retromae.objectives import OBJECTIVES, flat_options
@@ -122,8 +123,8 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
 
     SECTION_FIELD = "objective"  # a config file's section of that name holds the objective's options
 
-    model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder (BERT, RoBERTa, "
-                                     "XLM-R, ModernBERT, DeBERTa-v3, MiniLM)", required_unless="--init-from")
+    model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder, of a supported "
+                                     f"family ({family_titles()})", required_unless="--init-from")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
                                          "and pretrain_head.safetensors (stage 2)", required_unless="--model")
     init_missing_head: bool = option(False, "with --init-from: start the head tensors the previous run lacks (e.g. "

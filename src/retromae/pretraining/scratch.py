@@ -1,10 +1,10 @@
 """Starting points for pre-training from scratch: a random masked LM of any supported family beside a tokenizer.
 
-Owns: saving a randomly initialised masked LM of an architecture (`backbones.ARCHITECTURE_NAMES`: bert, roberta,
-xlm-roberta, modernbert, deberta-v2) and a chosen size beside a tokenizer (one trained on text by
-`retromae.tokenizer_training`, or any existing one, such as BERT's uncased vocabulary), as a folder that
-`retromae pretrain --model` and `retromae finetune --model` load like a hub checkpoint; and telling such a folder
-apart. Does not own training, tokenizer training, or any family's config (its adapter builds it).
+Owns: saving a randomly initialised masked LM of an architecture (one that a family of `backbones.families`
+builds) and a chosen size beside a tokenizer (one trained on text by `retromae.tokenizer_training`, or any existing
+one, such as BERT's uncased vocabulary), as a folder that `retromae pretrain --model` and `retromae finetune
+--model` load like a hub checkpoint; and telling such a folder apart. Does not own training, tokenizer training, or
+any family's config (its adapter builds it) or facts (its entry in the family table).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from retromae.backbones.families import family_building
 from retromae.backbones.masked_lm import position_limit
 from retromae.backbones.registry import architecture_adapter
 from retromae.config import require
@@ -31,11 +32,11 @@ RANDOM_INIT_MARKER = "random-init.json"
 
 def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,
                      model_max_length: int = 512) -> PreTrainedTokenizerFast:
-    """The kind of tokenizer `architecture`'s family uses (WordPiece, Unigram, byte-level BPE), with its family's
-    special tokens (`<s>`-style for roberta and xlm-roberta), trained on `texts`."""
-    adapter = architecture_adapter(architecture)
-    return train_tokenizer(texts, adapter.architectures[architecture], vocab_size, model_max_length,
-                           angle_tokens=adapter.angle_tokens)
+    """The kind of tokenizer `architecture` trains (WordPiece, Unigram, byte-level BPE), with its family's special
+    tokens (`<s>`-style where the family table says so), trained on `texts`."""
+    family = family_building(architecture)
+    return train_tokenizer(texts, family.architectures[architecture], vocab_size, model_max_length,
+                           angle_tokens=family.angle_tokens)
 
 
 def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidden_size: int, layers: int,
