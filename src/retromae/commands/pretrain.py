@@ -6,6 +6,7 @@ import argparse
 import time
 
 from retromae.config import add_config_arguments, build_config
+from retromae.pretraining.config import BEST_PROBE_DIR, PretrainConfig
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = ("pre-train an encoder with RetroMAE or another of the field's objectives (--objective: each has its options "
@@ -13,16 +14,14 @@ HELP = ("pre-train an encoder with RetroMAE or another of the field's objectives
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from retromae.pretraining.config import PretrainConfig
-
     add_config_arguments(parser, PretrainConfig)
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.export import HEAD_FILE
-    from retromae.pretraining.config import BEST_PROBE_DIR
-    from retromae.pretraining.run import PretrainConfig, pretrain
+    from retromae.pretraining.run import pretrain
     from retromae.processes import is_main_process
     from retromae.trackers import TENSORBOARD_DIR
 

@@ -49,6 +49,7 @@ def metric_columns(variants: list[Variant]) -> list[str]:
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
+    # matplotlib: only when a plot is drawn (hundreds of milliseconds); the backend must be set before pyplot loads
     import matplotlib
 
     matplotlib.use("Agg")

@@ -80,7 +80,7 @@ def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
 
 
 def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
-    from retromae.evaluation.sts import sts_correlations
+    from retromae.evaluation.sts import sts_correlations  # numpy: only for STS, so `evaluate --run` stays light
 
     require(config.model is not None, "model", "STS evaluation needs a model (a run has no similarities)")
     first, second, gold = load_sts_pairs(path)
@@ -105,6 +105,7 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
 def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,
               name: str = "corpus") -> Run:
     """The model's top-k run on `data`; its corpus vectors kept in (or read from) `cache` when given."""
+    # torch and faiss: only when a model is evaluated, so `evaluate --run` stays torch-free
     from retromae.retrieval.encode import encode_cached
     from retromae.retrieval.search import TextOptions, encode_texts, vector_search
 

@@ -104,7 +104,7 @@ def write_report(table: Table, folder: Path, about: dict) -> None:
 
 def plot_table(table: Table, path: Path) -> None:
     """One panel per metric shown: a group of bars per data set (and the average), a bar per system."""
-    from retromae.evaluation.experiments import pyplot
+    from retromae.evaluation.experiments import pyplot  # matplotlib: only when a table is plotted
 
     plt = pyplot()
     names = [row.name for row in table.rows] + [AVERAGE]

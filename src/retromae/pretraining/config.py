@@ -162,7 +162,7 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                        if field.metadata.get("help") is not None} for name in OBJECTIVES}
 
     def __post_init__(self) -> None:
-        from retromae.fused_loss import liger_installed
+        from retromae.fused_loss import liger_installed  # torch: a config is declared by --help, checked only on run
 
         super().__post_init__()
         require(self.objective in OBJECTIVES, "objective", f"choose from {', '.join(OBJECTIVES)}")
