@@ -5,12 +5,12 @@
 # `retromae adapt` of MODEL (default all-MiniLM-L6-v2) on the SciFact corpus without its labels (pseudo-query
 # validation), evaluated zero-shot on SciFact test; then the same with --train SciFact (adapted, then fine-tuned with
 # `retromae finetune`'s defaults) against fine-tuning alone under the same defaults and seed. Budgets from the
-# environment: PASSES (1) over the corpus, STEP_CAP (2000). Every variant folder keeps adapt's guard.json (the
+# environment: PASSES (1) over the corpus, STEP_CAP (2000); ARMS ("unsupervised supervised") picks the arms run. Every variant folder keeps adapt's guard.json (the
 # validation score of the base and of every candidate) beside eval/scifact.json and times.txt.
 source "$(dirname "$0")/lib.sh"
 MODEL=${1:-$(minilm_path)}
 RUNS=${2:-runs/adapt-scifact}
-SEEDS=${SEEDS:-42 1 2} OBJECTIVES=${OBJECTIVES:-tsdae cropping mlm}
+SEEDS=${SEEDS:-42 1 2} OBJECTIVES=${OBJECTIVES:-tsdae cropping mlm} ARMS=${ARMS:-unsupervised supervised}
 PASSES=${PASSES:-1} STEP_CAP=${STEP_CAP:-2000}
 mkdir -p "$RUNS"
 
@@ -24,9 +24,11 @@ adapt_variant() {  # adapt_variant VARIANT_DIR ADAPT_OPTIONS...: `retromae adapt
 evaluate_scifact "$RUNS/zero-shot" "$MODEL"
 for seed in $SEEDS; do
   for objective in $OBJECTIVES; do
+    [[ " $ARMS " == *" unsupervised "* ]] || break
     adapt_variant "$RUNS/$objective-s$seed" --objective "$objective" --seed "$seed"
     evaluate_scifact "$RUNS/$objective-s$seed" "$RUNS/$objective-s$seed/adapt/sentence-transformer"
   done
+  [[ " $ARMS " == *" supervised "* ]] || continue
   finetune_variant "$RUNS/finetuned-alone-s$seed" "$MODEL" --data "$SCIFACT" --seed "$seed"
   evaluate_scifact "$RUNS/finetuned-alone-s$seed" "$RUNS/finetuned-alone-s$seed/finetune/sentence-transformer"
   adapt_variant "$RUNS/adapted-finetuned-s$seed" --seed "$seed" --train "$SCIFACT"
