@@ -78,10 +78,19 @@ def test_deterministic_under_a_seed(tiny_tokenizer, name):
     batch = make_batch(tiny_tokenizer)
     first = build(name, tiny_tokenizer).eval()(batch, generator(3))
     second = build(name, tiny_tokenizer).eval()(batch, generator(3))
-    third = build(name, tiny_tokenizer).eval()(batch, generator(4))
     assert all(torch.equal(first[key], second[key]) for key in first)
-    # Masks come from the generator; the clean encoder passes of the contrastive objectives draw nothing.
-    assert torch.equal(first["loss"], third["loss"]) == (name in ("contrastive", "contriever", "simcse", "cropping"))
+    # Masks and deletions come from the generator; the clean encoder passes of the contrastive objectives draw
+    # nothing. Compared on the word embeddings' gradient, whose rows follow which tokens were masked or deleted: the
+    # loss alone can differ by a few float32 ulps only (TSDAE's fresh decoder barely reads the sentence vector).
+    gradients = [embedding_gradient(name, tiny_tokenizer, batch, seed) for seed in (3, 4)]
+    assert torch.equal(*gradients) == (name in ("contrastive", "contriever", "simcse", "cropping"))
+
+
+def embedding_gradient(name: str, tokenizer, batch: dict[str, torch.Tensor], seed: int) -> torch.Tensor:
+    """The gradient of the objective's loss on the encoder's word embeddings, under generator `seed`."""
+    objective = build(name, tokenizer).eval()
+    objective(batch, generator(seed))["loss"].backward()
+    return objective.encoder.get_input_embeddings().weight.grad
 
 
 def test_decoder_shares_embeddings_and_tied_head(tiny_tokenizer):
