@@ -21,14 +21,15 @@ mask (of the masked input: [CLS], [SEP] and [MASK] positions in, padding out, as
 paper's premise is that the decoder, given little else, can rebuild the input only through h_X, which forces the
 encoder to put the input's meaning into it; that helps retrieval only if h_X is the vector retrieval compares.
 A normalised base is compared by cosine, which sees the direction alone, so the decoder reads the direction
-alone too, rescaled to a constant length √D (D the hidden size), the length of a LayerNorm output of unit gain:
-the paper's h_X (the last layer's LayerNorm output) and the token stream e(x_i) + p_i (the embedding block's
-LayerNorm output) both enter the decoder at that scale. Not the unnormalised mean: the decoder could read its
+alone too, rescaled to a constant length √D (D the hidden size), the length of a LayerNorm output before its
+learned gain: the paper's h_X (the last layer's LayerNorm output) and the token stream e(x_i) + p_i (the embedding
+block's LayerNorm output) both come out of a LayerNorm. Not the unnormalised mean: the decoder could read its
 length, which cosine discards, so part of what reconstruction teaches the encoder would go where retrieval never
-looks. Not the unit vector as it is: far shorter than the token stream beside it (all-MiniLM-L6-v2, 16 SciFact
-documents of 128 tokens: token stream 10.2 on average, [CLS] state 7.0, unnormalised mean 2.3, unit vector 1,
-√384 = 19.6), so a fresh decoder would start from a sentence slot that is nearly empty. A constant factor carries no
-information. An unnormalised base (a dot product) gives its pooled vector as it is: its length is in the score.
+looks. Not the unit vector as it is: far shorter than the token stream beside it (all-MiniLM-L6-v2 on the first 16
+SciFact documents truncated to 128 tokens, mean lengths: token stream 10.2, [CLS] state 7.0, unnormalised mean 2.3,
+unit vector 1, √384 = 19.6), so a fresh decoder would start from a sentence slot that is nearly empty. A constant
+factor carries no information. An unnormalised base (a dot product) gives its pooled vector as it is: its length
+is in the score.
 """
 
 from __future__ import annotations
