@@ -212,13 +212,15 @@ def headless_base(tmp_path, tiny_tokenizer) -> Path:
     return base
 
 
-@pytest.mark.parametrize("objective", ["retromae", "retromae+contrastive"])
+@pytest.mark.parametrize("objective,decoding", [("retromae", None), ("retromae", "basic"),
+                                                ("retromae+contrastive", None)])
 def test_adapting_with_retromae_decodes_from_the_bases_pooling_after_warming_the_fresh_heads(
-        tmp_path, headless_base, objective):
+        tmp_path, headless_base, objective, decoding):
     output = adapt(tiny_adapt(headless_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
-                              objective=objective, head_warmup=0.5, mix=[1.0]))
+                              objective=objective, decoding=decoding, head_warmup=0.5, mix=[1.0]))
     stage = json.loads((output / "training" / "config.json").read_text())
     assert (stage["objective"], stage["pooling"], stage["normalize"]) == (objective, "mean", True)
+    assert stage["decoding"] == (decoding or "enhanced")  # RetroMAE's default unless given
     assert stage["freeze_encoder_steps"] == 2 and stage["save_every"] == 2  # half of 4 steps warms the heads
     head = load_file(str(output / "training" / "pretrain_head.safetensors"))
     assert any(name.startswith("decoder.0.") for name in head)  # RetroMAE's fresh decoder ...
