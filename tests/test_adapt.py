@@ -195,3 +195,51 @@ def test_averaging_with_the_base_is_linear_and_keeps_integer_buffers():
     mixed = averaged(adapted, base, 0.25)
     torch.testing.assert_close(mixed["w"], torch.tensor([1.0, 2.5]))
     assert torch.equal(mixed["ids"], base["ids"])
+
+
+@pytest.fixture()
+def headless_base(tmp_path, tiny_tokenizer) -> Path:
+    """A tiny encoder saved without an MLM head (as a sentence-transformers model ships), declaring mean pooling and
+    normalised vectors."""
+    from conftest import tiny_bert_config
+    from transformers import BertModel
+
+    base = tmp_path / "headless"
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(len(tiny_tokenizer)), add_pooling_layer=False).save_pretrained(base)
+    tiny_tokenizer.save_pretrained(base)
+    (base / "retromae_encoder.json").write_text(json.dumps({"pooling": "mean", "normalize": True}))
+    return base
+
+
+@pytest.mark.parametrize("objective,decoding", [("retromae", None), ("retromae", "basic"),
+                                                ("retromae+contrastive", None)])
+def test_adapting_with_retromae_decodes_from_the_bases_pooling_after_warming_the_fresh_heads(
+        tmp_path, headless_base, objective, decoding):
+    output = adapt(tiny_adapt(headless_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
+                              objective=objective, decoding=decoding, head_warmup=0.5, mix=[1.0]))
+    stage = json.loads((output / "training" / "config.json").read_text())
+    assert (stage["objective"], stage["pooling"], stage["normalize"]) == (objective, "mean", True)
+    assert stage["decoding"] == (decoding or "enhanced")  # RetroMAE's default unless given
+    assert stage["freeze_encoder_steps"] == 2 and stage["save_every"] == 2  # half of 4 steps warms the heads
+    head = load_file(str(output / "training" / "pretrain_head.safetensors"))
+    assert any(name.startswith("decoder.0.") for name in head)  # RetroMAE's fresh decoder ...
+    assert any(name.startswith("encoder.cls.predictions.transform.") for name in head)  # ... and the fresh MLM head
+    base = load_file(str(headless_base / "model.safetensors"))
+    warmed = load_file(str(output / "training" / "checkpoints" / "step-0000002" / "model.safetensors"))
+    for name, tensor in base.items():  # after the warm-up, the encoder has not moved
+        torch.testing.assert_close(warmed[f"encoder.bert.{name}"], tensor, rtol=0, atol=0)
+    guard = json.loads((output / "guard.json").read_text())
+    scores = {c["name"]: c["ndcg@10"] for c in guard["candidates"]}
+    assert list(scores) == ["base", "step 2", "step 4"] and scores["step 2"] == scores["base"]
+    assert guard["chosen"] == max(guard["candidates"], key=lambda c: c["ndcg@10"])["name"]
+    for folder in ("encoder", "training/encoder"):  # the winner, and the training stage's last step
+        exported = json.loads((output / folder / "retromae_encoder.json").read_text())
+        assert (exported["pooling"], exported["normalize"]) == ("mean", True)
+    modules = json.loads((output / "sentence-transformer" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+
+
+def test_decoding_is_an_option_of_the_retromae_objectives_only(tmp_path, declared_base):
+    with pytest.raises(ConfigError, match="decoding.*only with --objective retromae or retromae\\+contrastive"):
+        tiny_adapt(declared_base, tmp_path / "c.jsonl", tmp_path / "out", decoding="basic")

@@ -14,8 +14,9 @@ from retromae.config import option, require
 from retromae.encoder_config import POOLINGS
 from retromae.training_config import TrainingConfig
 
-# Objectives `adapt` trains with; each reads blocks of the corpus and trains the encoder under the base's pooling.
-ADAPT_OBJECTIVES = ("tsdae", "cropping", "mlm")
+# Objectives `adapt` trains with; each trains the encoder under the base's pooling (mlm: no sentence vector at all).
+ADAPT_OBJECTIVES = ("tsdae", "cropping", "retromae", "retromae+contrastive", "mlm")
+RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that read --decoding
 
 
 @dataclass(kw_only=True)
@@ -42,9 +43,15 @@ class AdaptConfig(TrainingConfig):
                                           "cosine); else what its folder declares")
     objective: str = option("tsdae", "adaptation objective: tsdae (denoising auto-encoder through the sentence "
                                      "vector, GPL's +1.4), cropping (InfoNCE between two crops of a document in the "
-                                     "base's cosine similarity, COCO-DR-style) or mlm (masked language modelling)",
+                                     "base's cosine similarity, COCO-DR-style), retromae (RetroMAE, its decoder "
+                                     "conditioned on the base's pooled vector), retromae+contrastive (that plus "
+                                     "InfoNCE between two spans of a document in the base's cosine similarity, the "
+                                     "unified learner's stage 2) or mlm (masked language modelling)",
                             choices=ADAPT_OBJECTIVES)
-    decoder_layers: int | None = option(None, "decoder layers of tsdae (default 1)")
+    decoder_layers: int | None = option(None, "decoder layers of tsdae and the retromae objectives (default 1; "
+                                              "more only with --decoding basic)")
+    decoding: str | None = option(None, "RetroMAE's decoding (retromae, retromae+contrastive): enhanced (default; "
+                                        "exactly one decoder layer) or basic", choices=("enhanced", "basic"))
     max_length: int = option(128, "tokens per training block, and per validation text")
     passes: float = option(1.0, "without --max-steps: passes over the training blocks, at --batch-size, capped by "
                                 "--step-cap")
@@ -82,3 +89,5 @@ class AdaptConfig(TrainingConfig):
         require(len(self.mix) > 0 and all(0 < weight <= 1 for weight in self.mix), "mix",
                 "each weight must lie in (0, 1]")
         require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
+        require(self.decoding is None or self.objective in RETROMAE_FAMILY, "decoding",
+                f"only with --objective {' or '.join(RETROMAE_FAMILY)}")

@@ -141,6 +141,7 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: Poolin
     return StageConfig(
         model=config.model, corpus=[str(output / "data" / "train.jsonl")], output=str(output / "training"),
         objective=config.objective, decoder_layers=config.decoder_layers, max_length=config.max_length,
+        **({} if config.decoding is None else {"decoding": config.decoding}),
         pooling=pooling.pooling, normalize=pooling.normalize, max_steps=steps, batch_size=config.batch_size,
         gradient_accumulation_steps=config.gradient_accumulation_steps, learning_rate=config.learning_rate,
         head_learning_rate=config.head_learning_rate, freeze_encoder_steps=warmup,

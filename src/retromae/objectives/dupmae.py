@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from retromae.backbones import masked_lm as backbone
+from retromae.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.options import DupMAEOptions
 from retromae.objectives.retromae import RetroMAE
@@ -56,21 +57,23 @@ class DupMAE(RetroMAE):
     options = DupMAEOptions
 
     def __init__(self, encoder: PreTrainedModel, masking: MaskingSettings, decoding: str = "enhanced",
-                 decoder_layers: int = 1, decoder_mask_ratio: float = 0.5, bow_weight: float = 0.1):
+                 decoder_layers: int = 1, decoder_mask_ratio: float = 0.5, bow_weight: float = 0.1,
+                 pooling: PoolingConfig | None = None):
         super().__init__(encoder, masking, decoding=decoding, decoder_layers=decoder_layers,
-                         decoder_mask_ratio=decoder_mask_ratio)
+                         decoder_mask_ratio=decoder_mask_ratio, pooling=pooling)
         self.bow_weight = bow_weight
 
     @classmethod
     def from_config(cls, encoder: PreTrainedModel, masking: MaskingSettings, options: DupMAEOptions) -> DupMAE:
         return cls(encoder, masking, decoding=options.decoding, decoder_layers=options.decoder_layers,
-                   decoder_mask_ratio=options.decoder_mask_ratio, bow_weight=options.bow_weight)
+                   decoder_mask_ratio=options.decoder_mask_ratio, bow_weight=options.bow_weight,
+                   pooling=PoolingConfig(options.pooling, options.normalize))
 
     def forward(self, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
         corrupted, labels = self.mask_encoder_input(batch, generator)
         hidden = backbone.hidden_states(self.encoder, corrupted, batch["attention_mask"])  # (B, L, D)
         encoder_loss = self.masked_token_loss(hidden, labels)
-        decoder_loss = self.decoder_loss(batch, hidden[:, :1], generator)
+        decoder_loss = self.decoder_loss(batch, self.bottleneck(hidden, batch["attention_mask"])[1], generator)
         pooled = self.pooled_logits(hidden, batch["attention_mask"])  # (B, V)
         weights = bag_of_words_weights(batch["input_ids"], batch["special_tokens_mask"], pooled.shape[-1])
         bow_loss = bag_of_words_loss(pooled, weights)

@@ -81,7 +81,8 @@ class TemperatureOptions(ObjectiveOptions):
 @dataclass(kw_only=True)
 class SentencePoolingOptions(ObjectiveOptions):
     """The sentence vector an objective trains when the caller chooses it: `retromae adapt` passes the base's
-    pooling and normalisation; `retromae pretrain` has neither option ([CLS], unnormalised)."""
+    pooling and normalisation; `retromae pretrain` has neither option ([CLS], unnormalised). The RetroMAE family
+    (RetroMAE, DupMAE, RetroMAE + contrastive) conditions its decoder on that vector."""
 
     pooling: str = "cls"
     normalize: bool = False
@@ -92,8 +93,9 @@ class SentencePoolingOptions(ObjectiveOptions):
 
 
 @dataclass(kw_only=True)
-class RetroMAEOptions(DecoderOptions):
-    """RetroMAE's decoder: basic or enhanced decoding, the share of tokens hidden from it."""
+class RetroMAEOptions(DecoderOptions, SentencePoolingOptions):
+    """RetroMAE's decoder: basic or enhanced decoding, the share of tokens hidden from it, and the sentence vector it
+    decodes from ([CLS] from `retromae pretrain`; the base's pooling from `retromae adapt`)."""
 
     VARIANT: ClassVar[str | None] = "decoding"
 
