@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from retromae.adapt.config import AdaptConfig
 from retromae.adapt.data import MIN_HELD_OUT, pseudo_query, split_corpus
-from retromae.adapt.guard import averaged
-from retromae.adapt.run import adapt
+from retromae.adapt.guard import Candidate, averaged
+from retromae.adapt.run import adapt, pseudo_query_caution
 from retromae.config import ConfigError
 from retromae.data.corpus import Document
 from retromae.errors import DataError
@@ -187,6 +187,18 @@ def test_adapting_by_cropping_trains_from_the_first_step(tmp_path, declared_base
     stage = json.loads((output / "training" / "config.json").read_text())
     assert (stage["objective"], stage["pooling"], stage["freeze_encoder_steps"]) == ("cropping", "mean", 0)
     assert len(json.loads((output / "guard.json").read_text())["candidates"]) == 3  # base, 2 checkpoints at 0.5
+
+
+def test_a_win_on_pseudo_queries_by_an_objective_trained_on_document_pieces_is_flagged(tmp_path):
+    def caution(objective: str, step: int = 10, validation: str | None = None) -> str:
+        config = AdaptConfig(model="m", corpus=["c.jsonl"], output=str(tmp_path), objective=objective,
+                             validation=validation)
+        return pseudo_query_caution(config, Candidate(step=step, weight=1.0, score=0.8))
+
+    assert "--validation" in caution("cropping") and "--validation" in caution("retromae+contrastive")
+    assert caution("tsdae") == caution("retromae") == ""  # blocks: not the pseudo-queries' kind of pair
+    assert caution("cropping", step=0) == ""  # the base kept: nothing to doubt
+    assert caution("cropping", validation=str(tmp_path)) == ""  # the user's own queries
 
 
 def test_averaging_with_the_base_is_linear_and_keeps_integer_buffers():
