@@ -9,7 +9,8 @@ For each objective, and for a `BertForMaskedLM` + `DataCollatorForLanguageModeli
   restarted within the run (the corpus holds more blocks than the run reads);
 - pure step: forward + backward + gradient clipping + AdamW on the first `--warmup + --rounds` batches the run
   itself reads (ours from its sampler and collator, the HF loop's from its own), already on the device: the
-  same shapes and padding as end to end, without the data loading.
+  same shapes and padding as end to end, without the data loading; on CUDA also the peak memory PyTorch
+  allocated during them (model, optimiser state, activations).
 
 Rates count real tokens (the attention mask) and padded tokens (B × the batch's length); their ratio is the fill
 ratio. Step times are measured, not derived from a rate. From them: the loop overhead share, 1 − pure step
@@ -54,6 +55,7 @@ from retromae.console import library_output
 from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.collate import BlockCollator, BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
+from retromae.fused_loss import liger_installed
 from retromae.objectives import build_objective
 from retromae.pretraining.run import PretrainConfig, padding_multiple, pretrain
 
@@ -63,9 +65,12 @@ OBJECTIVES = {
     "retromae basic": dict(objective="retromae", decoding="basic"),
     "mlm (0.15)": dict(objective="mlm", encoder_mask_ratio=0.15),
     "seed": dict(objective="seed"),
-    # the vocabulary losses unfused (--vocabulary-loss unfused), beside the fused default; DupMAE projects every
-    # position twice (decoder, bag of words)
+    # the vocabulary losses unfused (--vocabulary-loss unfused) and our chunked PyTorch path (chunked), beside the
+    # default (auto: Liger Kernel on CUDA where installed, else chunked); DupMAE projects every position twice
+    # (decoder, bag of words)
     "retromae enhanced, unfused": dict(objective="retromae", decoding="enhanced", vocabulary_loss="unfused"),
+    "retromae enhanced, chunked": dict(objective="retromae", decoding="enhanced", vocabulary_loss="chunked"),
+    "mlm (0.15), unfused": dict(objective="mlm", encoder_mask_ratio=0.15, vocabulary_loss="unfused"),
     "dupmae": dict(objective="dupmae"),
     "dupmae, unfused": dict(objective="dupmae", vocabulary_loss="unfused"),
 }
@@ -233,6 +238,8 @@ def pure_step(name: str, module: torch.nn.Module, forward: Callable[[dict], torc
         optimizer.zero_grad(set_to_none=True)
 
     times, tokens = [], 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     for round_, batch in enumerate(batches):
         synchronize(device)
         started = time.perf_counter()
@@ -244,7 +251,8 @@ def pure_step(name: str, module: torch.nn.Module, forward: Callable[[dict], torc
     if args.profile:
         print_profile(name, lambda: [step(batch) for batch in itertools.islice(itertools.cycle(batches),
                                                                                args.profile)], device)
-    return {"step": statistics.median(times), "rate": tokens / sum(times)}
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return {"step": statistics.median(times), "rate": tokens / sum(times), "peak_gib": peak}
 
 
 def print_profile(name: str, run: Callable[[], object], device: torch.device, rows: int = 30) -> None:
@@ -290,6 +298,7 @@ def figures(args: argparse.Namespace, end_to_end: dict[str, dict[str, float]], p
                       "fill": run["fill"], "e2e_padded_tokens_per_s": run["rate"] / run["fill"],
                       "pure_real_tokens_per_s": pure[name]["rate"], "pure_step_ms": 1000 * pure[name]["step"],
                       "e2e_step_ms": 1000 * run["step"], "loop_overhead": 1 - pure[name]["step"] / run["step"],
+                      "pure_peak_gib": pure[name]["peak_gib"],
                       "mfu": flops * run["rate"] / (args.peak_tflops * 1e12) if args.peak_tflops else None}
     return rows
 
@@ -300,12 +309,13 @@ def report(args: argparse.Namespace, rows: dict[str, dict[str, float]], device: 
           f"model={args.layers}x{args.hidden} B={args.batch_size} L={args.max_length} steps={args.steps} "
           f"corpus={', '.join(Path(c).name for c in args.corpus)}")
     print(f"{'run':<30}{'e2e real tok/s':>15}{'× HF':>7}{'fill':>7}{'e2e padded tok/s':>18}{'pure real tok/s':>17}"
-          f"{'pure ms':>9}{'e2e ms':>9}{'overhead':>10}{'MFU':>8}")
+          f"{'pure ms':>9}{'e2e ms':>9}{'overhead':>10}{'MFU':>8}{'peak GiB':>10}")
     for name, row in rows.items():
         mfu = row["mfu"] if row["mfu"] is not None else float("nan")
+        peak = row["pure_peak_gib"] if row["pure_peak_gib"] is not None else float("nan")
         print(f"{name:<30}{row['e2e_real_tokens_per_s']:>15,.0f}{row['ratio_to_hf']:>7.2f}{row['fill']:>7.1%}"
               f"{row['e2e_padded_tokens_per_s']:>18,.0f}{row['pure_real_tokens_per_s']:>17,.0f}"
-              f"{row['pure_step_ms']:>9.1f}{row['e2e_step_ms']:>9.1f}{row['loop_overhead']:>10.1%}{mfu:>8.1%}")
+              f"{row['pure_step_ms']:>9.1f}{row['e2e_step_ms']:>9.1f}{row['loop_overhead']:>10.1%}{mfu:>8.1%}{peak:>10.1f}")
 
 
 def main() -> None:
@@ -362,7 +372,7 @@ def main() -> None:
     if args.json:
         write_json(args.json, {"benchmark": "gpu_pretrain", **provenance(device),
                                "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                               "model_flops_per_token": flops, "runs": rows})
+                               "liger_kernel": liger_installed(), "model_flops_per_token": flops, "runs": rows})
 
 if __name__ == "__main__":
     with library_output(verbose=False):  # no loading bars or load reports between the figures
