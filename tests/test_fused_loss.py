@@ -23,6 +23,7 @@ from retromae.fused_loss import (
     linear_cross_entropy_sum,
     linear_max_pool,
     padded_projection,
+    resolved_kind,
 )
 from retromae.objectives import build_objective
 from retromae.objectives.dupmae import max_pooled_logits
@@ -255,6 +256,14 @@ def test_the_option_reaches_the_objective_and_compile_follows_it(tiny_tokenizer)
     assert fused.compiled_modules()[1] is fused.vocabulary.transform  # the projection runs in the fused loss
     with pytest.raises(ValueError, match="vocabulary loss 'fast'"):
         fused.use_vocabulary_loss("fast")
+
+
+def test_auto_is_chunked_on_the_cpu_and_unfused_on_cuda():
+    """On an H100 the unfused path was the fastest end to end (docs/performance.md); on the CPU the chunked one."""
+    assert resolved_kind("auto", torch.device("cpu")) == "chunked"
+    assert resolved_kind("auto", torch.device("cuda", 0)) == "unfused"
+    for kind in ("chunked", "liger", "unfused"):
+        assert resolved_kind(kind, torch.device("cuda")) == kind == resolved_kind(kind, torch.device("cpu"))
 
 
 def test_exports_keep_the_real_vocabulary(tiny_tokenizer, tmp_path):

@@ -245,3 +245,16 @@ def test_deepspeed_trains_without_checkpoints_and_refuses_them(tiny_model_dir, t
                      *pretrain_args(tiny_model_dir, tiny_corpus, tmp_path / "lean", "--save-every", "0"))
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert (tmp_path / "lean" / "encoder" / "model.safetensors").is_file()
+
+
+def test_the_default_vocabulary_loss_runs_unfused_on_cuda(tiny_model_dir):
+    """`--vocabulary-loss auto` is chunked on the CPU and unfused on CUDA, where an H100 ran it fastest."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from retromae.objectives import create_objective
+
+    model = AutoModelForMaskedLM.from_pretrained(tiny_model_dir)
+    objective = create_objective("retromae", model, AutoTokenizer.from_pretrained(tiny_model_dir))
+    assert objective.vocabulary.fused
+    objective.cuda()
+    assert not objective.vocabulary.fused and objective.compiled_modules()[1] is objective.lm_head

@@ -25,9 +25,13 @@ at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in flo
 - Numerics follow the unfused path: the projection runs in the autocast dtype when autocast is on (as `nn.Linear`
   would), in the weight's dtype otherwise; the softmax and loss in float32. Padded vocabulary rows have weight 0 and
   bias `finfo.min`, so their logits never count (probability 0, no gradient), and are cut from every result.
-- The matrix products run on oneDNN in float32 on the CPU (`Products`), PyTorch's elsewhere. On CUDA, where Liger
-  Kernel is installed, its fused linear cross-entropy (Triton) replaces the chunked loop ("liger", what "auto"
-  picks there); it is optional, never a dependency.
+- The matrix products run on oneDNN in float32 on the CPU (`Products`), PyTorch's elsewhere. On CUDA, Liger
+  Kernel's fused linear cross-entropy (Triton) can replace the chunked loop ("liger"; optional, never a dependency).
+- "auto" (`resolved_kind`) is chunked on the CPU, where it was not slower, and unfused on CUDA: on one H100
+  (BERT-base, B = 32, L = 512, bf16, eager) both fused paths took less memory (9.1-9.5 GiB against 15.0) but
+  fewer tokens/s end to end (liger 0.73x, chunked 0.80x the unfused path for enhanced decoding): a step there is
+  bound by kernel launches, which chunks multiply, and Liger reads a count back from the device at every call.
+  Fused is for memory on a GPU: a larger batch or a longer L (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -45,8 +49,16 @@ from retromae.backbones.masked_lm import IGNORE_INDEX
 
 PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
 CHUNK_CELLS = 2**24
-# auto: liger on CUDA where installed, chunked otherwise; unfused: the head's full logits, then the loss
+# auto: unfused on CUDA, chunked elsewhere (`resolved_kind`); unfused: the head's full logits, then the loss
 VOCABULARY_LOSSES = ("auto", "chunked", "liger", "unfused")
+
+
+def resolved_kind(kind: str, device: torch.device) -> str:
+    """The vocabulary loss that `kind` runs on `device`: "auto" is unfused on CUDA (faster there, measured on an
+    H100) and chunked elsewhere; any other kind is itself."""
+    if kind != "auto":
+        return kind
+    return "unfused" if device.type == "cuda" else "chunked"
 
 
 @functools.cache
@@ -299,8 +311,13 @@ class VocabularyHead:
             raise ValueError(f"vocabulary loss {self.kind!r}: choose from {', '.join(VOCABULARY_LOSSES)}")
 
     @property
+    def resolved(self) -> str:
+        """The kind that runs where the projection's weight now lives (`resolved_kind`)."""
+        return resolved_kind(self.kind, self.projection.weight.device)
+
+    @property
     def fused(self) -> bool:
-        return self.kind != "unfused"
+        return self.resolved != "unfused"
 
     def loss_sum(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Σ over labelled rows of the cross-entropy of states hidden (N, D) against labels (N,) (-100: none)."""
@@ -309,7 +326,7 @@ class VocabularyHead:
             return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
         states = self.transform(hidden)  # (N, E)
         weight, bias = self.projection.weight, self.projection.bias
-        if self.kind == "liger" or (self.kind == "auto" and states.is_cuda and liger_installed()):
+        if self.kind == "liger":
             return liger_cross_entropy_sum(states, weight, bias, labels)
         return linear_cross_entropy_sum(states, weight, bias, labels, self.cells)
 

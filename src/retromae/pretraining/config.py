@@ -144,9 +144,10 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                                         "name it", choices=OBJECTIVES)
     vocabulary_loss: str = option("auto", "how the losses on the vocabulary run: fused with the projection onto it, "
                                           "a chunk of rows at a time, so the full logits never exist (chunked: "
-                                          "PyTorch; liger: Liger Kernel's fused linear cross-entropy, CUDA; auto: "
-                                          "liger on CUDA where liger-kernel is installed, else chunked), or unfused "
-                                          "(every logit at once, then the loss)", choices=VOCABULARY_LOSS_NAMES)
+                                          "PyTorch; liger: Liger Kernel's fused linear cross-entropy, CUDA), or "
+                                          "unfused (every logit at once, then the loss); auto: unfused on CUDA, "
+                                          "where it was faster (fused saves memory there), chunked elsewhere",
+                                  choices=VOCABULARY_LOSS_NAMES)
     encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)")
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
     max_length: int = option(256, "tokens per packed block, special tokens included (the paper uses 512)")
