@@ -65,14 +65,16 @@ OBJECTIVES = {
     "retromae basic": dict(objective="retromae", decoding="basic"),
     "mlm (0.15)": dict(objective="mlm", encoder_mask_ratio=0.15),
     "seed": dict(objective="seed"),
-    # the vocabulary losses unfused (--vocabulary-loss unfused) and our chunked PyTorch path (chunked), beside the
-    # default (auto: Liger Kernel on CUDA where installed, else chunked); DupMAE projects every position twice
-    # (decoder, bag of words)
+    # each vocabulary loss (--vocabulary-loss) beside the default (auto: unfused on CUDA, chunked on the CPU): our
+    # chunked PyTorch path, Liger Kernel's (CUDA, liger-kernel installed), unfused; DupMAE projects every position
+    # twice (decoder, bag of words)
     "retromae enhanced, unfused": dict(objective="retromae", decoding="enhanced", vocabulary_loss="unfused"),
     "retromae enhanced, chunked": dict(objective="retromae", decoding="enhanced", vocabulary_loss="chunked"),
+    "retromae enhanced, liger": dict(objective="retromae", decoding="enhanced", vocabulary_loss="liger"),
     "mlm (0.15), unfused": dict(objective="mlm", encoder_mask_ratio=0.15, vocabulary_loss="unfused"),
     "dupmae": dict(objective="dupmae"),
     "dupmae, unfused": dict(objective="dupmae", vocabulary_loss="unfused"),
+    "dupmae, chunked": dict(objective="dupmae", vocabulary_loss="chunked"),
 }
 DEFAULT_OBJECTIVES = ["retromae enhanced", "retromae basic", "mlm (0.15)", "seed"]
 REFERENCE = "HF BertForMaskedLM loop"
