@@ -61,13 +61,12 @@ def test_pooling_and_similarity_come_from_the_base(tmp_path, declared_base):
         exported = json.loads((output / folder / "retromae_encoder.json").read_text())
         assert (exported["pooling"], exported["normalize"]) == ("mean", True)
     stage = json.loads((output / "training" / "config.json").read_text())
-    assert (stage["objective"], stage["pooling"], stage["normalize"]) == ("tsdae", "mean", True)
-    assert stage["freeze_encoder_steps"] == 0 and stage["save_every"] == 2  # 10% of 4 steps rounds to no warm-up
+    assert (stage["objective"], stage["pooling"], stage["normalize"]) == ("cropping", "mean", True)
+    assert stage["freeze_encoder_steps"] == 0 and stage["save_every"] == 2  # cropping has no fresh head to warm
     modules = json.loads((output / "sentence-transformer" / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
     guard = json.loads((output / "guard.json").read_text())
-    assert [c["name"] for c in guard["candidates"]] == ["base", "step 2", "step 2, averaged with the base at 0.5",
-                                                        "step 4", "step 4, averaged with the base at 0.5"]
+    assert [c["name"] for c in guard["candidates"]] == ["base", "step 4, averaged with the base at 0.5"]
     assert all(0 <= c["ndcg@10"] <= 1 for c in guard["candidates"])
     assert guard["chosen"] == max(guard["candidates"], key=lambda c: c["ndcg@10"])["name"]
 
@@ -181,12 +180,20 @@ def test_cropping_scores_crops_by_cosine_of_the_bases_pooling(tiny_tokenizer):
     torch.testing.assert_close(losses["loss"], expected)
 
 
-def test_adapting_by_cropping_trains_from_the_first_step(tmp_path, declared_base):
+def test_the_defaults_are_the_recipe_measured_on_scifact():
+    config = AdaptConfig(model="m", corpus=["c.jsonl"], output="o")
+    assert (config.objective, config.batch_size, config.learning_rate, config.passes) == ("cropping", 64, 3e-5, 1.0)
+    assert (config.candidates, config.mix) == ("last", [0.5])  # the last checkpoint, averaged with the base
+
+
+def test_with_candidates_all_the_guard_scores_every_checkpoint_at_every_weight(tmp_path, declared_base):
     output = adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
-                              objective="cropping", mix=[0.5]))
+                              objective="tsdae", candidates="all", mix=[1.0, 0.5]))
     stage = json.loads((output / "training" / "config.json").read_text())
-    assert (stage["objective"], stage["pooling"], stage["freeze_encoder_steps"]) == ("cropping", "mean", 0)
-    assert len(json.loads((output / "guard.json").read_text())["candidates"]) == 3  # base, 2 checkpoints at 0.5
+    assert (stage["objective"], stage["freeze_encoder_steps"]) == ("tsdae", 0)  # 10% of 4 steps: no warm-up
+    guard = json.loads((output / "guard.json").read_text())
+    assert [c["name"] for c in guard["candidates"]] == ["base", "step 2", "step 2, averaged with the base at 0.5",
+                                                        "step 4", "step 4, averaged with the base at 0.5"]
 
 
 def test_a_win_on_pseudo_queries_by_an_objective_trained_on_document_pieces_is_flagged(tmp_path):
@@ -229,7 +236,8 @@ def headless_base(tmp_path, tiny_tokenizer) -> Path:
 def test_adapting_with_retromae_decodes_from_the_bases_pooling_after_warming_the_fresh_heads(
         tmp_path, headless_base, objective, decoding):
     output = adapt(tiny_adapt(headless_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
-                              objective=objective, decoding=decoding, head_warmup=0.5, mix=[1.0]))
+                              objective=objective, decoding=decoding, head_warmup=0.5, mix=[1.0],
+                              candidates="all"))
     stage = json.loads((output / "training" / "config.json").read_text())
     assert (stage["objective"], stage["pooling"], stage["normalize"]) == (objective, "mean", True)
     assert stage["decoding"] == (decoding or "enhanced")  # RetroMAE's default unless given

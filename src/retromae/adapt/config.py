@@ -21,8 +21,9 @@ RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that re
 
 @dataclass(kw_only=True)
 class AdaptConfig(TrainingConfig):
-    """Options of `retromae adapt`; defaults are the recipe the literature supports best for an embedder that is
-    already trained (docs/guide.md, "Adapting an embedder to your corpus")."""
+    """Options of `retromae adapt`; defaults are the recipe that beat the base on every seed of a search on SciFact
+    among those the literature supports (docs/RESULTS.md section 10; docs/guide.md, "Adapting an embedder to your
+    corpus")."""
 
     model: str = option(help="the embedder to adapt: a sentence-transformers folder, our exported encoder, or a "
                              "Hugging Face encoder (folder or hub name); its pooling and similarity are kept")
@@ -41,7 +42,7 @@ class AdaptConfig(TrainingConfig):
                                        "default: what the folder declares", choices=POOLINGS)
     normalize: bool | None = option(None, "with --pooling: whether the base's vectors are L2-normalised (compared by "
                                           "cosine); else what its folder declares")
-    objective: str = option("tsdae", "adaptation objective: tsdae (denoising auto-encoder through the sentence "
+    objective: str = option("cropping", "adaptation objective: tsdae (denoising auto-encoder through the sentence "
                                      "vector, GPL's +1.4), cropping (InfoNCE between two crops of a document in the "
                                      "base's cosine similarity, COCO-DR-style), retromae (RetroMAE, its decoder "
                                      "conditioned on the base's pooled vector), retromae+contrastive (that plus "
@@ -57,14 +58,19 @@ class AdaptConfig(TrainingConfig):
                                 "--step-cap")
     step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach")
     max_steps: int | None = option(None, "optimiser steps (default: from --passes and --step-cap)")
-    batch_size: int = option(8, "examples per step (TSDAE's reference batch)")
-    learning_rate: float = option(3e-5, "peak learning rate of the encoder (TSDAE's reference rate)")
+    batch_size: int = option(64, "examples per step (cropping: 63 other documents' crops as negatives; TSDAE's "
+                                 "reference batch is 8)")
+    learning_rate: float = option(3e-5, "peak learning rate of the encoder")
     head_learning_rate: float = option(1e-4, "peak learning rate of the fresh heads (decoder, MLM head)")
     head_warmup: float = option(0.1, "share of the steps that train only the fresh heads before the encoder moves")
-    checkpoints: int = option(3, "checkpoints the guard scores, evenly spaced over the budget (the last at the end)")
-    mix: list[float] = option([1.0, 0.5], "weights of the adapted encoder in its average with the base "
-                                          "(1: the adapted one as is; 0.5: half and half); the guard scores each "
-                                          "checkpoint at each weight")
+    checkpoints: int = option(3, "checkpoints saved, evenly spaced over the budget (the last at the end): where "
+                                 "--resume continues, and the guard's candidates with --candidates all")
+    candidates: str = option("last", "the checkpoints the guard scores, each at each --mix weight: last (the end of "
+                                     "training) or all; more candidates let a biased validation set pick noise",
+                             choices=("last", "all"))
+    mix: list[float] = option([0.5], "weights of the adapted encoder in its average with the base "
+                                     "(1: the adapted one as is; 0.5: half and half, WiSE-FT's); the guard scores "
+                                     "each candidate checkpoint at each weight")
     train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
                                      "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
                                      "finetune`'s defaults, into OUTPUT/finetuned/")

@@ -1,7 +1,7 @@
 """The guard of `retromae adapt`: score the base and every candidate on the validation set, pick the best.
 
-Owns: the candidates (each checkpoint of the training stage, at each weight of its average with the base: WiSE-FT's
-θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and scoring an
+Owns: the candidates (the last checkpoint of the training stage, or each, at each weight of its average with the
+base: WiSE-FT's θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and scoring an
 encoder state (the primary metric of the metric registry, NDCG@10, of a dense search of the validation queries, with
 the base's pooling and similarity). A candidate wins only by beating the base strictly; otherwise the base is the
 result, unchanged. Does not own the training (`retromae.pretraining.run`), search or metrics (`retromae.retrieval`,
@@ -69,19 +69,21 @@ def averaged(adapted: dict[str, torch.Tensor], base: dict[str, torch.Tensor], we
             if base[name].is_floating_point() else base[name] for name in base}
 
 
-def candidates(training: Path, weights: list[float]) -> list[Candidate]:
-    """Every checkpoint of the training stage at every weight, in step order."""
-    return [Candidate(step, weight) for step, _ in checkpoints_by_step(training) for weight in weights]
+def candidates(training: Path, weights: list[float], last_only: bool) -> list[Candidate]:
+    """Every checkpoint of the training stage (or its last alone) at every weight, in step order."""
+    steps = [step for step, _ in checkpoints_by_step(training)]
+    return [Candidate(step, weight) for step in (steps[-1:] if last_only else steps) for weight in weights]
 
 
 def run_guard(encoder: Encoder, validation: RetrievalSet, training: Path, prefix: str, weights: list[float],
-              base_score: float, batch_size: int) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
+              last_only: bool, base_score: float,
+              batch_size: int) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
     """Score every candidate; returns the winner (the base unless one beats it), all of them, and the winner's
     state. `encoder` holds the base's weights on entry and on return."""
     base = {name: tensor.detach().clone() for name, tensor in encoder.model.state_dict().items()}
     base_candidate = Candidate(0, 1.0, base_score)
     best, best_state = base_candidate, base
-    found = candidates(training, weights)
+    found = candidates(training, weights, last_only)
     paths = dict(checkpoints_by_step(training))
     with progress(f"validating {len(found)} candidates", len(found), "candidate") as bar:
         for candidate in found:

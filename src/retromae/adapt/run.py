@@ -75,8 +75,8 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     pretrain(stage)
     stages.start("guarding: scoring the checkpoints against the base")
     prefix = f"encoder.{encoder.model.base_model_prefix}."
-    best, scored, state = run_guard(encoder, validation, output / "training", prefix, config.mix, base_score,
-                                    ENCODE_BATCH)
+    best, scored, state = run_guard(encoder, validation, output / "training", prefix, config.mix,
+                                    config.candidates == "last", base_score, ENCODE_BATCH)
     encoder.model.load_state_dict(state)
     export(encoder, config, output, pooling.normalize)
     record = {"metric": METRIC, "validation": config.validation or str(output / "validation"),
