@@ -1,11 +1,11 @@
 """The guard of `retromae adapt`: score the base and every candidate on the validation set, pick the best.
 
 Owns: the candidates (the last checkpoint of the training stage, or each, at each weight of its average with the
-base: WiSE-FT's θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and scoring an
-encoder state (the primary metric of the metric registry, NDCG@10, of a dense search of the validation queries, with
-the base's pooling and similarity). A candidate wins only by beating the base strictly; otherwise the base is the
-result, unchanged. Does not own the training (`retromae.pretraining.run`), search or metrics (`retromae.retrieval`,
-`retromae.evaluation.metric_registry`).
+base: WiSE-FT's θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and
+scoring an encoder state (the primary metric of the metric registry, NDCG@10, of a dense search of the validation
+queries, with the base's pooling and similarity). A candidate wins only by beating the base strictly; otherwise
+the base is the result, unchanged. Does not own the training (`retromae.pretraining.run`), search or metrics
+(`retromae.retrieval`, `retromae.evaluation.metric_registry`).
 """
 
 from __future__ import annotations
