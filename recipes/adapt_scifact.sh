@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `retromae adapt` on SciFact: the recipe search of issue 33 (not yet run; its figures go into docs/RESULTS.md).
+# `retromae adapt` on SciFact: the recipe search of issue 33 (its figures: docs/RESULTS.md section 10).
 # Usage: recipes/adapt_scifact.sh [MODEL] [RUNS_DIR]   (run from the repository root; CPU is enough)
-# For each seed of SEEDS (default "42 1 2") and each objective of OBJECTIVES (default "tsdae cropping mlm"):
+# For each seed of SEEDS (default "42 1 2") and each objective of OBJECTIVES (default "cropping", adapt's default;
+# the others run with adapt's defaults too, e.g. batches of 64, unless ADAPT_OPTIONS says otherwise):
 # `retromae adapt` of MODEL (default all-MiniLM-L6-v2) on the SciFact corpus without its labels (pseudo-query
 # validation), evaluated zero-shot on SciFact test; then the same with --train SciFact (adapted, then fine-tuned with
 # `retromae finetune`'s defaults) against fine-tuning alone under the same defaults and seed. Budgets from the
@@ -10,7 +11,8 @@
 source "$(dirname "$0")/lib.sh"
 MODEL=${1:-$(minilm_path)}
 RUNS=${2:-runs/adapt-scifact}
-SEEDS=${SEEDS:-42 1 2} OBJECTIVES=${OBJECTIVES:-tsdae cropping mlm} ARMS=${ARMS:-unsupervised supervised}
+SEEDS=${SEEDS:-42 1 2} OBJECTIVES=${OBJECTIVES:-cropping} ARMS=${ARMS:-unsupervised supervised}
+read -r -a EXTRA <<< "${ADAPT_OPTIONS:-}"  # e.g. ADAPT_OPTIONS="--batch-size 8 --candidates all --mix 1 0.5"
 PASSES=${PASSES:-1} STEP_CAP=${STEP_CAP:-2000}
 mkdir -p "$RUNS"
 
@@ -18,7 +20,7 @@ adapt_variant() {  # adapt_variant VARIANT_DIR ADAPT_OPTIONS...: `retromae adapt
   local dir=$1; shift
   [ -f "$dir/adapt/guard.json" ] && return 0
   timed "$dir" adapt $PY -m retromae adapt --model "$MODEL" --corpus "$SCIFACT/corpus.jsonl" --output "$dir/adapt" \
-    --passes "$PASSES" --step-cap "$STEP_CAP" --resume "$@"
+    --passes "$PASSES" --step-cap "$STEP_CAP" --resume "${EXTRA[@]}" "$@"
 }
 
 evaluate_scifact "$RUNS/zero-shot" "$MODEL"

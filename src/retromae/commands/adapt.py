@@ -9,8 +9,8 @@ import time
 from retromae.adapt.config import AdaptConfig
 from retromae.config import add_config_arguments, build_config
 
-HELP = ("adapt an embedder to your corpus without labels (TSDAE with head warm-up, checkpoints and their averages "
-        "with the base scored on held-out validation: the base is kept when nothing beats it)")
+HELP = ("adapt an embedder to your corpus without labels (contrastive crops in its own similarity, averaged with "
+        "the base and scored on held-out validation: the base is kept when nothing beats it)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
