@@ -263,3 +263,13 @@ def test_adapting_with_retromae_decodes_from_the_bases_pooling_after_warming_the
 def test_decoding_is_an_option_of_the_retromae_objectives_only(tmp_path, declared_base):
     with pytest.raises(ConfigError, match="decoding.*only with --objective retromae or retromae\\+contrastive"):
         tiny_adapt(declared_base, tmp_path / "c.jsonl", tmp_path / "out", decoding="basic")
+
+
+def test_no_note_of_a_missing_mlm_head_for_an_objective_that_never_uses_one(tmp_path, headless_base, caplog):
+    adapt(tiny_adapt(headless_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out", max_steps=2))
+    notes = [record.getMessage() for record in caplog.records if record.name.startswith("retromae")]
+    assert not [note for note in notes if "masked-LM head" in note]  # cropping trains no MLM head
+    adapt(tiny_adapt(headless_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "tsdae", max_steps=2,
+                     objective="tsdae"))
+    notes = [record.getMessage() for record in caplog.records if record.name.startswith("retromae")]
+    assert [note for note in notes if "has no masked-LM head" in note]  # tsdae trains a fresh one: said once

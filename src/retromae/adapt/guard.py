@@ -85,7 +85,8 @@ def run_guard(encoder: Encoder, validation: RetrievalSet, training: Path, prefix
     best, best_state = base_candidate, base
     found = candidates(training, weights, last_only)
     paths = dict(checkpoints_by_step(training))
-    with progress(f"validating {len(found)} candidates", len(found), "candidate") as bar:
+    with progress(f"validating {len(found)} candidate{'s' if len(found) != 1 else ''}", len(found),
+                  "candidate") as bar:
         for candidate in found:
             state = averaged(checkpoint_encoder(paths[candidate.step], base, prefix), base, candidate.weight)
             encoder.model.load_state_dict(state)

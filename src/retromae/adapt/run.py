@@ -73,7 +73,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     from retromae.pretraining.run import pretrain  # the training stack: only once the inputs have passed their checks
 
     pretrain(stage)
-    stages.start("guarding: scoring the checkpoints against the base")
+    stages.start("guarding: scoring the adapted encoder against the base")
     prefix = f"encoder.{encoder.model.base_model_prefix}."
     best, scored, state = run_guard(encoder, validation, output / "training", prefix, config.mix,
                                     config.candidates == "last", base_score, ENCODE_BATCH)

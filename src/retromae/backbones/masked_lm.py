@@ -75,12 +75,12 @@ def attention_implementation(model_class: type, requested: str = "auto", cuda: b
 
 
 def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: bool = False,
-                   option: str = "--model", attention: str = "auto",
-                   cuda: bool = False) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+                   option: str = "--model", attention: str = "auto", cuda: bool = False,
+                   head_used: bool = True) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A masked-LM model and its fast tokenizer from any source `retromae.model_source` resolves; `from_config`
     builds fresh weights from the config alone; `head_restored` (the caller loads the MLM head itself, as
-    `--init-from` does) silences the note that the checkpoint has none; `attention` and `cuda` pick the attention
-    kernel (`attention_implementation`)."""
+    `--init-from` does) or `head_used` False (an objective that never calls it) silences the note that the checkpoint
+    has none; `attention` and `cuda` pick the attention kernel (`attention_implementation`)."""
     source = resolve_model(name_or_path, option)
     if not from_config:
         check_safetensors(source.transformer)
@@ -93,7 +93,7 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
         else:
             model, info = AutoModelForMaskedLM.from_pretrained(source.folder, subfolder=source.subfolder,
                                                                attn_implementation=kernel, output_loading_info=True)
-            _report_missing(source, model, info["missing_keys"], head_restored)
+            _report_missing(source, model, info["missing_keys"], head_restored or not head_used)
     except ConfigError:
         raise
     except (OSError, ValueError) as error:

@@ -120,7 +120,8 @@ def load_backbone(config: PretrainConfig, cuda: bool = False) -> tuple[PreTraine
     """The masked LM to train: --model, or the encoder exported by the run named by --init-from; with the attention
     kernel --attention picks (`cuda`: whether the run trains on a GPU)."""
     if config.init_from is None:
-        return load_masked_lm(config.model, from_config=config.from_config, attention=config.attention, cuda=cuda)
+        return load_masked_lm(config.model, from_config=config.from_config, attention=config.attention, cuda=cuda,
+                              head_used=OBJECTIVES[config.objective].trains_mlm_head)
     encoder_dir = model_source(config)
     if not Path(encoder_dir).is_dir():
         found = unfinished_run(Path(config.init_from)) or "give the output folder of a finished `retromae pretrain` run"
