@@ -69,9 +69,8 @@ def averaged(adapted: dict[str, torch.Tensor], base: dict[str, torch.Tensor], we
             if base[name].is_floating_point() else base[name] for name in base}
 
 
-def candidates(training: Path, weights: list[float], last_only: bool) -> list[Candidate]:
-    """Every checkpoint of the training stage (or its last alone) at every weight, in step order."""
-    steps = [step for step, _ in checkpoints_by_step(training)]
+def candidates(steps: list[int], weights: list[float], last_only: bool) -> list[Candidate]:
+    """Every checkpoint step (or the last alone) at every weight, in step order."""
     return [Candidate(step, weight) for step in (steps[-1:] if last_only else steps) for weight in weights]
 
 
@@ -83,8 +82,8 @@ def run_guard(encoder: Encoder, validation: RetrievalSet, training: Path, prefix
     base = {name: tensor.detach().clone() for name, tensor in encoder.model.state_dict().items()}
     base_candidate = Candidate(0, 1.0, base_score)
     best, best_state = base_candidate, base
-    found = candidates(training, weights, last_only)
     paths = dict(checkpoints_by_step(training))
+    found = candidates(list(paths), weights, last_only)
     with progress(f"validating {len(found)} candidate{'s' if len(found) != 1 else ''}", len(found),
                   "candidate") as bar:
         for candidate in found:
