@@ -287,6 +287,9 @@ def test_a_trained_head_is_accepted(tiny_model_dir, tmp_path):
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
     scores = CrossEncoder(str(folder), "cpu", 32).score(["a b", "c"], ["d e f", "g"], show_progress=False)
     assert scores.shape == (2,) and np.isfinite(scores).all()
+    long_query = " ".join(["word"] * 100)  # longer than the pair's 32 tokens by itself
+    scores = CrossEncoder(str(folder), "cpu", 32).score([long_query, "c"], ["d e f", "g"], show_progress=False)
+    assert scores.shape == (2,) and np.isfinite(scores).all()
     with pytest.raises(ModelLoadError, match="not a trained cross-encoder"):
         CrossEncoder(str(tiny_model_dir), "cpu", 32)
 

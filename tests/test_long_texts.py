@@ -86,14 +86,17 @@ def test_random_texts_tokenise_as_the_whole_texts_truncated(tokenizer):
     assert whole(tokenizer, clipped, MAX_LENGTH) == whole(tokenizer, texts, MAX_LENGTH)
 
 
-def test_a_prefix_and_pairs_truncated_only_second_are_exact(tokenizer):
+def test_a_prefix_and_pairs_truncated_as_the_reranker_does_are_exact(tokenizer):
+    from retromae.reranker import PAIR_TRUNCATION
+
     texts = [text for text in adversarial_texts() if len(text) < 100_000]
     prefixed = ["query: " + text for text in texts]
     assert whole(tokenizer, clip_texts(tokenizer, texts, 64, "query: "), 64) == whole(tokenizer, prefixed, 64)
-    queries = ["what is a dense encoder"] * len(texts)
-    pairs = tokenizer(queries, texts, truncation="only_second", max_length=24)["input_ids"]
-    assert tokenizer(queries, clip_texts(tokenizer, texts, 24), truncation="only_second",
-                     max_length=24)["input_ids"] == pairs
+    for query in ("what is a dense encoder", " ".join(["encoder"] * 40)):  # short, and longer than the pair
+        queries = [query] * len(texts)
+        pairs = tokenizer(queries, texts, truncation=PAIR_TRUNCATION, max_length=24)["input_ids"]
+        assert tokenizer(queries, clip_texts(tokenizer, texts, 24), truncation=PAIR_TRUNCATION,
+                         max_length=24)["input_ids"] == pairs
 
 
 def test_a_word_longer_than_the_ceiling_is_cut_inside_it(tokenizer):

@@ -17,7 +17,7 @@ composes with nothing before it) and the pre-tokens before the cut end there in 
 BERT splits at every whitespace, byte-level BPE's pattern ends every letter, digit or punctuation run at whitespace
 (and a whitespace run before the cut is followed by the same character in both), Metaspace splits at spaces. So the
 prefix's tokens are the whole text's first tokens, and once the prefix has at least `max_length` tokens, truncating
-either keeps the same ones (for a pair truncated `only_second`, fewer still). Which of space, newline and tab split
+either keeps the same ones (for a pair, fewer still). Which of space, newline and tab split
 is asked of the tokenizer itself (`split_characters`: Metaspace after NFKC keeps a newline inside a word); an added
 token holding one of them rules it out (it would be matched across the cut).
 

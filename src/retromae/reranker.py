@@ -39,6 +39,9 @@ from retromae.train import Trainer, claim_output, make_accelerator, seed_everyth
 
 RERANKER_DIR = "reranker"
 DEFAULT_PAIR_LENGTH = 256  # tokens of a (query, passage) pair unless --max-length says otherwise
+# Cut the longer side a token at a time: the passage alone while the query is under half the pair's budget, both
+# beyond it (`only_second` refuses a query longer than the budget outright).
+PAIR_TRUNCATION = "longest_first"
 
 
 class PairCollator:
@@ -51,7 +54,7 @@ class PairCollator:
         queries = [query for query, texts, _ in groups for _ in texts]
         passages = [text for _, texts, _ in groups for text in texts]
         return dict(self.tokenizer(queries, clip_texts(self.tokenizer, passages, self.max_length),
-                                   truncation="only_second", max_length=self.max_length, padding=True,
+                                   truncation=PAIR_TRUNCATION, max_length=self.max_length, padding=True,
                                    return_tensors="pt"))
 
 
@@ -159,7 +162,7 @@ class CrossEncoder:
                 rows = order[start:start + batch_size]
                 tokens = self.tokenizer([queries[r] for r in rows],
                                         clip_texts(self.tokenizer, [passages[r] for r in rows], self.max_length),
-                                        truncation="only_second", max_length=self.max_length, padding=True,
+                                        truncation=PAIR_TRUNCATION, max_length=self.max_length, padding=True,
                                         return_tensors="pt").to(self.device)
                 scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()
                 bar.update(len(rows))
