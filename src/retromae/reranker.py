@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import ConfigError, save_config
@@ -44,6 +44,13 @@ DEFAULT_PAIR_LENGTH = 256  # tokens of a (query, passage) pair unless --max-leng
 PAIR_TRUNCATION = "longest_first"
 
 
+def tokenize_pairs(tokenizer: PreTrainedTokenizerBase, queries: Sequence[str], passages: Sequence[str],
+                   max_length: int) -> BatchEncoding:
+    """The padded (query, passage) pairs as tensors, each at most `max_length` tokens (long passages clipped first)."""
+    return tokenizer(list(queries), clip_texts(tokenizer, passages, max_length), truncation=PAIR_TRUNCATION,
+                     max_length=max_length, padding=True, return_tensors="pt")
+
+
 class PairCollator:
     """Tokenises resolved groups into (B * G) (query, passage) pairs: input_ids, attention_mask[, token_type_ids]."""
 
@@ -53,9 +60,7 @@ class PairCollator:
     def __call__(self, groups: list[tuple[str, list[str], object]]) -> dict[str, torch.Tensor]:
         queries = [query for query, texts, _ in groups for _ in texts]
         passages = [text for _, texts, _ in groups for text in texts]
-        return dict(self.tokenizer(queries, clip_texts(self.tokenizer, passages, self.max_length),
-                                   truncation=PAIR_TRUNCATION, max_length=self.max_length, padding=True,
-                                   return_tensors="pt"))
+        return dict(tokenize_pairs(self.tokenizer, queries, passages, self.max_length))
 
 
 class ListwiseObjective(nn.Module):
@@ -160,10 +165,8 @@ class CrossEncoder:
         with progress(f"scoring {len(order):,} pairs", len(order), "pair", enabled=show_progress) as bar:
             for start in range(0, len(order), batch_size):
                 rows = order[start:start + batch_size]
-                tokens = self.tokenizer([queries[r] for r in rows],
-                                        clip_texts(self.tokenizer, [passages[r] for r in rows], self.max_length),
-                                        truncation=PAIR_TRUNCATION, max_length=self.max_length, padding=True,
-                                        return_tensors="pt").to(self.device)
+                tokens = tokenize_pairs(self.tokenizer, [queries[r] for r in rows], [passages[r] for r in rows],
+                                        self.max_length).to(self.device)
                 scores[rows] = self.model(**tokens).logits[:, 0].float().cpu().numpy()
                 bar.update(len(rows))
         check_vectors(scores[:, None], f"the scores of {self.name}")
