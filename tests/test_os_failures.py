@@ -11,6 +11,7 @@ without root.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_sentences, run_metrics, tiny_pretrain_config
+from conftest import make_sentences, run_metrics, tiny_beir, tiny_pretrain_config
 
 import retromae.pretraining.run
 import retromae.train
@@ -276,8 +277,28 @@ def test_a_full_disk_during_a_checkpoint_names_it(tiny_model_dir, tiny_corpus, t
     monkeypatch.setattr(retromae.train, "check_free_space", lambda *args: None)  # the disk fills during the run
     with tmpfs(tmp_path / "small", "size=64k") as small:
         assert main(pretrain_options(tiny_model_dir, tiny_corpus, small / "run", tmp_path)) == 1
-    checkpoint = small / "run" / "checkpoints" / "step-0000002"
-    assert one_line(capsys) == f"retromae: error: {checkpoint}: cannot write: No space left on device"
+        checkpoint = small / "run" / "checkpoints" / "step-0000002"
+        assert one_line(capsys) == f"retromae: error: {checkpoint}: cannot write: No space left on device"
+        assert not list(checkpoint.parent.glob("*.tmp"))  # the partial checkpoint does not hold on to the space
+
+
+def test_a_best_probe_export_cut_short_names_it_and_leaves_no_staging(tiny_model_dir, tiny_corpus, tmp_path, capsys,
+                                                                       monkeypatch):
+    """The disk fills while `--keep-best-probe` writes the best encoder: one line naming best-probe/, and no
+    half-written staging folder beside it."""
+    import retromae.evaluation.probe
+
+    def full_disk(objective, folder: Path) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "pretrain_head.safetensors"))
+
+    monkeypatch.setattr(retromae.evaluation.probe, "save_head", full_disk)
+    run, beir = tmp_path / "run", tmp_path / "beir"
+    tiny_beir(beir)
+    probing = ["--probe", str(beir), "--probe-every", "2", "--probe-queries", "8", "--probe-documents", "20",
+               "--keep-best-probe"]
+    assert main([*pretrain_options(tiny_model_dir, tiny_corpus, run, tmp_path), *probing]) == 1
+    assert one_line(capsys) == f"retromae: error: {run / 'best-probe'}: cannot write: No space left on device"
+    assert sorted(path.name for path in run.iterdir() if "best-probe" in path.name) == []
 
 
 def corpus_of(path: Path, count: int) -> Path:

@@ -550,16 +550,22 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         """Write model, optimiser, scheduler, RNG states and data position (`retromae.checkpoint_state`, no pickle);
-        named only once complete. Process 0 (of all nodes, not each node's first) stages, marks and renames it."""
+        named only once complete. Process 0 (of all nodes, not each node's first) stages, marks and renames it; a
+        save that fails (a full disk) takes its partial staging folder away with it."""
         final = self._checkpoint_path(self.state.step)
         staging = final.with_name(final.name + ".tmp")
         if self.accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        save_training_state(staging, self.model, self.optimizer, self.scheduler, self.state.state_dict(),
-                            self.accelerator)
-        self.accelerator.wait_for_everyone()
-        check_complete(staging, self.accelerator)
+        try:
+            save_training_state(staging, self.model, self.optimizer, self.scheduler, self.state.state_dict(),
+                                self.accelerator)
+            self.accelerator.wait_for_everyone()
+            check_complete(staging, self.accelerator)
+        except BaseException:
+            if self.accelerator.is_main_process:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         if self.accelerator.is_main_process:
             write_marker(staging, "checkpoint", self.identity)
             shutil.rmtree(final, ignore_errors=True)

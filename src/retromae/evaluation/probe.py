@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from retromae.evaluation.metric_registry import CORRELATION, RANKING, cutoffs
 from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.sts import sts_correlations
 from retromae.export import export_encoder, export_sentence_transformer, save_head
-from retromae.io import write_text_atomic
+from retromae.io import atomic_directory, write_text_atomic
 from retromae.pretraining.config import BEST_PROBE_DIR, ProbeOptions, probe_metrics
 from retromae.retrieval.search import TextOptions, dense_search
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BEST_FOLDER = BEST_PROBE_DIR
 BEST_FILE = "probe.json"
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -72,7 +70,7 @@ class Probe:
         (the run's final export's: `export.declared_max_length` of its source)."""
         self.options, self.tokenizer, self.max_length = options, tokenizer, max_length
         self.export_max_length = export_max_length
-        self.best_folder = Path(output) / BEST_FOLDER
+        self.best_folder = Path(output) / BEST_PROBE_DIR
         self.metrics_path = Path(output) / "metrics.jsonl"
         self.active = is_main_process
         self.best: float | None = None
@@ -153,15 +151,12 @@ class Probe:
             return
         self.best = scores[key]
         objective = trainer.unwrapped_model
-        staging = self.best_folder.with_name(BEST_FOLDER + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling,
-                       max_length=self.export_max_length)
-        save_head(objective, staging)
         info = {"step": trainer.state.step, "tokens": trainer.state.tokens, "metric": key, **scores}
-        write_text_atomic(staging / BEST_FILE, json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(self.best_folder, ignore_errors=True)
-        os.replace(staging, self.best_folder)
+        with atomic_directory(self.best_folder) as staging:
+            export_encoder(objective.encoder, self.tokenizer, staging / "encoder", pooling=objective.pooling,
+                           max_length=self.export_max_length)
+            save_head(objective, staging)
+            write_text_atomic(staging / BEST_FILE, json.dumps(info, indent=2) + "\n")
 
     def finish(self) -> None:
         """After training: the best-probe encoder also as a sentence-transformers folder, and a warning when it is
