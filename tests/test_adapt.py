@@ -63,6 +63,8 @@ def test_pooling_and_similarity_come_from_the_base(tmp_path, declared_base):
     stage = json.loads((output / "training" / "config.json").read_text())
     assert (stage["objective"], stage["pooling"], stage["normalize"]) == ("cropping", "mean", True)
     assert stage["freeze_encoder_steps"] == 0 and stage["save_every"] == 2  # cropping has no fresh head to warm
+    checkpoints = sorted(path.name for path in (output / "training" / "checkpoints").iterdir())
+    assert checkpoints == ["step-0000004"]  # the guard weighs the last one only, so the earlier one is not kept
     modules = json.loads((output / "sentence-transformer" / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
     guard = json.loads((output / "guard.json").read_text())

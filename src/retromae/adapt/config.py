@@ -64,7 +64,8 @@ class AdaptConfig(TrainingConfig):
     head_learning_rate: float = option(1e-4, "peak learning rate of the fresh heads (decoder, MLM head)")
     head_warmup: float = option(0.1, "share of the steps that train only the fresh heads before the encoder moves")
     checkpoints: int = option(3, "checkpoints saved, evenly spaced over the budget (the last at the end): where "
-                                 "--resume continues, and the guard's candidates with --candidates all")
+                                 "--resume continues, and the guard's candidates with --candidates all (with "
+                                 "--candidates last only the latest is kept)")
     candidates: str = option("last", "the checkpoints the guard scores, each at each --mix weight: last (the end of "
                                      "training) or all; more candidates let a biased validation set pick noise",
                              choices=("last", "all"))

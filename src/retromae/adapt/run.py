@@ -134,7 +134,8 @@ def budget(config: AdaptConfig, blocks: int) -> int:
 
 def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: PoolingConfig) -> StageConfig:
     """The `retromae pretrain` run of the training stage, in OUTPUT/training/: the heads warmed for --head-warmup
-    of the steps before the encoder moves, a checkpoint for each of --checkpoints, all kept for the guard."""
+    of the steps before the encoder moves, a checkpoint for each of --checkpoints: all kept when the guard scores
+    them (--candidates all), else only the latest, which is what --resume and the guard read."""
     steps = budget(config, blocks)
     headless = not OBJECTIVES[config.objective].trains_a_head()  # no fresh head to warm: the encoder trains at once
     warmup = 0 if headless else min(steps - 1, round(config.head_warmup * steps))
@@ -148,7 +149,8 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: Poolin
         weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio, max_grad_norm=config.max_grad_norm,
         mixed_precision=config.mixed_precision, gradient_checkpointing=config.gradient_checkpointing,
         compile=config.compile, group_by_length=config.group_by_length, seed=config.seed, log_every=config.log_every,
-        save_every=math.ceil(steps / config.checkpoints), keep_checkpoints=config.checkpoints + 1,
+        save_every=math.ceil(steps / config.checkpoints),
+        keep_checkpoints=config.checkpoints + 1 if config.candidates == "all" else 1,
         resume=config.resume, overwrite=config.overwrite, num_workers=config.num_workers,
         report_to=config.report_to, distributed_timeout=config.distributed_timeout, cache_dir=config.cache_dir)
 
