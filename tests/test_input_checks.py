@@ -15,6 +15,7 @@ from torch import nn
 from retromae.cli import build_parser, discover_commands, main
 from retromae.config import ConfigError, build_config
 from retromae.data.corpus import iter_corpus
+from retromae.data.lines import read_json_file
 from retromae.data.retrieval_sets import (
     load_qrels,
     load_queries,
@@ -23,13 +24,16 @@ from retromae.data.retrieval_sets import (
     read_trec_run,
     write_trec_run,
 )
-from retromae.data.training_groups import load_training_file
+from retromae.data.training_groups import TrainingExample, TrainingSet, load_training_file
 from retromae.encoder import Encoder
 from retromae.errors import DataError, ModelLoadError, NonFiniteError
+from retromae.evaluation.experiments import read_variant
 from retromae.export import export_encoder
+from retromae.finetune.negatives import load_latest_negatives
 from retromae.finite import check_vectors
 from retromae.pretraining.config import PretrainConfig
 from retromae.retrieval.encode import encode_to_dir, load_embeddings
+from retromae.retrieval.index import ExactIndex, load_index, save_index
 from retromae.train import Trainer, TrainingConfig, checkpoints_by_step
 
 # 1. Non-finite numbers: options, numbers read from files, training losses, weights and vectors.
@@ -108,6 +112,65 @@ def test_an_embeddings_file_with_a_nan_vector_names_the_file_and_the_id(tmp_path
     with pytest.raises(NonFiniteError, match=r"emb/embeddings.npy: 1 of 3 vectors hold NaN .*the first: id 'b'"):
         load_embeddings(folder)
     assert main(["index", "--embeddings", str(folder), "--output", str(tmp_path / "index")]) == 2
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"dim": NaN}', "the number NaN is not finite"),
+    ('{"dim": 1e999}', "the number 1e999 is not finite"),
+    ('{"dim": ', "not valid JSON"),
+    ("[1, 2]", "holds a JSON list, not an object"),
+])
+def test_a_json_file_of_a_run_folder_is_read_as_a_hostile_file(tmp_path, text, message):
+    with pytest.raises(DataError, match=f"info.json: {message}"):
+        read_json_file(write(tmp_path / "info.json", text))
+    assert read_json_file(write(tmp_path / "list.json", "[1, 2]"), list) == [1, 2]
+
+
+@pytest.fixture()
+def numpy_index(tmp_path) -> Path:
+    index = ExactIndex(4)
+    index.add(np.eye(4, dtype=np.float32)[:3])
+    save_index(index, tmp_path / "index", ["a", "b", "c"])
+    return tmp_path / "index"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda info: {**info, "dim": float("nan")}, "index.json: the number NaN is not finite"),
+    (lambda info: {**info, "backend": "pickle"}, "index.json: backend 'pickle' and metric 'ip': not an index desc"),
+    (lambda info: {key: value for key, value in info.items() if key != "metric"}, "and metric None: not an index"),
+])
+def test_an_index_description_that_is_not_ours_is_refused_naming_it(numpy_index, change, message):
+    info = json.loads((numpy_index / "index.json").read_text())
+    (numpy_index / "index.json").write_text(json.dumps(change(info)))  # json.dumps writes NaN as JSON's NaN
+    with pytest.raises(DataError, match=message):
+        load_index(numpy_index)
+
+
+def test_index_vectors_that_are_not_float_rows_are_refused_naming_the_file(numpy_index):
+    np.save(numpy_index / "index.npy", np.zeros((3, 4), dtype=np.int64))
+    with pytest.raises(DataError, match=r"index.npy: holds int64 of shape \(3, 4\), not float32 rows"):
+        load_index(numpy_index)
+
+
+def test_an_evaluation_score_that_is_not_a_finite_number_is_refused_by_the_report(tmp_path):
+    write(tmp_path / "variant" / "eval" / "scifact.json", '{"ndcg@10": NaN}')
+    with pytest.raises(DataError, match="scifact.json: the number NaN is not finite"):
+        read_variant(tmp_path / "variant")
+    write(tmp_path / "variant" / "eval" / "scifact.json", '{"ndcg@10": "nan"}')
+    with pytest.raises(DataError, match="scifact.json: 'ndcg@10' is 'nan', not a number"):
+        read_variant(tmp_path / "variant")
+
+
+@pytest.mark.parametrize("saved", ["[[1], [7]]", "[[1]]", '[[1], ["b"]]', "[[1], [NaN]]"])
+def test_saved_negatives_that_do_not_fit_the_training_set_are_refused(tmp_path, saved):
+    data = TrainingSet(texts=["a", "b", "c"], ids=["a", "b", "c"],
+                       examples=[TrainingExample("q1", [0]), TrainingExample("q2", [0])])
+    write(tmp_path / "negatives" / "step-4.json", saved)
+    with pytest.raises(DataError, match="step-4.json: "):
+        load_latest_negatives(data, tmp_path, 10)
+    write(tmp_path / "negatives" / "step-4.json", "[[1], [2]]")
+    assert load_latest_negatives(data, tmp_path, 10) == 4
+    assert [example.negatives for example in data.examples] == [[1], [2]]
 
 
 def test_no_run_file_is_written_with_a_non_finite_score(tmp_path):

@@ -10,12 +10,12 @@ their training was (`pretraining_facts`, `finetuning_facts`); this module does n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from retromae.config import config_to_dict
+from retromae.data.lines import read_json_file
 from retromae.encoder import describe_folder
 from retromae.evaluation.experiments import describe_pretraining
 from retromae.io import write_text_atomic
@@ -52,7 +52,7 @@ def card_text(folder: Path, title: str, facts: Mapping[str, str]) -> str:
     """The card of one exported folder: `facts` about its training, then how the folder encodes and loads."""
     spec = describe_folder(str(folder))
     shown = f"{folder.parent.name}/{folder.name}"  # the run folder and this one: no absolute path in a shared card
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = read_json_file(folder / "config.json")
     similarity = "cosine" if spec.pooling.normalize else "dot product"
     length = f"{spec.max_length} tokens" if spec.max_length else "the model's position limit"
     header = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import NonFiniteNumber, loads_finite
+from retromae.data.lines import read_json_file
 from retromae.errors import DataError, ModelLoadError
 
 ENCODER_FILE = "retromae_encoder.json"
@@ -114,13 +114,10 @@ def read_json(path: Path) -> Any:
     when it holds NaN or an infinity (a config's `layer_norm_eps: NaN` would make every vector NaN)."""
     if not path.is_file():
         return None
-
     try:
-        return loads_finite(path.read_text(encoding="utf-8"))
-    except NonFiniteNumber as error:
-        raise ModelLoadError(f"{path}: the number {error} is not finite (NaN or infinite)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ModelLoadError(f"{path}: not valid JSON ({error})") from error
+        return read_json_file(path, object)
+    except DataError as error:
+        raise ModelLoadError(str(error)) from None
 
 
 def unfinished_run(folder: Path) -> str | None:

@@ -1,8 +1,9 @@
 """Reading line-based files with errors that name the file and the line.
 
 Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, parsing one line as
-JSON, reading a line too long to hold in pieces (`numbered_line_pieces`), and reading an appended JSON-lines log
-whose last record a kill may have cut (`appended_records`). Every line-based reader (corpora, retrieval sets,
+JSON, reading a whole JSON file (`read_json_file`, the one reader of the JSON files in run and model folders),
+reading a line too long to hold in pieces (`numbered_line_pieces`), and reading an appended JSON-lines log whose
+last record a kill may have cut (`appended_records`). Every line-based reader (corpora, retrieval sets,
 training files, pairs, STS, runs) goes through here, so their errors read alike: `FILE:LINE: what is wrong`, and
 so they all accept the same text:
 
@@ -122,6 +123,25 @@ def loads_finite(text: str) -> Any:
     """`json.loads(text)`, refusing NaN, Infinity and numbers beyond a float: `NonFiniteNumber` naming the number
     (every JSON we read: data lines, model folders' files, checkpoints' state)."""
     return json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)
+
+
+JSON_KINDS = {dict: "an object", list: "an array"}
+
+
+def read_json_file(path: Path, kind: type = dict) -> Any:
+    """The JSON value of a whole file (a run folder's info, manifest or results, a model folder's config), read as a
+    possibly hostile file is: DataError naming the file when it is not UTF-8 JSON, holds NaN or an infinity, or its
+    value is not a `kind` (`dict`: an object, `list`: an array, `object`: anything)."""
+    path = Path(path)
+    try:
+        value = loads_finite(path.read_text(encoding="utf-8"))
+    except NonFiniteNumber as err:
+        raise DataError(f"{path}: the number {err} is not finite (NaN or infinite)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, kind):
+        raise DataError(f"{path}: holds a JSON {type(value).__name__}, not {JSON_KINDS.get(kind, kind.__name__)}")
+    return value
 
 
 def parse_json_line(path: Path, number: int, line: str) -> Any:

@@ -42,6 +42,7 @@ from transformers import PreTrainedTokenizerFast
 from retromae.config import require
 from retromae.console import progress
 from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, parse_hf_source
+from retromae.data.lines import read_json_file
 from retromae.errors import DataError, FileSystemError
 from retromae.io import atomic_directory, write_text_atomic
 from retromae.run_folder import file_fingerprint
@@ -282,7 +283,7 @@ class TokenStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.meta: dict[str, Any] = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
+        self.meta: dict[str, Any] = read_json_file(self.path / "meta.json")
         arrays = {key: np.memmap(self.path / name, dtype=dtype, mode="r") for key, (name, dtype) in FILES.items()}
         self._ids, self._word_starts = arrays["ids"], arrays["word_starts"]
         self._offsets, self._documents = arrays["offsets"], arrays["documents"]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import appended_records, numbered_lines
+from retromae.data.lines import appended_records, numbered_lines, read_json_file
 from retromae.errors import DataError
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
@@ -56,13 +56,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}: not valid JSON ({error})") from error
 
 
 def describe_pretraining(config: dict) -> str:
@@ -121,8 +114,8 @@ def read_variant(folder: Path) -> Variant:
         pretrain_losses=losses(records), encoder_mlm_losses=losses(records, "encoder_mlm"),
         probes=probe_points(records))
     for path in sorted((folder / "eval").glob("*.json")):
-        results = _read_json(path)
-        variant.scores.update({f"{path.stem} {metric}": float(results[metric])
+        results = read_json_file(path)
+        variant.scores.update({f"{path.stem} {metric}": _score(path, metric, results[metric])
                                for metric in reported_keys() if metric in results})
     if (folder / "times.txt").exists():
         variant.seconds = read_times(folder / "times.txt")
@@ -138,7 +131,14 @@ def _pretraining_cell(pretrain: Path) -> str:
         return "none"
     if not (pretrain / "config.json").exists():
         return "unknown (no pretrain/config.json)"
-    return describe_pretraining(_read_json(pretrain / "config.json"))
+    return describe_pretraining(read_json_file(pretrain / "config.json"))
+
+
+def _score(path: Path, metric: str, value: Any) -> float:
+    """An evaluation's score as a float; DataError naming the file and metric when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DataError(f"{path}: {metric!r} is {value!r}, not a number")
+    return float(value)
 
 
 def _loss_cell(losses: list[tuple[int, float]]) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from retromae.data.lines import read_json_file
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set, load_sts_pairs
 from retromae.encoder import Encoder, PoolingConfig
 from retromae.evaluation.experiments import read_metrics
@@ -143,7 +144,7 @@ class Probe:
 
     def _exported_step(self) -> int | None:
         path = self.best_folder / BEST_FILE
-        return json.loads(path.read_text(encoding="utf-8"))["step"] if path.is_file() else None
+        return read_json_file(path).get("step") if path.is_file() else None
 
     def _keep_if_best(self, trainer: Trainer, scores: dict[str, float]) -> None:
         key = self.options.probe_metric_key

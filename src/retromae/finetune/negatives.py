@@ -18,8 +18,10 @@ from pathlib import Path
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
+from retromae.data.lines import read_json_file
 from retromae.data.training_groups import TrainingSet
 from retromae.encoder import Encoder
+from retromae.errors import DataError
 from retromae.io import write_text_atomic
 from retromae.retrieval.mining import MiningOptions, bm25_rankings, choose_negatives, dense_rankings
 
@@ -42,7 +44,14 @@ def load_latest_negatives(data: TrainingSet, output: Path, step: int) -> int | N
     if not usable:
         return None
     found, path = usable[-1]
-    for example, negatives in zip(data.examples, json.loads(path.read_text(encoding="utf-8")), strict=True):
+    saved_negatives = read_json_file(path, list)
+    rows = range(len(data.texts))
+    if len(saved_negatives) != len(data.examples) or not all(
+            isinstance(negatives, list) and all(isinstance(row, int) and row in rows for row in negatives)
+            for negatives in saved_negatives):
+        raise DataError(f"{path}: not the mined negatives of this training set ({len(data.examples)} lists of "
+                        f"passage rows below {len(rows)}); delete it to mine them again")
+    for example, negatives in zip(data.examples, saved_negatives, strict=True):
         example.negatives = negatives
     return found
 

@@ -25,6 +25,7 @@ from retromae.callable_module import CallableModule
 from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import CropPairDataset, PairCollator, PairsDataset, SpanPairDataset
+from retromae.data.lines import read_json_file
 from retromae.data.token_store import TokenStore
 from retromae.errors import ModelLoadError
 from retromae.export import (
@@ -207,7 +208,7 @@ def write_cards(config: PretrainConfig, output: Path) -> None:
     if config.keep_best_probe and best.is_dir():
         from retromae.evaluation.probe import BEST_FILE  # search and faiss: only for runs that probe
 
-        probe = json.loads((best / BEST_FILE).read_text(encoding="utf-8"))
+        probe = read_json_file(best / BEST_FILE)
         facts = pretraining_facts(config, steps=probe["step"])
         metric = probe["metric"]
         facts["Chosen by"] = f"the best probe score ({metric} {probe[metric]:.4f}) at step {probe['step']}"

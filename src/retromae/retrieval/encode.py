@@ -33,6 +33,7 @@ import numpy as np
 
 from retromae.config import ConfigError, require
 from retromae.console import progress
+from retromae.data.lines import read_json_file
 from retromae.encoder import Encoder
 from retromae.errors import DataError
 from retromae.finite import check_vectors
@@ -72,7 +73,7 @@ def _check_manifest(shards: Path, manifest: dict[str, Any]) -> None:
     """Start a manifest, or confirm the one left by an interrupted run describes the same work."""
     path = shards / MANIFEST_FILE
     if path.is_file():
-        previous = json.loads(path.read_text(encoding="utf-8"))
+        previous = read_json_file(path)
         if previous != manifest:
             changed = sorted(key for key in manifest if previous.get(key) != manifest[key])
             raise ConfigError(f"{shards.parent}: holds unfinished shards of a different encoding run "
@@ -167,7 +168,7 @@ def _finished(output_dir: Path, manifest: dict[str, Any]) -> bool:
     path = output_dir / INFO_FILE
     if not (path.is_file() and (output_dir / EMBEDDINGS_FILE).is_file()):
         return False
-    info = json.loads(path.read_text(encoding="utf-8"))
+    info = read_json_file(path)
     return all(info.get(key) == value for key, value in manifest.items() if key != "shard_size")
 
 
@@ -183,7 +184,7 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
         raise DataError(f"{folder}: {EMBEDDINGS_FILE} has shape {vectors.shape} but {IDS_FILE} lists {len(ids)} ids")
     check_vectors(vectors, str(folder / EMBEDDINGS_FILE), ids)
     info_path = folder / INFO_FILE
-    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    info = read_json_file(info_path) if info_path.is_file() else {}
     return ids, vectors, info
 
 

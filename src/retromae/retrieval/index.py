@@ -20,6 +20,7 @@ import numpy as np
 
 from retromae.config import ConfigError, require
 from retromae.console import progress
+from retromae.data.lines import read_json_file
 from retromae.errors import DataError
 from retromae.finite import check_vectors
 from retromae.io import atomic_path, write_text_atomic
@@ -190,12 +191,15 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     folder = Path(folder)
     if not (folder / INDEX_INFO).is_file():
         raise DataError(f"{folder}: not an index folder (no {INDEX_INFO}); create one with `retromae index`")
-    info = json.loads((folder / INDEX_INFO).read_text(encoding="utf-8"))
+    info = _read_index_info(folder / INDEX_INFO)
     ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
     if info["backend"] == "numpy":
-        index = ExactIndex(info["dim"], info["metric"])
-        index.vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
-        check_vectors(index.vectors, str(folder / NUMPY_FILE), ids)
+        vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
+        if vectors.ndim != 2 or vectors.dtype != np.float32:
+            raise DataError(f"{folder / NUMPY_FILE}: holds {vectors.dtype} of shape {vectors.shape}, not float32 rows")
+        check_vectors(vectors, str(folder / NUMPY_FILE), ids)
+        index = ExactIndex(vectors.shape[1], info["metric"])
+        index.vectors = vectors
     else:
         faiss = import_faiss()
         if faiss is None:
@@ -204,3 +208,12 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     if index.ntotal != len(ids):
         raise DataError(f"{folder}: the index holds {index.ntotal} vectors but {IDS_FILE} lists {len(ids)} ids")
     return index, ids, info
+
+
+def _read_index_info(path: Path) -> dict[str, Any]:
+    """index.json, checked to name a backend and a metric this module writes."""
+    info = read_json_file(path)
+    if info.get("backend") not in ("numpy", "faiss") or info.get("metric") not in METRICS:
+        raise DataError(f"{path}: backend {info.get('backend')!r} and metric {info.get('metric')!r}: not an index "
+                        f"description of `retromae index` (backend numpy or faiss, metric {' or '.join(METRICS)})")
+    return info
