@@ -6,8 +6,9 @@ import pytest
 import torch
 from conftest import make_sentences
 
+from retromae import encoder as encoder_module
 from retromae.config import ConfigError
-from retromae.encoder import ENCODER_FILE, Encoder, PoolingConfig, pool
+from retromae.encoder import ENCODER_FILE, Encoder, PoolingConfig, describe_folder, pool
 from retromae.errors import ModelLoadError
 
 TEXTS = ["a short query", *make_sentences(9, seed=3), "the"]
@@ -105,6 +106,29 @@ def test_legacy_sentence_transformers_folder_and_overrides(tmp_path, tiny_model_
     assert (encoder.pooling, encoder.normalize, encoder.max_length) == ("mean", False, 16)
     overridden = Encoder.load(folder, pooling="cls", normalize=True, device="cpu")
     assert (overridden.pooling, overridden.normalize) == ("cls", True)
+
+
+def test_a_hub_repositorys_json_files_are_read_as_hostile_files(tmp_path, monkeypatch):
+    """The files a hub name brings (through the Hugging Face cache) are checked as a local folder's are."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def download(repo: str, filename: str) -> str:
+        if not (cache / filename).is_file():
+            raise EntryNotFoundError(f"{repo} has no {filename}")
+        return str(cache / filename)
+
+    monkeypatch.setattr(encoder_module, "hf_hub_download", download)
+    (cache / ENCODER_FILE).write_text(json.dumps({"pooling": "mean", "normalize": True, "max_length": 64}))
+    spec = describe_folder("org/model")
+    assert (spec.pooling, spec.max_length) == (PoolingConfig("mean", True), 64)
+    (cache / ENCODER_FILE).write_text('{"pooling": "mean", "max_length": NaN}')
+    with pytest.raises(ModelLoadError, match=f"{ENCODER_FILE}: the number NaN is not finite"):
+        describe_folder("org/model")
+    (cache / ENCODER_FILE).unlink()
+    assert not describe_folder("org/model").declared  # neither our file nor modules.json: a plain model
 
 
 def test_load_errors(tmp_path, tiny_model_dir):

@@ -68,13 +68,14 @@ def _read_json(source: str, filename: str) -> dict[str, Any] | None:
     if os.path.isdir(source):
         return read_json(Path(source) / filename)
     try:
-        return json.loads(Path(hf_hub_download(source, filename)).read_text(encoding="utf-8"))
+        downloaded = Path(hf_hub_download(source, filename))
     except LocalEntryNotFoundError as error:  # offline and not cached: a subclass of EntryNotFoundError
         raise _load_error(source, f"not a local folder, and not in the Hugging Face cache ({error})") from error
     except EntryNotFoundError:
         return None
     except Exception as error:  # any other hub failure (missing repo, bad id, network) means it cannot load
         raise _load_error(source, f"not a local folder, and the Hugging Face Hub lookup failed: {error}") from error
+    return read_json(downloaded)
 
 
 def _load_error(source: str, reason: str) -> ModelLoadError:

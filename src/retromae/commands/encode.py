@@ -8,7 +8,6 @@ Thin: parse → `EncodeConfig` (`retromae.retrieval.config`) → `retromae.api.e
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from retromae.config import add_config_arguments, build_config
@@ -26,13 +25,14 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.api import encode
     from retromae.console import format_seconds
+    from retromae.data.lines import read_json_file
     from retromae.processes import is_main_process
     from retromae.retrieval.encode import INFO_FILE
 
     started = time.perf_counter()
     folder = encode(build_config(EncodeConfig, args))
     if is_main_process():
-        info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+        info = read_json_file(folder / INFO_FILE)
         print(f"encoded {info['count']:,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
               f"({info['dim']} dimensions, at most {info['max_length']} tokens, pooling {info['pooling']}, "
               f"normalize {info['normalize']})")
