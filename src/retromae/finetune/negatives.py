@@ -45,15 +45,20 @@ def load_latest_negatives(data: TrainingSet, output: Path, step: int) -> int | N
         return None
     found, path = usable[-1]
     saved_negatives = read_json_file(path, list)
-    rows = range(len(data.texts))
-    if len(saved_negatives) != len(data.examples) or not all(
-            isinstance(negatives, list) and all(isinstance(row, int) and row in rows for row in negatives)
-            for negatives in saved_negatives):
+    if not _fits(saved_negatives, data):
         raise DataError(f"{path}: not the mined negatives of this training set ({len(data.examples)} lists of "
-                        f"passage rows below {len(rows)}); delete it to mine them again")
+                        f"passage rows below {len(data.texts)}); delete it to mine them again")
     for example, negatives in zip(data.examples, saved_negatives, strict=True):
         example.negatives = negatives
     return found
+
+
+def _fits(saved_negatives: list, data: TrainingSet) -> bool:
+    """Whether a saved negatives file holds one list of passage rows of `data` per training example."""
+    rows = range(len(data.texts))
+    return len(saved_negatives) == len(data.examples) and all(
+        isinstance(negatives, list) and all(isinstance(row, int) and row in rows for row in negatives)
+        for negatives in saved_negatives)
 
 
 @dataclass
