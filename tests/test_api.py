@@ -107,8 +107,9 @@ def test_retrieval_commands_without_the_command_line(tmp_path, tiny_model_dir):
 
 def test_entry_points_are_as_quiet_as_the_cli(tmp_path, tiny_model_dir, tiny_corpus):
     """No transformers load report (the tiny masked LM lacks BertModel's pooler) or bars and no tokenizers blank lines
-    from a Python call; `library_output(True)` around it shows them, as --verbose does. In a fresh process, as a
-    notebook starts (transformers' log handler keeps the stderr it first saw)."""
+    from a Python call (an entry point, or `Encoder.load` and `.save`); `library_output(True)` around it shows them,
+    as --verbose does. In a fresh process, as a notebook starts (transformers' log handler keeps the stderr it first
+    saw)."""
     tiny_beir(tmp_path / "beir")
     encode = (f"retromae.encode(model={str(tiny_model_dir)!r}, corpus={str(tmp_path / 'beir' / 'corpus.jsonl')!r}, "
               "output={!r}, progress=False)")
@@ -118,6 +119,7 @@ def test_entry_points_are_as_quiet_as_the_cli(tmp_path, tiny_model_dir, tiny_cor
         encode.format(str(tmp_path / "a")),
         f"retromae.init_model(corpus=[{str(tiny_corpus)!r}], output={str(tmp_path / 'init')!r}, vocab_size=120, "
         "hidden_size=64, layers=1)",
+        f"retromae.Encoder.load({str(tiny_model_dir)!r}).save({str(tmp_path / 'saved')!r})",
         "print('VERBOSE', file=sys.stderr)",
         "with library_output(True):",
         "    " + encode.format(str(tmp_path / "b"))])

@@ -15,9 +15,9 @@ does what the command does and returns what it wrote:
     retromae.adapt(model=..., corpus=[...], output=...)                              # → the output folder
     # also: init_model, train_reranker, score, report, quickstart, and each command's config class
 
-Like the CLI, an entry point keeps the libraries' own output (transformers' load reports and bars, hub retries)
-quiet; `with library_output(True):` (`from retromae.console import library_output`) around a call shows it, as
-`--verbose` does.
+Like the CLI, an entry point (and `retromae.Encoder.load` and `.save`) keeps the libraries' own output
+(transformers' load reports and bars, hub retries) quiet; `with library_output(True):`
+(`from retromae.console import library_output`) around a call shows it, as `--verbose` does.
 `retromae.objectives` are plain torch modules for a loop of one's own; `retromae.ObjectiveModule` and
 `retromae.TextCollator` put one under a transformers `Trainer`. Every name is imported on first use, so
 `import retromae` (and `retromae --help`) loads no torch.

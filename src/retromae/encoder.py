@@ -27,7 +27,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import require
-from retromae.console import progress
+from retromae.console import progress, quiet_by_default
 from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
 from retromae.finite import check_vectors, check_weights
@@ -202,6 +202,7 @@ class Encoder:
         return int(self.model.config.hidden_size)
 
     @classmethod
+    @quiet_by_default
     def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
              max_length: int | None = None) -> Encoder:
@@ -234,6 +235,7 @@ class Encoder:
             if field.name.endswith("max_length"):
                 check_max_length(self.model.config, getattr(options, field.name), field.name, self.tokenizer)
 
+    @quiet_by_default
     def save(self, path: str | Path) -> None:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""
         with atomic_directory(Path(path)) as tmp:
