@@ -23,6 +23,7 @@ from transformers import AutoTokenizer
 from retromae.data import TokenStore
 from retromae.data.corpus import iter_corpus_pieces
 from retromae.data.token_store import PIECE_CHARACTERS, piece_batches
+from retromae.long_texts import split_characters
 
 
 def load_tokenizer(name: str):
@@ -54,7 +55,7 @@ def build_in_child(corpora: list[str], tokenizer_name: str, max_length: int, cac
 def reference_seconds(corpora: list[str], tokenizer) -> float:
     """Read the documents and tokenise them in batches with the tokenizer's batch call; keep nothing."""
     start = time.perf_counter()
-    for batch in piece_batches(iter_corpus_pieces(corpora, PIECE_CHARACTERS)):
+    for batch in piece_batches(iter_corpus_pieces(corpora, PIECE_CHARACTERS, split_characters(tokenizer))):
         tokenizer([text for text, _ in batch], add_special_tokens=False, truncation=False)
     return time.perf_counter() - start
 

@@ -1,5 +1,6 @@
 """A long text is read only as far as its first tokens, and gives exactly the tokens of the whole text truncated
-(`retromae.long_texts`), for the tokenizer of every supported family."""
+(`retromae.long_texts`), and a long pre-training document tokenised in pieces gives the whole document's blocks, for
+the tokenizer of every supported family."""
 
 from __future__ import annotations
 
@@ -66,6 +67,44 @@ def test_split_characters_are_those_the_pre_tokenizer_splits_at(tokenizer):
     assert " " in splits
     # Metaspace after NFKC keeps a newline inside its word, so a cut before one would not be exact
     assert ("\n" in splits) == (type(tokenizer.backend_tokenizer.pre_tokenizer).__name__ != "Metaspace")
+
+
+def test_a_long_document_is_tokenised_in_pieces_into_the_whole_texts_blocks(tokenizer, tmp_path, monkeypatch):
+    """The token store's pieces (`retromae.data.corpus.cut_pieces`) are cut only where the family's tokenizer
+    splits: Metaspace keeps tabs and newlines inside its words (before: other blocks for XLM-R and DeBERTa-v2)."""
+    import json
+
+    from retromae.data import token_store
+
+    rng = random.Random(4)
+    document = "".join(rng.choice([*WORDS, "café", "e\u0301", "12", "."]) +
+                       rng.choice([" ", " ", "\n", "\t", "  ", " \n ", "\t\t"]) for _ in range(3_000))
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in (document, "a short one here.")))
+    whole_store = token_store.TokenStore.build_or_load([corpus], tokenizer, 32, cache_dir=tmp_path / "whole",
+                                                       show_progress=False)
+    monkeypatch.setattr(token_store, "PIECE_CHARACTERS", 997)
+    pieces = token_store.TokenStore.build_or_load([corpus], tokenizer, 32, cache_dir=tmp_path / "pieces",
+                                                  show_progress=False)
+    assert pieces.meta == whole_store.meta and whole_store.meta["num_documents"] == 2
+    for name, _ in token_store.FILES.values():
+        assert (pieces.path / name).read_bytes() == (whole_store.path / name).read_bytes(), name
+
+
+def test_the_cuts_found_are_the_last_and_first_by_definition():
+    """`last_cut` searches back in growing spans and `_first_cut` with a pattern: both find what a scan of every
+    position finds (a character of `splits` after a non-whitespace character), on texts of whitespace runs."""
+    from retromae.long_texts import _first_cut, last_cut
+
+    rng = random.Random(8)
+    for _ in range(300):
+        text = "".join(rng.choice("ab \n\t\r\u3000") for _ in range(rng.randint(1, 3_000)))
+        splits = rng.choice([" \n\t", " ", "\n", ""])
+        low = rng.randint(1, len(text))
+        high = rng.randint(low - 1, len(text) - 1)
+        cuts = [p for p in range(low, high + 1) if text[p] in splits and not text[p - 1].isspace()]
+        assert last_cut(text, high, splits, low) == (cuts[-1] if cuts else None)
+        assert _first_cut(text, low, high + 1, splits) == (cuts[0] if cuts else None)
 
 
 def test_clipped_texts_tokenise_as_the_whole_texts_truncated(tokenizer):

@@ -464,7 +464,7 @@ def test_a_txt_corpus_read_in_pieces_gives_the_documents_read_whole(tmp_path, mo
     records.write_text(json.dumps({"text": "z " * 40}) + "\n")
     for path in (lines, paragraphs, records):
         texts, current = [], ""
-        for text, ends in iter_corpus_pieces([path], 5):
+        for text, ends in iter_corpus_pieces([path], 5, " \n\t"):
             assert len(text) <= 5
             current += text
             if ends:
@@ -478,4 +478,4 @@ def test_a_line_read_in_pieces_names_invalid_utf8_at_its_byte(tmp_path, monkeypa
     path = tmp_path / "bad.txt"
     path.write_bytes(b"good line\nabcdefgh\xffij\n")
     with pytest.raises(DataError, match=f"{path}:2: invalid UTF-8 at byte 8 of the line"):
-        list(iter_corpus_pieces([path], 100))
+        list(iter_corpus_pieces([path], 100, " "))

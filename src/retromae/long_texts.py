@@ -6,7 +6,7 @@ truncated. Every place that tokenises texts for a model with truncation (`Encode
 cross-encoder collators, the cross-encoder's scoring, the fine-tuning length plan) passes its texts through it first.
 Texts under the bound are returned unchanged, so normal data tokenises as before. Does not own tokenisation itself,
 truncation rules or the pre-training token store (which tokenises whole documents in pieces,
-`retromae.data.token_store`).
+`retromae.data.token_store`, cut where `last_cut` finds, so that the pieces give the whole document's tokens).
 
 Why the prefix is exact. A fast tokenizer normalises the text, splits it into pre-tokens, tokenises each pre-token
 on its own (WordPiece, BPE and Unigram never look across a pre-token) and adds special tokens; truncation keeps the
@@ -34,6 +34,8 @@ word are the whole text's, and the rest is lost.
 
 from __future__ import annotations
 
+import functools
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -103,38 +105,40 @@ def prefix_end(text: str, size: int, ceiling: int, splits: str) -> int:
     none either, at a character boundary at `size`."""
     if len(text) <= size:
         return len(text)
-    end = _last_cut(text, size, splits)
+    end = last_cut(text, size, splits)
     if end is None:
         end = _first_cut(text, size + 1, min(len(text), ceiling + 1), splits)
     return end if end is not None else character_boundary(text, size)
 
 
-def _last_cut(text: str, high: int, splits: str) -> int | None:
-    """The last cut at a position in [1, high]."""
-    while high >= 1:
-        position = max(text.rfind(char, 1, high + 1) for char in splits) if splits else -1
-        if position < 1:
-            return None
-        if not text[position - 1].isspace():
-            return position
-        run = len(text[:position].rstrip())  # where the whitespace before it starts
-        if run >= 1 and text[run] in splits:
-            return run
-        high = run - 1
+def last_cut(text: str, high: int, splits: str, low: int = 1) -> int | None:
+    """The last cut at a position in [low, high] (`low` at least 1): before a character of `splits` that follows a
+    non-whitespace character, where the text's pre-tokens end alike whether it goes on or not (module docstring).
+    Searched back from `high` in spans growing fourfold: time in proportion to the distance to the cut, whatever
+    whitespace the text holds."""
+    if not splits:
+        return None
+    pattern = _cut_pattern(splits)
+    end, span = high + 1, 256
+    while end > low:
+        begin = max(low, end - span)
+        cuts = [match.start() for match in pattern.finditer(text, begin, end)]  # lookbehind: sees text[begin - 1]
+        if cuts:
+            return cuts[-1]
+        end, span = begin, 4 * span
     return None
+
+
+@functools.cache
+def _cut_pattern(splits: str) -> re.Pattern[str]:
+    """A character of `splits` after a non-whitespace one (a str pattern's `\\s` is exactly `str.isspace`)."""
+    return re.compile(rf"(?<=\S)[{re.escape(splits)}]")
 
 
 def _first_cut(text: str, low: int, high: int, splits: str) -> int | None:
     """The first cut at a position in [low, high)."""
-    while low < high:
-        found = [position for position in (text.find(char, low, high) for char in splits) if position >= 0]
-        if not found:
-            return None
-        position = min(found)
-        if not text[position - 1].isspace():
-            return position
-        low = position + len(text[position:high]) - len(text[position:high].lstrip())  # past this whitespace run
-    return None
+    found = _cut_pattern(splits).search(text, low, high) if splits else None
+    return found.start() if found else None
 
 
 def character_boundary(text: str, position: int) -> int:

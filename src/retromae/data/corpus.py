@@ -17,6 +17,7 @@ from typing import Any
 
 from retromae.data.lines import clean_text, numbered_line_pieces, numbered_lines, parse_json_line
 from retromae.errors import DataError
+from retromae.long_texts import last_cut
 
 HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -63,11 +64,12 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
                     ".parquet, a folder of such files, a BEIR folder or hf:NAME")
 
 
-def iter_corpus_pieces(sources: Sequence[str | Path], size: int) -> Iterator[tuple[str, bool]]:
+def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) -> Iterator[tuple[str, bool]]:
     """(text, whether it ends its document) per piece of the documents of `iter_corpus(sources)`, in order: a
-    document of up to `size` characters is one piece, a longer one is cut before a space, tab or newline (or at
-    `size` characters in a run without any; `cut_pieces`). A `.txt` file of one document per line is read a piece
-    of a line at a time, so a long line is never held whole."""
+    document of up to `size` characters is one piece, a longer one is cut before one of the characters `splits`
+    (those the tokenizer always splits words at, `retromae.long_texts.split_characters`; at `size` characters in a
+    run without any; `cut_pieces`). A `.txt` file of one document per line is read a piece of a line at a time, so
+    a long line is never held whole."""
     if isinstance(sources, (str, Path)):
         sources = [sources]
     if not sources:
@@ -81,22 +83,24 @@ def iter_corpus_pieces(sources: Sequence[str | Path], size: int) -> Iterator[tup
         for file in files:
             if isinstance(file, Path) and file.suffix.lower() == ".txt" and file.is_file() \
                     and not _has_paragraph_break(file):
-                yield from cut_pieces(_txt_line_fragments(file), size)
+                yield from cut_pieces(_txt_line_fragments(file), size, splits)
             else:
-                yield from cut_pieces(((document.text, True) for document in iter_documents(file)), size)
+                yield from cut_pieces(((document.text, True) for document in iter_documents(file)), size, splits)
 
 
-def cut_pieces(fragments: Iterable[tuple[str, bool]], size: int) -> Iterator[tuple[str, bool]]:
+def cut_pieces(fragments: Iterable[tuple[str, bool]], size: int, splits: str) -> Iterator[tuple[str, bool]]:
     """Re-cut a stream of (text, ends its document) fragments into pieces of at most `size` characters, each cut
-    before the last space, tab or newline of its `size` characters (at `size` when it has none): the same pieces
-    whatever the fragments, so a document read whole and one read in pieces tokenise alike."""
+    at the last cut in its `size` characters (`retromae.long_texts.last_cut`: before one of the characters `splits`
+    that follows a non-whitespace character; at `size` when there is none): the same pieces whatever the fragments,
+    so a document read whole and one read in pieces tokenise alike, tokens and words. `splits` must be characters the
+    tokenizer always splits a word at (Metaspace keeps a tab or a newline inside its word), and a cut inside a
+    whitespace run would make a word of the run's end (byte-level BPE keeps a run in one pre-token)."""
     buffer, start = "", 0
     for text, ends in fragments:
         buffer, start = buffer[start:] + text, 0
         while len(buffer) - start > size:
             window = start + size
-            cut = max(buffer.rfind(space, start + 1, window) for space in " \n\t")
-            end = cut if cut > start else window
+            end = last_cut(buffer, window - 1, splits, low=start + 1) or window
             yield buffer[start:end], False
             start = end
         if ends:

@@ -18,10 +18,10 @@ block length when blocks are shorter), or when it is the whole document and has 
 `MIN_DOCUMENT_TOKENS`; otherwise its tokens are dropped. Documents with no kept block are not counted.
 
 Long documents: a document longer than `PIECE_CHARACTERS` is tokenised in pieces cut before a whitespace
-character (read in pieces too from a `.txt` file of one document per line, `iter_corpus_pieces`), and packed as
-the pieces arrive (`_StoreWriter`), so memory does not grow with the length of one document
-(docs/reliability.md). Tokenizers that split words at whitespace (WordPiece, byte-level BPE, Metaspace) give the
-same tokens as on the whole text.
+character at which the tokenizer always splits words (`retromae.long_texts.split_characters`: space, tab and
+newline for WordPiece and byte-level BPE, the space alone for Metaspace), read in pieces too from a `.txt` file of
+one document per line (`iter_corpus_pieces`), and packed as the pieces arrive (`_StoreWriter`), so memory does not
+grow with the length of one document (docs/reliability.md); the tokens are those of the whole text.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, pa
 from retromae.data.lines import read_json_file
 from retromae.errors import DataError, FileSystemError
 from retromae.io import atomic_directory, write_text_atomic
+from retromae.long_texts import split_characters
 from retromae.run_folder import file_fingerprint
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: long documents cut only where the tokenizer splits (stores of 1 are rebuilt)
 BATCH_PIECES = 1000
 BATCH_CHARACTERS = 2_000_000
 PIECE_CHARACTERS = 100_000  # a longer document is tokenised in pieces (`retromae.data.corpus.cut_pieces`)
@@ -259,7 +260,8 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
     with _StoreWriter(directory, block_tokens) as writer, \
             progress(f"tokenising {_names(sources)} into blocks of {max_length}", unit="doc",
                      enabled=show_progress) as bar:
-        for batch in piece_batches(iter_corpus_pieces(sources, PIECE_CHARACTERS)):
+        pieces = iter_corpus_pieces(sources, PIECE_CHARACTERS, split_characters(tokenizer))
+        for batch in piece_batches(pieces):
             last = [ends for _, ends in batch]
             writer.add_batch(backend.encode_batch([text for text, _ in batch], add_special_tokens=False), last)
             bar.update(sum(last))
