@@ -5,12 +5,14 @@ PY := $(VENV)/bin/python
 
 .PHONY: install test test-slow quickstart lint
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first, so no dependency range pulls CUDA wheels.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
+	# DeepSpeed, for its ZeRO tests on the CPU (make test-slow): built against that torch, ops compiled when used.
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --no-build-isolation deepspeed==0.19.8
 	touch $@
 
 install: $(VENV)/.installed

@@ -136,9 +136,11 @@ def train_reranker(config: RerankerConfig) -> Path:
     if accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
+    trained = trainer.whole_model(lambda: ListwiseObjective(_load_classifier(config.model, trained=False)[0],
+                                                            config.group_size))
     if accelerator.is_main_process:
         with atomic_directory(output / RERANKER_DIR) as staging:
-            trainer.unwrapped_model.model.save_pretrained(staging)
+            trained.model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
     accelerator.wait_for_everyone()
     return output

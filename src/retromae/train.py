@@ -177,19 +177,72 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
 
 
 def _configure_deepspeed(accelerator: Accelerator, config: TrainingConfig) -> None:
-    """Under a DeepSpeed config: its micro-batch size is --batch-size (our loop, not a prepared DataLoader, feeds the
-    engine), and its gradient accumulation must be --gradient-accumulation-steps."""
+    """Under a DeepSpeed config the engine does as the options say: its micro-batch is --batch-size (our loop, not
+    a prepared DataLoader, feeds it), and its gradient accumulation and clipping (the engine clips; the loop's call
+    does not) are --gradient-accumulation-steps and --max-grad-norm, a config that says otherwise being refused.
+    ZeRO-3: `_configure_zero3`."""
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is None:
         return
     settings = plugin.deepspeed_config
+    if plugin.zero_stage == 3:
+        _configure_zero3(settings)
     if config.batch_size and settings.get("train_micro_batch_size_per_gpu") in (None, "auto"):
         settings["train_micro_batch_size_per_gpu"] = config.batch_size
-    accumulation = settings.get("gradient_accumulation_steps", "auto")
-    if accumulation not in ("auto", config.gradient_accumulation_steps):
-        raise ConfigError(f"--gradient-accumulation-steps {config.gradient_accumulation_steps}: the DeepSpeed config "
-                          f"accumulates {accumulation}; give the same number in both")
-    settings["gradient_accumulation_steps"] = config.gradient_accumulation_steps
+    for key, option, value in (("gradient_accumulation_steps", "--gradient-accumulation-steps",
+                                config.gradient_accumulation_steps),
+                               ("gradient_clipping", "--max-grad-norm", config.max_grad_norm)):
+        found = settings.get(key, "auto")
+        if found not in ("auto", value):
+            raise ConfigError(f"{option} {value}: the DeepSpeed config gives {key} {found}; give the same number "
+                              "in both")
+        settings[key] = value
+
+
+def _configure_zero3(settings: dict[str, Any]) -> None:
+    """Models are built whole and the engine partitions them when it starts: transformers would otherwise build
+    every model partitioned (it reads the config Accelerate registers with it, whatever `zero3_init_flag` says),
+    leaving empty weights to what runs before training (objectives built on the encoder, unused parameters found,
+    negatives mined) and to the models an export builds. And the engine gathers the whole weights when asked
+    (`stage3_gather_16bit_weights_on_model_save`, Accelerate's `zero3_save_16bit_model`), as the export does."""
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    settings.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True
+
+
+def shards_parameters(accelerator: Accelerator) -> bool:
+    """Whether each process holds only a shard of the parameters (FSDP, DeepSpeed ZeRO-3): a forward pass then
+    gathers each layer's weights from every process, and an export needs them gathered first."""
+    state = accelerator.state
+    if state.distributed_type == DistributedType.FSDP:
+        return True
+    plugin = getattr(state, "deepspeed_plugin", None)
+    return state.distributed_type == DistributedType.DEEPSPEED and plugin is not None and plugin.zero_stage == 3
+
+
+def check_unsharded(accelerator: Accelerator, option: str, instead: str) -> None:
+    """ConfigError naming `option`, whose work runs the model on process 0 alone while the others wait, when FSDP or
+    ZeRO-3 shard the parameters (that process alone cannot gather them); `instead` says what to do."""
+    if shards_parameters(accelerator):
+        raise ConfigError(f"{option}: runs the model on process 0 alone, but FSDP and DeepSpeed ZeRO-3 shard its "
+                          f"weights over every process; train with DDP or ZeRO-2, or {instead}")
+
+
+def _put_master_weights(state: dict[str, torch.Tensor], model: nn.Module) -> None:
+    """Each trained parameter of `model` in `state` (the engine's 16-bit weights under mixed precision) replaced by
+    DeepSpeed's float32 master copy, under every name it has (tied weights). A collective under ZeRO-3, where the
+    other processes' `state` is empty; a frozen parameter keeps the engine's weights (it has no master copy)."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    names: dict[nn.Parameter, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(parameter, []).append(name)
+    for parameter, aliases in names.items():
+        master = safe_get_full_fp32_param(parameter) if parameter.requires_grad else None
+        for name in aliases:
+            if master is not None and name in state:
+                state[name] = master.detach().float().cpu()
 
 
 def resolve_mixed_precision(requested: str) -> str:
@@ -327,15 +380,23 @@ class Trainer:
     def unwrapped_model(self) -> nn.Module:
         return self.accelerator.unwrap_model(self.model)
 
-    @property
-    def shards_parameters(self) -> bool:
-        """Whether each process holds only a shard of the parameters (FSDP, DeepSpeed ZeRO-3), so that exporting
-        needs the full state dict gathered first (`accelerator.get_state_dict`, a collective)."""
-        state = self.accelerator.state
-        if state.distributed_type == DistributedType.FSDP:
-            return True
-        plugin = getattr(state, "deepspeed_plugin", None)
-        return state.distributed_type == DistributedType.DEEPSPEED and plugin is not None and plugin.zero_stage == 3
+    def whole_model(self, build: Callable[[], nn.Module]) -> nn.Module | None:
+        """The trained model with its whole weights, in float32, on the main process (None on the others): the
+        unwrapped model, or under FSDP and DeepSpeed `build()` (a fresh model of the same structure) holding the
+        full state dict gathered from every process, and under DeepSpeed the optimiser's float32 master weights
+        (its engine holds the model itself in bf16 or fp16 under mixed precision, whatever the ZeRO stage). A
+        collective: every process calls it."""
+        deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+        if not deepspeed and not shards_parameters(self.accelerator):
+            return self.unwrapped_model if self.accelerator.is_main_process else None
+        state = self.accelerator.get_state_dict(self.model)
+        if deepspeed:
+            _put_master_weights(state, self.unwrapped_model)
+        if not self.accelerator.is_main_process:
+            return None
+        model = build()
+        model.load_state_dict(state)
+        return model
 
     def run(self) -> None:
         """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too.

@@ -26,7 +26,7 @@ from retromae.finetune.negatives import NEGATIVES_DIR, Miner, NegativeRefresher,
 from retromae.finetune.plan import plan_line, resolve_defaults, resolve_steps
 from retromae.model_card import finetuning_facts, write_model_cards
 from retromae.model_source import check_unknown_share
-from retromae.train import Trainer, claim_output, latest_checkpoint, make_accelerator, seed_everything
+from retromae.train import Trainer, check_unsharded, claim_output, latest_checkpoint, make_accelerator, seed_everything
 
 TOKENIZER_SAMPLE = 200  # passages checked for [UNK] before training
 OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
@@ -87,6 +87,8 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     config = config if config is not None else FinetuneConfig(**options)
     output = Path(config.output)
     accelerator = make_accelerator(config)
+    if config.refresh_negatives_every:
+        check_unsharded(accelerator, "--refresh-negatives-every", "mine the negatives once, before training")
     seed_everything(config.seed)
     passage_encoder, query_encoder = _load_encoders(config, accelerator.device)
     passage_encoder.check_lengths(config)
@@ -124,8 +126,10 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     if accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
+    trained = trainer.whole_model(lambda: _dual_encoder(config, *_load_encoders(config, accelerator.device),
+                                                        group_size))
     if accelerator.is_main_process:
-        export_towers(trainer.unwrapped_model, passage_encoder, output, passage_encoder.max_length)
+        export_towers(trained, passage_encoder, output, passage_encoder.max_length)
         write_model_cards([output / f"{tower}{kind}" for tower in ("", "query-")
                            for kind in ("encoder", "sentence-transformer")],
                           f"{output.name}: a dense retriever fine-tuned by retromae",

@@ -42,7 +42,7 @@ from retromae.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
 from retromae.pretraining.config import BEST_PROBE_DIR
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
-from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
+from retromae.train import Trainer, check_unsharded, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
@@ -55,6 +55,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     config = config if config is not None else PretrainConfig(**options)
     output = Path(config.output)
     accelerator = make_accelerator(config)
+    if config.probing:
+        check_unsharded(accelerator, "--probe/--probe-sts", "evaluate the encoder after training (retromae evaluate)")
     seed_everything(config.seed)
     encoder, tokenizer = load_backbone(config, cuda=accelerator.device.type == "cuda")
     check_max_length(encoder.config, config.max_length, "max_length", tokenizer)
@@ -72,7 +74,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
-    trained = exportable_objective(trainer, config, tokenizer)
+    trained = trainer.whole_model(lambda: build_objective(config.objective, load_backbone(config)[0], tokenizer,
+                                                          config))
     if trainer.accelerator.is_main_process:
         export_outputs(trained, tokenizer, output, declared_max_length(model_source(config)))
         if probe is not None:
@@ -80,21 +83,6 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
         write_cards(config, output)
     trainer.accelerator.wait_for_everyone()
     return output
-
-
-def exportable_objective(trainer: Trainer, config: PretrainConfig,
-                         tokenizer: PreTrainedTokenizerFast) -> PretrainingObjective | None:
-    """The trained objective, whole: the unwrapped model, or where FSDP or ZeRO-3 shard the parameters over the
-    processes, a fresh objective holding the full state dict gathered from all of them (every process must call
-    this; the others get None)."""
-    if not trainer.shards_parameters:
-        return trainer.unwrapped_model
-    state = trainer.accelerator.get_state_dict(trainer.model)
-    if not trainer.accelerator.is_main_process:
-        return None
-    objective = build_objective(config.objective, load_backbone(config)[0], tokenizer, config)
-    objective.load_state_dict(state)
-    return objective
 
 
 def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):
