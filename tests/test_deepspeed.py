@@ -58,28 +58,31 @@ def under_deepspeed(tmp_path: Path, stage: int, *args, bf16: bool = False) -> su
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
-def assert_same_run(ours: Path, plain: Path, weights: str) -> None:
-    """The losses of every step, and the exported weights of `weights` (a file in both folders), agree."""
-    for step, other in zip(run_metrics(ours), run_metrics(plain), strict=True):
+def assert_same_as_plain(tmp_path: Path, stage: int, args: list, name: str, weights: str) -> None:
+    """`retromae ARGS` under ZeRO `stage` and without DeepSpeed log the same losses at every step and export the
+    same weights (`weights`, a file of both output folders, `name` and `name`-plain)."""
+    ran = under_deepspeed(tmp_path, stage, *args, "--output", tmp_path / name)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert main([*map(str, args), "--output", str(tmp_path / f"{name}-plain")]) == 0
+    for step, other in zip(run_metrics(tmp_path / name), run_metrics(tmp_path / f"{name}-plain"), strict=True):
         assert step["loss"] == pytest.approx(other["loss"], rel=1e-4), step["step"]
-    exported, expected = load_file(ours / weights), load_file(plain / weights)
+    exported, expected = load_file(tmp_path / name / weights), load_file(tmp_path / f"{name}-plain" / weights)
     assert exported.keys() == expected.keys()
-    for name, tensor in expected.items():
-        assert exported[name].shape == tensor.shape, name  # before: ZeRO-3 wrote empty tensors
-        torch.testing.assert_close(exported[name], tensor, atol=1e-4, rtol=1e-3, msg=name)
+    for key, tensor in expected.items():
+        assert exported[key].shape == tensor.shape, key  # before: ZeRO-3 wrote empty tensors
+        torch.testing.assert_close(exported[key], tensor, atol=1e-4, rtol=1e-3, msg=key)
 
 
 @pytest.mark.slow
-def test_zero3_pretraining_follows_the_plain_run_and_exports_whole_weights(tiny_model_dir, tiny_corpus, tmp_path):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_pretraining_follows_the_plain_run_and_exports_whole_weights(stage, tiny_model_dir, tiny_corpus, tmp_path):
     args = ["pretrain", "--model", tiny_model_dir, "--corpus", tiny_corpus, "--max-steps", 3, "--batch-size", 4,
             "--max-length", 32, "--cache-dir", tmp_path / "cache", *COMMON]
-    ran = under_deepspeed(tmp_path, 3, *args, "--output", tmp_path / "zero3")
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert main([*map(str, args), "--output", str(tmp_path / "plain")]) == 0
-    assert_same_run(tmp_path / "zero3", tmp_path / "plain", "encoder/model.safetensors")
+    assert_same_as_plain(tmp_path, stage, args, "pretrained", "encoder/model.safetensors")
     from sentence_transformers import SentenceTransformer
 
-    vectors = SentenceTransformer(str(tmp_path / "zero3" / "sentence-transformer"), device="cpu").encode(["a b"])
+    model = SentenceTransformer(str(tmp_path / "pretrained" / "sentence-transformer"), device="cpu")
+    vectors = model.encode(["a b"])
     assert vectors.shape == (1, 32) and bool(torch.isfinite(torch.from_numpy(vectors)).all())
 
 
@@ -88,31 +91,14 @@ def test_zero3_finetuning_and_reranker_training_export_whole_weights(tiny_model_
     tiny_beir(tmp_path / "beir")
     finetune = ["finetune", "--model", tiny_model_dir, "--data", tmp_path / "beir", "--max-steps", 3,
                 "--batch-size", 4, *COMMON]
-    ran = under_deepspeed(tmp_path, 3, *finetune, "--output", tmp_path / "ft-zero3")
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert main([*map(str, finetune), "--output", str(tmp_path / "ft-plain")]) == 0
-    assert_same_run(tmp_path / "ft-zero3", tmp_path / "ft-plain", "encoder/model.safetensors")
-
+    assert_same_as_plain(tmp_path, 3, finetune, "finetuned", "encoder/model.safetensors")
     texts = make_sentences(24, seed=3)
     data = tmp_path / "groups.jsonl"
     data.write_text("".join(json.dumps({"query": " ".join(text.split()[:3]), "pos": [text],
                                         "neg": [texts[(i + 1) % 24]]}) + "\n" for i, text in enumerate(texts)))
     reranker = ["train-reranker", "--model", tiny_model_dir, "--data", data, "--max-steps", 3, "--batch-size", 2,
                 "--group-size", 2, *COMMON]
-    ran = under_deepspeed(tmp_path, 3, *reranker, "--output", tmp_path / "rr-zero3")
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert main([*map(str, reranker), "--output", str(tmp_path / "rr-plain")]) == 0
-    assert_same_run(tmp_path / "rr-zero3", tmp_path / "rr-plain", "reranker/model.safetensors")
-
-
-@pytest.mark.slow
-def test_zero2_pretraining_follows_the_plain_run(tiny_model_dir, tiny_corpus, tmp_path):
-    args = ["pretrain", "--model", tiny_model_dir, "--corpus", tiny_corpus, "--max-steps", 3, "--batch-size", 4,
-            "--max-length", 32, "--cache-dir", tmp_path / "cache", *COMMON]
-    ran = under_deepspeed(tmp_path, 2, *args, "--output", tmp_path / "zero2")
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert main([*map(str, args), "--output", str(tmp_path / "plain")]) == 0
-    assert_same_run(tmp_path / "zero2", tmp_path / "plain", "encoder/model.safetensors")
+    assert_same_as_plain(tmp_path, 3, reranker, "reranker", "reranker/model.safetensors")
 
 
 @pytest.mark.slow
