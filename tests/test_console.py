@@ -25,7 +25,7 @@ from retromae.console import (
 from retromae.encoder import Encoder
 
 LIBRARY_NOISE = ("Loading weights", "Writing model shards", "LOAD REPORT", "seem corrupted", "Removed shared tensor",
-                 "BM25S", "Split strings", "\x1b[")
+                 "BM25S", "Split strings", "\x1b[", "Setting accelerator")
 MAX_SEQ_LENGTH = 48
 
 
@@ -73,6 +73,27 @@ def test_library_output_is_scoped_and_restored():
     assert verbose()
     assert (transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled(),
             logging.getLogger("accelerate").level) == before
+
+
+def test_a_library_that_resets_its_logger_level_inside_a_quiet_command_stays_quiet():
+    """DeepSpeed, imported by transformers when it saves a model, sets its logger to WARNING with a handler of its
+    own on stdout: "[WARNING] ... Setting accelerator to CPU" in every command that saved a model (and in its
+    stdout) wherever DeepSpeed is installed. Errors still pass, and the filter leaves with the block."""
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("DeepSpeed")
+    logger.addHandler(handler)
+    try:
+        with library_output(verbose=False):
+            logger.setLevel(logging.WARNING)  # what its import does
+            logger.warning("Setting accelerator to CPU.")
+            logger.error("a real error")
+        logger.warning("after the command")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    assert records == ["a real error", "after the command"]
 
 
 def test_an_api_entry_point_is_quiet_unless_its_caller_chose():

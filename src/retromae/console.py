@@ -5,8 +5,8 @@ numbered stages of multi-stage commands (`Stages`: "2/5 pre-training RetroMAE (2
 lines for steps too quick or too opaque for a bar (`step`), the end-of-training summary (`TrainingSummary`:
 final losses, wall time, tokens/s) and the closing line of what a command wrote (`wrote`), and silencing the
 libraries' own output around one command (`library_output`): transformers' and huggingface_hub's progress
-bars, load reports and warnings, accelerate's notices, bm25s's and tokenizers' per-call bars, Python warnings
-raised inside those libraries. `--verbose` leaves all of it on.
+bars, load reports and warnings, accelerate's and DeepSpeed's notices, bm25s's and tokenizers' per-call bars, Python
+warnings raised inside those libraries. `--verbose` leaves all of it on.
 
 Nothing happens at import. `library_output(verbose)` is a context manager the CLI enters around one command;
 it restores every switch it turned on exit. The Python API's entry points (`retromae.pretrain(...)` and the others
@@ -40,7 +40,8 @@ from tqdm.auto import tqdm
 # libraries are then left as they are).
 _VERBOSE: ContextVar[bool | None] = ContextVar("retromae_verbose", default=None)
 Function = TypeVar("Function", bound=Callable[..., Any])
-QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "huggingface_hub", "bm25s", "torch")
+QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "huggingface_hub", "bm25s", "torch",
+                 "DeepSpeed")
 QUIET_WARNING_MODULES = r"(transformers|accelerate|sentence_transformers|huggingface_hub|bm25s|torch)(\.|$)"
 VERBOSITY_ENV = "TRANSFORMERS_VERBOSITY"
 NOT_LOSSES = ("step", "lr", "head_lr", "tokens_per_s", "tokens")
@@ -86,16 +87,24 @@ def library_output(verbose: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet_loggers() -> Iterator[None]:
-    """Raise the libraries' loggers to ERROR (accelerate's "Removed shared tensor" notice is a warning)."""
+    """Raise the libraries' loggers to ERROR (accelerate's "Removed shared tensor" notice is a warning), and drop
+    their records below it with a filter: DeepSpeed, which transformers imports when it saves a model, sets its
+    logger's level when first imported (undoing the first) and writes "Setting accelerator to CPU" to stdout."""
     loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
+        logger.addFilter(_errors_only)
     try:
         yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+            logger.removeFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
 
 
 @contextlib.contextmanager
