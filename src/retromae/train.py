@@ -189,14 +189,17 @@ def _configure_deepspeed(accelerator: Accelerator, config: TrainingConfig) -> No
         _configure_zero3(settings)
     if config.batch_size and settings.get("train_micro_batch_size_per_gpu") in (None, "auto"):
         settings["train_micro_batch_size_per_gpu"] = config.batch_size
-    for key, option, value in (("gradient_accumulation_steps", "--gradient-accumulation-steps",
-                                config.gradient_accumulation_steps),
-                               ("gradient_clipping", "--max-grad-norm", config.max_grad_norm)):
-        found = settings.get(key, "auto")
-        if found not in ("auto", value):
-            raise ConfigError(f"{option} {value}: the DeepSpeed config gives {key} {found}; give the same number "
-                              "in both")
-        settings[key] = value
+    _take_option(settings, "gradient_accumulation_steps", "--gradient-accumulation-steps",
+                 config.gradient_accumulation_steps)
+    _take_option(settings, "gradient_clipping", "--max-grad-norm", config.max_grad_norm)
+
+
+def _take_option(settings: dict[str, Any], key: str, option: str, value: float) -> None:
+    """The DeepSpeed setting `key` is `option`'s `value`; ConfigError when the config gives another number."""
+    found = settings.get(key, "auto")
+    if found not in ("auto", value):
+        raise ConfigError(f"{option} {value}: the DeepSpeed config gives {key} {found}; give the same number in both")
+    settings[key] = value
 
 
 def _configure_zero3(settings: dict[str, Any]) -> None:
