@@ -1,0 +1,81 @@
+"""Hybrid retrieval: fusing a dense run with a lexical (BM25) run into one run, per query.
+
+Owns the two fusion rules the field deploys and their defaults:
+- `convex`: each run's scores min-max normalised per query over its own list, then `w·dense + (1 − w)·lexical`; a
+  document missing from one list gets 0 from that side (it scored at most that list's minimum). A list whose scores
+  are all equal normalises to 1 for each of its documents.
+- `rrf`: reciprocal rank fusion (Cormack et al. 2009), `Σ 1 / (k + rank)` over the lists that hold the document,
+  rank counted from 1 with ties broken by document id, `k` = 60 as in the paper.
+The candidates are the union of both top-k lists. Does not own producing either run (`retrieval.search`,
+`retrieval.bm25`) nor choosing the default weight's evidence (docs/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from retromae.errors import RetroMAEError
+
+Run = dict[str, dict[str, float]]
+METHODS = ("convex", "rrf")
+DEFAULT_METHOD = "convex"
+DEFAULT_WEIGHT = 0.7  # the dense side's share under `convex`
+RRF_K = 60
+
+
+def _normalised(hits: Mapping[str, float]) -> dict[str, float]:
+    """Min-max normalised scores of one query's list: 0 for its lowest, 1 for its highest (1 for all when equal)."""
+    if not hits:
+        return {}
+    low, high = min(hits.values()), max(hits.values())
+    if high == low:
+        return dict.fromkeys(hits, 1.0)
+    return {doc_id: (score - low) / (high - low) for doc_id, score in hits.items()}
+
+
+def _ranks(hits: Mapping[str, float]) -> dict[str, int]:
+    """Rank of each document of one list (1 = best), ties broken by document id."""
+    ordered = sorted(hits, key=lambda doc_id: (-hits[doc_id], doc_id))
+    return {doc_id: rank for rank, doc_id in enumerate(ordered, start=1)}
+
+
+def fuse_query(dense: Mapping[str, float], lexical: Mapping[str, float], method: str = DEFAULT_METHOD,
+               weight: float = DEFAULT_WEIGHT, rrf_k: int = RRF_K) -> dict[str, float]:
+    """One query's fused scores over the union of its dense and lexical lists (doc id → score)."""
+    if method == "convex":
+        left, right = _normalised(dense), _normalised(lexical)
+        return {doc_id: weight * left.get(doc_id, 0.0) + (1 - weight) * right.get(doc_id, 0.0)
+                for doc_id in {**left, **right}}
+    if method == "rrf":
+        fused: dict[str, float] = {}
+        for ranks in (_ranks(dense), _ranks(lexical)):
+            for doc_id, rank in ranks.items():
+                fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (rrf_k + rank)
+        return fused
+    raise RetroMAEError(f"fusion method {method!r}: expected one of {', '.join(METHODS)}")
+
+
+def check_fusion(method: str, weight: float, rrf_k: int = RRF_K) -> None:
+    """Refuse an unknown method, a weight outside [0, 1] (or not finite) and a non-positive RRF k."""
+    if method not in METHODS:
+        raise RetroMAEError(f"fusion method {method!r}: expected one of {', '.join(METHODS)}")
+    if not (math.isfinite(weight) and 0.0 <= weight <= 1.0):
+        raise RetroMAEError(f"hybrid weight {weight}: must lie in [0, 1] (the dense side's share)")
+    if rrf_k <= 0:
+        raise RetroMAEError(f"RRF k {rrf_k}: must be positive")
+
+
+def fuse(dense: Run, lexical: Run, method: str = DEFAULT_METHOD, weight: float = DEFAULT_WEIGHT,
+         k: int | None = None, rrf_k: int = RRF_K) -> Run:
+    """The fused run of every query of either run, each cut to its best `k` documents (all when None).
+
+    Ties in the fused score are broken by document id, so the result does not depend on dict order.
+    """
+    check_fusion(method, weight, rrf_k)
+    fused: Run = {}
+    for query_id in {**dense, **lexical}:
+        scores = fuse_query(dense.get(query_id, {}), lexical.get(query_id, {}), method, weight, rrf_k)
+        ordered = sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))[:k]
+        fused[query_id] = {doc_id: scores[doc_id] for doc_id in ordered}
+    return fused
