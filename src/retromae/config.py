@@ -1,21 +1,29 @@
 """Typed configs for every command: dataclasses that validate themselves and become CLI options.
 
-Owns: declaring a documented field (`option`), turning a config dataclass into argparse options (required
-inputs first, then the command's own options, then one group per shared config class that names itself in
-`OPTION_GROUP`, or that a field's `group` names; each default printed once), old spellings of renamed options
-(hidden aliases that still work for one release, with a note saying the new name), merging a YAML/JSON config file
-(its options flat, or nested in the sections the config class names: `option_sections`) with command-line flags
-(flags win) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON beside the
-outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the names
-follow is in docs/cli.md.
+Owns: declaring a documented field (`option`) with its domain (`Domain`: the numbers it accepts; the named ones
+`POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `FINITE`, and
+`at_least`/`between`), the one check of every field against its type, choices and domain (`check_fields`, run by
+`Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
+alike), turning a config dataclass into argparse options (required inputs first, then the command's own options,
+then one group per shared config class that names itself in `OPTION_GROUP`, or that a field's `group` names; each
+default printed once), old spellings of renamed options (hidden aliases that still work for one release, with a note
+saying the new name), merging a YAML/JSON config file (its options flat, or nested in the sections the config class
+names: `option_sections`) with command-line flags (flags win; YAML numbers such as `1e-2` read as numbers, a key
+given twice refused) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON
+beside the outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the
+names follow is in docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
+import numbers
+import os
+import re
 import sys
 import types
 import typing
@@ -37,15 +45,78 @@ class ConfigError(RetroMAEError, ValueError):
     """A config file or option that cannot be used; the message names the file or field."""
 
 
-def option(default: Any = REQUIRED, help: str = "", *, choices: tuple | None = None, short: str | None = None,
-           aliases: tuple[str, ...] = (), required_unless: str | None = None, deprecated: str | None = None) -> Any:
-    """A dataclass field carrying its CLI help text, allowed values and optional short flag.
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false", Path: "a path"}
 
+
+INT64 = 2**63 - 1  # a whole-number option beyond this fits no tensor or array
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The numbers an option accepts: from `low` to `high` (None: unbounded), each end included unless `*_open`.
+    Every number is also finite, and a whole number within what an int64 holds."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, number: float) -> bool:
+        above = self.low is None or (number > self.low if self.low_open else number >= self.low)
+        below = self.high is None or (number < self.high if self.high_open else number <= self.high)
+        return above and below
+
+    def describe(self) -> str:
+        """The rule in words, e.g. "must be positive", "must lie in [0, 1)"."""
+        if self.high is None:
+            if self.low is None:
+                return "must be a finite number"
+            if self.low == 0:
+                return "must be positive" if self.low_open else "must be 0 or positive"
+            return f"must be {'above' if self.low_open else 'at least'} {_bound(self.low)}"
+        if self.low is None:
+            return f"must be {'below' if self.high_open else 'at most'} {_bound(self.high)}"
+        return (f"must lie in {'(' if self.low_open else '['}{_bound(self.low)}, {_bound(self.high)}"
+                f"{')' if self.high_open else ']'}")
+
+
+def _bound(number: float) -> str:
+    """A domain's end as written: 4294967295, 0.5."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+FINITE = Domain()  # any finite number: what an option without a declared domain accepts
+POSITIVE = Domain(0, low_open=True)  # > 0 (a whole number: 1 or more)
+NON_NEGATIVE = Domain(0)  # >= 0
+PROBABILITY = Domain(0, 1)  # [0, 1]
+FRACTION = Domain(0, 1, high_open=True)  # [0, 1): a share of something that must leave some over
+OPEN_UNIT = Domain(0, 1, low_open=True, high_open=True)  # (0, 1)
+SEED = Domain(0, 2**32 - 1)  # what numpy's and torch's generators take
+MAX_TOP_K = 100_000  # documents per query a search may return: past this, the (queries, k) arrays alone fill memory
+TOP_K = Domain(1, MAX_TOP_K)  # a count of ranked documents (top-k, a rank, a cut-off k)
+
+
+def at_least(low: float) -> Domain:
+    return Domain(low)
+
+
+def between(low: float, high: float) -> Domain:
+    """[low, high], both included."""
+    return Domain(low, high)
+
+
+def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *, choices: tuple | None = None,
+           short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
+           deprecated: str | None = None) -> Any:
+    """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
+
+    `domain`: the numbers a numeric option accepts (e.g. `POSITIVE`, `between(1, 100)`); without one, any finite
+    number. Its type is the field's annotation; `check_fields` enforces both (and `choices`) for every source.
     `aliases`: old spellings (e.g. `("--k",)`) accepted, hidden from `--help`, with a note naming the new flag.
     `required_unless`: the option(s) that can stand in for this one (listed with the required inputs).
     `deprecated`: a field kept for one release only, hidden from `--help`; using it prints this message.
     """
-    metadata = {"help": help, "choices": choices, "short": short, "aliases": tuple(aliases),
+    metadata = {"help": help, "domain": domain, "choices": choices, "short": short, "aliases": tuple(aliases),
                 "required_unless": required_unless, "deprecated": deprecated}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
@@ -124,7 +195,10 @@ def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[st
     scalar, is_list = _field_kind(field, hints)
     if scalar is bool:
         return {"action": argparse.BooleanOptionalAction}
-    kwargs: dict[str, Any] = {"type": scalar, "choices": field.metadata.get("choices")}
+    # Numbers stay text here: `build_config` reads them (`number_from_text`) and checks them with the config file's
+    # and the Python API's values, so that every refusal is one line naming the option.
+    kwargs: dict[str, Any] = {"type": str if scalar in (int, float) else scalar,
+                              "choices": field.metadata.get("choices")}
     if scalar in (int, float) and not field.metadata.get("choices"):
         kwargs["metavar"] = "N" if scalar is int else "X"
     if is_list:  # `--data A B` and `--data A --data B` alike
@@ -140,6 +214,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
     per shared config class (its `OPTION_GROUP`), in field order.
     """
     hints = typing.get_type_hints(config_cls)
+    parser.config_class = config_cls  # the command's registry entry: which config its options build (tests walk it)
     placed: dict[str | None, list[dataclasses.Field]] = {"required": [], None: []}
     for field in dataclasses.fields(config_cls):
         title = "required" if is_required(field) else _group_title(config_cls, field)
@@ -183,19 +258,49 @@ def _default_of(field: dataclasses.Field) -> Any:
     return REQUIRED
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `1e-2` and `1E5` as numbers (YAML 1.1 wants `1.0e-2`; a user means a number)
+    and refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: {key} given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+                                    list("-+0123456789."))
+
+
+def _json_mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ConfigError(f"{', '.join(twice)} given twice")
+    return dict(pairs)
+
+
 def load_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values."""
+    """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values; a key given twice is
+    refused."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is skipped
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+    is_json = Path(path).suffix == ".json"
     try:
-        values = json.loads(text) if Path(path).suffix == ".json" else yaml.safe_load(text)
+        values = json.loads(text, object_pairs_hook=_json_mapping) if is_json else yaml.load(text, _ConfigLoader)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: not valid {'JSON' if Path(path).suffix == '.json' else 'YAML'}: {error}") from error
+        raise ConfigError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {error}") from error
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of option names to values")
-    return {key.replace("-", "_"): value for key, value in values.items()}
+    return {str(key).replace("-", "_"): value for key, value in values.items()}
 
 
 def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str, Any]) -> ConfigT:
@@ -210,16 +315,48 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     if unknown:
         raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
     values = {**_saved_options(given, known), **values}
-    values.update({key: value for key, value in given.items() if key in known})
-    require_finite(values)
+    flags = _from_command_line(given, config_cls) if isinstance(args, argparse.Namespace) else given
+    values.update({key: value for key, value in flags.items() if key in known})
     missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join(missing)}")
     try:
-        return config_cls(**values)
+        config = config_cls(**values)
     except TypeError as error:
         raise ConfigError(str(error)) from error
+    if not isinstance(config, Options):  # a config class of its own (a test's): the same checks, after its own
+        check_fields(config)
+    return config
+
+
+def _from_command_line(given: dict[str, Any], config_cls: type) -> dict[str, Any]:
+    """The command line's values with the text of its numbers read as numbers (`number_from_text`)."""
+    specs = _field_specs(config_cls)
+    read = {}
+    for name, value in given.items():
+        spec = specs.get(name)
+        if spec is not None and spec.scalar in (int, float) and value is not None:
+            value = ([number_from_text(name, spec.scalar, text) for text in value] if isinstance(value, list)
+                     else number_from_text(name, spec.scalar, value))
+        read[name] = value
+    return read
+
+
+def number_from_text(name: str, scalar: type, text: Any) -> Any:
+    """A number the command line gives as text: `3`, `1e-2`, `nan` (refused later by its domain); a whole number
+    may be written `1e3`. Anything else is refused naming the option and the type it takes."""
+    if not isinstance(text, str):
+        return text
+    try:
+        number = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[scalar]}, got {text!r}") from None
+    if scalar is int and math.isfinite(number):
+        if not number.is_integer():
+            raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[int]}, got {text!r}")
+        return int(text) if text.strip().lstrip("+-").isdigit() else int(number)
+    return number
 
 
 def _flat_values(values: dict[str, Any], config_cls: type, path: Path, given: dict[str, Any]) -> dict[str, Any]:
@@ -286,9 +423,9 @@ def save_config(config: Any, path: Path) -> None:
 
 
 def require_finite(values: Any) -> None:
-    """ConfigError naming the first option whose number (or one of whose numbers) is NaN or infinite: a config
-    dataclass (call it first thing in the `__post_init__` of a config the Python API builds) or a mapping of option
-    names to values. `inf` and `nan` parse as floats, pass every `> 0` and would train a NaN model."""
+    """ConfigError naming the first option whose number (or one of whose numbers) is NaN or infinite: a dataclass
+    or a mapping of option names to values. `inf` and `nan` parse as floats, pass every `> 0` and would train a NaN
+    model. (An `Options` config needs no call: `check_fields` refuses them in every field.)"""
     items = vars(values).items() if dataclasses.is_dataclass(values) else values.items()
     for name, value in items:
         for number in value if isinstance(value, list | tuple) else (value,):
@@ -300,3 +437,123 @@ def require(condition: bool, field: str, message: str) -> None:
     """Validation helper for `__post_init__`: raise ConfigError naming the field."""
     if not condition:
         raise ConfigError(f"{_flag(field)}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _FieldSpec:
+    """What a field's annotation says it holds: `scalar` (int, float, str, bool or Path), a list of them, or None."""
+
+    scalar: type
+    is_list: bool
+    optional: bool
+
+
+@functools.cache
+def _field_specs(config_cls: type) -> dict[str, _FieldSpec]:
+    """name → `_FieldSpec` of each field of `config_cls` whose annotation is one `check_fields` knows."""
+    hints = typing.get_type_hints(config_cls)
+    specs = {}
+    for field in dataclasses.fields(config_cls):
+        hint, optional = hints.get(field.name), False
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+            optional = len(kinds) < len(typing.get_args(hint))
+            hint = kinds[0] if len(kinds) == 1 else None
+        is_list = typing.get_origin(hint) is list
+        scalar = typing.get_args(hint)[0] if is_list else hint
+        if scalar in _TYPE_WORDS:
+            specs[field.name] = _FieldSpec(scalar, is_list, optional or field.default is None)
+    return specs
+
+
+def check_fields(config: Any) -> None:
+    """ConfigError naming the first option of the dataclass `config` whose value is not of its annotated type, not
+    among its `choices` or outside its `domain` (`option`); non-finite numbers are refused everywhere. Values are
+    normalised in place: a whole float for an int (`1e3` from YAML), an int for a float, text for a Path, one value
+    for a list of one. The one check of every option, whichever way the config was built (`Options`)."""
+    specs = _field_specs(type(config))
+    for field in dataclasses.fields(config):
+        spec = specs.get(field.name)
+        if spec is None or not field.init:
+            continue
+        value = getattr(config, field.name)
+        if value is None and spec.optional:
+            continue
+        if spec.is_list:
+            items = value if isinstance(value, list | tuple) else [value]
+            checked = [_checked(field, spec.scalar, item) for item in items]
+        else:
+            checked = _checked(field, spec.scalar, value)
+        object.__setattr__(config, field.name, checked)
+
+
+def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
+    """`value` as `scalar`, within the field's choices and domain; ConfigError naming the field otherwise."""
+    flag = _flag(field.name)
+    if scalar in (int, float):
+        value = _number(flag, scalar, value, field.metadata.get("domain"))
+    elif not isinstance(value, bool if scalar is bool else str | os.PathLike):
+        raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
+    elif scalar is Path:
+        value = Path(value)
+    choices = field.metadata.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{flag}: must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
+    return value
+
+
+def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{flag}: must be a finite number, got {float(value)}")
+    if scalar is int:
+        if not float(value).is_integer():
+            raise ConfigError(f"{flag}: expected {_TYPE_WORDS[int]}, got {value}")
+        value = int(value)
+        if abs(value) > INT64:
+            raise ConfigError(f"{flag}: {value} is beyond what a whole-number option holds (2**63 - 1)")
+    else:
+        value = float(value)
+    if domain is not None and not domain.holds(value):
+        raise ConfigError(f"{flag}: {domain.describe()}, got {value}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A wrong value in a refusal: text quoted and called text (`"3"` is not the number 3), a list or mapping named."""
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    if isinstance(value, list | tuple | dict):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'} ({value!r})"[:120]
+    return repr(value)
+
+
+class Options:
+    """The base of every command's config dataclass: each field is checked (`check_fields`) before the class's own
+    `__post_init__` runs its cross-field checks, whichever way the config is built (the command line through
+    `build_config`, a config file, the Python API), and whether or not that `__post_init__` calls `super()`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is not None and not getattr(own, "checks_fields", False):
+            cls.__post_init__ = _checking_fields_first(own)
+
+    def __post_init__(self) -> None:
+        if type(self).__post_init__ is Options.__post_init__:  # no class of its own checks anything more
+            check_fields(self)
+
+
+def _checking_fields_first(post_init: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`post_init`, preceded by `check_fields` when it is the instance's own (outermost) `__post_init__`, so that
+    fields are checked once and before any cross-field check."""
+
+    @functools.wraps(post_init)
+    def checked(self: Any) -> None:
+        if type(self).__post_init__ is checked:
+            check_fields(self)
+        post_init(self)
+
+    checked.checks_fields = True
+    return checked

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from retromae.config import option, require
+from retromae.config import POSITIVE, Options, option, require
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +33,7 @@ class PoolingConfig:
 
 
 @dataclasses.dataclass(kw_only=True)
-class EncoderOptions:
+class EncoderOptions(Options):
     """Command-line options that load an encoder; commands that encode text extend this config."""
 
     OPTION_GROUP = "encoder"
@@ -45,10 +45,7 @@ class EncoderOptions:
     dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, float32 on CPU",
                         choices=("auto", *DTYPE_NAMES))
     device: str | None = option(None, "torch device, e.g. cpu or cuda:1; default: this process's GPU if any")
-    batch_size: int = option(64, "texts per forward pass")
-
-    def __post_init__(self) -> None:
-        require(self.batch_size > 0, "batch_size", "must be positive")
+    batch_size: int = option(64, "texts per forward pass", POSITIVE)
 
     def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
         """The encoder these options name, on `--device`, else on `device`, else on the default device; the

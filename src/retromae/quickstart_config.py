@@ -12,7 +12,7 @@ import dataclasses
 
 from retromae.backbones import ARCHITECTURE_NAMES
 from retromae.backbones.families import tokenizer_kinds_help
-from retromae.config import option, require, require_finite
+from retromae.config import POSITIVE, SEED, at_least, option, require
 from retromae.run_folder import OutputOptions
 
 
@@ -75,22 +75,20 @@ class QuickstartConfig(OutputOptions):
                                       "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     architecture: str = option("bert", "family of the small encoder built from scratch, with its kind of tokenizer "
                                        f"({tokenizer_kinds_help()})", choices=ARCHITECTURE_NAMES)
-    vocab_size: int | None = option(None, "vocabulary trained on the corpus (cpu preset: 2000)")
-    hidden_size: int | None = option(None, "hidden size of the small encoder (cpu preset: 128)")
-    layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)")
-    max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)")
-    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 1200)")
-    pretrain_batch_size: int | None = option(None, "pre-training blocks per step (cpu preset: 32)")
-    learning_rate: float | None = option(None, "pre-training peak learning rate (cpu preset: 2e-3)")
-    finetune_epochs: float | None = option(None, "fine-tuning epochs over the train queries (cpu preset: 3)")
-    finetune_batch_size: int | None = option(None, "queries per fine-tuning step, in-batch negatives (cpu: 32)")
-    seed: int = option(42, "random seed (initialisation, data order, masks)")
+    vocab_size: int | None = option(None, "vocabulary trained on the corpus (cpu preset: 2000)", at_least(100))
+    hidden_size: int | None = option(None, "hidden size of the small encoder (cpu preset: 128)", POSITIVE)
+    layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)", POSITIVE)
+    max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)", at_least(8))
+    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 1200)", POSITIVE)
+    pretrain_batch_size: int | None = option(None, "pre-training blocks per step (cpu preset: 32)", POSITIVE)
+    learning_rate: float | None = option(None, "pre-training peak learning rate (cpu preset: 2e-3)", POSITIVE)
+    finetune_epochs: float | None = option(None, "fine-tuning epochs over the train queries (cpu preset: 3)", POSITIVE)
+    finetune_batch_size: int | None = option(None, "queries per fine-tuning step, in-batch negatives (cpu: 32)",
+                                             POSITIVE)
+    seed: int = option(42, "random seed (initialisation, data order, masks)", SEED)
 
     def __post_init__(self) -> None:
-        require_finite(self)
-        for name in ("pretrain_steps", "pretrain_batch_size", "finetune_batch_size", "layers", "vocab_size"):
-            require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
-        require(self.finetune_epochs is None or self.finetune_epochs > 0, "finetune_epochs", "must be positive")
+        super().__post_init__()
         require(self.hidden_size is None or self.hidden_size % 64 == 0, "hidden_size",
                 "must be a multiple of 64 (heads of 64)")
 

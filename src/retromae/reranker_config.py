@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retromae.config import option, require
+from retromae.config import at_least, option
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.training_config import HeadTrainingConfig
 
@@ -24,13 +24,11 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
     negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
                                     "bi-encoder); auto: file for a training file, bm25 for a folder",
                             choices=("auto", "file", "bm25", "model"))
-    group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives")
+    group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives", at_least(2))
     max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
-                                                  "model reads")
+                                                  "model reads", at_least(8))
     learning_rate: float = option(2e-5, "peak learning rate of AdamW")
 
     def __post_init__(self) -> None:
         HeadTrainingConfig.__post_init__(self)
         MiningOptions.__post_init__(self)
-        require(self.group_size >= 2, "group_size", "must be at least 2 (a positive and a negative)")
-        require(self.max_length is None or self.max_length >= 8, "max_length", "must be at least 8")

@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from retromae.config import ConfigError, config_to_dict, option
+from retromae.config import ConfigError, Options, config_to_dict, option
 from retromae.errors import FileSystemError
 from retromae.io import write_text_atomic
 
@@ -47,7 +47,7 @@ INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "in
 
 
 @dataclasses.dataclass(kw_only=True)
-class OutputOptions:
+class OutputOptions(Options):
     """`--overwrite`, shared by every command that writes an output folder or file."""
 
     overwrite: bool = option(False, "replace the outputs of an earlier run at --output (only the files this command "

@@ -9,24 +9,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from retromae.config import option, require, require_finite
+from retromae.config import FRACTION, NON_NEGATIVE, POSITIVE, SEED, Options, option, require
 from retromae.trackers import TRACKERS, check_installed
 
 
 @dataclass(kw_only=True)
-class TrainingConfig:
+class TrainingConfig(Options):
     """Options of the training loop, shared by every command that trains."""
 
     OPTION_GROUP = "training loop"
 
     output: str = option(help="output directory (checkpoints, metrics.jsonl, exported models)")
-    max_steps: int = option(1000, "number of optimiser steps")
-    batch_size: int = option(16, "examples per device per micro-batch")
-    gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step")
-    learning_rate: float = option(1e-4, "peak learning rate of AdamW")
-    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)")
-    warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly")
-    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)")
+    max_steps: int = option(1000, "number of optimiser steps", POSITIVE)
+    batch_size: int = option(16, "examples per device per micro-batch", POSITIVE)
+    gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step", POSITIVE)
+    learning_rate: float = option(1e-4, "peak learning rate of AdamW", POSITIVE)
+    weight_decay: float = option(0.01, "AdamW weight decay (not applied to biases and LayerNorm)", NON_NEGATIVE)
+    warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly", FRACTION)
+    max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)", NON_NEGATIVE)
     mixed_precision: str = option("auto", "mixed precision; auto: bf16 on a CUDA GPU that supports it (with TF32 "
                                           "matmuls), fp32 elsewhere", choices=("auto", "no", "fp16", "bf16"))
     gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
@@ -37,18 +37,18 @@ class TrainingConfig:
                                          "blocks only")
     distributed_timeout: int = option(120, "minutes a process waits for the others before the run is declared "
                                            "hung (rank 0 alone probes, mines and refreshes negatives meanwhile; "
-                                           "NCCL alone waits 10)")
-    seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)")
-    log_every: int = option(10, "log metrics every N steps")
+                                           "NCCL alone waits 10)", POSITIVE)
+    seed: int = option(42, "random seed (data order, masks, dropout, decoder initialisation)", SEED)
+    log_every: int = option(10, "log metrics every N steps", POSITIVE)
     save_every: int = option(500, "write a checkpoint every N steps and at the end (0: none at all; a killed run then "
-                                  "starts over and a finished one cannot be continued)")
-    keep_checkpoints: int = option(2, "how many recent checkpoints to keep")
+                                  "starts over and a finished one cannot be continued)", NON_NEGATIVE)
+    keep_checkpoints: int = option(2, "how many recent checkpoints to keep", POSITIVE)
     resume: bool = option(False, "continue the run in --output from its latest checkpoint (the options that define "
                                  "the run must be the same; --max-steps may grow)")
     overwrite: bool = option(False, "replace the outputs of another run in --output (other files there are kept)")
     num_workers: int | None = option(None, "data loader worker processes (default: 2 on CUDA, so that batches are "
                                            "collated while the GPU works; 0 on CPU, where workers would take cores "
-                                           "from the step)")
+                                           "from the step)", NON_NEGATIVE)
     report_to: list[str] = option([], "also report metrics.jsonl's scalars to these experiment trackers (through "
                                       "Accelerate; tensorboard writes OUTPUT/tensorboard/); each needs its package",
                                   choices=tuple(TRACKERS))
@@ -57,19 +57,7 @@ class TrainingConfig:
     freeze_encoder_steps: ClassVar[int] = 0
 
     def __post_init__(self) -> None:
-        require_finite(self)  # the Python API's configs too (`build_config` checks the command line's)
-        require(self.max_steps is None or self.max_steps > 0, "max_steps", "must be positive")  # None: a command's
-        require(self.batch_size is None or self.batch_size > 0, "batch_size", "must be positive")  # data decides
-        require(self.gradient_accumulation_steps > 0, "gradient_accumulation_steps", "must be positive")
-        require(self.learning_rate > 0, "learning_rate", "must be positive")
-        require(0 <= self.warmup_ratio < 1, "warmup_ratio", "must lie in [0, 1)")
-        require(self.log_every > 0, "log_every", "must be positive")
-        require(self.save_every >= 0, "save_every", "must be 0 or positive")
-        require(self.distributed_timeout > 0, "distributed_timeout", "must be positive")
-        require(self.keep_checkpoints > 0, "keep_checkpoints", "must be positive")
-        require(self.num_workers is None or self.num_workers >= 0, "num_workers", "must be 0 or positive")
-        require(all(name in TRACKERS for name in self.report_to), "report_to",
-                f"must name trackers among {', '.join(TRACKERS)}")
+        # Each option's type and domain are checked before this (`retromae.config.Options`).
         check_installed(self.report_to)
 
     @property
@@ -83,14 +71,13 @@ class HeadTrainingConfig(TrainingConfig):
     """Options of commands whose model puts new heads (MLM head, decoder, classifier) on a pre-trained body."""
 
     head_learning_rate: float | None = option(None, "peak learning rate of the parameters outside the encoder body "
-                                                    "(MLM head, decoder, classifier); default: --learning-rate")
+                                                    "(MLM head, decoder, classifier); default: --learning-rate",
+                                                    POSITIVE)
     freeze_encoder_steps: int = option(0, "train only those heads for the first N steps (the encoder's learning "
                                           "rate is 0 and its gradients dropped), then everything, the encoder with "
-                                          "its own warm-up over the remaining steps")
+                                          "its own warm-up over the remaining steps", NON_NEGATIVE)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.head_learning_rate is None or self.head_learning_rate > 0, "head_learning_rate",
-                "must be positive")
-        require(0 <= self.freeze_encoder_steps < self.max_steps, "freeze_encoder_steps",
+        require(self.freeze_encoder_steps < self.max_steps, "freeze_encoder_steps",
                 f"must lie in [0, --max-steps) (max_steps is {self.max_steps})")

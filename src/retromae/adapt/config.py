@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from retromae.config import option, require
+from retromae.config import FRACTION, POSITIVE, Domain, at_least, option, require
 from retromae.encoder_config import POOLINGS
 from retromae.training_config import TrainingConfig
 
@@ -34,9 +34,10 @@ class AdaptConfig(TrainingConfig):
                                           "training (a sentence of each, searched for it among the corpus)")
     validation_split: str = option("test", "qrels split of --validation")
     validation_queries: int = option(200, "the guard scores at most this many queries (held-out documents without "
-                                          "--validation: at most this many, and a tenth of the corpus at most)")
+                                          "--validation: at most this many, and a tenth of the corpus at most)",
+                                          POSITIVE)
     validation_documents: int = option(2000, "documents searched per query: the relevant ones and a seeded sample "
-                                             "of others, this many in all")
+                                             "of others, this many in all", POSITIVE)
     pooling: str | None = option(None, "the base's pooling; needed when its folder declares none (no "
                                        "sentence-transformers modules.json / 1_Pooling, no retromae_encoder.json); "
                                        "default: what the folder declares", choices=POOLINGS)
@@ -50,28 +51,30 @@ class AdaptConfig(TrainingConfig):
                                      "unified learner's stage 2) or mlm (masked language modelling)",
                             choices=ADAPT_OBJECTIVES)
     decoder_layers: int | None = option(None, "decoder layers of tsdae and the retromae objectives (default 1; "
-                                              "more only with --decoding basic)")
+                                              "more only with --decoding basic)", POSITIVE)
     decoding: str | None = option(None, "RetroMAE's decoding (retromae, retromae+contrastive): enhanced (default; "
                                         "exactly one decoder layer) or basic", choices=("enhanced", "basic"))
-    max_length: int = option(128, "tokens per training block, and per validation text")
+    max_length: int = option(128, "tokens per training block, and per validation text", at_least(8))
     passes: float = option(1.0, "without --max-steps: passes over the training blocks, at --batch-size, capped by "
-                                "--step-cap")
-    step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach")
-    max_steps: int | None = option(None, "optimiser steps (default: from --passes and --step-cap)")
+                                "--step-cap", POSITIVE)
+    step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach", POSITIVE)
+    max_steps: int | None = option(None, "optimiser steps (default: from --passes and --step-cap)", POSITIVE)
     batch_size: int = option(64, "examples per step (cropping: 63 other documents' crops as negatives; TSDAE's "
-                                 "reference batch is 8)")
-    learning_rate: float = option(3e-5, "peak learning rate of the encoder")
-    head_learning_rate: float = option(1e-4, "peak learning rate of the fresh heads (decoder, MLM head)")
-    head_warmup: float = option(0.1, "share of the steps that train only the fresh heads before the encoder moves")
+                                 "reference batch is 8)", POSITIVE)
+    learning_rate: float = option(3e-5, "peak learning rate of the encoder", POSITIVE)
+    head_learning_rate: float = option(1e-4, "peak learning rate of the fresh heads (decoder, MLM head)",
+                                       POSITIVE)
+    head_warmup: float = option(0.1, "share of the steps that train only the fresh heads before the encoder moves",
+                                FRACTION)
     checkpoints: int = option(3, "checkpoints saved, evenly spaced over the budget (the last at the end): where "
                                  "--resume continues, and the guard's candidates with --candidates all (with "
-                                 "--candidates last only the latest is kept)")
+                                 "--candidates last only the latest is kept)", POSITIVE)
     candidates: str = option("last", "the checkpoints the guard scores, each at each --mix weight: last (the end of "
                                      "training) or all; more candidates let a biased validation set pick noise",
                              choices=("last", "all"))
     mix: list[float] = option([0.5], "weights of the adapted encoder in its average with the base "
                                      "(1: the adapted one as is; 0.5: half and half, WiSE-FT's); the guard scores "
-                                     "each candidate checkpoint at each weight")
+                                     "each candidate checkpoint at each weight", Domain(0, 1, low_open=True))
     train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
                                      "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
                                      "finetune`'s defaults, into OUTPUT/finetuned/")
@@ -84,17 +87,8 @@ class AdaptConfig(TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(len(self.corpus) > 0, "corpus", "give at least one corpus file")
-        require(self.validation_queries > 0, "validation_queries", "must be positive")
-        require(self.validation_documents > 0, "validation_documents", "must be positive")
         require(self.normalize is None or self.pooling is not None, "normalize",
                 "only with --pooling (a folder that declares its pooling declares its normalisation too)")
-        require(self.max_length >= 8, "max_length", "must be at least 8")
-        require(self.passes > 0, "passes", "must be positive")
-        require(self.step_cap > 0, "step_cap", "must be positive")
-        require(0 <= self.head_warmup < 1, "head_warmup", "must lie in [0, 1)")
-        require(self.checkpoints >= 1, "checkpoints", "must be at least 1")
-        require(len(self.mix) > 0 and all(0 < weight <= 1 for weight in self.mix), "mix",
-                "each weight must lie in (0, 1]")
-        require(self.decoder_layers is None or self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
+        require(len(self.mix) > 0, "mix", "give at least one weight")
         require(self.decoding is None or self.objective in RETROMAE_FAMILY, "decoding",
                 f"only with --objective {' or '.join(RETROMAE_FAMILY)}")

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.config import TOP_K, ConfigError, add_config_arguments, build_config, option
 from retromae.console import quiet_by_default
 from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
 from retromae.retrieval.bm25 import BM25Params, bm25_search
@@ -30,12 +30,11 @@ class BM25Config(OutputOptions, BM25Params):
     queries: Path | None = option(None, "queries file (with --corpus): queries.jsonl or queries.tsv",
                                   required_unless="--data")
     output: Path = option(help="TREC run file to write")
-    top_k: int = option(100, "documents retrieved per query", aliases=("--k",))
+    top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
     tag: str = option("bm25", "run tag written in the last column")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.top_k > 0, "top_k", "must be positive")
         if (self.data is None) == (self.corpus is None or self.queries is None):
             raise ConfigError("--data: give either --data (with --split) or both --corpus and --queries")
 

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from retromae.config import add_config_arguments, build_config, option
+from retromae.config import SEED, add_config_arguments, build_config, option
 from retromae.console import quiet_by_default
 from retromae.retrieval.index import FAISS_FILE, IDS_FILE, INDEX_INFO, METRICS, NUMPY_FILE, build_index, save_index
 from retromae.run_folder import OutputOptions, claim_folder, run_identity
@@ -28,7 +28,7 @@ class IndexConfig(OutputOptions):
     metric: str = option("ip", "similarity: ip (inner product; cosine on normalised vectors) or l2",
                          choices=METRICS)
     params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32")
-    seed: int = option(0, "seed of the training sample for IVF/PQ indexes")
+    seed: int = option(0, "seed of the training sample for IVF/PQ indexes", SEED)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

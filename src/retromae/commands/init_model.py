@@ -15,7 +15,7 @@ from typing import Any
 
 from retromae.backbones import ARCHITECTURE_NAMES
 from retromae.backbones.families import family_building, max_positions_help, tokenizer_kinds_help
-from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.config import POSITIVE, SEED, ConfigError, Options, add_config_arguments, at_least, build_config, option
 from retromae.console import quiet_by_default
 from retromae.errors import ModelLoadError
 
@@ -26,7 +26,7 @@ HELP = ("save a randomly initialised masked LM of a supported family (--architec
 
 
 @dataclasses.dataclass(kw_only=True)
-class InitModelConfig:
+class InitModelConfig(Options):
     output: Path = option(help="folder to write the model and tokenizer to")
     architecture: str = option("bert", f"model family to build, with its kind of tokenizer ({tokenizer_kinds_help()})",
                                choices=ARCHITECTURE_NAMES)
@@ -34,17 +34,15 @@ class InitModelConfig:
                                    required_unless="--corpus")
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
                                       "`retromae pretrain --corpus` source)", required_unless="--tokenizer")
-    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus")
-    hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)")
-    layers: int = option(4, "transformer layers")
-    max_positions: int | None = option(None, f"longest input ({max_positions_help()})")
-    seed: int = option(42, "seed of the random initialisation")
+    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus", at_least(100))
+    hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)", POSITIVE)
+    layers: int = option(4, "transformer layers", POSITIVE)
+    max_positions: int | None = option(None, f"longest input ({max_positions_help()})", at_least(8))
+    seed: int = option(42, "seed of the random initialisation", SEED)
 
     def __post_init__(self) -> None:
         if (self.tokenizer is None) == (self.corpus is None):
             raise ConfigError("--tokenizer: give either --tokenizer (an existing one) or --corpus (train one)")
-        require(self.vocab_size >= 100, "vocab_size", "must be at least 100")
-        require(self.max_positions is None or self.max_positions >= 8, "max_positions", "must be at least 8")
 
     @property
     def positions(self) -> int:

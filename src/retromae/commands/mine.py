@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from retromae.config import ConfigError, add_config_arguments, build_config, option
+from retromae.config import POSITIVE, SEED, ConfigError, add_config_arguments, build_config, option
 from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
 from retromae.retrieval.mining_options import MiningOptions
@@ -28,9 +28,9 @@ class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     negatives: str = option("model", "what ranks the passages negatives are drawn from: model (dense, exact "
                                      "search) or bm25", choices=("model", "bm25"), aliases=("--method",))
     output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")
-    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
-    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own")
-    seed: int = option(0, "seed of the sampling inside the rank window")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
+    seed: int = option(0, "seed of the sampling inside the rank window", SEED)
 
     def __post_init__(self) -> None:
         EncoderOptions.__post_init__(self)

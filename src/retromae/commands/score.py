@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from retromae.config import add_config_arguments, build_config, option, require
+from retromae.config import POSITIVE, add_config_arguments, at_least, build_config, option
 from retromae.console import quiet_by_default
 from retromae.run_folder import OutputOptions, claim_file
 
@@ -19,14 +19,10 @@ class ScoreConfig(OutputOptions):
     model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`")
     data: Path = option(help="training file (JSON lines: query, pos, neg)")
     output: Path = option(help="training file to write: the input with pos_scores and neg_scores")
-    batch_size: int = option(64, "pairs per forward pass")
+    batch_size: int = option(64, "pairs per forward pass", POSITIVE)
     max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
-                                                  "model reads")
+                                                  "model reads", at_least(8))
     device: str | None = option(None, "torch device; default: the GPU if any")
-
-    def __post_init__(self) -> None:
-        require(self.batch_size > 0, "batch_size", "must be positive")
-        require(self.max_length is None or self.max_length >= 8, "max_length", "must be at least 8")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

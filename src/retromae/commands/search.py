@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.config import POSITIVE, TOP_K, ConfigError, add_config_arguments, build_config, option
 from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions, claim_file
@@ -31,15 +31,11 @@ class SearchConfig(OutputOptions, EncoderOptions):
     queries: Path = option(help="queries: an embeddings folder from `retromae encode`, or a queries file "
                                 "(queries.jsonl, queries.tsv) to encode here")
     output: Path = option(help="TREC run file to write")
-    top_k: int = option(100, "documents retrieved per query", aliases=("--k",))
+    top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
     params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
     query_prefix: str = option("", "text put before every query when encoding a queries file, e.g. 'query: '")
-    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.top_k > 0, "top_k", "must be positive")
 
 
 def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encoder:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from retromae.config import ConfigError, option, require
+from retromae.config import POSITIVE, TOP_K, ConfigError, option, require
 from retromae.encoder_config import EncoderOptions
 from retromae.errors import DataError
 from retromae.evaluation.metric_registry import RANKING, metrics
@@ -44,8 +44,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     metrics: list[str] = option(list(DEFAULT_METRICS), f"the table's columns, NAME@K with NAME one of {RANKING_NAMES}")
     bm25: bool = option(False, "BM25 (bm25s: k1 1.2, b 0.75, English stopwords) beside the model in the table")
     k_values: list[int] = option([10, 100], f"one data set without a report folder: the cut-offs k of its "
-                                            f"{RANKING_TITLES}")
-    top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed")
+                                            f"{RANKING_TITLES}", TOP_K)
+    top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed", TOP_K)
     per_query: bool = option(False, "also report every query's scores (in the --output JSON file)")
     output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "
                                        "several: results.md, .csv, .json, .png, and embeddings/ caching each data "
@@ -56,8 +56,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set)")
     query_prefix: str = option("", "text put before every query, e.g. 'query: '")
     passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
-    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
-    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
     factory: str = option("Flat", "faiss index factory string for the dense search")
     params: str = option("", "faiss search parameters, e.g. efSearch=128")
 
@@ -65,8 +65,6 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         super().__post_init__()
         self.data = [Path(path) for path in ([self.data] if isinstance(self.data, (str, Path)) else self.data)]
         require(len(self.data) > 0, "data", "give at least one data set")
-        require(all(k > 0 for k in self.k_values), "k_values", "must be positive")
-        require(self.top_k is None or self.top_k > 0, "top_k", "must be positive")
         require(len(self.metrics) > 0, "metrics", "give at least one metric")
         for metric in self.metrics:
             metric_k(metric)

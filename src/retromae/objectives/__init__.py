@@ -121,9 +121,10 @@ def register_objective(name: str, target: Any, options: type[ObjectiveOptions] =
 
 def flat_options() -> list[tuple[str, Any, dataclasses.Field]]:
     """(name, type, field) of every flag the objectives' options declare, for `make_dataclass`: one per name, in
-    table order. Where the objectives reading a flag have different defaults, its flat default is None ("the
-    objective's"). Its section of `--help` (`group`) and its help name the objectives reading it, asked of the
-    table when `--help` is built, so that a registered objective shows there too."""
+    table order, with the declaration's domain. Every flat default is None ("the objective's", which its help
+    gives), so that a flag given to an objective that does not read it can be told from one left alone and refused
+    (`PretrainConfig.check_objective_options`). Its section of `--help` (`group`) and its help name the objectives
+    reading it, asked of the table when `--help` is built, so that a registered objective shows there too."""
     flags = dict.fromkeys(field.name for name in OBJECTIVES
                           for field in dataclasses.fields(OBJECTIVES.entry(name).options)
                           if field.metadata.get("help") is not None)
@@ -134,9 +135,6 @@ def _flat_field(option: str) -> tuple[str, Any, dataclasses.Field]:
     readers = list(OBJECTIVES.readers(option).values())
     first = _field(readers[0], option)
     kind = typing.get_type_hints(readers[0])[option]
-    if len({_field(options, option).default for options in readers}) == 1:
-        metadata = {**first.metadata, "group": functools.partial(_section, option)}
-        return option, kind, dataclasses.field(default=first.default, metadata=metadata)
     metadata = {**first.metadata, "group": functools.partial(_section, option),
                 "help": functools.partial(_help, option, first.metadata["help"])}
     return option, kind | None, dataclasses.field(default=None, metadata=metadata)  # None: "the objective's"
@@ -148,10 +146,14 @@ def _section(option: str) -> str:
 
 
 def _help(option: str, text: str) -> str:
-    """The help of a flag whose default depends on the objective, listing those defaults."""
+    """The help of a flag with its default, or, where it depends on the objective, those defaults."""
     defaults = {name: _field(options, option).default for name, options in OBJECTIVES.readers(option).items()}
     usual = max(set(defaults.values()), key=list(defaults.values()).count)
+    if usual is None:
+        return text  # the objectives' own default, which the help text describes
     shown = [f"{name} {default}" for name, default in defaults.items() if default != usual]
+    if not shown:
+        return f"{text} (default: {usual})"
     return f"{text} (default: the objective's: {', '.join([*shown, f'the others {usual}'])})"
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retromae.config import option, require
+from retromae.config import FRACTION, NON_NEGATIVE, OPEN_UNIT, POSITIVE, Options, option, require
 from retromae.encoder_config import POOLINGS
 
 DECODER_LAYERS_HELP = "decoder (or head) transformer layers"
@@ -32,7 +32,7 @@ def given_value(values: Any, name: str) -> Any:
 
 
 @dataclass(kw_only=True)
-class ObjectiveOptions:
+class ObjectiveOptions(Options):
     """Options of an objective that has none of its own (MLM); the base of every objective's options.
 
     `VARIANT`: what `variant` names (e.g. "decoding"), for the descriptions of a run; None when the objective has a
@@ -53,29 +53,22 @@ class ObjectiveOptions:
         return None
 
     def check(self) -> None:
-        """Raise ConfigError, naming the flag, for options the objective cannot honour; subclasses extend it."""
+        """Raise ConfigError, naming the flag, for combinations of options the objective cannot honour (each option's
+        type and domain are checked when the options are built, `retromae.config.Options`); subclasses extend it."""
 
 
 @dataclass(kw_only=True)
 class DecoderOptions(ObjectiveOptions):
     """Options of an objective with a decoder (or a head of transformer layers)."""
 
-    decoder_layers: int = option(1, DECODER_LAYERS_HELP)
-
-    def check(self) -> None:
-        super().check()
-        require(self.decoder_layers >= 1, "decoder_layers", "must be at least 1")
+    decoder_layers: int = option(1, DECODER_LAYERS_HELP, POSITIVE)
 
 
 @dataclass(kw_only=True)
 class TemperatureOptions(ObjectiveOptions):
     """Options of an objective with a contrastive loss (its own options, when it has no others)."""
 
-    temperature: float = option(0.05, TEMPERATURE_HELP)
-
-    def check(self) -> None:
-        super().check()
-        require(self.temperature > 0, "temperature", "must be positive")
+    temperature: float = option(0.05, TEMPERATURE_HELP, POSITIVE)
 
 
 @dataclass(kw_only=True)
@@ -101,7 +94,7 @@ class RetroMAEOptions(DecoderOptions, SentencePoolingOptions):
 
     decoding: str = option("enhanced", "RetroMAE decoding: enhanced (two-stream, all tokens; exactly one decoder "
                                        "layer) or basic", choices=("enhanced", "basic"))
-    decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder")
+    decoder_mask_ratio: float = option(0.5, "share of tokens hidden from the decoder", OPEN_UNIT)
 
     @property
     def variant(self) -> str:
@@ -109,7 +102,6 @@ class RetroMAEOptions(DecoderOptions, SentencePoolingOptions):
 
     def check(self) -> None:
         super().check()
-        require(0 < self.decoder_mask_ratio < 1, "decoder_mask_ratio", "must lie in (0, 1)")
         require(self.decoding == "basic" or self.decoder_layers == 1, "decoder_layers",
                 "enhanced decoding uses exactly one layer; pass --decoding basic for deeper decoders")
 
@@ -118,11 +110,7 @@ class RetroMAEOptions(DecoderOptions, SentencePoolingOptions):
 class DupMAEOptions(RetroMAEOptions):
     """DupMAE: RetroMAE's options plus the weight of the bag-of-words loss."""
 
-    bow_weight: float = option(0.1, "weight of the bag-of-words loss")
-
-    def check(self) -> None:
-        super().check()
-        require(self.bow_weight >= 0, "bow_weight", "must not be negative")
+    bow_weight: float = option(0.1, "weight of the bag-of-words loss", NON_NEGATIVE)
 
 
 @dataclass(kw_only=True)
@@ -131,58 +119,44 @@ class RetroMAEContrastiveOptions(RetroMAEOptions, TemperatureOptions):
 
     contrastive_weight: float | None = option(None, "weight of the InfoNCE term in the sum (default 1, the paper's "
                                                     "sum; 0 = RetroMAE alone on the same pairs); from random weights "
-                                                    "it must be given (docs/guide.md)")
+                                                    "it must be given (docs/guide.md)", NON_NEGATIVE)
 
     @property
     def weight(self) -> float:
         """--contrastive-weight, 1 (the paper's sum) when not given."""
         return 1.0 if self.contrastive_weight is None else self.contrastive_weight
 
-    def check(self) -> None:
-        super().check()
-        require(self.contrastive_weight is None or self.contrastive_weight >= 0, "contrastive_weight",
-                "must not be negative")
-
 
 @dataclass(kw_only=True)
 class SEEDOptions(DecoderOptions):
     """SEED-Encoder's weak decoder: 3 layers, each position attending to the previous k tokens."""
 
-    decoder_layers: int = option(3, DECODER_LAYERS_HELP)
-    attention_window: int = option(2, "the decoder attends to this many previous tokens (plus [CLS])")
-
-    def check(self) -> None:
-        super().check()
-        require(self.attention_window >= 1, "attention_window", "must be at least 1")
+    decoder_layers: int = option(3, DECODER_LAYERS_HELP, POSITIVE)
+    attention_window: int = option(2, "the decoder attends to this many previous tokens (plus [CLS])", POSITIVE)
 
 
 @dataclass(kw_only=True)
 class CondenserOptions(DecoderOptions):
     """Condenser's head: 2 layers over the last layer's [CLS] and an early layer's token states."""
 
-    decoder_layers: int = option(2, DECODER_LAYERS_HELP)
+    decoder_layers: int = option(2, DECODER_LAYERS_HELP, POSITIVE)
     skip_from: int | None = option(None, "the layer whose token states the head reads (default: half the depth, "
-                                         "6 of 12)")
+                                         "6 of 12)", POSITIVE)
 
 
 @dataclass(kw_only=True)
 class CoCondenserOptions(CondenserOptions, TemperatureOptions):
     """coCondenser: Condenser's head, and raw dot products (temperature 1) between spans."""
 
-    temperature: float = option(1.0, TEMPERATURE_HELP)
+    temperature: float = option(1.0, TEMPERATURE_HELP, POSITIVE)
 
 
 @dataclass(kw_only=True)
 class ContrieverOptions(TemperatureOptions):
     """Contriever: the momentum encoder and the queue of MoCo."""
 
-    momentum: float = option(0.9995, "momentum of the key encoder's moving average")
-    queue_size: int = option(131_072, "keys kept in the MoCo queue as negatives")
-
-    def check(self) -> None:
-        super().check()
-        require(0 <= self.momentum < 1, "momentum", "must lie in [0, 1)")
-        require(self.queue_size >= 1, "queue_size", "must be at least 1")
+    momentum: float = option(0.9995, "momentum of the key encoder's moving average", FRACTION)
+    queue_size: int = option(131_072, "keys kept in the MoCo queue as negatives", POSITIVE)
 
 
 @dataclass(kw_only=True)

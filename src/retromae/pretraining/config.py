@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from retromae.backbones import ATTENTION_NAMES
 from retromae.backbones.families import family_titles
-from retromae.config import option, require
+from retromae.config import NON_NEGATIVE, OPEN_UNIT, POSITIVE, SEED, Options, at_least, option, require
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, Metric, long_title, parse_key, reported_keys
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.training_config import HeadTrainingConfig
@@ -56,7 +56,7 @@ RETRIEVAL_HELP, STS_HELP = _probe_help(RANKING), _probe_help(CORRELATION)
 
 
 @dataclass(kw_only=True)
-class ProbeOptions:
+class ProbeOptions(Options):
     """Options of the retrieval probes run while pre-training (a mixin of `PretrainConfig`)."""
 
     probe: str | None = option(None, "probe retrieval while training: a BEIR (or MS MARCO) folder whose --probe-split "
@@ -67,12 +67,13 @@ class ProbeOptions:
     probe_sts: str | None = option(None, f"probe STS too (or only): an STS Benchmark tsv; {STS_HELP[0]} of cosine "
                                          f"similarities → {STS_HELP[1]}")
     probe_every: int = option(500, "probe every N steps (a multiple of --log-every), before the first step and at "
-                                   "the last")
-    probe_queries: int = option(200, "probe a seeded sample of at most this many judged queries")
+                                   "the last", POSITIVE)
+    probe_queries: int = option(200, "probe a seeded sample of at most this many judged queries", POSITIVE)
     probe_documents: int = option(5000, "probe against the sampled queries' judged documents plus a seeded sample "
-                                        "of others, this many documents in all (more when the judged ones are more)")
-    probe_seed: int = option(0, "seed of the query and document sample (the same sample for every run)")
-    probe_batch_size: int = option(128, "texts per forward pass while probing")
+                                        "of others, this many documents in all (more when the judged ones are more)",
+                                        POSITIVE)
+    probe_seed: int = option(0, "seed of the query and document sample (the same sample for every run)", SEED)
+    probe_batch_size: int = option(128, "texts per forward pass while probing", POSITIVE)
     probe_metric: str | None = option(None, f"the probe score --keep-best-probe maximises (default: "
                                             f"{RETRIEVAL_HELP[2]}, or {STS_HELP[2]} with --probe-sts alone)",
                                       choices=ProbeMetricChoices())
@@ -81,11 +82,8 @@ class ProbeOptions:
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.probe_every > 0 and (self.probe_every % self.log_every == 0 or not self.probing), "probe_every",
+        require(self.probe_every % self.log_every == 0 or not self.probing, "probe_every",
                 f"must be a positive multiple of --log-every ({self.log_every}): probes join the logged records")
-        require(self.probe_queries > 0, "probe_queries", "must be positive")
-        require(self.probe_documents > 0, "probe_documents", "must be positive")
-        require(self.probe_batch_size > 0, "probe_batch_size", "must be positive")
         require(self.probing or not self.keep_best_probe, "keep_best_probe", "needs --probe or --probe-sts")
         require(self.probe_metric is None or self.probe_metric_key in self.probe_keys, "probe_metric",
                 f"{self.probe_metric} is not probed: {'give --probe-sts' if self.probe else 'give --probe'}")
@@ -148,12 +146,12 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                                           "unfused (every logit at once, then the loss); auto: unfused on CUDA, "
                                           "where it was faster (fused saves memory there), chunked elsewhere",
                                   choices=VOCABULARY_LOSS_NAMES)
-    encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)")
+    encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)", OPEN_UNIT)
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")
-    max_length: int = option(256, "tokens per packed block, special tokens included (the paper uses 512)")
+    max_length: int = option(256, "tokens per packed block, special tokens included (the paper uses 512)", at_least(8))
     pad_to_multiple_of: int | None = option(None, "round each batch's length up to a multiple of this (few distinct "
                                                   "shapes for the GPU's kernel caches and --compile); default: 64 on "
-                                                  "CUDA, none on CPU (0: none)")
+                                                  "CUDA, none on CPU (0: none)", NON_NEGATIVE)
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
 
     @classmethod
@@ -173,11 +171,9 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
         require(not (self.init_from and self.from_config), "from_config", "cannot be combined with --init-from")
         require(self.init_from is not None or not self.init_missing_head, "init_missing_head",
                 "only with --init-from (from --model the whole head starts fresh)")
-        require(0 < self.encoder_mask_ratio < 1, "encoder_mask_ratio", "must lie in (0, 1)")
         self.check_objective_options(objective)
         require(self.vocabulary_loss != "liger" or liger_installed(), "vocabulary_loss",
                 "liger needs Liger Kernel (pip install liger-kernel) and a CUDA device; give auto or chunked")
-        require(self.max_length >= 8, "max_length", "must be at least 8")
         require(self.pairs is None or objective.pairs_views is not None, "pairs",
                 f"the {self.objective} objective reads --corpus, not pairs")
         require(self.pairs is None or not self.corpus, "pairs", "give --pairs or --corpus, not both")
@@ -186,10 +182,11 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                 f"the {self.objective} objective has no head to train while the encoder is frozen")
 
     def check_objective_options(self, objective: type) -> None:
-        """The objective's options, checked by its class; an option given that it does not read is refused (those
-        whose flat default is None, "not given", can tell)."""
+        """The objective's options, checked by its class; an option given that it does not read is refused (every
+        flat default is None, "not given", `retromae.objectives.flat_options`)."""
         reads = {field.name for field in dataclasses.fields(objective.options)}
         for field in dataclasses.fields(ObjectiveOptionFields):
-            require(field.name in reads or field.default is not None or getattr(self, field.name) is None,
-                    field.name, f"the {self.objective} objective does not read it")
+            readers = ", ".join(OBJECTIVES.readers(field.name))
+            require(field.name in reads or getattr(self, field.name) is None, field.name,
+                    f"the {self.objective} objective does not read it (read by --objective {readers})")
         objective.check_config(objective.options.from_values(self), self)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from retromae.config import ConfigError, option, require, require_finite
+from retromae.config import NON_NEGATIVE, PROBABILITY, ConfigError, Options, option, require
 from retromae.console import step, verbose
 
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -26,22 +26,15 @@ STEMMERS = ("none", "english")
 
 
 @dataclasses.dataclass
-class BM25Params:
+class BM25Params(Options):
     """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
 
     OPTION_GROUP = "BM25 scoring"
-    k1: float = option(1.2, "BM25 term-frequency saturation")
-    b: float = option(0.75, "BM25 length normalisation")
+    k1: float = option(1.2, "BM25 term-frequency saturation", NON_NEGATIVE)
+    b: float = option(0.75, "BM25 length normalisation", PROBABILITY)
     variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
     stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
     stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
-
-    def __post_init__(self) -> None:
-        require_finite(self)
-        require(self.k1 >= 0, "k1", "must be non-negative")
-        require(0 <= self.b <= 1, "b", "must lie in [0, 1]")
-        require(self.variant in VARIANTS, "variant", f"must be one of {', '.join(VARIANTS)}")
-        require(self.stemmer in STEMMERS, "stemmer", f"must be one of {', '.join(STEMMERS)}")
 
 
 def _stemmer(name: str) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from retromae.config import option, require
+from retromae.config import POSITIVE, option, require
 from retromae.encoder_config import EncoderOptions
 from retromae.run_folder import OutputOptions
 
@@ -29,9 +29,10 @@ class EncodeConfig(OutputOptions, EncoderOptions):
                                "with the same model and input continues")
     passage_prefix: str = option("", "text put before every passage of --corpus, e.g. 'passage: '")
     query_prefix: str = option("", "text put before every query of --queries, e.g. 'query: '")
-    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own (256 for MiniLM)")
-    query_max_length: int | None = option(None, "max tokens per query; default: the model's own")
-    shard_size: int = option(10_000, "texts per shard; a killed run resumes at the first unfinished shard")
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own (256 for MiniLM)",
+                                            POSITIVE)
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
+    shard_size: int = option(10_000, "texts per shard; a killed run resumes at the first unfinished shard", POSITIVE)
     progress: bool = option(True, "show progress bars")
     input: Path | None = option(None, deprecated="--input is replaced by --corpus FILE or --queries FILE; it "
                                                  "works until the next release")
@@ -39,9 +40,9 @@ class EncodeConfig(OutputOptions, EncoderOptions):
                                                          "what the file holds")
     prefix: str | None = option(None, deprecated="--prefix is now --passage-prefix (with --corpus) or "
                                                  "--query-prefix (with --queries); it works until the next release")
-    max_length: int | None = option(None, deprecated="--max-length is now --passage-max-length (with --corpus) or "
-                                                     "--query-max-length (with --queries); it works until the next "
-                                                     "release")
+    max_length: int | None = option(None, domain=POSITIVE, deprecated="--max-length is now --passage-max-length "
+                                                                      "(with --corpus) or --query-max-length (with "
+                                                                      "--queries); it works until the next release")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -50,9 +51,6 @@ class EncodeConfig(OutputOptions, EncoderOptions):
         other, other_input = ("query", "--queries") if self.corpus is not None else ("passage", "--corpus")
         for name in (f"{other}_prefix", f"{other}_max_length"):
             require(getattr(self, name) in ("", None), name, f"applies to {other_input} only")
-        for name in ("passage_max_length", "query_max_length"):
-            require(getattr(self, name) is None or getattr(self, name) > 0, name, "must be positive")
-        require(self.shard_size > 0, "shard_size", "must be positive")
 
     def _apply_old_spellings(self) -> None:
         """--input/--kind/--prefix/--max-length (until the next release) onto the options that replace them."""

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from retromae.config import option, require
+from retromae.config import POSITIVE, TOP_K, Options, option, require
 
 
 @dataclasses.dataclass(kw_only=True)
-class MiningOptions:
+class MiningOptions(Options):
     """Which ranked passages become negatives."""
 
     OPTION_GROUP = "negative mining"
 
-    rank_start: int = option(3, "first rank (1-based) of the window negatives are drawn from")
-    rank_end: int = option(100, "last rank (inclusive) of the window negatives are drawn from")
-    negatives_per_query: int = option(30, "negatives kept per query (fewer when the window holds fewer)")
+    rank_start: int = option(3, "first rank (1-based) of the window negatives are drawn from", TOP_K)
+    rank_end: int = option(100, "last rank (inclusive) of the window negatives are drawn from", TOP_K)
+    negatives_per_query: int = option(30, "negatives kept per query (fewer when the window holds fewer)", POSITIVE)
 
     def __post_init__(self) -> None:
-        require(self.rank_start >= 1, "rank_start", "must be at least 1")
         require(self.rank_end >= self.rank_start, "rank_end", "must not be below --rank-start")
-        require(self.negatives_per_query > 0, "negatives_per_query", "must be positive")
