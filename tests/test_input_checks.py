@@ -45,7 +45,7 @@ def float_options() -> list[tuple[str, str]]:
     for command in discover_commands():
         parser = build_parser([command.name])
         sub = next(a for a in parser._actions if a.dest == "command").choices[command.name]
-        found += [(command.name, action.option_strings[-1]) for action in sub._actions if action.type is float]
+        found += [(command.name, action.option_strings[-1]) for action in sub._actions if action.metavar == "X"]
     return found
 
 
@@ -395,7 +395,7 @@ def test_every_command_checks_its_length_options(tiny_model_dir, retrieval_input
         assert main([command, "--model", model, *args, option, value]) == 2, command
         error = capsys.readouterr().err.strip()
         if command == "finetune" and value == "1":  # its own floor, 4, refused before the model loads
-            assert error == f"retromae: error: {option}: must be at least 4"
+            assert error == f"retromae: error: {option}: must be at least 4, got 1"
         else:
             assert error == f"retromae: error: {option} {value}: {message}", (command, error)
         assert not paths["out"].exists(), command

@@ -117,7 +117,7 @@ def test_config_files_take_an_objective_s_options_nested_or_flat(tiny_corpus, tm
     several = tmp_path / "several.yaml"  # the chosen objective's section applies; another's is checked, unused
     several.write_text(f"model: m\ncorpus: [{tiny_corpus}]\noutput: o\nobjective: seed\nseed: 3\n"
                        "retromae: {decoding: basic}\n")
-    assert build_config(PretrainConfig, {"config": several}).decoding == "enhanced"
+    assert build_config(PretrainConfig, {"config": several}).decoding is None  # unread by seed: "the objective's"
     assert build_config(PretrainConfig, {"config": several, "objective": "retromae"}).decoding == "basic"
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text(f"model: m\ncorpus: [{tiny_corpus}]\noutput: o\nretromae: {{bow_weight: 1}}\n")

@@ -33,7 +33,7 @@ def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, 
     metrics = run_metrics(output)
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
     assert {"step", "loss", "encoder_mlm", "decoder", "lr", "tokens_per_s"} <= set(metrics[0])
-    assert json.loads((output / "config.json").read_text())["decoding"] == "enhanced"
+    assert json.loads((output / "config.json").read_text())["decoding"] is None  # the objective's own: enhanced
     assert (output / "pretrain_head.safetensors").exists()
     assert sorted(p.name for p in (output / "checkpoints").iterdir()) == ["step-0000003", "step-0000006"]
 
@@ -280,7 +280,7 @@ def test_bad_objective_options_name_the_option(tiny_corpus, tmp_path, overrides,
 def test_seed_with_more_layers_is_not_held_to_enhanced_decoding(tiny_corpus, tmp_path):
     settings = PretrainConfig(model="m", corpus=[str(tiny_corpus)], output=str(tmp_path), objective="seed",
                               decoder_layers=5)
-    assert (settings.decoder_layers, settings.decoding) == (5, "enhanced")
+    assert (settings.decoder_layers, settings.decoding) == (5, None)  # None: the objective's, unread by seed
 
 
 # --- heads on a pre-trained body: their own learning rate, a warm-up with the encoder frozen ------------------
