@@ -41,9 +41,12 @@ class Condenser(PretrainingObjective):
         super().__init__(encoder, masking)
         depth = encoder.config.num_hidden_layers
         self.skip_from = default_skip_from(encoder.config) if skip_from is None else skip_from
+        if depth < 2:  # the head reads an earlier layer than the last: none exists
+            raise ConfigError(f"--skip-from: the backbone has {depth} layer and {self.title}'s head reads one before "
+                              "the last (1 to the depth - 1); it needs a backbone of at least 2 layers")
         if not 1 <= self.skip_from < depth:
-            raise ConfigError(f"--skip-from {self.skip_from}: the backbone has {depth} layers; give a layer from 1 "
-                              f"to {depth - 1}")
+            layers = "layer 1" if depth == 2 else f"a layer from 1 to {depth - 1}"
+            raise ConfigError(f"--skip-from {self.skip_from}: the backbone has {depth} layers; give {layers}")
         self.condenser_head = nn.ModuleList(DecoderLayer(encoder.config) for _ in range(head_layers))
 
     @classmethod
