@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retromae.config import at_least, option
+from retromae.config import POSITIVE, at_least, option
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.training_config import HeadTrainingConfig
 
@@ -27,7 +27,7 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
     group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives", at_least(2))
     max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
                                                   "model reads", at_least(8))
-    learning_rate: float = option(2e-5, "peak learning rate of AdamW")
+    learning_rate: float = option(2e-5, "peak learning rate of AdamW", POSITIVE)
 
     def __post_init__(self) -> None:
         HeadTrainingConfig.__post_init__(self)
