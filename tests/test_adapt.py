@@ -242,7 +242,7 @@ def test_adapting_with_retromae_decodes_from_the_bases_pooling_after_warming_the
                               candidates="all"))
     stage = json.loads((output / "training" / "config.json").read_text())
     assert (stage["objective"], stage["pooling"], stage["normalize"]) == (objective, "mean", True)
-    assert stage["decoding"] == (decoding or "enhanced")  # RetroMAE's default unless given
+    assert stage["decoding"] == decoding  # unless given, None: RetroMAE's own default (enhanced)
     assert stage["freeze_encoder_steps"] == 2 and stage["save_every"] == 2  # half of 4 steps warms the heads
     head = load_file(str(output / "training" / "pretrain_head.safetensors"))
     assert any(name.startswith("decoder.0.") for name in head)  # RetroMAE's fresh decoder ...
