@@ -422,17 +422,6 @@ def save_config(config: Any, path: Path) -> None:
     write_text_atomic(Path(path), json.dumps(config_to_dict(config), indent=2) + "\n")
 
 
-def require_finite(values: Any) -> None:
-    """ConfigError naming the first option whose number (or one of whose numbers) is NaN or infinite: a dataclass
-    or a mapping of option names to values. `inf` and `nan` parse as floats, pass every `> 0` and would train a NaN
-    model. (An `Options` config needs no call: `check_fields` refuses them in every field.)"""
-    items = vars(values).items() if dataclasses.is_dataclass(values) else values.items()
-    for name, value in items:
-        for number in value if isinstance(value, list | tuple) else (value,):
-            if isinstance(number, float) and not math.isfinite(number):
-                raise ConfigError(f"{_flag(name)}: must be a finite number, got {number}")
-
-
 def require(condition: bool, field: str, message: str) -> None:
     """Validation helper for `__post_init__`: raise ConfigError naming the field."""
     if not condition:

@@ -3,7 +3,7 @@
 Owns `nonfinite_parameters` (the names of a module's parameters holding a NaN or infinity, found with one read from
 the device), `check_weights` (refuse a model with such weights, naming it) and `check_vectors` (refuse vectors with
 such values, naming where they came from and the first bad row). Numbers read from files are checked where they are
-parsed (`retromae.data.lines`), options where they are validated (`retromae.config.require_finite`), training
+parsed (`retromae.data.lines`), options where they are validated (`retromae.config.check_fields`), training
 losses by the loop (`retromae.train`). Does not own what a caller does about it: each raises `NonFiniteError`.
 Imports torch only to read weights.
 """
