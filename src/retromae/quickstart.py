@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer
 
 from retromae.callable_module import CallableModule
 from retromae.config import save_config
@@ -37,6 +36,7 @@ from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.evaluation.metric_registry import cutoffs, long_title, primary_key
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
+from retromae.pretrained import load_tokenizer
 from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.quickstart_config import Budget, QuickstartConfig
@@ -121,7 +121,7 @@ def model_length(budget: Budget) -> int:
 def unigram_entropy(corpus: list[str], model: Path) -> float:
     """Nats per token of predicting every token of the corpus by its frequency alone: the plateau a pre-training
     loss sits on until the model learns to use context (docs/RESULTS.md, section 1)."""
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    tokenizer = load_tokenizer(str(model))
     counts: collections.Counter[int] = collections.Counter()
     for document in iter_corpus(corpus):
         counts.update(tokenizer(document.text, add_special_tokens=False)["input_ids"])
