@@ -119,12 +119,13 @@ def test_the_legitimate_mismatches_load(tiny_model_dir, tmp_path):
     head) and as a cross-encoder to train (a fresh classifier): loaded, their body weights those of the file."""
     encoder = Encoder.load(tiny_model_dir, device="cpu")
     saved = load_file(str(tiny_model_dir / "model.safetensors"))
-    assert torch.equal(encoder.model.embeddings.word_embeddings.weight, saved["bert.embeddings.word_embeddings.weight"])
+    words, layer = saved["bert.embeddings.word_embeddings.weight"], saved["bert.encoder.layer.1.output.dense.weight"]
+    assert torch.equal(encoder.model.embeddings.word_embeddings.weight, words)
     encoder.save(tmp_path / "export")
     model, _ = load_masked_lm(str(tmp_path / "export"))
-    assert torch.equal(model.bert.encoder.layer[1].output.dense.weight, saved["bert.encoder.layer.1.output.dense.weight"])
+    assert torch.equal(model.bert.encoder.layer[1].output.dense.weight, layer)
     classifier, _ = _load_classifier(str(tmp_path / "export"), trained=False)
-    assert torch.equal(classifier.bert.embeddings.word_embeddings.weight, saved["bert.embeddings.word_embeddings.weight"])
+    assert torch.equal(classifier.bert.embeddings.word_embeddings.weight, words)
 
 
 def test_a_scorer_needs_its_trained_head(tiny_model_dir):

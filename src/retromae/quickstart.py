@@ -42,7 +42,7 @@ from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.quickstart_config import Budget, QuickstartConfig
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.run_folder import claim_folder, run_identity
+from retromae.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 METRICS = {key: long_title(key) for key in ("ndcg@10", "mrr@10", "recall@100")}  # results.md's columns
 CUTOFFS = cutoffs(list(METRICS))  # 10, 100: the runs are the top max(CUTOFFS)
@@ -250,7 +250,8 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     output = Path(config.output)
     device = detect_device()
     preset, budget = config.budget(device)
-    claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
+    claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False,
+                 inputs=input_paths(config), started=False)
     save_config(config, output / "quickstart-config.json")
     plan = planned_stages(budget, build_data=config.data is None)
     print(f"device: {device}; budget: "
@@ -268,6 +269,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     bm25_started = time.perf_counter()
     results = {"BM25": {**evaluate_bm25(data), "minutes": (time.perf_counter() - bm25_started) / 60}}
     pretraining: dict[str, Path] = {}
+    mark_started(output)
     for name, objective, options in VARIANTS:
         results[name], folder = run_variant(objective, options, initial, corpus, data, budget, output, config.seed,
                                             stages)

@@ -56,7 +56,16 @@ from retromae.errors import NonFiniteError
 from retromae.finite import nonfinite_parameters
 from retromae.io import append_line, check_free_space, write_text_atomic, writing
 from retromae.processes import check_process_count, without_gpus
-from retromae.run_folder import MARKER, check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.run_folder import (
+    MARKER,
+    check_same_run,
+    claim_folder,
+    input_paths,
+    mark_started,
+    read_marker,
+    run_identity,
+    write_marker,
+)
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -283,7 +292,7 @@ def claim_output(config: TrainingConfig, command: str, outputs: Iterable[str], a
     """Take --output for this run before any work (`retromae.run_folder.claim_folder`); `outputs` are the command's
     own files beside `TRAINING_OUTPUTS`."""
     claim_folder(config.output, command, run_identity(config), (*TRAINING_OUTPUTS, *outputs), resume=config.resume,
-                 overwrite=config.overwrite, processes=accelerator)
+                 overwrite=config.overwrite, processes=accelerator, inputs=input_paths(config), started=False)
 
 
 def checkpoints_by_step(output: Path) -> list[tuple[int, Path]]:
@@ -419,6 +428,7 @@ class Trainer:
         if self.state.step == 0 and self.log_extra is not None and (extra := self.log_extra(self)) and metrics:
             metrics.append({"step": 0, "tokens": 0, **extra})
         window = _Window()
+        mark_started(self.output, self.accelerator)  # from here a failure keeps the folder for --resume
         while self.state.step < self.config.max_steps:
             window.add(*self._optimizer_step(batches))
             self.state.step += 1
