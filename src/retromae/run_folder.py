@@ -164,15 +164,16 @@ def input_paths(config: Any) -> list[str]:
 
 def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
                 option_name: str = "output") -> None:
-    """ConfigError when an output overlaps an input: the same path, an output folder inside an input folder (it
-    would change what it reads), or an input where the command writes (`ours`, the names it writes in an output
-    folder: --overwrite would delete it). Checked before anything is deleted or written."""
+    """ConfigError when an output overlaps an input: the same path, an output inside an input folder (it would
+    change what the command reads, or replace a file of it the command reads), or an input where the command writes
+    (`ours`, the names it writes in an output folder: --overwrite would delete it). Checked before anything is
+    deleted or written."""
     out = Path(os.path.realpath(output))
     inputs = [given for given in inputs if given and os.path.exists(given)]
     written = [out] if kind == "file" else [out / name for name in ours]
     for given in inputs:
         source = Path(os.path.realpath(given))
-        inside = out == source or (kind == "folder" and source in out.parents)
+        inside = out == source or source in out.parents
         if inside or any(place == source or place in source.parents for place in written):
             raise ConfigError(f"--{option_name.replace('_', '-')} {output}: overlaps {given}, which this command "
                               "reads; write its outputs elsewhere (another --output)")
