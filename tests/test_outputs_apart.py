@@ -129,6 +129,10 @@ def test_check_apart_cases(tmp_path):
             check_apart(output, [given], ours=ours)
     with pytest.raises(ConfigError, match="overlaps"):
         check_apart(data / "file.txt", [data / "file.txt"], kind="file")
+    check_apart(data / "run.trec", [data], kind="file")  # a run file beside its data set
+    for read in ("queries.jsonl", "corpus.jsonl.gz", "qrels/test.tsv", "sts-test.csv", "ids.txt", "model.safetensors"):
+        with pytest.raises(ConfigError, match="overlaps"):
+            check_apart(data / read, [data], kind="file")
     (tmp_path / "link").symlink_to(data)
     with pytest.raises(ConfigError, match="overlaps"):
         check_apart(tmp_path / "link", [data])

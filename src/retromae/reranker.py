@@ -83,14 +83,13 @@ def _load_classifier(name: str, trained: bool):
     source = resolve_model(name)
     what = f"--model {name}"
     tokenizer = load_tokenizer(source.transformer, what=what)
-    try:
-        model, _ = load_model(AutoModelForSequenceClassification, source.transformer, what=what,
-                              fresh_head=not trained, num_labels=1)
-    except ModelLoadError as error:
-        if not trained:
-            raise
-        raise ModelLoadError(f"{error} (not a trained cross-encoder? pass the reranker/ folder of `retromae "
-                             "train-reranker` or its output folder)") from None
+    model, fresh = load_model(AutoModelForSequenceClassification, source.transformer, what=what, fresh_head=True,
+                              num_labels=1)
+    if trained and fresh:
+        heads = sorted(fresh, key=lambda key: (key.startswith(f"{model.base_model_prefix}."), key))
+        raise ModelLoadError(f"--model {name}: not a trained cross-encoder: it has no classifier head "
+                             f"({', '.join(heads[:2])} would start random, so every score would be noise); pass the "
+                             "reranker/ folder of `retromae train-reranker` or its output folder")
     check_tokenizer(tokenizer, what, model.config.vocab_size)
     check_weights(model, name)
     return model, tokenizer

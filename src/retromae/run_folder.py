@@ -49,6 +49,11 @@ RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_eve
 INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "input", "embeddings")
 # Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
 OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
+# What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
+# may be written into an input folder beside them (a run file beside its data set), never over one of them.
+READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "queries.tsv", "qrels", "sts-*.csv", "ids.txt",
+                   "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json", "*.safetensors",
+                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -146,6 +151,12 @@ def mark_started(folder: str | Path, processes: Any = None) -> None:
         write_text_atomic(Path(folder) / MARKER, json.dumps(marker, indent=2) + "\n")
 
 
+def _read_in(relative: Path) -> bool:
+    """Whether a file at `relative` in an input folder is one its readers read (`READ_IN_FOLDERS`)."""
+    name = relative.name.removesuffix(".gz")
+    return any(Path(relative.parts[0]).match(pattern) or Path(name).match(pattern) for pattern in READ_IN_FOLDERS)
+
+
 def _started(marker: Mapping[str, Any]) -> bool:
     return marker.get("started", True) is not False
 
@@ -164,16 +175,16 @@ def input_paths(config: Any) -> list[str]:
 
 def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
                 option_name: str = "output") -> None:
-    """ConfigError when an output overlaps an input: the same path, an output inside an input folder (it would
-    change what the command reads, or replace a file of it the command reads), or an input where the command writes
-    (`ours`, the names it writes in an output folder: --overwrite would delete it). Checked before anything is
-    deleted or written."""
+    """ConfigError when an output overlaps an input: the same path, an output folder inside an input folder (it
+    would change what the command reads), an output file over one an input folder is read by (`READ_IN_FOLDERS`),
+    or an input where the command writes (`ours`, the names it writes in an output folder: --overwrite would delete
+    it). Checked before anything is deleted or written."""
     out = Path(os.path.realpath(output))
     inputs = [given for given in inputs if given and os.path.exists(given)]
     written = [out] if kind == "file" else [out / name for name in ours]
     for given in inputs:
         source = Path(os.path.realpath(given))
-        inside = out == source or source in out.parents
+        inside = out == source or (source in out.parents and (kind == "folder" or _read_in(out.relative_to(source))))
         if inside or any(place == source or place in source.parents for place in written):
             raise ConfigError(f"--{option_name.replace('_', '-')} {output}: overlaps {given}, which this command "
                               "reads; write its outputs elsewhere (another --output)")
