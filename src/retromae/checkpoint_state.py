@@ -151,8 +151,7 @@ def _deepspeed_state_dicts(model: nn.Module, accelerator: Accelerator) -> tuple[
     zero, names = model.optimizer, _trained_names(plain)
     _link_optimizer_states(zero)
     base = zero.optimizer  # the torch optimiser, stepping DeepSpeed's flat float32 partitions
-    flat_state = next((base.state[flat] for group in base.param_groups for flat in group["params"]
-                       if base.state.get(flat)), {})
+    flat_state = next((base.state[flat] for flat in _flat_partitions(zero) if base.state.get(flat)), {})
     keys = [key for key, value in flat_state.items() if key != "step" and isinstance(value, torch.Tensor)]
     state: dict[str, dict[str, Any]] = {}
     for parameter, name in names.items():
@@ -162,7 +161,7 @@ def _deepspeed_state_dicts(model: nn.Module, accelerator: Accelerator) -> tuple[
         state[name] = entries
     groups = [{**{key: value for key, value in group.items() if key != "params"},
                "params": [names[parameter] for parameter in members if parameter in names]}
-              for group, members in zip(base.param_groups, _zero_groups(zero), strict=True)]
+              for group, members in zip(base.param_groups, _group_members(zero), strict=True)]
     return weights, {"state": state, "param_groups": groups}
 
 
@@ -180,10 +179,24 @@ def _link_optimizer_states(zero: Any) -> None:
         zero._lazy_init_hp_params_optimizer_state()
 
 
-def _zero_groups(zero: Any) -> list[list[nn.Parameter]]:
-    """The model's parameters of each group of DeepSpeed's optimiser (ZeRO 1 and 2, its bf16 optimiser, or ZeRO-3's
-    sub-groups)."""
-    return next(getattr(zero, name) for name in ("bit16_groups", "bf16_groups", "fp16_groups") if hasattr(zero, name))
+def _group_members(zero: Any) -> list[list[nn.Parameter]]:
+    """The model's parameters of each parameter group of DeepSpeed's optimiser (ZeRO 1 and 2, its bf16 optimiser;
+    ZeRO-3's sub-groups joined back into their groups)."""
+    groups = next(getattr(zero, name) for name in ("bit16_groups", "bf16_groups", "fp16_groups") if hasattr(zero, name))
+    owner = getattr(zero, "sub_group_to_group_id", None)
+    if owner is None:
+        return list(groups)
+    members: list[list[nn.Parameter]] = [[] for _ in zero.optimizer.param_groups]
+    for sub_group, parameters in enumerate(groups):
+        members[owner[sub_group]].extend(parameters)
+    return members
+
+
+def _flat_partitions(zero: Any) -> list[torch.Tensor]:
+    """The flat float32 partitions DeepSpeed's optimiser steps (ZeRO 1 and 2, ZeRO-3, its bf16 optimiser): the keys
+    of the torch optimiser's state."""
+    names = ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "fp32_groups_flat_partition")
+    return list(next(getattr(zero, name) for name in names if hasattr(zero, name)))
 
 
 def put_master_weights(state: dict[str, torch.Tensor], model: nn.Module) -> None:
@@ -410,11 +423,11 @@ def _load_deepspeed_optimizer(model: nn.Module, zero: Any, saved: dict[str, Any]
     first = next(iter(saved["state"].values()), {})
     for group, settings in zip(base.param_groups, saved["param_groups"], strict=True):
         group.update({key: value for key, value in settings.items() if key != "params"})
-        for flat in group["params"]:
-            fresh = {key: torch.zeros_like(flat) for key, value in first.items() if key != "step"}
-            base.state[flat] = {**fresh, **base.state.get(flat, {})}
-            if "step" in first:
-                base.state[flat]["step"] = first["step"].clone().to(flat.device)
+    for flat in _flat_partitions(zero):
+        fresh = {key: torch.zeros_like(flat) for key in first if key != "step"}
+        base.state[flat] = {**fresh, **base.state.get(flat, {})}
+        if "step" in first:
+            base.state[flat]["step"] = first["step"].clone().to(flat.device)
     _link_optimizer_states(zero)
     for parameter, name in names.items():
         for key, value in saved["state"].get(name, {}).items():
