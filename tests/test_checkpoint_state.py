@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate.utils import DistributedType
 from conftest import kill_after_checkpoint, run_two_processes, tiny_pretrain_config
 from safetensors.torch import load_file, save_file
 from test_train import collate, dataset
 from torch import nn
 
 import retromae
-from retromae.checkpoint_state import check_checkpointing, check_complete, check_shared_folder
+from retromae.checkpoint_state import check_complete, check_shared_folder
 from retromae.config import ConfigError
 from retromae.io import current_umask
 from retromae.run_folder import MARKER
@@ -245,15 +244,6 @@ def test_processes_that_cannot_see_the_run_folder_are_refused_before_training(tm
         check_shared_folder(tmp_path, MARKER, two)
     check_shared_folder(tmp_path, MARKER, types.SimpleNamespace(**{**vars(two), "reduce": lambda seen, reduction:
                                                                    seen * 2}))  # both see it
-
-
-def test_deepspeed_checkpoints_are_refused_before_training():
-    """DeepSpeed's engine reads its own checkpoint pickles with weights_only=False."""
-    deepspeed = types.SimpleNamespace(distributed_type=DistributedType.DEEPSPEED)
-    check_checkpointing(deepspeed, save_every=0, resume=False)
-    for save_every, resume_run in ((500, False), (0, True)):
-        with pytest.raises(ConfigError, match="DeepSpeed writes checkpoints as pickles"):
-            check_checkpointing(deepspeed, save_every=save_every, resume=resume_run)
 
 
 def test_pretrain_resume_refuses_a_planted_pickle_in_one_line(tiny_model_dir, tiny_corpus, tmp_path):

@@ -2,11 +2,11 @@
 several). ZeRO-3 here partitions every weight (`stage3_param_persistence_threshold` 0), as on a GPU at BERT's size:
 pre-training, fine-tuning and the reranker follow the trajectory of the same run without DeepSpeed and export the
 whole weights (before: pre-training failed after training, fine-tuning before it, and the reranker wrote a model
-with no weights). The work that runs the model on process 0 alone, and checkpoints (DeepSpeed's engine reads
-pickles), are refused before training; under bf16 the exports hold the optimiser's float32 master weights. Those
-runs are slow tests (`make test-slow`; DeepSpeed compiles a CPU communication op the first time, about a minute) and
-are skipped where DeepSpeed is not installed (`make install` installs it); the options' translation into the
-DeepSpeed config is checked in the default run."""
+with no weights). The work that runs the model on process 0 alone is refused before training; checkpoints are our
+own files (the state gathered by name, as under FSDP), and a killed run resumes on its trajectory; under bf16 the
+exports hold the optimiser's float32 master weights. Those runs are slow tests (`make test-slow`; DeepSpeed compiles
+a CPU communication op the first time, about a minute) and are skipped where DeepSpeed is not installed (`make
+install` installs it); the options' translation into the DeepSpeed config is checked in the default run."""
 
 from __future__ import annotations
 
@@ -119,13 +119,51 @@ def test_bf16_exports_hold_the_float32_master_weights(tiny_model_dir, tiny_corpu
         assert set(weights) - set(finer) <= {"pooler.dense.weight", "pooler.dense.bias"}, name
 
 
+def launch_killed(tmp_path: Path, stage: int, step: int, *args) -> subprocess.CompletedProcess:
+    """`accelerate launch tests/launch_killed.py STEP ARGS` under ZeRO `stage`: killed after its step-STEP
+    checkpoint."""
+    pytest.importorskip("deepspeed")
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               str(accelerate_config(tmp_path, stage)), str(ROOT / "tests" / "launch_killed.py"), str(step),
+               *map(str, args)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.mark.slow
-def test_checkpoints_and_probes_under_zero3_are_refused_before_training(tiny_model_dir, tiny_corpus, tmp_path):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_killed_deepspeed_run_resumes_on_the_same_trajectory(stage, tiny_model_dir, tiny_corpus, tmp_path):
+    """Under ZeRO-2 and ZeRO-3 a run checkpoints into our own files (safetensors and JSON: the weights and the
+    optimiser's moments gathered whole, by name; no file of DeepSpeed's, which are pickles) and, killed after its
+    step-2 checkpoint, `--resume` logs the uninterrupted run's losses and exports its weights (before: both refused)."""
+    args = ["pretrain", "--model", tiny_model_dir, "--corpus", tiny_corpus, "--max-steps", 4, "--batch-size", 4,
+            "--max-length", 32, "--cache-dir", tmp_path / "cache", "--mixed-precision", "no", "--log-every", 1,
+            "--save-every", 2]
+    whole = under_deepspeed(tmp_path, stage, *args, "--output", tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = launch_killed(tmp_path, stage, 2, *args, "--output", tmp_path / "killed")
+    assert killed.returncode != 0 and not (tmp_path / "killed" / "encoder").exists(), killed.stderr[-3000:]
+    checkpoint = tmp_path / "killed" / "checkpoints" / "step-0000002"
+    assert sorted(path.name for path in checkpoint.iterdir()) == [
+        "model.safetensors", "optimizer.safetensors", "retromae-run.json", "rng-0.json", "state.json"]
+    moments = load_file(checkpoint / "optimizer.safetensors")
+    weights = load_file(checkpoint / "model.safetensors")
+    for name in ("encoder.bert.embeddings.word_embeddings.weight", "encoder.bert.encoder.layer.1.output.dense.weight"):
+        assert moments[f"{name}/exp_avg"].shape == weights[name].shape and moments[f"{name}/exp_avg"].abs().sum() > 0
+    resumed = under_deepspeed(tmp_path, stage, *args, "--output", tmp_path / "killed", "--resume")
+    assert resumed.returncode == 0 and "resumed from" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    for step, other in zip(run_metrics(tmp_path / "killed"), run_metrics(tmp_path / "whole"), strict=True):
+        assert step["step"] == other["step"] and step["loss"] == pytest.approx(other["loss"], rel=1e-5), step
+    exported = load_file(tmp_path / "killed" / "encoder" / "model.safetensors")
+    for key, tensor in load_file(tmp_path / "whole" / "encoder" / "model.safetensors").items():
+        torch.testing.assert_close(exported[key], tensor, atol=1e-6, rtol=1e-5, msg=key)
+
+
+@pytest.mark.slow
+def test_probes_under_zero3_are_refused_before_training(tiny_model_dir, tiny_corpus, tmp_path):
     tiny_beir(tmp_path / "beir")
     args = ["pretrain", "--model", tiny_model_dir, "--corpus", tiny_corpus, "--max-steps", 2, "--batch-size", 2,
             "--max-length", 32, "--cache-dir", tmp_path / "cache", "--mixed-precision", "no"]
-    saving = under_deepspeed(tmp_path, 3, *args, "--output", tmp_path / "saving", "--save-every", 1)
-    assert saving.returncode != 0 and "DeepSpeed writes checkpoints as pickles" in saving.stderr
     probing = under_deepspeed(tmp_path, 3, *args, "--output", tmp_path / "probing", "--save-every", 0,
                               "--probe", tmp_path / "beir", "--log-every", 1, "--probe-every", 1)
     assert probing.returncode != 0 and "--probe/--probe-sts: runs the model on process 0 alone" in probing.stderr

@@ -13,9 +13,12 @@ Tensors are read by safetensors, everything else as JSON whose numbers must be f
 does not fit the model, is refused in one line naming it. A checkpoint in Accelerate's layout (`save_state`: pickles
 such as `custom_checkpoint_0.pkl`, `random_states_0.pkl`, `optimizer.bin`, which Accelerate reads with
 `weights_only=False`) is refused unopened. The optimiser's state is keyed by parameter name, so one layout serves one
-process, DDP and FSDP; under FSDP the full state dicts are gathered to process 0 to be written and every process
-reads them (`torch.distributed.checkpoint.state_dict`). DeepSpeed's engine reads its checkpoints with pickle, so
-under DeepSpeed a run may not checkpoint or resume (`check_checkpointing`).
+process, DDP, FSDP and DeepSpeed; under FSDP the full state dicts are gathered to process 0 to be written and every
+process reads them (`torch.distributed.checkpoint.state_dict`); under DeepSpeed (ZeRO 1, 2 or 3) the same is done
+with DeepSpeed's own accessors: the model's float32 master weights and each parameter's optimiser state (`exp_avg`,
+...) gathered whole, by parameter name, and written back into the engine's partitions on resume. DeepSpeed's own
+checkpoint files (pickles its engine reads with `weights_only=False`) are never written nor read. A checkpoint is
+thus the same files whatever wrote it. Under DeepSpeed's fp16 the dynamic loss scale is not kept (it starts again).
 
 Does not own where checkpoints live, their names, staging, pruning or run markers (`retromae.train`,
 `retromae.run_folder`).
@@ -59,14 +62,6 @@ def rng_file(rank: int) -> str:
     return f"rng-{rank}.json"
 
 
-def check_checkpointing(accelerator: Accelerator, save_every: int, resume: bool) -> None:
-    """Refuse, before any work, checkpoints under DeepSpeed: its engine writes its own pickles and reads them with
-    `weights_only=False`, so resuming one could run code planted in the run folder."""
-    if accelerator.distributed_type == DistributedType.DEEPSPEED and (save_every or resume):
-        raise ConfigError("DeepSpeed writes checkpoints as pickles it reads back unsafely; under DeepSpeed give "
-                          "--save-every 0 (no --resume), or use FSDP (an Accelerate config) to shard the model")
-
-
 def check_shared_folder(folder: Path, marker: str, accelerator: Accelerator) -> None:
     """Every process must see the file `marker` that process 0 wrote into `folder` (when some process sees it): on
     several nodes --output must be on a file system they all share, or a checkpoint would miss the files of the
@@ -95,6 +90,10 @@ def check_complete(folder: Path, accelerator: Accelerator) -> None:
 
 def _sharded(accelerator: Accelerator) -> bool:
     return accelerator.distributed_type == DistributedType.FSDP
+
+
+def _deepspeed(accelerator: Accelerator) -> bool:
+    return accelerator.distributed_type == DistributedType.DEEPSPEED
 
 
 # -- writing ----------------------------------------------------------------------------------------------------
@@ -129,12 +128,91 @@ def _state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer,
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         return get_state_dict(model, inner, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if _deepspeed(accelerator):
+        return _deepspeed_state_dicts(model, accelerator)
     plain = accelerator.unwrap_model(model)
     names = _parameter_names(plain, inner)
     state = inner.state_dict()
     return plain.state_dict(), {
         "state": {names[index]: value for index, value in state["state"].items()},
         "param_groups": [{**group, "params": [names[i] for i in group["params"]]} for group in state["param_groups"]]}
+
+
+def _deepspeed_state_dicts(model: nn.Module, accelerator: Accelerator) -> tuple[dict[str, torch.Tensor],
+                                                                              dict[str, Any]]:
+    """Under DeepSpeed: the whole model state with the float32 master weights, and each trained parameter's
+    optimiser state gathered whole (`exp_avg`, `exp_avg_sq`, the step), keyed by name as `_state_dicts` keys them.
+    A collective under ZeRO-3 (the model state is then whole on process 0 only)."""
+    from deepspeed.utils import safe_get_full_optimizer_state
+
+    plain = accelerator.unwrap_model(model)
+    weights = accelerator.get_state_dict(model)
+    put_master_weights(weights, plain)
+    zero, names = model.optimizer, _trained_names(plain)
+    _link_optimizer_states(zero)
+    base = zero.optimizer  # the torch optimiser, stepping DeepSpeed's flat float32 partitions
+    flat_state = next((base.state[flat] for flat in _flat_partitions(zero) if base.state.get(flat)), {})
+    keys = [key for key, value in flat_state.items() if key != "step" and isinstance(value, torch.Tensor)]
+    state: dict[str, dict[str, Any]] = {}
+    for parameter, name in names.items():
+        entries = {key: safe_get_full_optimizer_state(parameter, key).detach().float().cpu() for key in keys}
+        if "step" in flat_state:
+            entries["step"] = flat_state["step"].detach().clone().cpu()
+        state[name] = entries
+    groups = [{**{key: value for key, value in group.items() if key != "params"},
+               "params": [names[parameter] for parameter in members if parameter in names]}
+              for group, members in zip(base.param_groups, _group_members(zero), strict=True)]
+    return weights, {"state": state, "param_groups": groups}
+
+
+def _trained_names(model: nn.Module) -> dict[nn.Parameter, str]:
+    """Each trained parameter of `model` by its first name (a tied parameter once)."""
+    return {parameter: name for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+def _link_optimizer_states(zero: Any) -> None:
+    """Point each parameter of ZeRO 1 and 2 (and DeepSpeed's bf16 optimiser) at its optimiser state again. They link
+    once, after the first group's first step, when the other groups have no state yet (DeepSpeed steps its groups one
+    by one): a parameter of a later group would then have no `exp_avg` to gather. ZeRO-3 reads the state itself."""
+    if hasattr(zero, "_lazy_init_hp_params_optimizer_state"):
+        zero._hp_optimizer_states_linked = False
+        zero._lazy_init_hp_params_optimizer_state()
+
+
+def _group_members(zero: Any) -> list[list[nn.Parameter]]:
+    """The model's parameters of each parameter group of DeepSpeed's optimiser (ZeRO 1 and 2, its bf16 optimiser;
+    ZeRO-3's sub-groups joined back into their groups)."""
+    groups = next(getattr(zero, name) for name in ("bit16_groups", "bf16_groups", "fp16_groups") if hasattr(zero, name))
+    owner = getattr(zero, "sub_group_to_group_id", None)
+    if owner is None:
+        return list(groups)
+    members: list[list[nn.Parameter]] = [[] for _ in zero.optimizer.param_groups]
+    for sub_group, parameters in enumerate(groups):
+        members[owner[sub_group]].extend(parameters)
+    return members
+
+
+def _flat_partitions(zero: Any) -> list[torch.Tensor]:
+    """The flat float32 partitions DeepSpeed's optimiser steps (ZeRO 1 and 2, ZeRO-3, its bf16 optimiser): the keys
+    of the torch optimiser's state."""
+    names = ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "fp32_groups_flat_partition")
+    return list(next(getattr(zero, name) for name in names if hasattr(zero, name)))
+
+
+def put_master_weights(state: dict[str, torch.Tensor], model: nn.Module) -> None:
+    """Each trained parameter of `model` in `state` (the engine's 16-bit weights under mixed precision) replaced by
+    DeepSpeed's float32 master copy, under every name it has (tied weights). A collective under ZeRO-3, where the
+    other processes' `state` is empty; a frozen parameter keeps the engine's weights (it has no master copy)."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    names: dict[nn.Parameter, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(parameter, []).append(name)
+    for parameter, aliases in names.items():
+        master = safe_get_full_fp32_param(parameter) if parameter.requires_grad else None
+        for name in aliases:
+            if master is not None and name in state:
+                state[name] = master.detach().float().cpu()
 
 
 def _parameter_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
@@ -307,13 +385,54 @@ def _check_finite(value: Any) -> None:
 
 
 def _load_model(model: nn.Module, weights: dict[str, torch.Tensor], accelerator: Accelerator) -> None:
-    if _sharded(accelerator):
+    if _deepspeed(accelerator):
+        _load_deepspeed_model(accelerator.unwrap_model(model), weights)
+    elif _sharded(accelerator):
         # torch.distributed.checkpoint: only for a sharded (FSDP) model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
     else:
         accelerator.unwrap_model(model).load_state_dict(weights, strict=True)
+
+
+def _load_deepspeed_model(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """The whole weights into DeepSpeed's model (gathered whole under ZeRO-3, then partitioned again) and into its
+    float32 master copies; every process loads the same file."""
+    import deepspeed
+    from deepspeed.utils import safe_set_full_fp32_param
+
+    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
+        model.load_state_dict(weights, strict=True)
+    for parameter, name in _trained_names(model).items():
+        safe_set_full_fp32_param(parameter, weights[name].float())
+
+
+def _load_deepspeed_optimizer(model: nn.Module, zero: Any, saved: dict[str, Any]) -> None:
+    """Each trained parameter's saved optimiser state into DeepSpeed's partitions (created first when the engine
+    has not stepped yet: torch's AdamW makes its state at the first step), and the groups' settings."""
+    from deepspeed.utils import safe_set_full_optimizer_state
+
+    names, base = _trained_names(model), zero.optimizer
+    unknown = sorted(set(saved["state"]) - set(names.values()))
+    if unknown:
+        raise KeyError(f"state for {unknown[0]}, which the model's optimiser does not have")
+    if len(saved["param_groups"]) != len(base.param_groups):
+        raise ValueError(f"{len(saved['param_groups'])} parameter groups, the engine's optimiser has "
+                         f"{len(base.param_groups)}")
+    first = next(iter(saved["state"].values()), {})
+    for group, settings in zip(base.param_groups, saved["param_groups"], strict=True):
+        group.update({key: value for key, value in settings.items() if key != "params"})
+    for flat in _flat_partitions(zero):
+        fresh = {key: torch.zeros_like(flat) for key in first if key != "step"}
+        base.state[flat] = {**fresh, **base.state.get(flat, {})}
+        if "step" in first:
+            base.state[flat]["step"] = first["step"].clone().to(flat.device)
+    _link_optimizer_states(zero)
+    for parameter, name in names.items():
+        for key, value in saved["state"].get(name, {}).items():
+            if key != "step":
+                safe_set_full_optimizer_state(parameter, value.float(), key)
 
 
 def _join_optimizer(tensors: dict[str, torch.Tensor], values: dict[str, dict[str, Any]], groups: list[dict],
@@ -334,6 +453,9 @@ def _join_optimizer(tensors: dict[str, torch.Tensor], values: dict[str, dict[str
 def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, Any],
                     accelerator: Accelerator) -> None:
     inner = getattr(optimizer, "optimizer", optimizer)
+    if _deepspeed(accelerator):
+        _load_deepspeed_optimizer(accelerator.unwrap_model(model), model.optimizer, saved)
+        return
     if _sharded(accelerator):
         # torch.distributed.checkpoint: only for a sharded (FSDP) model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

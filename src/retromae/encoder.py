@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 from tqdm.auto import tqdm
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import require
@@ -33,8 +33,9 @@ from retromae.errors import ModelLoadError
 from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory, write_text_atomic
 from retromae.long_texts import clip_texts
-from retromae.model_source import ENCODER_FILE, check_safetensors, check_tokenizer, read_json, resolve_model
+from retromae.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
 from retromae.onednn import packed_linears
+from retromae.pretrained import load_model, load_tokenizer
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 DEFAULT_MAX_LENGTH = 512
@@ -213,12 +214,8 @@ class Encoder:
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        check_safetensors(Path(source) / spec.subfolder)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, subfolder=spec.subfolder)
-            model = AutoModel.from_pretrained(source, subfolder=spec.subfolder)
-        except (OSError, ValueError, KeyError) as error:
-            raise _load_error(source, str(error)) from error
+        tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
+        model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
         check_weights(model, resolved.given)
         _check_declared_length(spec.max_length, tokenizer, source)

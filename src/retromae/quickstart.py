@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer
 
 from retromae.callable_module import CallableModule
 from retromae.config import save_config
@@ -38,12 +37,13 @@ from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.evaluation.metric_registry import cutoffs, long_title, primary_key
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
+from retromae.pretrained import load_tokenizer
 from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.quickstart_config import Budget, QuickstartConfig
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.run_folder import claim_folder, run_identity
+from retromae.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 METRICS = {key: long_title(key) for key in ("ndcg@10", "mrr@10", "recall@100")}  # results.md's columns
 CUTOFFS = cutoffs(list(METRICS))  # 10, 100: the runs are the top max(CUTOFFS)
@@ -122,7 +122,7 @@ def model_length(budget: Budget) -> int:
 def unigram_entropy(corpus: list[str], model: Path) -> float:
     """Nats per token of predicting every token of the corpus by its frequency alone: the plateau a pre-training
     loss sits on until the model learns to use context (docs/RESULTS.md, section 1)."""
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    tokenizer = load_tokenizer(str(model))
     counts: collections.Counter[int] = collections.Counter()
     for document in iter_corpus(corpus):
         counts.update(tokenizer(document.text, add_special_tokens=False)["input_ids"])
@@ -262,7 +262,8 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     output = Path(config.output)
     device = detect_device()
     preset, budget = config.budget(device)
-    claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False)
+    claim_folder(output, "quickstart", run_identity(config), OUTPUTS, overwrite=config.overwrite, resumable=False,
+                 inputs=input_paths(config), started=False)
     save_config(config, output / "quickstart-config.json")
     plan = planned_stages(budget, build_data=config.data is None)
     print(f"device: {device}; budget: "
@@ -280,6 +281,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     bm25_started = time.perf_counter()
     results = {"BM25": {**evaluate_bm25(data), "minutes": (time.perf_counter() - bm25_started) / 60}}
     pretraining: dict[str, Path] = {}
+    mark_started(output)
     for name, objective, options in VARIANTS:
         results[name], folder = run_variant(objective, options, initial, corpus, data, budget, output, config.seed,
                                             stages)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
+from transformers import AutoModelForSequenceClassification, BatchEncoding, PreTrainedTokenizerBase
 
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import ConfigError, save_config
@@ -33,7 +33,8 @@ from retromae.finetune.negatives import Miner
 from retromae.finite import check_vectors, check_weights
 from retromae.io import atomic_directory
 from retromae.long_texts import clip_texts
-from retromae.model_source import check_safetensors, check_tokenizer, resolve_model
+from retromae.model_source import check_tokenizer, resolve_model
+from retromae.pretrained import load_model, load_tokenizer
 from retromae.reranker_config import RerankerConfig
 from retromae.train import Trainer, claim_output, make_accelerator, seed_everything
 
@@ -80,19 +81,16 @@ def _load_classifier(name: str, trained: bool):
     """The one-logit classifier and tokenizer of `name`. `trained`: the folder must hold the classifier head (a
     cross-encoder that scores); otherwise a head it lacks starts fresh (a reranker about to be trained)."""
     source = resolve_model(name)
-    check_safetensors(source.transformer)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source.transformer)
-        model, loading = AutoModelForSequenceClassification.from_pretrained(source.transformer, num_labels=1,
-                                                                            output_loading_info=True)
-    except (OSError, ValueError, KeyError) as error:
-        raise ModelLoadError(f"cannot load model {name!r} as a cross-encoder: {error}") from error
-    check_tokenizer(tokenizer, f"--model {name}", model.config.vocab_size)
-    fresh_head = [key for key in loading["missing_keys"] if not key.startswith(f"{model.base_model_prefix}.")]
-    if trained and fresh_head:
+    what = f"--model {name}"
+    tokenizer = load_tokenizer(source.transformer, what=what)
+    model, fresh = load_model(AutoModelForSequenceClassification, source.transformer, what=what, fresh_head=True,
+                              num_labels=1)
+    if trained and fresh:
+        heads = sorted(fresh, key=lambda key: (key.startswith(f"{model.base_model_prefix}."), key))
         raise ModelLoadError(f"--model {name}: not a trained cross-encoder: it has no classifier head "
-                             f"({', '.join(sorted(fresh_head)[:2])} would start random, so every score would be "
-                             "noise); pass the reranker/ folder of `retromae train-reranker` or its output folder")
+                             f"({', '.join(heads[:2])} would start random, so every score would be noise); pass the "
+                             "reranker/ folder of `retromae train-reranker` or its output folder")
+    check_tokenizer(tokenizer, what, model.config.vocab_size)
     check_weights(model, name)
     return model, tokenizer
 

@@ -3,8 +3,11 @@
 Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity:
 the options that define its result plus fingerprints of its input files), the rule that a folder holding another
 run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the
-command itself writes; anything else a user keeps there stays), the same rule for single-file outputs, and the
-list of options that differ between two runs; and that one process at a time writes an output: claiming one
+command itself writes, and only where a run of the same command wrote them: never another command's outputs, nor
+files no run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the
+list of options that differ between two runs; that an output never overlaps a command's inputs (`check_apart`,
+before anything is deleted); that a run which fails before its first step (`mark_started`) leaves its folder free
+for the corrected command; and that one process at a time writes an output: claiming one
 takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
 distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
 user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
@@ -44,6 +47,13 @@ RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_eve
                          "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
 # Options naming input files or folders, fingerprinted by content so that a changed file is a different run.
 INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "input", "embeddings")
+# Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
+OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
+# What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
+# may be written into an input folder beside them (a run file beside its data set), never over one of them.
+READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "queries.tsv", "qrels", "sts-*.csv", "ids.txt",
+                   "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json", "*.safetensors",
+                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -124,8 +134,60 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
     return marker if isinstance(marker, dict) else None
 
 
-def write_marker(folder: Path, command: str, identity: Mapping[str, Any]) -> None:
-    write_text_atomic(Path(folder) / MARKER, json.dumps({"command": command, "identity": identity}, indent=2) + "\n")
+def write_marker(folder: Path, command: str, identity: Mapping[str, Any], started: bool = True) -> None:
+    """Record the run of `command` with `identity` in `folder`; `started` False: it has done no lasting work yet
+    (`mark_started`), so that its folder is free again when it fails before then."""
+    record = {"command": command, "identity": identity, **({} if started else {"started": False})}
+    write_text_atomic(Path(folder) / MARKER, json.dumps(record, indent=2) + "\n")
+
+
+def mark_started(folder: str | Path, processes: Any = None) -> None:
+    """Record that the run claiming `folder` (with `claim_folder(..., started=False)`) began its lasting work (its
+    first training step): from now on its outputs are kept as any run's. Before, a failed run's folder is taken by
+    the next run of the same command as if empty. Only the main process of `processes` writes."""
+    marker = read_marker(Path(folder))
+    if marker is not None and not _started(marker) and (processes is None or processes.is_main_process):
+        marker.pop("started")
+        write_text_atomic(Path(folder) / MARKER, json.dumps(marker, indent=2) + "\n")
+
+
+def _read_in(relative: Path) -> bool:
+    """Whether a file at `relative` in an input folder is one its readers read (`READ_IN_FOLDERS`)."""
+    name = relative.name.removesuffix(".gz")
+    return any(Path(relative.parts[0]).match(pattern) or Path(name).match(pattern) for pattern in READ_IN_FOLDERS)
+
+
+def _started(marker: Mapping[str, Any]) -> bool:
+    return marker.get("started", True) is not False
+
+
+def input_paths(config: Any) -> list[str]:
+    """Every file or folder on disk that an option of `config` names, but those it writes (`OUTPUT_OPTIONS`)."""
+    def named(value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return [path for key, item in value.items() if key not in OUTPUT_OPTIONS for path in named(item)]
+        if isinstance(value, list):
+            return [path for item in value for path in named(item)]
+        return [value] if isinstance(value, str) and value and os.path.exists(value) else []
+
+    return named(config_to_dict(config))
+
+
+def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
+                option_name: str = "output") -> None:
+    """ConfigError when an output overlaps an input: the same path, an output folder inside an input folder (it
+    would change what the command reads), an output file over one an input folder is read by (`READ_IN_FOLDERS`),
+    or an input where the command writes (`ours`, the names it writes in an output folder: --overwrite would delete
+    it). Checked before anything is deleted or written."""
+    out = Path(os.path.realpath(output))
+    inputs = [given for given in inputs if given and os.path.exists(given)]
+    written = [out] if kind == "file" else [out / name for name in ours]
+    for given in inputs:
+        source = Path(os.path.realpath(given))
+        inside = out == source or (source in out.parents and (kind == "folder" or _read_in(out.relative_to(source))))
+        if inside or any(place == source or place in source.parents for place in written):
+            raise ConfigError(f"--{option_name.replace('_', '-')} {output}: overlaps {given}, which this command "
+                              "reads; write its outputs elsewhere (another --output)")
 
 
 def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, identity: Mapping[str, Any]) -> None:
@@ -143,58 +205,79 @@ def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, i
 
 
 def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], *,
-                 resume: bool = False, overwrite: bool = False, resumable: bool = True, processes: Any = None) -> None:
+                 resume: bool = False, overwrite: bool = False, resumable: bool = True, processes: Any = None,
+                 inputs: Iterable[str | Path] = (), started: bool = True) -> None:
     """Make `folder` this run's before any work: none of `ours` there (only unrelated files): take it; the same run with
-    `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) and take it; else refuse.
+    `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) where an earlier run of this
+    command wrote them, and take it; else refuse. `inputs` (the paths the command reads) must lie apart from it
+    (`check_apart`). `started` False: the run marks itself started later (`mark_started`); until then, a failure
+    leaves the folder free for the next run of this command.
 
     Every process checks; only the main one of `processes` (an Accelerator or PartialState) takes the folder's lock
     (`hold`) and then writes."""
+    ours = tuple(ours)
+    check_apart(folder, inputs, ours)
     main = processes is None or processes.is_main_process
-    refusal = hold(Path(folder), Path(folder) / LOCK_FILE) if main else None
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable) if main else None
     if processes is not None and processes.num_processes > 1:
         refusal = _from_main(refusal, processes)
     if refusal is not None:
         raise refusal
-    stale = _check_folder(Path(folder), command, identity, ours, resume, overwrite, resumable)
+    stale, continued = _check_folder(Path(folder), command, identity, ours, resume, overwrite, resumable)
     if processes is not None:
         processes.wait_for_everyone()
     if processes is None or processes.is_main_process:
         for path in stale:
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-        write_marker(folder, command, identity)
+        write_marker(folder, command, identity, started=started or continued)
     if processes is not None:
         processes.wait_for_everyone()
 
 
 def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], resume: bool,
-                  overwrite: bool, resumable: bool) -> list[Path]:
-    """The outputs to delete before taking `folder` (none unless `overwrite`); ConfigError when it is not ours."""
+                  overwrite: bool, resumable: bool) -> tuple[list[Path], bool]:
+    """The outputs to delete before taking `folder` (none unless `overwrite`, or an earlier run of this command that
+    failed before its first step), and whether this run continues a started one; ConfigError when it is not ours."""
     present = [folder / name for name in ours if (folder / name).exists()]
-    if overwrite or not present:  # nothing of an earlier run (at most the marker of one that failed at once)
-        return present
     marker = read_marker(folder)
+    if marker is not None and marker.get("command") != command and (present or _started(marker)):
+        raise ConfigError(f"{folder}: holds the outputs of `retromae {marker.get('command')}`; `retromae {command}` "
+                          "never writes over another command's outputs (not even with --overwrite): choose another "
+                          "--output")
+    if not present:  # nothing of an earlier run (at most the marker of one that failed at once)
+        return [], False
+    if marker is None:
+        names = ", ".join(path.name for path in present[:3])
+        raise ConfigError(f"{folder}: holds {names}, which no retromae run recorded writing (not outputs of `retromae "
+                          f"{command}`), so even --overwrite keeps them: move them, or choose another --output")
+    if not _started(marker):  # an earlier run of this command failed before its first step: nothing to keep
+        same = resume and not differences(marker.get("identity", {}), identity)
+        return ([] if same else present), False
+    if overwrite:
+        return present, False
     if resume:
         check_same_run(folder, command, marker, identity)
-        return []
-    saved = marker or {}
-    changed = differences(saved.get("identity", {}), identity) if saved.get("command") == command else []
+        return [], True
+    changed = differences(marker.get("identity", {}), identity)
     # --resume is named only where it would work: the same command with the same options.
-    same = saved.get("command") == command and not changed
-    ways = "--resume continues it, --overwrite replaces it" if resumable and same else "--overwrite replaces it"
+    ways = "--resume continues it, --overwrite replaces it" if resumable and not changed else "--overwrite replaces it"
     which = f" ({', '.join(changed)} differ)" if changed else ""
-    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {saved.get('command', '?')}`{which}"
-                      f"; {ways}, or choose another --output")
+    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {command}`{which}; {ways}, or choose "
+                      "another --output")
 
 
-def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "output") -> None:
+def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "output",
+               inputs: Iterable[str | Path] = ()) -> None:
     """Refuse to replace an existing output file unless `overwrite` (the write itself is atomic, `retromae.io`), a
-    folder in its place, and a file another process is writing (its lock, `hold`)."""
+    folder in its place, a file another process is writing (its lock, `hold`), and a file among `inputs` (the
+    paths the command reads, `check_apart`)."""
     if path is None:
         return
+    check_apart(path, inputs, kind="file", option_name=option_name)
     path, option_name = Path(path), f"--{option_name.replace('_', '-')}"
     if path.is_dir():
         raise FileSystemError(f"{path}: is a folder; {option_name} takes a file name")
-    refusal = hold(path, path.parent / f".{path.name}.lock")
+    refusal = hold(path, path.parent / f".{path.name}.lock", resumable=False)
     if refusal is not None:
         raise refusal
     if path.exists() and not overwrite:
@@ -205,15 +288,15 @@ def lock_folder(folder: str | Path) -> None:
     """Take `folder` (created here) for this command alone, as `claim_folder` does, for a command that keeps no
     record of its run there (`init-model`); ConfigError or FileSystemError when another process holds it or it
     cannot be written."""
-    refusal = hold(Path(folder), Path(folder) / LOCK_FILE)
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable=False)
     if refusal is not None:
         raise refusal
 
 
-def hold(output: Path, lock: Path) -> Exception | None:
+def hold(output: Path, lock: Path, resumable: bool = True) -> Exception | None:
     """Take the lock file `lock` of `output` (a folder, created here, or a file) until `release`; the error to
-    raise when another process holds it or the place cannot be written, else None. The same process may claim an
-    output again (a library user running twice)."""
+    raise when another process holds it or the place cannot be written, else None (its advice names --resume only
+    for a `resumable` command). The same process may claim an output again (a library user running twice)."""
     lock = Path(os.path.abspath(lock))
     if lock in _HELD:
         return None
@@ -224,8 +307,9 @@ def hold(output: Path, lock: Path) -> Exception | None:
         return error
     except BlockingIOError:
         holder = _holder(lock)
-        return ConfigError(f"{output}: in use by another retromae process{holder}; wait for it to end (or stop it, "
-                           "then --resume), or choose another output")
+        then = "stop it, then --resume" if resumable else "stop it"
+        return ConfigError(f"{output}: in use by another retromae process{holder}; wait for it to end (or {then}), "
+                           "or choose another output")
     except OSError as error:
         return FileSystemError(f"{output}: cannot write here: {error.strerror or error}")
     _HELD[lock] = (descriptor, os.getpid())

@@ -41,10 +41,10 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from retromae.checkpoint_state import (
-    check_checkpointing,
     check_complete,
     check_shared_folder,
     load_training_state,
+    put_master_weights,
     save_training_state,
 )
 from retromae.config import ConfigError
@@ -56,7 +56,16 @@ from retromae.errors import NonFiniteError
 from retromae.finite import nonfinite_parameters
 from retromae.io import append_line, check_free_space, write_text_atomic, writing
 from retromae.processes import check_process_count, without_gpus
-from retromae.run_folder import MARKER, check_same_run, claim_folder, read_marker, run_identity, write_marker
+from retromae.run_folder import (
+    MARKER,
+    check_same_run,
+    claim_folder,
+    input_paths,
+    mark_started,
+    read_marker,
+    run_identity,
+    write_marker,
+)
 from retromae.trackers import TENSORBOARD_DIR, Reporter, start_reporter
 from retromae.training_config import HeadTrainingConfig as HeadTrainingConfig  # re-exported: the loop's options
 from retromae.training_config import TrainingConfig
@@ -232,22 +241,6 @@ def check_unsharded(accelerator: Accelerator, option: str, instead: str) -> None
                           f"weights over every process; train with DDP or ZeRO-2, or {instead}")
 
 
-def _put_master_weights(state: dict[str, torch.Tensor], model: nn.Module) -> None:
-    """Each trained parameter of `model` in `state` (the engine's 16-bit weights under mixed precision) replaced by
-    DeepSpeed's float32 master copy, under every name it has (tied weights). A collective under ZeRO-3, where the
-    other processes' `state` is empty; a frozen parameter keeps the engine's weights (it has no master copy)."""
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    names: dict[nn.Parameter, list[str]] = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
-        names.setdefault(parameter, []).append(name)
-    for parameter, aliases in names.items():
-        master = safe_get_full_fp32_param(parameter) if parameter.requires_grad else None
-        for name in aliases:
-            if master is not None and name in state:
-                state[name] = master.detach().float().cpu()
-
-
 def resolve_mixed_precision(requested: str) -> str:
     """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it, else "no" (fp32)."""
     if requested != "auto":
@@ -283,7 +276,7 @@ def claim_output(config: TrainingConfig, command: str, outputs: Iterable[str], a
     """Take --output for this run before any work (`retromae.run_folder.claim_folder`); `outputs` are the command's
     own files beside `TRAINING_OUTPUTS`."""
     claim_folder(config.output, command, run_identity(config), (*TRAINING_OUTPUTS, *outputs), resume=config.resume,
-                 overwrite=config.overwrite, processes=accelerator)
+                 overwrite=config.overwrite, processes=accelerator, inputs=input_paths(config), started=False)
 
 
 def checkpoints_by_step(output: Path) -> list[tuple[int, Path]]:
@@ -369,7 +362,6 @@ class Trainer:
             model.to(self.accelerator.device)  # fused AdamW needs its parameters on the device when it is built
         if config.compile:
             model.compile()  # in place: parameter names, checkpoints and exports stay those of the plain model
-        check_checkpointing(self.accelerator, config.save_every, config.resume)
         optimizer = _optimizer(model, config, fused=self.accelerator.device.type in ("cuda", "cpu"))
         self._check_heads(optimizer)
         self.scheduler = _scheduler(optimizer, config)
@@ -394,7 +386,7 @@ class Trainer:
             return self.unwrapped_model if self.accelerator.is_main_process else None
         state = self.accelerator.get_state_dict(self.model)
         if deepspeed:
-            _put_master_weights(state, self.unwrapped_model)
+            put_master_weights(state, self.unwrapped_model)
         if not self.accelerator.is_main_process:
             return None
         model = build()
@@ -419,6 +411,7 @@ class Trainer:
         if self.state.step == 0 and self.log_extra is not None and (extra := self.log_extra(self)) and metrics:
             metrics.append({"step": 0, "tokens": 0, **extra})
         window = _Window()
+        mark_started(self.output, self.accelerator)  # from here a failure keeps the folder for --resume
         while self.state.step < self.config.max_steps:
             window.add(*self._optimizer_step(batches))
             self.state.step += 1

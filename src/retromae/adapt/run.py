@@ -37,7 +37,7 @@ from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
 from retromae.objectives import OBJECTIVES
 from retromae.pretraining.config import PretrainConfig
-from retromae.run_folder import claim_folder, run_identity
+from retromae.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 GUARD_FILE = "guard.json"
 ENCODE_BATCH = 64  # texts per forward pass while the validation set is encoded
@@ -58,7 +58,8 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     config = config if config is not None else AdaptConfig(**options)
     output = Path(config.output)
     pooling = base_pooling(config.model, config.pooling, config.normalize)
-    claim_folder(output, "adapt", run_identity(config), OUTPUTS, resume=config.resume, overwrite=config.overwrite)
+    claim_folder(output, "adapt", run_identity(config), OUTPUTS, resume=config.resume, overwrite=config.overwrite,
+                 inputs=input_paths(config), started=False)
     save_config(config, output / "config.json")
     stages = Stages(4 if config.train is None else 5)
     stages.start("reading the corpus and holding out validation")
@@ -69,6 +70,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     with step(f"{METRIC} of the base"):
         base_score = score(encoder, validation, ENCODE_BATCH)
     stages.start("adapting")
+    mark_started(output)
     stage = stage_config(config, output, blocks, pooling)
     from retromae.pretraining.run import pretrain  # the training stack: only once the inputs have passed their checks
 

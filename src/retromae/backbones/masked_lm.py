@@ -18,14 +18,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import AutoModelForMaskedLM, PreTrainedModel, PreTrainedTokenizerFast
 
 from retromae.backbones import ATTENTION_NAMES
 from retromae.backbones.registry import adapter_for, find_adapter
 from retromae.config import ConfigError
 from retromae.errors import ModelLoadError
 from retromae.finite import check_weights
-from retromae.model_source import HEAD_FILE, ModelSource, check_safetensors, check_tokenizer, resolve_model
+from retromae.model_source import HEAD_FILE, ModelSource, check_tokenizer, resolve_model
+from retromae.pretrained import load_config, load_model, load_tokenizer
 
 IGNORE_INDEX = -100
 logger = logging.getLogger(__name__)
@@ -82,22 +83,20 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     `--init-from` does) or `head_used` False (an objective that never calls it) silences the note that the checkpoint
     has none; `attention` and `cuda` pick the attention kernel (`attention_implementation`)."""
     source = resolve_model(name_or_path, option)
-    if not from_config:
-        check_safetensors(source.transformer)
+    what = f"{option} {name_or_path}"
+    tokenizer = load_tokenizer(source.folder, source.subfolder, what, use_fast=True)
+    config = load_config(source.folder, source.subfolder, what)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder, use_fast=True)
-        config = AutoConfig.from_pretrained(source.folder, subfolder=source.subfolder)
-        kernel = attention_implementation(masked_lm_class(config), attention, cuda)
-        if from_config:
-            model = AutoModelForMaskedLM.from_config(config, attn_implementation=kernel)
-        else:
-            model, info = AutoModelForMaskedLM.from_pretrained(source.folder, subfolder=source.subfolder,
-                                                               attn_implementation=kernel, output_loading_info=True)
-            _report_missing(source, model, info["missing_keys"], head_restored or not head_used)
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as error:
+        model_class = masked_lm_class(config)
+    except ValueError as error:
         raise ModelLoadError(f"cannot load model {name_or_path!r}: {error}") from error
+    kernel = attention_implementation(model_class, attention, cuda)
+    if from_config:
+        model = AutoModelForMaskedLM.from_config(config, attn_implementation=kernel)
+    else:
+        model, fresh = load_model(AutoModelForMaskedLM, source.folder, source.subfolder, what, fresh_head=True,
+                                  attn_implementation=kernel)
+        _report_fresh_head(source, fresh, head_restored or not head_used)
     if not tokenizer.is_fast:
         raise ModelLoadError(f"{name_or_path!r}: a fast (Rust) tokenizer is required (tokenizer.json)")
     if tokenizer.mask_token_id is None:
@@ -107,20 +106,15 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     return model, tokenizer
 
 
-def _report_missing(source: ModelSource, model: PreTrainedModel, missing: list[str], head_restored: bool) -> None:
-    """Say once, in our words, which weights the checkpoint lacked: a missing MLM head is expected (sentence
-    encoders such as all-MiniLM-L6-v2 ship none), missing body weights are not."""
-    body = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
-    head = sorted(set(missing) - set(body))
+def _report_fresh_head(source: ModelSource, head: list[str], head_restored: bool) -> None:
+    """Say once, in our words, that the checkpoint lacked the masked-LM head (sentence encoders such as
+    all-MiniLM-L6-v2 ship none); body weights it lacks are refused by `retromae.pretrained.load_model`."""
     if head and not head_restored:
         # Only a pre-training run leaves a head to continue with (a fine-tuning run's folder has none).
         has_head = source.kind == "run" and (Path(source.folder).parent / HEAD_FILE).is_file()
         hint = f" (--init-from {source.given} continues with its head)" if has_head else ""
         logger.warning("%s has no masked-LM head (%d tensors); a fresh one is initialised and trained from scratch%s",
                        source.given, len(head), hint)
-    if body:
-        logger.warning("%s lacks %d tensors of the encoder body (e.g. %s); they start random", source.given,
-                       len(body), body[0])
 
 
 def masked_lm_class(config) -> type[PreTrainedModel]:

@@ -15,7 +15,7 @@ from retromae.config import TOP_K, ConfigError, add_config_arguments, build_conf
 from retromae.console import quiet_by_default
 from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
 from retromae.retrieval.bm25 import BM25Params, bm25_search
-from retromae.run_folder import OutputOptions, claim_file
+from retromae.run_folder import OutputOptions, claim_file, input_paths
 
 HELP = "BM25 retrieval with bm25s over a BEIR/MS MARCO folder (or corpus + queries files) → TREC run"
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 def bm25(config: BM25Config | None = None, /, **options: Any) -> Path:
     """A BM25 run as `config` (or `BM25Config(**options)`) says; returns the TREC run file (`retromae.bm25(...)`)."""
     config = config if config is not None else BM25Config(**options)
-    claim_file(config.output, config.overwrite)
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
     corpus, queries = read_inputs(config)
     write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
     print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.top_k} run in {config.output}")

@@ -14,7 +14,7 @@ from typing import Any
 from retromae.config import SEED, add_config_arguments, build_config, option
 from retromae.console import quiet_by_default
 from retromae.retrieval.index import FAISS_FILE, IDS_FILE, INDEX_INFO, METRICS, NUMPY_FILE, build_index, save_index
-from retromae.run_folder import OutputOptions, claim_folder, run_identity
+from retromae.run_folder import OutputOptions, claim_folder, input_paths, run_identity
 
 HELP = "build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder"
 
@@ -49,7 +49,7 @@ def index(config: IndexConfig | None = None, /, **options: Any) -> Path:
 
     config = config if config is not None else IndexConfig(**options)
     claim_folder(config.output, "index", run_identity(config), (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO),
-                 overwrite=config.overwrite, resumable=False)
+                 overwrite=config.overwrite, resumable=False, inputs=input_paths(config))
     ids, vectors, encoding = load_embeddings(config.embeddings)
     built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                         seed=config.seed)

@@ -17,7 +17,6 @@ from retromae.backbones import ARCHITECTURE_NAMES
 from retromae.backbones.families import family_building, max_positions_help, tokenizer_kinds_help
 from retromae.config import POSITIVE, SEED, ConfigError, Options, add_config_arguments, at_least, build_config, option
 from retromae.console import quiet_by_default
-from retromae.errors import ModelLoadError
 
 # A literal string, so that `retromae --help` lists the commands without importing them; the families it builds
 # are listed by `init-model --help` (--architecture), from the family table.
@@ -88,15 +87,11 @@ def trained_tokenizer(config: InitModelConfig):
 
 def existing_tokenizer(name: str):
     """The tokenizer of --tokenizer, checked as every command checks one."""
-    # transformers: only when the command runs, so --help stays instant
-    from transformers import AutoTokenizer
-
+    # transformers (through retromae.pretrained): only when the command runs, so --help stays instant
     from retromae.model_source import check_tokenizer, resolve_tokenizer
+    from retromae.pretrained import load_tokenizer
 
     source = resolve_tokenizer(name)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source.folder, subfolder=source.subfolder)
-    except (OSError, ValueError) as error:
-        raise ModelLoadError(f"--tokenizer {name}: no tokenizer there ({error})") from error
+    tokenizer = load_tokenizer(source.folder, source.subfolder, f"--tokenizer {name}")
     check_tokenizer(tokenizer, f"--tokenizer {name}")
     return tokenizer

@@ -15,7 +15,7 @@ from retromae.config import POSITIVE, SEED, ConfigError, add_config_arguments, b
 from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
 from retromae.retrieval.mining_options import MiningOptions
-from retromae.run_folder import OutputOptions, claim_file
+from retromae.run_folder import OutputOptions, claim_file, input_paths
 
 HELP = "mine hard negatives (BM25 or a dense model) for a BEIR split or a training file; writes training JSON lines"
 
@@ -57,7 +57,7 @@ def mine(config: MineConfig | None = None, /, **options: Any) -> Path:
     from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
 
     config = config if config is not None else MineConfig(**options)
-    claim_file(config.output, config.overwrite)
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
     data = load_training_data(config.data, config.split)
     if config.negatives == "bm25":
         rankings = bm25_rankings(data, config.rank_end)

@@ -12,7 +12,7 @@ from typing import Any
 
 from retromae.config import add_config_arguments, build_config, option, require
 from retromae.console import quiet_by_default
-from retromae.run_folder import OutputOptions, claim_folder, run_identity
+from retromae.run_folder import OutputOptions, claim_folder, input_paths, run_identity
 
 REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
 HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.txt) into report.md, report.json, "
@@ -47,6 +47,7 @@ def report(config: ReportConfig | None = None, /, **options: Any) -> Path:
 
     config = config if config is not None else ReportConfig(**options)
     claim_folder(config.output, "report", run_identity(config), REPORT_FILES, overwrite=config.overwrite,
+                 inputs=input_paths(config),
                  resumable=False)
     print(write_report(config.variants, config.output, config.title))
     print(f"report: {config.output / 'report.md'}")

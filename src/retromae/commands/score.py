@@ -9,7 +9,7 @@ from typing import Any
 
 from retromae.config import POSITIVE, add_config_arguments, at_least, build_config, option
 from retromae.console import quiet_by_default
-from retromae.run_folder import OutputOptions, claim_file
+from retromae.run_folder import OutputOptions, claim_file, input_paths
 
 HELP = "add teacher scores (pos_scores, neg_scores) from a cross-encoder to a training file, for finetune --distill"
 
@@ -42,7 +42,7 @@ def score(config: ScoreConfig | None = None, /, **options: Any) -> Path:
     from retromae.reranker import CrossEncoder, score_training_file
 
     config = config if config is not None else ScoreConfig(**options)
-    claim_file(config.output, config.overwrite)
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
     scorer = CrossEncoder(config.model, config.device, config.max_length)
     count = score_training_file(scorer, config.data, config.output, config.batch_size)
     print(f"scored {count} pairs into {config.output}")

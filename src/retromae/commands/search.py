@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from retromae.config import POSITIVE, TOP_K, ConfigError, add_config_arguments, build_config, option
 from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
-from retromae.run_folder import OutputOptions, claim_file
+from retromae.run_folder import OutputOptions, claim_file, input_paths
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,7 +90,7 @@ def search(config: SearchConfig | None = None, /, **options: Any) -> Path:
     from retromae.retrieval.search import results_to_run
 
     config = config if config is not None else SearchConfig(**options)
-    claim_file(config.output, config.overwrite)
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
     index, doc_ids, info = load_index(config.index)
     set_search_params(index, info.get("params", "") if config.params is None else config.params)
     query_ids, vectors = query_vectors(config, info.get("encoder", {}))

@@ -33,7 +33,14 @@ from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.report import save_results
 from retromae.evaluation.table import REPORT_FILES, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
-from retromae.run_folder import RUN_NEUTRAL, claim_file, claim_folder, input_fingerprint, run_identity
+from retromae.run_folder import (
+    RUN_NEUTRAL,
+    claim_file,
+    claim_folder,
+    input_fingerprint,
+    input_paths,
+    run_identity,
+)
 
 if TYPE_CHECKING:
     from retromae.encoder import Encoder
@@ -64,8 +71,8 @@ def sts_file(config: EvaluateConfig, data: Path) -> Path | None:
 
 def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
     """Every metric at --k-values on one retrieval set (or STS correlations), saved to --output when given."""
-    claim_file(config.output, config.overwrite)
-    claim_file(config.save_run, config.overwrite, "save_run")
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
+    claim_file(config.save_run, config.overwrite, "save_run", inputs=input_paths(config))
     path = sts_file(config, data)
     per_query = None
     if path is not None:
@@ -135,7 +142,7 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
     if folder is not None:
         identity = run_identity(config, RUN_NEUTRAL | {"device"})
         claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
-                     overwrite=config.overwrite, resumable=False)
+                     overwrite=config.overwrite, resumable=False, inputs=input_paths(config))
     encoder = config.load_encoder()
     root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
     cache = root / cache_key(config, encoder) if root is not None else None

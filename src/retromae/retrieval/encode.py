@@ -132,7 +132,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     info = encoder_info(encoder, model_name, prefix, max_length)
     manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
-                 resume=True, overwrite=overwrite, resumable=False, processes=state)
+                 resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
     if _finished(output_dir, manifest):
         return output_dir
     shards = output_dir / SHARDS_DIR
