@@ -20,7 +20,7 @@ import numpy as np
 
 from retromae.config import require
 from retromae.data.fields import check_id, document_fields, id_problem, record_id, string_field
-from retromae.data.lines import check_regular_file, finite_number, json_object_line, numbered_lines
+from retromae.data.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
 from retromae.errors import DataError, NonFiniteError
 from retromae.io import write_text_atomic
 
@@ -268,7 +268,8 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise DataError(f"{folder}: not a folder")
+        kind = file_kind(folder)
+        raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
     paths = {
         "corpus": _find(folder, ["corpus.jsonl", "collection.tsv", "corpus.tsv"], "corpus"),
         "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
