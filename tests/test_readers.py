@@ -119,7 +119,7 @@ def test_every_json_reader_takes_every_good_id_as_it_is(tmp_path, reader):
 def test_a_number_id_is_refused_with_its_string_spelling_suggested(tmp_path):
     path = write(tmp_path / "corpus.jsonl", jsonl([{"_id": 4983.0, "text": "t"}]))
     with pytest.raises(DataError, match=r"corpus.jsonl:1: field '_id' must be a string, got a number 4983.0; "
-                                        r"write it as the string \"4983.0\""):
+                                        r"ids are strings: write \"4983\", spelled as the qrels"):
         load_corpus(path)
 
 
@@ -249,6 +249,8 @@ def test_an_id_column_of_numbers_in_a_parquet_corpus_is_refused_naming_the_row(t
 def test_a_header_less_qrels_file_keeps_its_first_line(tmp_path):
     assert load_qrels(write(tmp_path / "a.tsv", "q1\td1\t1\nq2\td2\t1\n")) == {"q1": {"d1": 1}, "q2": {"d2": 1}}
     assert load_qrels(write(tmp_path / "b.tsv", "q1\td1\t1\n")) == {"q1": {"d1": 1}}  # one line: no header to take
+    plus = write(tmp_path / "plus.tsv", "q1\td1\t+1\nq2\td2\t1\n")  # before: "+1" is no digit, so line 1 a header
+    assert load_qrels(plus) == {"q1": {"d1": 1}, "q2": {"d2": 1}}
     assert load_qrels(write(tmp_path / "c.txt", "q1 0 d1 2\n")) == {"q1": {"d1": 2}}
     named = write(tmp_path / "d.tsv", "score\tquery-id\tcorpus-id\n1\tq1\td1\n")  # names in another order
     assert load_qrels(named) == {"q1": {"d1": 1}}
@@ -416,15 +418,21 @@ def test_every_file_option_refuses_what_is_not_a_regular_file_in_one_line(tmp_pa
 
 
 def test_dev_zero_as_a_corpus_or_a_config_file_is_refused_at_once(tmp_path):
-    """Before: `--corpus /dev/zero` (and a .txt name linked to it) hung, hashing or reading zeros without end."""
+    """Before: `--corpus /dev/zero` (and a .txt name linked to it) hung, hashing or reading zeros without end. Run in
+    a child process with a timeout, so that a regression fails the test instead of hanging it."""
     link = tmp_path / "zeros.txt"
     link.symlink_to("/dev/zero")
-    for argv in (["init-model", "--corpus", str(link), "--output", str(tmp_path / "m")],
-                 ["bm25", "--config", "/dev/zero"],
-                 ["bm25", "--corpus", "/dev/zero", "--queries", "/dev/zero", "--output", str(tmp_path / "r")]):
-        done = subprocess.run([sys.executable, "-m", "retromae", *argv], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2, done.stderr
-        assert "is a character device, not a regular" in done.stderr and len(done.stderr.splitlines()) == 1
+    commands = [["init-model", "--corpus", str(link), "--output", str(tmp_path / "m")],
+                ["pretrain", "--model", "m", "--corpus", "/dev/zero", "--output", str(tmp_path / "p"), "--config",
+                 "/dev/zero"],
+                ["bm25", "--corpus", "/dev/zero", "--queries", "/dev/zero", "--output", str(tmp_path / "r")]]
+    script = f"from retromae.cli import main; print([main(argv) for argv in {commands!r}])"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[2, 2, 2]", done.stderr
+    errors = done.stderr.strip().splitlines()
+    assert errors == [f"retromae: error: {link}: is a character device, not a regular corpus file",
+                      "retromae: error: /dev/zero: is a character device, not a regular config file",
+                      "retromae: error: /dev/zero: is a character device, not a regular file"]
 
 
 def test_a_special_file_inside_a_corpus_folder_is_named_not_skipped(tmp_path):

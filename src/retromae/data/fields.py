@@ -55,8 +55,9 @@ def check_id(value: Any, where: str, what: str = "id") -> str:
     if not isinstance(value, str):
         hint = ""
         if isinstance(value, int | float) and not isinstance(value, bool):
-            hint = (f"; write it as the string \"{value}\", spelled as the qrels and runs spell it (a number's "
-                    "spelling is not kept: 4983.0 would never match the judgments of \"4983\")")
+            example = int(value) if isinstance(value, float) and value.is_integer() else value
+            hint = (f'; ids are strings: write "{example}", spelled as the qrels and runs spell it (JSON does not '
+                    "keep a number's spelling: 4983, 4983.0 and 4.983e3 are one number)")
         raise DataError(f"{where}: {what} must be a string, got {json_type(value)} {value!r}{hint}")
     if not value:
         raise DataError(f"{where}: empty {what}")
