@@ -154,13 +154,14 @@ def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096,
     l2 = _is_l2(index)
     scores = np.empty((len(queries), k), dtype=np.float32)  # (Q, k)
     indices = np.empty((len(queries), k), dtype=np.int64)  # (Q, k)
+    if k == 0:  # an empty index has nothing to find
+        return scores, indices
     with progress(f"searching {len(queries):,} queries", len(queries), "query", enabled=show_progress) as bar:
         for start in range(0, len(queries), batch_size):
             block = np.ascontiguousarray(queries[start:start + batch_size], dtype=np.float32)
-            if k:  # an empty index has nothing to find
-                distances, rows = index.search(block, k)
-                scores[start:start + len(block)] = -distances if l2 else distances
-                indices[start:start + len(block)] = rows
+            distances, rows = index.search(block, k)
+            scores[start:start + len(block)] = -distances if l2 else distances
+            indices[start:start + len(block)] = rows
             bar.update(len(block))
     return scores, indices
 
