@@ -129,7 +129,7 @@ def test_bad_pair_lines_name_file_and_line(tmp_path, tiny_tokenizer, line, messa
 
 
 def test_missing_or_empty_pairs_file(tmp_path, tiny_tokenizer):
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(DataError, match="no such pairs file"):
         PairsDataset(tmp_path / "none.jsonl", tiny_tokenizer, 16, seed=0)
     with pytest.raises(DataError, match="no pairs"):
         PairsDataset(write_pairs(tmp_path / "empty.jsonl", []), tiny_tokenizer, 16, seed=0)

@@ -81,7 +81,7 @@ def test_txt_blank_line_separated_paragraphs(tmp_path):
 def test_jsonl_with_and_without_title_and_ids(tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", [
         {"_id": "d1", "title": "Title", "text": "body one"},
-        {"id": 7, "text": "body two"},
+        {"id": "7", "text": "body two"},
         {"text": "body three", "title": ""},
         {"text": "", "title": "only title"},
     ])

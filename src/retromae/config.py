@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from retromae.data.lines import check_regular_file
 from retromae.errors import RetroMAEError
 from retromae.io import write_text_atomic
 
@@ -287,6 +288,7 @@ def _json_mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values; a key given twice is
     refused."""
+    check_regular_file(Path(path), "config file", missing_ok=True)  # a FIFO or /dev/zero would never end
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is skipped
     except OSError as error:

@@ -106,8 +106,9 @@ def check_language(tokenizer, documents: list[Document], model: str, where: str)
 
 
 def write_training_corpus(documents: list[Document], path: Path) -> None:
-    """The training documents as JSON lines ({"id", "text"}), written atomically."""
-    lines = [json.dumps({"id": document.doc_id, "text": document.text}, ensure_ascii=False) for document in documents]
+    """The training documents as JSON lines ({"text"}: pre-training reads no id, and a default id, the source's
+    FILE:LINE, may hold a space, which the id rule refuses), written atomically."""
+    lines = [json.dumps({"text": document.text}, ensure_ascii=False) for document in documents]
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 

@@ -26,7 +26,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retromae.data.collate import Block, BlockCollator
-from retromae.data.lines import numbered_lines, parse_json_line
+from retromae.data.lines import check_regular_file, numbered_lines, parse_json_line
 from retromae.data.token_store import TokenStore, plain_backend, word_starts_of
 from retromae.errors import DataError
 
@@ -193,8 +193,7 @@ class PairsDataset(_BatchSeeded):
     def __init__(self, path: str | Path, tokenizer: PreTrainedTokenizerBase, max_length: int, seed: int,
                  negatives: bool = False) -> None:
         self.seed = seed
-        if not Path(path).is_file():
-            raise DataError(f"{path}: pairs file not found")
+        check_regular_file(Path(path), "pairs file")
         pairs = list(iter_pairs(Path(path), negatives))
         if not pairs:
             raise DataError(f"{path}: no pairs in the file")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import clean_text, numbered_line_pieces, numbered_lines, parse_json_line
+from retromae.data.fields import document_fields
+from retromae.data.lines import check_regular_file, clean_text, numbered_line_pieces, numbered_lines, parse_json_line
 from retromae.errors import DataError
 from retromae.long_texts import last_cut
 
@@ -53,6 +54,7 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
         raise DataError(f"{path}: corpus file or folder not found")
     if path.is_dir():
         return itertools.chain.from_iterable(iter_documents(file) for file in folder_files(path))
+    check_regular_file(path, "corpus file")
     suffix = path.suffix.lower()
     if suffix == ".txt":
         return _read_txt(path)
@@ -140,11 +142,15 @@ def parse_hf_source(source: str) -> tuple[str, str | None]:
 
 
 def folder_files(folder: Path) -> list[Path]:
-    """The corpus files of a folder: a BEIR folder's corpus.jsonl, else every .txt/.jsonl/.json/.parquet in it."""
+    """The corpus files of a folder: a BEIR folder's corpus.jsonl, else every .txt/.jsonl/.json/.parquet in it; one
+    of these names that is not a regular file (a FIFO, a device) is an error naming it, never skipped in silence."""
     beir = folder / "corpus.jsonl"
-    if beir.is_file():
+    if beir.exists():
+        check_regular_file(beir, "corpus file")
         return [beir]
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES)
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in CORPUS_SUFFIXES and not p.is_dir())
+    for file in files:
+        check_regular_file(file, "corpus file")
     if not files:
         raise DataError(f"{folder}: no corpus.jsonl (BEIR layout) and no {', '.join(CORPUS_SUFFIXES)} files")
     return files
@@ -209,21 +215,10 @@ def _read_jsonl(path: Path) -> Iterator[Document]:
 
 
 def _record_document(record: Any, where: str, default_id: str) -> Document:
-    """A Document from one JSON object or table row; `where` names the file and line (or row) for errors."""
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: expected a JSON object with a 'text' field, got {type(record).__name__}")
-    if "text" not in record:
-        raise DataError(f"{where}: missing field 'text'")
-    if record["text"] is None:
-        raise DataError(f"{where}: field 'text' is null")
-    text, title = record["text"], record.get("title")
-    if not isinstance(text, str):
-        raise DataError(f"{where}: field 'text' must be a string, got {type(text).__name__}")
-    if title is not None and not isinstance(title, str):
-        raise DataError(f"{where}: field 'title' must be a string, got {type(title).__name__}")
-    doc_id = record.get("_id", record.get("id"))
-    title = clean_text(title) if title is not None else None
-    return Document(default_id if doc_id is None else clean_text(str(doc_id)), _join(title, clean_text(text)))
+    """A Document from one JSON object or table row (`data.fields.document_fields`: typed fields, the id rule);
+    `where` names the file and line (or row) for errors."""
+    doc_id, title, text = document_fields(record, where, id_required=False)
+    return Document(default_id if doc_id is None else doc_id, _join(clean_text(title), clean_text(text)))
 
 
 def _read_parquet(path: Path) -> Iterator[Document]:

@@ -2,10 +2,11 @@
 
 Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered lines, parsing one line as
 JSON, reading a whole JSON file (`read_json_file`, the one reader of the JSON files in run and model folders),
-reading a line too long to hold in pieces (`numbered_line_pieces`), and reading an appended JSON-lines log whose
-last record a kill may have cut (`appended_records`). Every line-based reader (corpora, retrieval sets,
-training files, pairs, STS, runs) goes through here, so their errors read alike: `FILE:LINE: what is wrong`, and
-so they all accept the same text:
+reading a line too long to hold in pieces (`numbered_line_pieces`), reading an appended JSON-lines log whose
+last record a kill may have cut (`appended_records`), and refusing, before a byte is read, a path that is not a
+regular file (`check_regular_file`: a FIFO would block, `/dev/zero` never end). Every line-based reader (corpora,
+retrieval sets, training files, pairs, STS, runs) goes through here, so their errors read alike: `FILE:LINE: what
+is wrong`, and so they all accept the same text:
 
 - a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
 - a number must be finite: JSON's NaN, Infinity and numbers too large for a float (1e999) are refused where the
@@ -22,7 +23,9 @@ import codecs
 import gzip
 import json
 import math
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +35,34 @@ from retromae.errors import DataError
 
 BOM = "\ufeff"
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # C0 but tab and newline, and DEL
+
+
+FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(path: Path) -> str | None:
+    """What `path` is when it is not a regular file ("a named pipe (FIFO)", "a character device", ...; symbolic
+    links followed), or None for a regular file; "missing" when nothing is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in FILE_KINDS if test(mode)), "not a regular file")
+
+
+def check_regular_file(path: Path, what: str = "file", *, missing_ok: bool = False) -> None:
+    """DataError naming `path` unless a regular file is there (or nothing, with `missing_ok`): a FIFO would block
+    until a writer comes, a character device such as /dev/zero would never end, and commands read their inputs more
+    than once (to fingerprint them, to read them); so no reader opens what is not a regular file."""
+    kind = file_kind(Path(path))
+    if kind is None or (kind == "missing" and missing_ok):
+        return
+    if kind == "missing":
+        raise DataError(f"{path}: no such {what}")
+    raise DataError(f"{path}: is {kind}, not a regular {what}")
 
 
 def clean_text(text: str) -> str:
@@ -53,8 +84,7 @@ def _clean_value(value: Any) -> Any:
 def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
     """(1-based line number, cleaned line without its end-of-line) per line; blank lines only with `keep_blank`."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    check_regular_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     number = 0
     try:
@@ -76,8 +106,7 @@ def numbered_line_pieces(path: Path, piece_bytes: int) -> Iterator[tuple[int, st
     every line, blank ones too: `numbered_lines` for a file whose lines may be too long to hold whole (a byte-order
     mark, line ends and control characters handled alike; a CR just before a piece's end becomes a space)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    check_regular_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     decoder = codecs.getincrementaldecoder("utf-8")()
     number, offset, ended = 1, 0, True  # offset: bytes of the current line before this piece
@@ -133,6 +162,7 @@ def read_json_file(path: Path, kind: type = dict) -> Any:
     possibly hostile file is: DataError naming the file when it is not UTF-8 JSON, holds NaN or an infinity, or its
     value is not a `kind` (`dict`: an object, `list`: an array, `object`: anything)."""
     path = Path(path)
+    check_regular_file(path, missing_ok=True)  # a missing file: the OSError names it (exit 1)
     try:
         value = loads_finite(path.read_text(encoding="utf-8"))
     except NonFiniteNumber as err:
@@ -182,6 +212,7 @@ def appended_records(path: Path) -> tuple[list[Any], int | None]:
     last line when a kill or a full disk cut that record (no line end and not valid JSON: it is left out), else
     None. Any other malformed line is an error naming it."""
     path = Path(path)
+    check_regular_file(path, missing_ok=True)
     with path.open("rb") as handle:
         handle.seek(0, 2)
         whole = handle.tell() == 0 or (handle.seek(-1, 2) and handle.read(1) == b"\n")

@@ -2,8 +2,9 @@
 
 Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
 (`collection.tsv`, `queries*.tsv`, `qrels*.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS
-Benchmark file layout; checking them (malformed lines, duplicate ids, dangling judgments, non-finite scores, queries
-without text, queries judged without a relevant document).
+Benchmark file layout; checking them (malformed lines, ids by the one id rule of `data.fields`, fields of the wrong
+JSON type, duplicate ids, dangling judgments, non-finite scores, queries without text, queries judged without a
+relevant document).
 Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
 """
 
@@ -18,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from retromae.config import require
-from retromae.data.lines import finite_number, json_object_line, numbered_lines
+from retromae.data.fields import check_id, document_fields, id_problem, record_id, string_field
+from retromae.data.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
 from retromae.errors import DataError, NonFiniteError
 from retromae.io import write_text_atomic
 
@@ -55,7 +57,8 @@ class RetrievalSet:
 
 
 def _format(path: Path) -> str:
-    """'jsonl' or 'tsv', from the file name (a trailing .gz ignored)."""
+    """'jsonl' or 'tsv', from the file name (a trailing .gz ignored), of a regular file."""
+    check_regular_file(path)
     suffixes = [s for s in Path(path).suffixes if s != ".gz"]
     suffix = suffixes[-1] if suffixes else ""
     if suffix in (".jsonl", ".json"):
@@ -65,22 +68,14 @@ def _format(path: Path) -> str:
     raise DataError(f"{path}: unknown format; expected .jsonl (BEIR) or .tsv (MS MARCO)")
 
 
-def _json_field(path: Path, number: int, record: dict, *names: str) -> str:
-    """The first of `names` present in `record`, as a string; DataError naming the line when none is."""
-    for name in names:
-        if record.get(name) is not None:
-            return str(record[name])
-    raise DataError(f"{path}:{number}: missing field {' or '.join(repr(n) for n in names)}")
-
-
 def _read_table(path: Path, parse: Callable[[int, str], tuple[str, object]]) -> dict:
-    """Read every line of `path` through `parse(number, line) -> (id, value)`; ids must be non-empty and unique."""
+    """Read every line of `path` through `parse(number, line) -> (id, value)`; ids must keep the id rule
+    (`data.fields.check_id`) and be unique."""
     table: dict = {}
     duplicates: dict[str, int] = {}
     for number, line in numbered_lines(path):
         key, value = parse(number, line)
-        if not key:
-            raise DataError(f"{path}:{number}: empty id")
+        check_id(key, f"{path}:{number}")
         if key in table:
             duplicates.setdefault(key, number)
         else:
@@ -96,9 +91,9 @@ def load_corpus(path: Path) -> dict[str, Passage]:
     path = Path(path)
     if _format(path) == "jsonl":
         def parse(number: int, line: str) -> tuple[str, Passage]:
-            record = json_object_line(path, number, line)
-            passage = Passage(str(record.get("title") or ""), _json_field(path, number, record, "text"))
-            return _json_field(path, number, record, "_id", "id"), passage
+            doc_id, title, text = document_fields(json_object_line(path, number, line), f"{path}:{number}",
+                                                  id_required=True)
+            return doc_id, Passage(title, text)
     else:
         def parse(number: int, line: str) -> tuple[str, Passage]:
             fields = line.split("\t")
@@ -119,8 +114,8 @@ def load_queries(path: Path) -> dict[str, str]:
     path = Path(path)
     if _format(path) == "jsonl":
         def parse(number: int, line: str) -> tuple[str, str]:
-            record = json_object_line(path, number, line)
-            return _json_field(path, number, record, "_id", "id"), _json_field(path, number, record, "text")
+            record, where = json_object_line(path, number, line), f"{path}:{number}"
+            return record_id(record, where, required=True), string_field(record, "text", where)
     else:
         def parse(number: int, line: str) -> tuple[str, str]:
             fields = line.split("\t")
@@ -152,12 +147,14 @@ def _split_fields(line: str) -> list[str]:
 
 def _qrels_layout(path: Path, first: str, qrels_format: str) -> tuple[bool, tuple[int, int, int], int | None]:
     """(has a header, positions of qid / docid / grade, the field count every line must have or None), decided once
-    per file by its header or the declared format, never by each line's field count."""
+    per file by its header or the declared format, never by each line's field count. A header is recognised by its
+    names only (`query-id`, `corpus-id`, `score`): any other first line is a judgment, so that a header-less file
+    never loses its first line, and a header of other names is an error naming the names to use."""
     fields = _split_fields(first)
     if set(BEIR_COLUMNS) <= set(fields):  # a header names the columns (BEIR: query-id corpus-id score)
         return True, tuple(fields.index(name) for name in BEIR_COLUMNS), len(fields)
     if qrels_format == "beir" or (qrels_format == "auto" and len(fields) == 3):
-        return not fields[-1].lstrip("-").isdigit(), (0, 1, 2), 3  # another header: query, document, grade
+        return False, (0, 1, 2), 3
     if qrels_format == "trec" or (qrels_format == "auto" and len(fields) == 4 and fields[1] in TREC_ITERATIONS):
         return False, (0, 2, 3), 4
     raise DataError(f"{path}:1: cannot tell the qrels format ({len(fields)} fields, no header line): a BEIR file "
@@ -183,9 +180,10 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
     require(qrels_format in QRELS_FORMATS, "qrels_format", f"must be one of {', '.join(QRELS_FORMATS)}")
     qrels: dict[str, dict[str, int]] = {}
     first_lines: dict[str, int] = {}  # query id → the line of its first judgment
-    layout = None
+    layout, first_number = None, 0
     for number, line in numbered_lines(path):
         if layout is None:
+            first_number = number
             header, *layout = _qrels_layout(path, line, qrels_format)
             if header:
                 continue
@@ -193,7 +191,11 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
         try:
             value = int(grade)
         except ValueError:
-            raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer") from None
+            header = (f" (a header line is recognised by its names: {chr(9).join(BEIR_COLUMNS)!r})"
+                      if number == first_number else "")
+            raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer{header}") from None
+        check_id(qid, f"{path}:{number}", "query id")
+        check_id(docid, f"{path}:{number}", "document id")
         finite_number(path, number, value, "relevance grade")  # a 400-digit grade would overflow every gain
         first_lines.setdefault(qid, number)
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
@@ -223,7 +225,8 @@ def _find(folder: Path, names: list[str], what: str) -> Path:
     """The first of `names` (or its .gz) present in `folder`; DataError listing every name looked for."""
     for name in names:
         for candidate in (folder / name, folder / f"{name}.gz"):
-            if candidate.is_file():
+            if candidate.exists():
+                check_regular_file(candidate)
                 return candidate
     raise DataError(f"{folder}: no {what} file; looked for {', '.join(names)}")
 
@@ -265,7 +268,8 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise DataError(f"{folder}: not a folder")
+        kind = file_kind(folder)
+        raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
     paths = {
         "corpus": _find(folder, ["corpus.jsonl", "collection.tsv", "corpus.tsv"], "corpus"),
         "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
@@ -293,6 +297,8 @@ def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
         if len(fields) != 6:
             raise DataError(f"{path}:{number}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
         qid, _, docid, rank, score, _ = fields
+        check_id(qid, f"{path}:{number}", "query id")
+        check_id(docid, f"{path}:{number}", "document id")
         try:
             int(rank)
         except ValueError:
@@ -308,8 +314,10 @@ def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
 
 
 def _check_token(value: str, what: str) -> None:
-    if not value or len(value.split()) != 1 or value != value.strip():
-        raise ValueError(f"{what} {value!r} cannot be written to a TREC run: it is empty or holds whitespace")
+    """ValueError when `value` breaks the id rule (`data.fields.id_problem`): a run of it could not be read back."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {value!r} cannot be written to a TREC run: it {problem}")
 
 
 def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "retromae") -> None:

@@ -42,7 +42,7 @@ from transformers import PreTrainedTokenizerFast
 from retromae.config import require
 from retromae.console import progress
 from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, parse_hf_source
-from retromae.data.lines import read_json_file
+from retromae.data.lines import check_regular_file, read_json_file
 from retromae.errors import DataError, FileSystemError
 from retromae.io import atomic_directory, write_text_atomic
 from retromae.long_texts import split_characters
@@ -114,6 +114,8 @@ def source_fingerprint(source: str | Path) -> list[Any]:
     path = Path(source)
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")
+    if not path.is_dir():
+        check_regular_file(path, "corpus file")  # /dev/zero would be hashed forever
     return _files_fingerprint(folder_files(path) if path.is_dir() else [path])
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from retromae.data.fields import check_id
 from retromae.data.lines import finite_number, json_object_line, numbered_lines
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.errors import DataError
@@ -73,6 +74,24 @@ def _score_list(path: Path, number: int, record: dict, name: str, expected: int)
     return [finite_number(path, number, score, f"a score of {name!r}") for score in value]
 
 
+def _check_ids(path: Path, number: int, record: dict, positives: list[str], negatives: list[str]) -> None:
+    """The ids `retromae mine` writes, when a line has them: `query_id` an id, `pos_ids` / `neg_ids` lists of ids
+    as long as the passage lists they name (`data.fields.check_id`)."""
+    where = f"{path}:{number}"
+    if record.get("query_id") is not None:
+        check_id(record["query_id"], where, "field 'query_id'")
+    for name, passages in (("pos_ids", positives), ("neg_ids", negatives)):
+        if name not in record:
+            continue
+        ids = record[name]
+        if not isinstance(ids, list):
+            raise DataError(f"{where}: field {name!r} must be a list of ids")
+        for value in ids:
+            check_id(value, where, f"an id of {name!r}")
+        if len(ids) != len(passages):
+            raise DataError(f"{where}: {name!r} holds {len(ids)} ids for {len(passages)} {name[:3]!r} passages")
+
+
 def _what_data_takes(path: Path, line: str) -> str:
     """What --data expects, after a line that is no JSON object: a tab-separated line is named as the qrels or
     .tsv file it looks like, and a BEIR folder's qrels file gets the folder and split to give instead."""
@@ -88,7 +107,8 @@ def _what_data_takes(path: Path, line: str) -> str:
 
 def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of every line of a training file, checked: `query` a string, `pos` a non-empty
-    list of strings, `neg` a list of strings, score lists as long as the passage lists they score."""
+    list of strings, `neg` a list of strings, score lists as long as the passage lists they score, ids (when
+    given) by the id rule."""
     path = Path(path)
     for number, line in numbered_lines(path):
         try:
@@ -104,6 +124,7 @@ def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any
         if not positives:
             raise DataError(f"{path}:{number}: 'pos' is empty; every query needs at least one positive passage")
         negatives = _string_list(path, number, record, "neg", required=False)
+        _check_ids(path, number, record, positives, negatives)
         pos_scores = _score_list(path, number, record, "pos_scores", len(positives))
         neg_scores = _score_list(path, number, record, "neg_scores", len(negatives))
         if (pos_scores is None) != (neg_scores is None) and negatives:
@@ -134,7 +155,7 @@ def _example(record: dict[str, Any], table: _PassageTable) -> TrainingExample:
     own = set(positives)
     return TrainingExample(record["query"], list(dict.fromkeys(positives)),
                            [row for row in dict.fromkeys(negatives) if row not in own], scores,
-                           str(record.get("query_id", "")))
+                           record.get("query_id") or "")
 
 
 def load_training_file(path: str | Path) -> TrainingSet:

@@ -20,6 +20,7 @@ import numpy as np
 
 from retromae.config import NON_NEGATIVE, PROBABILITY, ConfigError, Options, option, require
 from retromae.console import step, verbose
+from retromae.retrieval.top_k import capped_top_k
 
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 STEMMERS = ("none", "english")
@@ -87,12 +88,12 @@ class BM25:
     def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool | None = None,
                threads: int = 0) -> dict[str, dict[str, float]]:
         """Run `{query_id: {doc_id: score}}` of the top-k documents that share a term with each query."""
-        require(k > 0, "k", "must be positive")
+        k = capped_top_k(k, len(self.ids))
         query_ids = list(queries)
         if not self.searchable:  # no document has a term a query could share
             return {query_id: {} for query_id in query_ids}
         tokens = self._tokens([queries[query_id] for query_id in query_ids], show_progress)
-        rows, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=_bars(show_progress),
+        rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=_bars(show_progress),
                                                n_threads=threads)  # (Q, k) each
         return {query_id: _hits(self.ids, rows[n], scores[n]) for n, query_id in enumerate(query_ids)}
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from retromae.config import ConfigError, require
 from retromae.console import progress
+from retromae.data.fields import id_problem, json_type, read_id_lines
 from retromae.data.lines import read_json_file
 from retromae.encoder import Encoder
 from retromae.errors import DataError
@@ -108,11 +109,13 @@ def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, in
 
 
 def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
+    """As many ids as texts, each keeping the id rule (`data.fields`), so ids.txt reads back line for line."""
     if len(ids) != len(texts):
         raise DataError(f"{len(ids)} ids but {len(texts)} texts")
-    bad = next((doc_id for doc_id in ids if not doc_id or "\n" in doc_id or "\r" in doc_id), None)
-    if bad is not None:
-        raise DataError(f"id {bad!r} cannot be written one per line to {IDS_FILE}")
+    for row, doc_id in enumerate(ids):
+        problem = id_problem(doc_id) if isinstance(doc_id, str) else f"is {json_type(doc_id)}, not a string"
+        if problem is not None:
+            raise DataError(f"id {doc_id!r} (row {row}) cannot be written one per line to {IDS_FILE}: it {problem}")
 
 
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
@@ -179,7 +182,7 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
         if not (folder / name).is_file():
             raise DataError(f"{folder}: not an embeddings folder (no {name}); create one with `retromae encode`")
     vectors = np.load(folder / EMBEDDINGS_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
-    ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    ids = read_id_lines(folder / IDS_FILE)
     if vectors.ndim != 2 or vectors.shape[0] != len(ids):
         raise DataError(f"{folder}: {EMBEDDINGS_FILE} has shape {vectors.shape} but {IDS_FILE} lists {len(ids)} ids")
     check_vectors(vectors, str(folder / EMBEDDINGS_FILE), ids)

@@ -20,10 +20,12 @@ import numpy as np
 
 from retromae.config import ConfigError, require
 from retromae.console import progress
+from retromae.data.fields import read_id_lines
 from retromae.data.lines import read_json_file
 from retromae.errors import DataError
 from retromae.finite import check_vectors
 from retromae.io import atomic_path, write_text_atomic
+from retromae.retrieval.top_k import capped_top_k
 
 METRICS = ("ip", "l2")
 INDEX_INFO = "index.json"
@@ -71,7 +73,7 @@ class ExactIndex:
         """faiss-style `(D, I)`, each `(Q, k)`: inner products or squared L2 distances, -1 where fewer than k."""
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)  # (Q, k)
         indices = np.full((len(queries), k), -1, dtype=np.int64)  # (Q, k)
-        top = min(k, self.ntotal)
+        top = capped_top_k(k, self.ntotal)
         for start in range(0, len(queries) if top else 0, EXACT_BLOCK):
             block = self._scores(np.asarray(queries[start:start + EXACT_BLOCK], dtype=np.float32))  # (B, N)
             best = np.argpartition(-block, top - 1, axis=1)[:, :top]  # (B, top), unordered
@@ -146,11 +148,14 @@ def set_search_params(index: Any, params: str) -> None:
 
 def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096,
            show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k `(scores, indices)`, each `(Q, k)`, best first; scores are higher-is-better, indices -1 past the end."""
-    require(k > 0, "k", "must be positive")
+    """Top-k `(scores, indices)`, each `(Q, min(k, index.ntotal))` (`capped_top_k`), best first; scores are
+    higher-is-better, indices -1 where an approximate index finds fewer."""
+    k = capped_top_k(k, index.ntotal)
     l2 = _is_l2(index)
     scores = np.empty((len(queries), k), dtype=np.float32)  # (Q, k)
     indices = np.empty((len(queries), k), dtype=np.int64)  # (Q, k)
+    if k == 0:  # an empty index has nothing to find
+        return scores, indices
     with progress(f"searching {len(queries):,} queries", len(queries), "query", enabled=show_progress) as bar:
         for start in range(0, len(queries), batch_size):
             block = np.ascontiguousarray(queries[start:start + batch_size], dtype=np.float32)
@@ -192,7 +197,7 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     if not (folder / INDEX_INFO).is_file():
         raise DataError(f"{folder}: not an index folder (no {INDEX_INFO}); create one with `retromae index`")
     info = _read_index_info(folder / INDEX_INFO)
-    ids = (folder / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    ids = read_id_lines(folder / IDS_FILE)
     if info["backend"] == "numpy":
         vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
         if vectors.ndim != 2 or vectors.dtype != np.float32:

@@ -62,5 +62,5 @@ def dense_rankings(encoder: Encoder, data: TrainingSet, depth: int, batch_size: 
     queries = (query_encoder or encoder).encode(
         [example.query for example in data.examples], batch_size=batch_size, max_length=query_max_length,
         show_progress=show_progress, description=f"mining: encoding queries ({len(data.examples):,} texts)")  # (Q, D)
-    _, rows = search(build_index(passages, "Flat"), queries, min(depth, len(data.texts)))  # (Q, k)
+    _, rows = search(build_index(passages, "Flat"), queries, depth)  # (Q, k), k capped at the passages
     return [[int(row) for row in ranked if row >= 0] for ranked in rows]
