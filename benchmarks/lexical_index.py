@@ -25,6 +25,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +55,30 @@ def reset_peak() -> None:
 
 def folder_mb(path: Path) -> float:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file()) / 2**20
+
+
+def loaded_rss_mb(side: str, folder: Path) -> float:
+    """Resident memory a fresh process adds by loading one side from `folder` (freed memory of this process,
+    kept by its allocator, would hide it here)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import lexical_index as b; print(b.load_side(*sys.argv[2:]))")
+    ran = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), side, str(folder)],
+                         capture_output=True, text=True, check=True)
+    return float(ran.stdout.strip().splitlines()[-1])
+
+
+def load_side(side: str, folder: str) -> float:
+    """In a fresh process: the resident memory (MB) loading one side adds, libraries imported beforehand."""
+    import faiss  # noqa: F401  (imported before the baseline, as bm25s is below)
+
+    from retromae.retrieval.bm25 import _bm25s
+
+    _bm25s()
+    ids = (Path(folder) / "ids.txt").read_text(encoding="utf-8").splitlines()
+    before = rss_mb()
+    loaded = BM25.load(Path(folder) / "bm25", ids) if side == "bm25" else load_index(Path(folder) / "dense")
+    added = rss_mb() - before
+    del loaded
+    return added
 
 
 def zipf_corpus(count: int, seed: int = 0) -> tuple[list[str], list[str], dict[str, str]]:
@@ -103,11 +129,7 @@ def lexical_side(ids: list[str], texts: list[str], queries: dict[str, str], fold
     built = {"build_s": time.perf_counter() - started, "build_rss_mb": rss_mb() - before,
              "build_peak_mb": rss_mb("VmHWM") - before}
     engine.save(folder / "bm25")
-    del engine
-    gc.collect()
-    before = rss_mb()
-    engine = BM25.load(folder / "bm25", ids)
-    loaded = {"disk_mb": folder_mb(folder / "bm25"), "loaded_rss_mb": rss_mb() - before}
+    loaded = {"disk_mb": folder_mb(folder / "bm25"), "loaded_rss_mb": loaded_rss_mb("bm25", folder)}
     timing = latencies(lambda q: engine.search({q: queries[q]}, 100, show_progress=False, threads=1),
                        lambda: engine.search(queries, 100, show_progress=False, threads=1), queries)
     return {**built, **loaded, **timing}
@@ -119,10 +141,8 @@ def dense_side(ids: list[str], queries: dict[str, str], folder: Path) -> dict[st
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     save_index(build_index(vectors, "Flat"), folder / "dense", ids)
     del vectors
-    gc.collect()
-    before = rss_mb()
     index, _, _ = load_index(folder / "dense")
-    loaded = {"disk_mb": folder_mb(folder / "dense"), "loaded_rss_mb": rss_mb() - before}
+    loaded = {"disk_mb": folder_mb(folder / "dense"), "loaded_rss_mb": loaded_rss_mb("dense", folder)}
     query_vectors = rng.standard_normal((len(queries), DIM), dtype=np.float32)
     rows = {query_id: n for n, query_id in enumerate(queries)}
     timing = latencies(lambda q: search(index, query_vectors[rows[q]:rows[q] + 1], 100),
@@ -132,6 +152,7 @@ def dense_side(ids: list[str], queries: dict[str, str], folder: Path) -> dict[st
 
 def measure(name: str, ids: list[str], texts: list[str], queries: dict[str, str]) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="lexical-bench-") as tmp:
+        (Path(tmp) / "ids.txt").write_text("".join(f"{doc_id}\n" for doc_id in ids), encoding="utf-8")
         lexical = lexical_side(ids, texts, queries, Path(tmp))
         dense = dense_side(ids, queries, Path(tmp))
     print(f"\n{name}: {len(ids):,} documents, {len(queries):,} queries, top 100")
