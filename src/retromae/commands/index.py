@@ -71,16 +71,18 @@ def index(config: IndexConfig | None = None, /, **options: Any) -> Path:
     (`retromae.index(...)`)."""
     # torch (through retrieval.encode): only when the command runs, so --help stays instant
     from retromae.retrieval.encode import load_embeddings
+    from retromae.retrieval.index import reading
 
     config = config if config is not None else IndexConfig(**options)
     claim_folder(config.output, "index", run_identity(config),
                  (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, LEXICAL_DIR), overwrite=config.overwrite,
                  resumable=False)
-    ids, vectors, encoding = load_embeddings(config.embeddings)
+    with reading(config.embeddings):  # the vectors are read (memory-mapped) while the index is built
+        ids, vectors, encoding = load_embeddings(config.embeddings)
+        built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
+                            seed=config.seed)
     corpus = corpus_record(config, encoding)
     lexical = lexical_index(config, ids, corpus) if config.hybrid else None
-    built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
-                        seed=config.seed)
     info = {"factory": config.factory, "params": config.params, "encoder": encoding,
             "embeddings_generation": encoding.get("generation"), "corpus": corpus}
     save_index(built, config.output, ids, info, lexical)

@@ -214,11 +214,11 @@ def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, A
 @contextlib.contextmanager
 def reading(folder: str | Path) -> Iterator[None]:
     """Hold the shared lock of an index (or embeddings) folder while reading it: ConfigError at once when a writer
-    (`retromae index`, `retromae encode`) holds it. A folder this process cannot write, or that has no lock file,
-    is read as it is: no retromae writer can be at work there without one."""
+    (`retromae index`, `retromae encode`) holds its exclusive lock, and a writer that starts meanwhile is refused.
+    A folder whose lock file can be neither opened nor created (read-only) is read as it is."""
     lock = Path(os.path.abspath(Path(folder) / LOCK_FILE))
     try:
-        descriptor = os.open(lock, os.O_RDONLY)
+        descriptor = os.open(lock, os.O_RDONLY) if lock.exists() else os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         yield
         return

@@ -216,8 +216,8 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
 def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path) -> None:
     """ConfigError when query vectors (encode.json of `queries`) were made otherwise than the index's documents:
     another model (by fingerprint, else by path), pooling, normalisation or width."""
-    keys = ("model_fingerprint", "pooling", "normalize", "dim") if recorded.get("model_fingerprint") else \
-        ("model", "pooling", "normalize", "dim")
+    by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
+    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
     differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
     if differ:
         shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
