@@ -135,7 +135,9 @@ def test_the_guides_retrieval_chain_runs(data, tiny_model_dir):
         arguments = retromae_arguments(tokens)
         assert main(arguments) == 0, f"{block.where}: retromae {shlex.join(arguments)}"
         ran.append(arguments[0])
-    assert ran == ["encode", "encode", "index", "search", "bm25", "evaluate", "evaluate", "evaluate"]
+    assert ran == ["encode", "encode", "index", "search", "index", "search", "search", "bm25", "evaluate", "evaluate",
+                   "evaluate"]
+    assert Path("runs/hybrid.trec").is_file() and (Path("runs/scifact-hybrid") / "bm25" / "params.json").is_file()
     assert Path("runs/dense.json").is_file() and Path("runs/minilm.json").is_file()
 
 
@@ -165,6 +167,15 @@ def encoder_inputs(paths: dict[str, Any]) -> dict[str, Any]:
             "corpus": corpus, "queries": queries}
 
 
+def hybrid_index(paths: dict[str, Any]) -> dict[str, Any]:
+    """The free name of the guide's Searcher block: a hybrid index of the tiny BEIR corpus."""
+    import retromae
+
+    docs = retromae.encode(model=str(paths["model"]), corpus=paths["beir"] / "corpus.jsonl", output="runs/s-docs",
+                           pooling="mean", normalize=True, progress=False)
+    return {"hybrid_index": retromae.index(embeddings=docs, output="runs/s-index", hybrid=True)}
+
+
 # Each Python block of the docs, by its first line; the blocks that need the real set or mteb run as written in
 # `test_the_slow_python_snippets_run_as_written`.
 API_DEMO = "from pathlib import Path"
@@ -175,6 +186,7 @@ PYTHON_SNIPPETS = {
     "from retromae.encoder import Encoder": Snippet({'"path/or/hub-name"': '"{model}"'}, encoder_inputs),
     "from retromae.evaluation import evaluate_run, print_results, save_results": Snippet(),
     "# A command's config class: each option's domain is one word in its option(...)": Snippet(),
+    "from retromae import Searcher": Snippet({'"runs/scifact-hybrid"': "hybrid_index"}, hybrid_index),
     "import mteb": Snippet({"runs/ft/sentence-transformer": "{st}", "beir/scifact": "{beir}"}),
     API_DEMO: Snippet(shrink={'build_stdlib_retrieval_set(Path("api-demo/docs"))':
                               'copytree("{beir}", "api-demo/docs")',

@@ -148,6 +148,11 @@ def test_an_index_description_that_is_not_ours_is_refused_naming_it(numpy_index,
 
 def test_index_vectors_that_are_not_float_rows_are_refused_naming_the_file(numpy_index):
     np.save(numpy_index / "index.npy", np.zeros((3, 4), dtype=np.int64))
+    with pytest.raises(DataError, match=r"index.npy: was replaced after the index was written"):
+        load_index(numpy_index)  # not the file index.json recorded: another generation
+    info = json.loads((numpy_index / "index.json").read_text())
+    del info["files"]  # as an index written before generations were recorded
+    (numpy_index / "index.json").write_text(json.dumps(info))
     with pytest.raises(DataError, match=r"index.npy: holds int64 of shape \(3, 4\), not float32 rows"):
         load_index(numpy_index)
 

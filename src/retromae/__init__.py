@@ -9,6 +9,7 @@ does what the command does and returns what it wrote:
     retromae.encode(model=..., corpus=..., output=...)                               # → the embeddings folder
     retromae.index(embeddings=..., output=...)                                       # → the index folder
     retromae.search(index=..., queries=..., output=...)                              # → the TREC run file
+    retromae.Searcher.load(index).search("text", k=10)                               # → a list of retromae.Hit
     retromae.bm25(data=..., output=...)                                              # → the TREC run file
     retromae.evaluate(model=..., data=[...])                                         # → the metrics (a dict)
     retromae.mine(model=..., data=..., output=...)                                   # → the training file
@@ -61,6 +62,8 @@ _PUBLIC = {
     "QuickstartConfig": "retromae.quickstart_config:QuickstartConfig",
     "AdaptConfig": "retromae.adapt.config:AdaptConfig",
     "Encoder": "retromae.encoder:Encoder",
+    "Searcher": "retromae.retrieval.searcher:Searcher",
+    "Hit": "retromae.retrieval.searcher:Hit",
     "objectives": "retromae.objectives",
     "ObjectiveModule": "retromae.pretraining.hf_trainer:ObjectiveModule",
     "TextCollator": "retromae.pretraining.hf_trainer:TextCollator",

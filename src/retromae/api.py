@@ -30,7 +30,8 @@ def encode(config: Any = None, /, **options: Any) -> Path:
     return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,
-                         description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)")
+                         description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
+                         source=config.corpus or config.queries)
 
 
 @quiet_by_default

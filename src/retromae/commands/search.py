@@ -1,73 +1,71 @@
-"""`retromae search`: an index folder + queries (an embeddings folder, or a queries file) → a TREC run file.
+"""`retromae search`: an index folder + queries → the top-k documents. Texts given with `--query` are printed (rank,
+score, id, the start of the document); a queries file (or an embeddings folder of query vectors) becomes a TREC run.
 
-Thin: parse → `SearchConfig` → `retrieval.index.search` → `write_trec_run`. A queries file is encoded with the
-model, pooling and normalisation recorded in the index (from `retromae encode`) unless options override them.
+Thin: parse → `SearchConfig` → `retrieval.searcher.Searcher` (the index, its lexical side when built with
+`index --hybrid`, the query encoder recorded in index.json unless options override it) → `write_trec_run`, or the
+hits printed. An index with both sides is searched on both and fused unless `--dense-only`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retromae.config import POSITIVE, TOP_K, ConfigError, add_config_arguments, build_config, option
+from retromae.config import (
+    POSITIVE,
+    PROBABILITY,
+    TOP_K,
+    ConfigError,
+    add_config_arguments,
+    build_config,
+    option,
+    require,
+)
 from retromae.console import quiet_by_default
 from retromae.encoder_config import EncoderOptions
+from retromae.retrieval.fusion import METHODS
 from retromae.run_folder import OutputOptions, claim_file, input_paths
 
 if TYPE_CHECKING:
-    import numpy as np
+    from retromae.retrieval.searcher import Hit, Run, Searcher
 
-    from retromae.encoder import Encoder
-
-HELP = "search an index with queries (embeddings folder or queries file) and write the top-k as a TREC run"
+HELP = "search an index by text (--query, printed) or with a queries file / query vectors (a TREC run file)"
+SHOWN_K, RUN_K = 10, 100
 
 
 @dataclasses.dataclass(kw_only=True)
 class SearchConfig(OutputOptions, EncoderOptions):
-    model: str | None = option(None, "model that encodes a queries file; default: the one recorded in the index")
-    index: Path = option(help="index folder written by `retromae index`")
-    queries: Path = option(help="queries: an embeddings folder from `retromae encode`, or a queries file "
-                                "(queries.jsonl, queries.tsv) to encode here")
-    output: Path = option(help="TREC run file to write")
-    top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
+    model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
+    index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
+    query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
+                                           "start of each document are printed", required_unless="--queries")
+    queries: Path | None = option(None, "queries: a queries file (queries.jsonl, queries.tsv) to encode here, or an "
+                                        "embeddings folder of query vectors from `retromae encode`",
+                                  required_unless="--query")
+    output: Path | None = option(None, "TREC run file to write (required with --queries; optional with --query)")
+    corpus: Path | None = option(None, "corpus file whose texts --query shows; default: the one index.json records")
+    top_k: int | None = option(None, f"documents per query; default {SHOWN_K} with --query, {RUN_K} with --queries",
+                               TOP_K, aliases=("--k",))
+    hybrid: bool = option(False, "require the index's BM25 side (refused on an index built without --hybrid); an "
+                                 "index with both sides is fused without it")
+    dense_only: bool = option(False, "search with the model alone, even on an index with a BM25 side")
+    fusion: str | None = option(None, "how the two sides of a hybrid index are fused: convex (min-max normalised "
+                                      "scores, weighted) or rrf (reciprocal ranks); default convex", choices=METHODS)
+    hybrid_weight: float | None = option(None, "the model's share under convex fusion, in [0, 1] (BM25 gets the "
+                                               "rest); default 0.7", PROBABILITY)
     params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
-    query_prefix: str = option("", "text put before every query when encoding a queries file, e.g. 'query: '")
+    query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column")
 
-
-def _load_query_encoder(config: SearchConfig, recorded: dict[str, Any]) -> Encoder:
-    # torch: only for a queries file to encode
-    from retromae.encoder import Encoder
-
-    model = config.model or recorded.get("model")
-    if not model:
-        raise ConfigError("--model: the index records no model; name the one that encoded the corpus")
-    pooling = config.pooling or recorded.get("pooling")
-    normalize = recorded.get("normalize") if config.normalize is None else config.normalize
-    encoder = Encoder.load(model, pooling=pooling, normalize=normalize, device=config.device, dtype=config.dtype)
-    encoder.check_lengths(config)
-    return encoder
-
-
-def query_vectors(config: SearchConfig, recorded: dict[str, Any]) -> tuple[list[str], np.ndarray]:
-    """Ids and `(Q, D)` vectors of the queries: read from an embeddings folder, or encoded from a file."""
-    # numpy and torch: only when the command runs, so --help stays instant
-    import numpy as np
-
-    from retromae.data.retrieval_sets import load_queries
-    from retromae.retrieval.encode import load_embeddings
-    from retromae.retrieval.search import TextOptions, encode_texts
-
-    if Path(config.queries).is_dir():
-        ids, vectors, _ = load_embeddings(config.queries)
-        return ids, np.asarray(vectors, dtype=np.float32)
-    queries = load_queries(config.queries)
-    encoder = _load_query_encoder(config, recorded)
-    options = TextOptions(config.query_prefix, config.query_max_length)
-    return list(queries), encode_texts(encoder, list(queries.values()), options, config.batch_size)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require((self.query is None) != (self.queries is None), "query", "give either --query TEXT or --queries")
+        require(self.queries is None or self.output is not None, "output", "is required with --queries")
+        require(self.query is None or all(text.strip() for text in self.query), "query", "must not be empty")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,23 +78,97 @@ def run(args: argparse.Namespace) -> int:
 
 
 @quiet_by_default
-def search(config: SearchConfig | None = None, /, **options: Any) -> Path:
-    """Search an index as `config` (or `SearchConfig(**options)`) says; returns the TREC run file
-    (`retromae.search(...)`)."""
-    # numpy and faiss: only when the command runs, so --help stays instant
+def search(config: SearchConfig | None = None, /, **options: Any) -> Path | list[list[Hit]]:
+    """Search an index as `config` (or `SearchConfig(**options)`) says; returns the TREC run file, or with `query`
+    the hits of each query (`retromae.search(...)`)."""
+    # numpy, faiss and torch: only when the command runs, so --help stays instant
     from retromae.data.retrieval_sets import write_trec_run
-    from retromae.retrieval.index import load_index, set_search_params
-    from retromae.retrieval.index import search as search_index
-    from retromae.retrieval.search import results_to_run
 
     config = config if config is not None else SearchConfig(**options)
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
-    index, doc_ids, info = load_index(config.index)
-    set_search_params(index, info.get("params", "") if config.params is None else config.params)
-    query_ids, vectors = query_vectors(config, info.get("encoder", {}))
-    if vectors.shape[1] != index.d:
-        raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {index.d}-dimensional index")
-    scores, rows = search_index(index, vectors, config.top_k, show_progress=True)
-    write_trec_run(results_to_run(query_ids, doc_ids, scores, rows), config.output, tag=config.tag)
-    print(f"searched {len(query_ids)} queries over {len(doc_ids)} documents; top-{config.top_k} run in {config.output}")
+    searcher = load_searcher(config)
+    k = config.top_k or (SHOWN_K if config.query is not None else RUN_K)
+    if config.query is not None:
+        queries = {str(n): text for n, text in enumerate(config.query, start=1)}
+        run = searcher.run(queries, k)
+        hits = [searcher.hits(run[query_id]) for query_id in queries]
+        print_hits(searcher, list(queries.values()), hits)
+    else:
+        run = queries_run(config, searcher, k)
+    if config.output is not None:
+        write_trec_run(run, config.output, tag=config.tag)
+    if config.query is not None:
+        return hits
+    sides = "the model and BM25, fused" if searcher.hybrid else "the model"
+    print(f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; top-{k} run in "
+          f"{config.output}")
     return Path(config.output)
+
+
+def load_searcher(config: SearchConfig) -> Searcher:
+    from retromae.retrieval.searcher import QueryEncoding, Searcher
+
+    encoding = QueryEncoding(config.model, config.pooling, config.normalize, config.query_prefix,
+                             config.query_max_length, config.device, config.dtype, config.batch_size)
+    return Searcher.load(config.index, model=config.model, corpus=config.corpus, fusion=config.fusion,
+                         hybrid_weight=config.hybrid_weight, dense_only=config.dense_only, hybrid=config.hybrid,
+                         params=config.params, texts=config.query is not None, encoding=encoding)
+
+
+def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
+    """The run of a queries file (encoded here) or of an embeddings folder's query vectors."""
+    from retromae.data.retrieval_sets import load_queries
+
+    if not Path(config.queries).is_dir():
+        return searcher.run(load_queries(config.queries), k, show_progress=True)
+    ids, vectors, texts = query_vectors(config, searcher)
+    return searcher.run_vectors(ids, vectors, k, texts, show_progress=True)
+
+
+def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], Any, dict[str, str] | None]:
+    """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to come
+    from the index's encoder; the texts from the queries file its encode.json records."""
+    import numpy as np
+
+    from retromae.data.retrieval_sets import load_queries
+    from retromae.retrieval.encode import INFO_FILE, load_embeddings
+    from retromae.retrieval.index import reading
+    from retromae.retrieval.searcher import check_query_vectors
+    from retromae.retrieval.texts import corpus_path
+
+    with reading(config.queries):
+        ids, vectors, info = load_embeddings(config.queries)
+        vectors = np.asarray(vectors, dtype=np.float32)
+    check_query_vectors(info, searcher.info.get("encoder", {}), Path(config.queries), searcher.folder)
+    if not searcher.hybrid:
+        return ids, vectors, None
+    try:
+        path = corpus_path(info.get("source"), f"{Path(config.queries) / INFO_FILE}", "--queries")
+    except ConfigError as error:
+        raise ConfigError(f"{error} (a hybrid index needs the query texts for BM25; or --dense-only)") from None
+    texts = load_queries(path)
+    missing = next((query_id for query_id in ids if query_id not in texts), None)
+    if missing is not None:
+        raise ConfigError(f"--queries: {path} (recorded in {Path(config.queries) / INFO_FILE}) has no query "
+                          f"{missing!r}; encode the queries again")
+    return ids, vectors, {query_id: texts[query_id] for query_id in ids}
+
+
+def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]]) -> None:
+    """Each query, then one line per hit: rank, score, id and the start of the document (standard output)."""
+    width = max(60, shutil.get_terminal_size((100, 20)).columns)
+    method = searcher.fusion.method + (f", weight {searcher.fusion.weight:g}" if searcher.fusion.method == "convex"
+                                       else "")
+    how = f"hybrid: model + BM25, {method}" if searcher.hybrid else "model"
+    for text, query_hits in zip(queries, hits, strict=True):
+        print(f"query: {text}  ({how}; {len(query_hits)} hits)")
+        id_width = max((len(hit.id) for hit in query_hits), default=2)
+        for hit in query_hits:
+            line = f"{hit.rank:>4}  {hit.score:8.4f}  {hit.id}"
+            if hit.text is not None:
+                line = f"{line:<{id_width + 16}}"
+                room = max(20, width - len(line) - 2)
+                start = " ".join(hit.text.split())
+                line += "  " + (start if len(start) <= room else start[:room - 1] + "…")
+            print(line)
+        print()

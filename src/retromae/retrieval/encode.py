@@ -4,13 +4,19 @@ Owns the embeddings folder layout:
 
     embeddings.npy   float32 (N, D), rows in the order of ids.txt (numpy format, never pickled)
     ids.txt          one id per line
-    encode.json      how the vectors were made: model, pooling, normalize, prefix, max_length, count, dim
+    encode.json      how the vectors were made: model (its absolute path when local) and its fingerprint, pooling,
+                     normalize, prefix, max_length, count, dim; the input file (absolute path and fingerprint); the
+                     generation (a random id of this writing) and the fingerprints of embeddings.npy and ids.txt
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
 
 The folder belongs to one encoding (`retromae.run_folder`): its marker records the manifest (model and a
 fingerprint of its weights, pooling, prefix, max_length, a fingerprint of ids and texts, shard size). Started again
 with the same manifest, a run continues (or, finished, is left as it is); with another, it is refused unless
 `overwrite`, which deletes the files listed above first.
+
+A reader (`load_embeddings`) refuses embeddings.npy or ids.txt that are not the files of encode.json's generation
+(one replaced by another command writing into the folder). A resumed run checks every shard it finds (float32,
+the model's width, its rows, finite) before it counts or merges it, naming the shard that is not.
 
 Shard i holds rows [i * shard_size, (i + 1) * shard_size). Under Accelerate each process encodes the shards
 with `i % num_processes == process_index`; a killed run that is started again skips every finished shard.
@@ -25,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,7 +47,7 @@ from retromae.errors import DataError
 from retromae.finite import check_vectors
 from retromae.io import atomic_path, check_free_space, reserve, write_text_atomic
 from retromae.processes import process_state
-from retromae.run_folder import claim_folder, input_fingerprint
+from retromae.run_folder import claim_folder, file_fingerprint, input_fingerprint
 
 EMBEDDINGS_FILE = "embeddings.npy"
 IDS_FILE = "ids.txt"
@@ -59,10 +66,23 @@ def _fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
+def absolute(name: str | Path) -> str:
+    """A local file or folder as an absolute path (so that a record works from any folder); a hub name as it is."""
+    return str(Path(name).resolve()) if name and Path(name).exists() else str(name)
+
+
 def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | None) -> dict[str, Any]:
     """How an encoder turns text into vectors; stored beside embeddings so search can encode queries alike."""
-    return {"model": name, "pooling": encoder.pooling, "normalize": encoder.normalize, "prefix": prefix,
-            "max_length": max_length or encoder.max_length, "dim": encoder.dimension}
+    return {"model": absolute(name), "model_fingerprint": input_fingerprint(name), "pooling": encoder.pooling,
+            "normalize": encoder.normalize, "prefix": prefix, "max_length": max_length or encoder.max_length,
+            "dim": encoder.dimension}
+
+
+def source_info(path: str | Path | None) -> dict[str, Any]:
+    """Where the encoded texts came from: the input file's absolute path and fingerprint (empty without a file)."""
+    if path is None:
+        return {}
+    return {"source": {"path": absolute(path), "fingerprint": file_fingerprint(Path(path))}}
 
 
 def _save_array(array: np.ndarray, path: Path) -> None:
@@ -84,13 +104,25 @@ def _check_manifest(shards: Path, manifest: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(manifest, indent=2) + "\n")
 
 
-def _shard_done(path: Path, rows: int) -> bool:
+def _shard_done(path: Path, rows: int, dim: int) -> bool:
+    """Whether shard `path` is written (shards are written atomically: one there is whole), checked first."""
     if not path.is_file():
         return False
+    _read_shard(path, rows, dim)
+    return True
+
+
+def _read_shard(path: Path, rows: int, dim: int) -> np.ndarray:
+    """Shard `path`, checked to hold `rows` finite float32 vectors of width `dim`: DataError naming it if not."""
     try:
-        return np.load(path, mmap_mode="r", allow_pickle=False).shape[0] == rows
-    except (ValueError, OSError):
-        return False
+        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise DataError(f"{path}: not a shard of this encoding ({error}); delete it to encode its rows again") from None
+    if vectors.dtype != np.float32 or vectors.shape != (rows, dim):
+        raise DataError(f"{path}: holds {vectors.dtype} of shape {vectors.shape}, not float32 of shape ({rows}, {dim}) "
+                        "as this encoding writes; delete it to encode its rows again")
+    check_vectors(vectors, str(path))
+    return vectors
 
 
 def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, info: dict[str, Any]) -> None:
@@ -100,11 +132,15 @@ def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, in
         merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(ids), info["dim"]))
         reserve(tmp)
         for index in range(count):
-            merged[index * shard_size:(index + 1) * shard_size] = np.load(shards / f"shard-{index:05d}.npy")
+            rows = min(shard_size, len(ids) - index * shard_size)
+            merged[index * shard_size:index * shard_size + rows] = _read_shard(
+                shards / f"shard-{index:05d}.npy", rows, info["dim"])
         merged.flush()
         del merged
     write_text_atomic(output_dir / IDS_FILE, "".join(f"{doc_id}\n" for doc_id in ids))
-    write_text_atomic(output_dir / INFO_FILE, json.dumps({**info, "count": len(ids)}, indent=2) + "\n")
+    files = {name: file_fingerprint(output_dir / name) for name in (EMBEDDINGS_FILE, IDS_FILE)}
+    record = {**info, "count": len(ids), "generation": uuid.uuid4().hex, "files": files}
+    write_text_atomic(output_dir / INFO_FILE, json.dumps(record, indent=2) + "\n")
     shutil.rmtree(shards)
 
 
@@ -121,8 +157,9 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                   model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
                   max_length: int | None = None, prefix: str = "", show_progress: bool = True,
-                  overwrite: bool = False, description: str | None = None) -> Path:
-    """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder.
+                  overwrite: bool = False, description: str | None = None, source: str | Path | None = None) -> Path:
+    """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder. `source`: the
+    file the texts were read from, recorded (absolute path and fingerprint) so that readers can find them again.
 
     `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError). One
     progress bar per process, named `description` (default "encoding N texts"), counts this process's texts;
@@ -132,7 +169,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     output_dir = Path(output_dir)
     state = process_state()
     model_name = model_name or encoder.source
-    info = encoder_info(encoder, model_name, prefix, max_length)
+    info = {**encoder_info(encoder, model_name, prefix, max_length), **source_info(source)}
     manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
@@ -148,7 +185,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     count = -(-len(ids) // shard_size)
     mine = {shards / f"shard-{index:05d}.npy": slice(index * shard_size, min((index + 1) * shard_size, len(ids)))
             for index in range(count) if index % state.num_processes == state.process_index}
-    todo = {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start)}
+    todo = {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start, info["dim"])}
     name = description or f"encoding {len(ids):,} texts"
     if state.num_processes > 1:
         name += f" (process {state.process_index})"
@@ -188,7 +225,21 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
     check_vectors(vectors, str(folder / EMBEDDINGS_FILE), ids)
     info_path = folder / INFO_FILE
     info = read_json_file(info_path) if info_path.is_file() else {}
+    _check_generation(folder, info)
     return ids, vectors, info
+
+
+def _check_generation(folder: Path, info: dict[str, Any]) -> None:
+    """DataError naming embeddings.npy or ids.txt when it is not the file encode.json's generation recorded (a
+    folder written before generations were recorded has no record, and is read as it is)."""
+    files = info.get("files")
+    if not isinstance(files, dict):
+        return
+    for name in (EMBEDDINGS_FILE, IDS_FILE):
+        if files.get(name) != file_fingerprint(folder / name):
+            raise DataError(f"{folder / name}: was replaced after {folder / INFO_FILE} was written (it does not "
+                            f"belong to its generation {info.get('generation')}); encode the folder again with "
+                            "`retromae encode --overwrite`")
 
 
 def encode_cached(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], folder: str | Path, *,

@@ -5,16 +5,27 @@ parameters ("efSearch=128,nprobe=32"), top-k search returning higher-is-better s
 
     index.faiss | index.npy   the faiss index, or the vectors of the exact numpy index
     ids.txt                   the id of each indexed row
-    index.json                factory, metric, count, dim and the encoder info of the embeddings
+    bm25/                     the lexical side of a hybrid index (`retrieval.bm25`'s folder), same ids
+    index.json                factory, metric, count, dim, the encoder info of the embeddings, the corpus, the
+                              generation (a random id of this writing) and a fingerprint of every file above
 
-Does not own encoding (`retrieval.encode`) or turning hits into runs (`retrieval.search`).
+index.json is written last: a file of the folder whose fingerprint differs from the one recorded there (ids.txt
+replaced by `retromae encode --output` into the folder, say) belongs to another generation and is refused by
+`load_index`. A writer holds the folder's exclusive lock (`run_folder.claim_folder`); `reading` takes the shared
+one, so that a reader never sees half of a rewrite. Does not own encoding (`retrieval.encode`) or turning hits into
+runs (`retrieval.search`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,12 +37,17 @@ from retromae.errors import DataError
 from retromae.finite import check_vectors
 from retromae.io import atomic_path, write_text_atomic
 from retromae.retrieval.top_k import capped_top_k
+from retromae.run_folder import LOCK_FILE, file_fingerprint
+
+if TYPE_CHECKING:
+    from retromae.retrieval.bm25 import BM25
 
 METRICS = ("ip", "l2")
 INDEX_INFO = "index.json"
 IDS_FILE = "ids.txt"
 FAISS_FILE = "index.faiss"
 NUMPY_FILE = "index.npy"
+LEXICAL_DIR = "bm25"
 TRAIN_SAMPLE = 200_000
 EXACT_BLOCK = 256
 
@@ -172,31 +188,65 @@ def _is_l2(index: Any) -> bool:
     return index.metric_type == import_faiss().METRIC_L2
 
 
-def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, Any] | None = None) -> None:
-    """Write the index folder (layout above); `info` (factory, encoder info, ...) goes into index.json."""
+def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, Any] | None = None,
+               lexical: BM25 | None = None) -> None:
+    """Write the index folder (layout above), with `lexical` (a BM25 over the same ids) as its lexical side; `info`
+    (factory, encoder info, corpus, ...) goes into index.json, written last with the files' fingerprints."""
     folder = Path(folder)
     require(index.ntotal == len(ids), "ids", f"{len(ids)} ids for an index of {index.ntotal} vectors")
     folder.mkdir(parents=True, exist_ok=True)
     if isinstance(index, ExactIndex):
         with atomic_path(folder / NUMPY_FILE) as tmp, open(tmp, "wb") as handle:
             np.save(handle, index.vectors, allow_pickle=False)
-        backend, metric = "numpy", index.metric
+        backend, metric, name = "numpy", index.metric, NUMPY_FILE
     else:
         faiss = import_faiss()
         with atomic_path(folder / FAISS_FILE) as tmp:
             faiss.write_index(index, str(tmp))
-        backend, metric = "faiss", "l2" if _is_l2(index) else "ip"
+        backend, metric, name = "faiss", "l2" if _is_l2(index) else "ip", FAISS_FILE
     write_text_atomic(folder / IDS_FILE, "".join(f"{doc_id}\n" for doc_id in ids))
-    record = {**(info or {}), "backend": backend, "metric": metric, "count": len(ids), "dim": int(index.d)}
+    written = [name, IDS_FILE]
+    if lexical is not None:
+        require(lexical.ids == list(ids), "lexical", "the BM25 index must hold the same ids, in the same order")
+        lexical.save(folder / LEXICAL_DIR)
+        written += sorted(str(path.relative_to(folder)) for path in (folder / LEXICAL_DIR).iterdir())
+    record = {**(info or {}), "backend": backend, "metric": metric, "count": len(ids), "dim": int(index.d),
+              "lexical": LEXICAL_DIR if lexical is not None else None, "generation": uuid.uuid4().hex,
+              "files": {file: file_fingerprint(folder / file) for file in written}}
     write_text_atomic(folder / INDEX_INFO, json.dumps(record, indent=2) + "\n")
 
 
+@contextlib.contextmanager
+def reading(folder: str | Path) -> Iterator[None]:
+    """Hold the shared lock of an index (or embeddings) folder while reading it: ConfigError at once when a writer
+    (`retromae index`, `retromae encode`) holds its exclusive lock, and a writer that starts meanwhile is refused.
+    A folder whose lock file can be neither opened nor created (read-only) is read as it is."""
+    lock = Path(os.path.abspath(Path(folder) / LOCK_FILE))
+    try:
+        descriptor = os.open(lock, os.O_RDONLY) if lock.exists() else os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise ConfigError(f"{folder}: being written by another retromae process (its lock {LOCK_FILE} is held); "
+                          "search it once that command has ended") from None
+    try:
+        yield
+    finally:
+        os.close(descriptor)
+
+
 def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
-    """The index, its row ids and its index.json info from a folder written by `save_index`."""
+    """The index, its row ids and its index.json info from a folder written by `save_index`, each file checked to
+    be the one index.json recorded (its generation)."""
     folder = Path(folder)
     if not (folder / INDEX_INFO).is_file():
         raise DataError(f"{folder}: not an index folder (no {INDEX_INFO}); create one with `retromae index`")
     info = _read_index_info(folder / INDEX_INFO)
+    check_generation(folder, info)
     ids = read_id_lines(folder / IDS_FILE)
     if info["backend"] == "numpy":
         vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
@@ -215,10 +265,40 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     return index, ids, info
 
 
+def load_lexical(folder: str | Path, ids: list[str], info: dict[str, Any]) -> BM25 | None:
+    """The lexical (BM25) side of an index loaded by `load_index`, or None for a dense-only index."""
+    from retromae.retrieval.bm25 import BM25  # bm25s: only for a hybrid index
+
+    if info.get("lexical") is None:
+        return None
+    return BM25.load(Path(folder) / LEXICAL_DIR, ids)
+
+
+def check_generation(folder: Path, info: dict[str, Any]) -> None:
+    """DataError naming the first file of the folder that is not the one index.json recorded (an index written
+    before generations were recorded has no record, and is read as it is)."""
+    files = info.get("files")
+    if files is None:
+        return
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise DataError(f"{folder / INDEX_INFO}: 'files' is not an object of fingerprints")
+    for name, recorded in files.items():
+        path = folder / name
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise DataError(f"{folder / INDEX_INFO}: names {name!r}, outside the index folder")
+        if not path.is_file() or file_fingerprint(path) != recorded:
+            state = "is missing" if not path.is_file() else "was replaced after the index was written"
+            raise DataError(f"{path}: {state} (it does not belong to generation {info.get('generation')} recorded "
+                            f"in {folder / INDEX_INFO}, e.g. `retromae encode --output` into this folder); rebuild "
+                            "the index with `retromae index --overwrite`")
+
+
 def _read_index_info(path: Path) -> dict[str, Any]:
     """index.json, checked to name a backend and a metric this module writes."""
     info = read_json_file(path)
     if info.get("backend") not in ("numpy", "faiss") or info.get("metric") not in METRICS:
         raise DataError(f"{path}: backend {info.get('backend')!r} and metric {info.get('metric')!r}: not an index "
                         f"description of `retromae index` (backend numpy or faiss, metric {' or '.join(METRICS)})")
+    if info.get("lexical") not in (None, LEXICAL_DIR):
+        raise DataError(f"{path}: lexical {info.get('lexical')!r}: not {LEXICAL_DIR!r} or null")
     return info

@@ -1,0 +1,225 @@
+"""Searching an index folder by text: `Searcher.load(IDX)` reads the index (and its lexical side, and its corpus's
+texts) and loads the query encoder once; `.search("text", k=10)` returns `Hit`s (rank, id, score, text).
+
+An index built with `retromae index --hybrid` is searched on both sides and fused (`retrieval.fusion`: the
+candidates are the union of both top-k lists); one without its lexical side, by the model alone. Owns the query
+encoder's choice (the model, pooling and normalisation index.json records, unless overridden; every error about a
+recorded path names index.json and the option that overrides it), the check that query vectors come from the
+index's encoder, and `run`/`run_vectors` (runs for `retromae search`). Does not own the index folder
+(`retrieval.index`), BM25 (`retrieval.bm25`) or the fusion rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from retromae.config import ConfigError, require
+from retromae.errors import RetroMAEError
+from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, check_fusion, fuse
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from retromae.encoder import Encoder
+    from retromae.retrieval.bm25 import BM25
+
+Run = dict[str, dict[str, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """One retrieved document: its rank (1 = best), id, score (the fused score on a hybrid index, else the
+    model's similarity) and text (None when the corpus the index records moved or changed)."""
+
+    rank: int
+    id: str
+    score: float
+    text: str | None
+
+
+@dataclasses.dataclass
+class Fusion:
+    """How the two sides of a hybrid index are fused; `dense_only` searches with the model alone."""
+
+    method: str = DEFAULT_METHOD
+    weight: float = DEFAULT_WEIGHT
+    dense_only: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.method in METHODS, "fusion", f"must be one of {', '.join(METHODS)}")
+        check_fusion(self.method, self.weight)
+
+
+@dataclasses.dataclass
+class QueryEncoding:
+    """The query side's options; None: what index.json records."""
+
+    model: str | None = None
+    pooling: str | None = None
+    normalize: bool | None = None
+    prefix: str = ""
+    max_length: int | None = None
+    device: str | None = None
+    dtype: str = "auto"
+    batch_size: int = 64
+
+
+class Searcher:
+    """An index folder loaded once for many searches (`Searcher.load`)."""
+
+    def __init__(self, folder: Path, index: Any, ids: list[str], info: dict[str, Any], lexical: BM25 | None,
+                 texts: list[str] | None, fusion: Fusion, encoding: QueryEncoding) -> None:
+        self.folder, self.index, self.ids, self.info = folder, index, ids, info
+        self.lexical, self.texts, self.fusion, self.encoding = lexical, texts, fusion, encoding
+        self._encoder: Encoder | None = None
+        self._rows: dict[str, int] | None = None
+
+    @classmethod
+    def load(cls, index: str | Path, *, model: str | None = None, corpus: str | Path | None = None,
+             fusion: str | None = None, hybrid_weight: float | None = None, dense_only: bool = False,
+             hybrid: bool = False, params: str | None = None, texts: bool = True,
+             encoding: QueryEncoding | None = None) -> Searcher:
+        """Load the index folder `index` (under its shared lock), its lexical side unless `dense_only`, and its
+        documents' texts (from `corpus`, else the recorded corpus) when `texts`. `hybrid` (or `fusion` or
+        `hybrid_weight`) requires the lexical side; `model` overrides the recorded model."""
+        from retromae.retrieval.index import load_index, load_lexical, reading, set_search_params
+        from retromae.retrieval.texts import document_texts
+
+        folder = Path(index)
+        asked = hybrid or fusion is not None or hybrid_weight is not None
+        require(not (asked and dense_only), "dense_only", "searches with the model alone: drop --hybrid, --fusion "
+                                                          "and --hybrid-weight, or --dense-only")
+        chosen = fusion_of(fusion, hybrid_weight, dense_only)
+        with reading(folder):
+            built, ids, info = load_index(folder)
+            lexical = None if dense_only else load_lexical(folder, ids, info)
+        if asked and lexical is None:
+            raise ConfigError(f"--hybrid: {folder} has no lexical (BM25) side; build it with `retromae index "
+                              "--hybrid ...`, or search without --hybrid, --fusion and --hybrid-weight")
+        set_search_params(built, info.get("params", "") if params is None else params)
+        where = f"{folder / 'index.json'}"
+        shown = document_texts(ids, info.get("corpus"), where, "--corpus", corpus) if texts else None
+        query_side = encoding or QueryEncoding()
+        if model is not None:
+            query_side = dataclasses.replace(query_side, model=model)
+        return cls(folder, built, ids, info, lexical, shown, chosen, query_side)
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether searches fuse BM25 with the model."""
+        return self.lexical is not None
+
+    @property
+    def encoder(self) -> Encoder:
+        """The query encoder, loaded on first use."""
+        if self._encoder is None:
+            self._encoder = load_query_encoder(self.encoding, self.info.get("encoder", {}), self.folder)
+        return self._encoder
+
+    @overload
+    def search(self, query: str, k: int = 10) -> list[Hit]: ...
+
+    @overload
+    def search(self, query: Sequence[str], k: int = 10) -> list[list[Hit]]: ...
+
+    def search(self, query: str | Sequence[str], k: int = 10) -> list[Hit] | list[list[Hit]]:
+        """The top-k hits of one query (a list of `Hit`), or of each of several (a list of such lists)."""
+        texts = [query] if isinstance(query, str) else list(query)
+        run = self.run({str(n): text for n, text in enumerate(texts)}, k)
+        hits = [self.hits(run[str(n)]) for n in range(len(texts))]
+        return hits[0] if isinstance(query, str) else hits
+
+    def hits(self, scores: Mapping[str, float]) -> list[Hit]:
+        """A query's run entry as ranked `Hit`s with the documents' texts."""
+        if self._rows is None:
+            self._rows = {doc_id: n for n, doc_id in enumerate(self.ids)}
+        row = self._rows
+        ordered = sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))
+        return [Hit(rank, doc_id, scores[doc_id], self.texts[row[doc_id]] if self.texts is not None else None)
+                for rank, doc_id in enumerate(ordered, start=1)]
+
+    def run(self, queries: Mapping[str, str], k: int = 10, show_progress: bool = False) -> Run:
+        """The top-k run of `queries` (id → text): encoded with the index's model, fused with BM25 on a hybrid
+        index."""
+        from retromae.retrieval.search import TextOptions, encode_texts
+
+        query_ids = list(queries)
+        options = TextOptions(self.encoding.prefix, self.encoding.max_length)
+        vectors = encode_texts(self.encoder, [queries[q] for q in query_ids], options, self.encoding.batch_size,
+                               show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
+        return self.run_vectors(query_ids, vectors, k, queries, show_progress)
+
+    def run_vectors(self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10,
+                    queries: Mapping[str, str] | None = None, show_progress: bool = False) -> Run:
+        """The top-k run of query vectors `(Q, D)`; on a hybrid index fused with BM25 over `queries`' texts."""
+        from retromae.retrieval.bm25 import empty_results
+        from retromae.retrieval.index import search
+        from retromae.retrieval.search import results_to_run
+
+        require(k > 0, "top_k", "must be positive")
+        if vectors.shape[1] != self.index.d:
+            raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {self.index.d}-"
+                              "dimensional index")
+        k = min(k, len(self.ids))
+        scores, rows = search(self.index, vectors, k, show_progress=show_progress)  # (Q, k) each
+        dense = results_to_run(query_ids, self.ids, scores, rows)
+        if self.lexical is None:
+            return dense
+        if queries is None:
+            raise ConfigError("--queries: a hybrid index needs the query texts for BM25; give a queries file, or "
+                              "--dense-only")
+        lexical = self.lexical.search({q: queries[q] for q in query_ids}, k, show_progress=False)
+        empty_results(lexical, "BM25 (the lexical side)")
+        return fuse(dense, lexical, self.fusion.method, self.fusion.weight, k=k)
+
+
+def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fusion:
+    """The fusion the options ask for; --hybrid-weight only with convex fusion."""
+    if weight is not None and method == "rrf":
+        raise ConfigError("--hybrid-weight: applies to --fusion convex (RRF fuses ranks, without weights)")
+    try:
+        return Fusion(method or DEFAULT_METHOD, DEFAULT_WEIGHT if weight is None else weight, dense_only)
+    except RetroMAEError as error:
+        raise ConfigError(f"--hybrid-weight: {error}") from None
+
+
+def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
+    """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
+    index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
+    from retromae.encoder import Encoder
+    from retromae.run_folder import input_fingerprint
+
+    where = folder / "index.json"
+    model = options.model or recorded.get("model")
+    if not model:
+        raise ConfigError(f"--model: {where} records no model; name the one that encoded the corpus")
+    fingerprint = recorded.get("model_fingerprint")
+    if fingerprint and input_fingerprint(model) != fingerprint:
+        said = "--model" if options.model else f"the model recorded in {where}"
+        raise ConfigError(f"{said} ({model}) is not the model the index was encoded with (its files differ from "
+                          f"those fingerprinted in {where}); --model names the model to use")
+    pooling = options.pooling or recorded.get("pooling")
+    normalize = recorded.get("normalize") if options.normalize is None else options.normalize
+    try:
+        encoder = Encoder.load(model, pooling=pooling, normalize=normalize, device=options.device,
+                               dtype=options.dtype)
+    except RetroMAEError as error:
+        if options.model:
+            raise
+        raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
+    return encoder
+
+
+def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path) -> None:
+    """ConfigError when query vectors (encode.json of `queries`) were made otherwise than the index's documents:
+    another model (by fingerprint, else by path), pooling, normalisation or width."""
+    by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
+    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
+    differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
+    if differ:
+        shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
+        raise ConfigError(f"--queries: {queries} was encoded otherwise than the documents of {index} ({shown}); "
+                          "encode the queries with the index's model, or give a queries file")
