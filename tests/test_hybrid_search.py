@@ -152,10 +152,12 @@ def test_an_index_works_from_another_folder_and_names_its_records(tmp_path, beir
 
 
 def test_search_refuses_files_of_another_generation(tmp_path, beir, tiny_model_dir, hybrid_index, capsys):
-    """`encode --output IDX --overwrite` into an index folder replaces its ids.txt: search refuses it."""
+    """An index folder whose ids.txt was replaced by another encoding's (as `encode --output IDX --overwrite` did
+    before it refused to write over another command's outputs): search refuses it."""
     queries = beir / "queries.jsonl"
     assert cli("encode", "--model", tiny_model_dir, "--pooling", "mean", "--no-progress", "--queries", queries,
-               "--output", hybrid_index, "--overwrite") == 0
+               "--output", tmp_path / "q") == 0
+    shutil.copyfile(tmp_path / "q" / "ids.txt", hybrid_index / "ids.txt")
     assert cli("search", "--index", hybrid_index, "--query", "model") == 2
     err = capsys.readouterr().err
     assert "ids.txt: was replaced after the index was written" in err and "generation" in err
