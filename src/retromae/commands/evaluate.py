@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(EvaluateConfig, args)
     results = evaluate(config)
-    source = config.model or str(config.run)
+    source = ", ".join(config.models) or str(config.run)
     if "table" in results:
         print(f"\n{source} ({config.split} split)\n\n{results['table']}", end="")
         if config.report_folder is not None:
