@@ -162,3 +162,24 @@ def test_hybrid_options_are_checked(data, tiny_model_dir, capsys):
     run = data / "corpus.jsonl"
     assert cli("evaluate", "--run", run, "--data", data, "--hybrid") == 2
     assert "--hybrid: fuses BM25 with a model, not with a run" in capsys.readouterr().err
+
+
+def test_a_corpus_file_given_as_data_names_the_folder_to_give(data, tiny_model_dir, capsys):
+    assert cli("evaluate", "--model", tiny_model_dir, "--data", data / "corpus.jsonl") == 2
+    error = capsys.readouterr().err.strip()
+    assert "not STS pairs; a retrieval set is given as its folder" in error and f"--data {data}" in error
+    assert "\n" not in error and "7 tab-separated" not in error
+
+
+@pytest.mark.parametrize("command", ["evaluate", "encode"])
+def test_a_cuda_device_on_a_machine_without_one_is_one_line(tmp_path, data, tiny_model_dir, capsys, command):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    args = {"evaluate": ["--data", data], "encode": ["--corpus", data / "corpus.jsonl", "--output", tmp_path / "v"]}
+    assert cli(command, "--model", tiny_model_dir, *args[command], "--device", "cuda") == 2
+    error = capsys.readouterr().err.strip()
+    assert "--device cuda: this machine has no CUDA device" in error and "\n" not in error
+    assert cli(command, "--model", tiny_model_dir, *args[command], "--device", "gpu") == 2
+    assert "--device gpu: not a torch device" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import require
 from retromae.console import progress, quiet_by_default
+from retromae.devices import resolve_device
 from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
 from retromae.finite import check_vectors, check_weights
@@ -212,7 +213,7 @@ class Encoder:
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = resolve_device(device)
         check_safetensors(Path(source) / spec.subfolder)
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, subfolder=spec.subfolder)

@@ -163,6 +163,27 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
                               ".csv, .json, .png), not a .json file")
 
 
+def check_not_retrieval_file(path: Path, split: str) -> None:
+    """DataError when a file given as STS pairs is a retrieval set's file (a BEIR corpus or queries, JSON lines, an
+    MS MARCO collection): the set is given as its folder."""
+    name = path.name.lower()
+    retrieval_names = (*CORPUS_FILES, "queries.jsonl", "queries.tsv", f"queries.{split}.tsv")
+    json_lines = name.endswith((".jsonl", ".json", ".jsonl.gz", ".parquet"))
+    if name in retrieval_names or json_lines or _starts_with_brace(path):
+        raise DataError(f"--data {path}: a file of documents or queries, not STS pairs; a retrieval set is given as "
+                        f"its folder (BEIR: corpus.jsonl, queries.jsonl, qrels/{split}.tsv; MS MARCO: collection.tsv, "
+                        f"queries, qrels), e.g. --data {path.parent}")
+
+
+def _starts_with_brace(path: Path) -> bool:
+    """Whether a file's first character is "{" (JSON), read without failing on an unreadable file."""
+    try:
+        with path.open("rb") as file:
+            return file.read(1) == b"{"
+    except OSError:
+        return False
+
+
 def is_retrieval_folder(path: Path) -> bool:
     """Whether `path` holds a retrieval corpus (BEIR corpus.jsonl or MS MARCO collection.tsv, optionally .gz)."""
     return any((path / name).is_file() or (path / f"{name}.gz").is_file() for name in CORPUS_FILES)

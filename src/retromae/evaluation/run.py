@@ -29,7 +29,7 @@ from retromae.data.retrieval_sets import (
     read_trec_run,
     write_trec_run,
 )
-from retromae.evaluation.config import EvaluateConfig
+from retromae.evaluation.config import EvaluateConfig, check_not_retrieval_file
 from retromae.evaluation.metrics import empty_queries, evaluate_run
 from retromae.evaluation.report import save_results
 from retromae.evaluation.systems import BM25, Systems
@@ -61,6 +61,8 @@ def sts_file(config: EvaluateConfig, data: Path) -> Path | None:
     """The STS pairs file `data` points at, or None for a retrieval set."""
     candidate = data / f"sts-{config.split}.csv" if data.is_dir() else data
     if config.task == "sts" or (config.task == "auto" and candidate.is_file()):
+        if config.task == "auto" and not data.is_dir():
+            check_not_retrieval_file(candidate, config.split)
         return candidate
     return None
 
