@@ -174,6 +174,8 @@ PYTHON_SNIPPETS = {
         Snippet({"../shared/data/beir/scifact": "{beir}", "../shared/data/sts/stsbenchmark": "{sts}"}),
     "from retromae.encoder import Encoder": Snippet({'"path/or/hub-name"': '"{model}"'}, encoder_inputs),
     "from retromae.evaluation import evaluate_run, print_results, save_results": Snippet(),
+    "import retromae": Snippet({'"runs/ft/encoder"': '"{model}"', '"beir/scifact"': '"{beir}"',
+                                '["scifact"]': '["beir"]'}),
     "import mteb": Snippet({"runs/ft/sentence-transformer": "{st}", "beir/scifact": "{beir}"}),
     API_DEMO: Snippet(shrink={'build_stdlib_retrieval_set(Path("api-demo/docs"))':
                               'copytree("{beir}", "api-demo/docs")',
