@@ -187,6 +187,8 @@ PYTHON_SNIPPETS = {
     "from retromae.evaluation import evaluate_run, print_results, save_results": Snippet(),
     "# A command's config class: each option's domain is one word in its option(...)": Snippet(),
     "from retromae import Searcher": Snippet({'"runs/scifact-hybrid"': "hybrid_index"}, hybrid_index),
+    "import retromae": Snippet({'"runs/ft/encoder"': '"{model}"', '"beir/scifact"': '"{beir}"',
+                                '["scifact"]': '["beir"]'}),
     "import mteb": Snippet({"runs/ft/sentence-transformer": "{st}", "beir/scifact": "{beir}"}),
     API_DEMO: Snippet(shrink={'build_stdlib_retrieval_set(Path("api-demo/docs"))':
                               'copytree("{beir}", "api-demo/docs")',

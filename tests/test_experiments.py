@@ -137,3 +137,30 @@ def test_metric_bars_are_labelled_on_an_axis_from_zero():
     assert correlations.get_xlim() == pytest.approx((-0.475, 0.65))
     assert zeros.get_xlim() == pytest.approx((0.0, 0.2)) and zeros.texts[0].get_text() == "0.0000"
     plt.close(figure)
+
+
+def test_report_reads_an_adapt_folder(tmp_path, tiny_model_dir, capsys):
+    """An `adapt` output folder is a variant: its training stage as the pre-training column, the guard's validation
+    scores of the base and of what it exported as columns, the training loss."""
+    import shutil
+
+    from test_adapt import tiny_adapt, topical_corpus
+
+    from retromae.adapt.run import adapt
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    (base / "retromae_encoder.json").write_text(json.dumps({"pooling": "mean", "normalize": True}))
+    folder = adapt(tiny_adapt(base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "adapted", max_steps=2,
+                              checkpoints=1))
+    guard = json.loads((folder / "guard.json").read_text())
+    chosen = next(c["ndcg@10"] for c in guard["candidates"] if c["name"] == guard["chosen"])
+    variant = read_variant(folder)
+    assert variant.scores == {"guard base ndcg@10": guard["base"], "guard chosen ndcg@10": chosen}
+    assert variant.pretraining.startswith("adapt: ") and variant.pretraining.endswith(f"exported: {guard['chosen']}")
+    assert len(variant.pretrain_losses) == 2
+    assert main(["report", "--variants", str(folder), "--output", str(tmp_path / "report")]) == 0
+    assert f"| {guard['base']:.4f} | {chosen:.4f} |" in capsys.readouterr().out
+    (folder / "guard.json").write_text(json.dumps({"metric": "ndcg@10"}))
+    with pytest.raises(DataError, match="not a guard record of `retromae adapt`"):
+        read_variant(folder)

@@ -148,7 +148,7 @@ def test_a_lower_is_better_metric_keeps_its_lowest_probe_and_prints_in_its_forma
                            reported_at=(10,)))
     assert evaluate_run({"q": {"b": 1}}, {"q": {"a": 2.0, "b": 1.0}}, (1, 10))["first@10"] == 2.0
     table = Table(["model"], ["first@10"], [SetRow("set", 1, 2, {"model": {"first@10": 2.5}})])
-    assert table.markdown().splitlines()[-1] == "| average |  |  | 2.50 |"
+    assert table.markdown().splitlines()[-1] == "| set | 1 | 2 | 2.50 |"  # one data set: no average row
     rows = format_table({"first@10": 2.5, "p@10": 0.25}).splitlines()[2:]
     assert [row.split() for row in rows] == [["first@10", "2.50"], ["p@10", "0.2500"]]
     output = tmp_path / "run"

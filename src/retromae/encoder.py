@@ -28,6 +28,7 @@ from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import require
 from retromae.console import progress, quiet_by_default
+from retromae.devices import resolve_device
 from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
 from retromae.finite import check_vectors, check_weights
@@ -213,7 +214,7 @@ class Encoder:
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = resolve_device(device)
         tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
         model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)

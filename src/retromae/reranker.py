@@ -26,6 +26,7 @@ from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import ConfigError, save_config
 from retromae.console import progress
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
+from retromae.devices import resolve_device
 from retromae.encoder import Encoder
 from retromae.errors import ModelLoadError
 from retromae.finetune.batches import GroupBatchSampler, GroupDataset
@@ -149,10 +150,10 @@ class CrossEncoder:
 
     def __init__(self, name: str, device: str | None = None, max_length: int | None = None) -> None:
         self.name = name
+        self.device = resolve_device(device)  # before loading: a missing device is said at once
         self.model, self.tokenizer = _load_classifier(name, trained=True)
         max_length = pair_length(self.model.config, max_length)
         check_max_length(self.model.config, max_length, "max_length", self.tokenizer, pair=True)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model.to(self.device).eval()
         self.max_length = max_length
 

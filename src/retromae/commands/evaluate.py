@@ -1,9 +1,9 @@
 """`retromae evaluate`: score a model or a TREC run on retrieval sets (BEIR / MS MARCO) or STS pairs.
 
 Thin: parse → `EvaluateConfig` → `evaluation.run.evaluate`. One data set: a console table of every metric and,
-with --output FILE.json, a JSON file with keys such as ndcg@10, mrr@10, recall@100, spearman. Several (or an
---output folder): one Markdown table, a row per data set and their average, with results.md/.csv/.json/.png in
-the folder.
+with --output FILE.json, a JSON file with keys such as ndcg@10, mrr@10, recall@100, spearman. Several data sets or
+models, --bm25, --hybrid (or an --output folder): one Markdown table, a row per data set and their average, a column
+group per system, then the paired comparison of two systems, with results.md/.csv/.json/.png in the folder.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, metrics
 
 HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in metrics(RANKING))}@k on BEIR or "
-        f"MS MARCO (one table over many data sets, BM25 beside), "
+        f"MS MARCO (one table over many data sets and models, BM25 and the hybrid beside, a paired test), "
         f"{'/'.join(metric.long_title for metric in metrics(CORRELATION))} on STS")
 
 
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(EvaluateConfig, args)
     results = evaluate(config)
-    source = config.model or str(config.run)
+    source = ", ".join(config.models) or str(config.run)
     if "table" in results:
         print(f"\n{source} ({config.split} split)\n\n{results['table']}", end="")
         if config.report_folder is not None:

@@ -21,7 +21,8 @@ HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.
 
 @dataclasses.dataclass(kw_only=True)
 class ReportConfig(OutputOptions):
-    variants: list[Path] = option(help="variant folders, one table row each, in this order")
+    variants: list[Path] = option(help="variant folders (or `retromae adapt` output folders), one table row each, "
+                                       "in this order")
     output: Path = option(help="folder for report.md, report.json and the plots")
     title: str = option("Results", "heading of report.md")
 

@@ -7,15 +7,24 @@ Owns: `EvaluateConfig`, which data it names (one retrieval set or STS file, seve
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retromae.config import POSITIVE, TOP_K, ConfigError, option, require
 from retromae.encoder_config import EncoderOptions
 from retromae.errors import DataError
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
+from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.run_folder import OutputOptions
+
+if TYPE_CHECKING:
+    import torch
+
+    from retromae.encoder import Encoder
 
 TASKS = ("auto", "retrieval", "sts")
 QRELS_FORMATS = ("auto", "beir", "trec")  # as `data.retrieval_sets.load_qrels` reads them (no numpy import here)
@@ -28,8 +37,9 @@ RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKIN
 class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
 
-    model: str | None = option(None, "model to evaluate (our export, sentence-transformers folder, HF encoder)",
-                               required_unless="--run")
+    model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
+                                           "encoder); several: one table, a column group each, named by its folder",
+                                     required_unless="--run")
     run: Path | None = option(None, "TREC run file to evaluate instead of a model (one retrieval set only)",
                               required_unless="--model")
     data: list[Path] = option(help="one or more BEIR / MS MARCO folders, or a folder holding such folders (a row "
@@ -43,6 +53,15 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
                        choices=TASKS)
     metrics: list[str] = option(list(DEFAULT_METRICS), f"the table's columns, NAME@K with NAME one of {RANKING_NAMES}")
     bm25: bool = option(False, "BM25 (bm25s: k1 1.2, b 0.75, English stopwords) beside the model in the table")
+    hybrid: bool = option(False, "the hybrid beside the model and BM25 in the table: BM25's and the model's top-k "
+                                 "fused per query (--fusion, --hybrid-weight)")
+    hybrid_weight: float = option(DEFAULT_WEIGHT, "the model's share w of the convex fusion w*model + (1-w)*BM25 "
+                                                  "(scores min-max normalised per query)")
+    fusion: str = option(DEFAULT_METHOD, "how --hybrid fuses: convex (weighted normalised scores) or rrf "
+                                         "(reciprocal rank fusion, k=60)", choices=METHODS)
+    compare: list[str] = option([], "two systems of the table to compare query by query (names as in its header); "
+                                    "default: the two when the table has two, the hybrid and its model with one "
+                                    "model and --hybrid")
     k_values: list[int] = option([10, 100], f"one data set without a report folder: the cut-offs k of its "
                                             f"{RANKING_TITLES}", TOP_K)
     top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed", TOP_K)
@@ -68,9 +87,32 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         require(len(self.metrics) > 0, "metrics", "give at least one metric")
         for metric in self.metrics:
             metric_k(metric)
-        if (self.model is None) == (self.run is None):
+        if isinstance(self.model, str):
+            self.model = [self.model]
+        if (not self.model) == (self.run is None):
             raise ConfigError("--model: give either --model or --run")
         require(self.run is None or not self.bm25, "bm25", "compares BM25 with a model, not with a run")
+        require(self.run is None or not self.hybrid, "hybrid", "fuses BM25 with a model, not with a run")
+        resolved = [str(Path(name).resolve()) if Path(name).exists() else name for name in self.models]
+        require(len(set(resolved)) == len(resolved), "model", "names a model twice")
+        require(len(self.compare) in (0, 2), "compare", "names two systems of the table")
+        require(math.isfinite(self.hybrid_weight) and 0 <= self.hybrid_weight <= 1, "hybrid_weight",
+                f"{self.hybrid_weight}: must lie in [0, 1] (the model's share)")
+
+    @property
+    def models(self) -> list[str]:
+        """The models evaluated (none with --run)."""
+        return list(self.model or [])
+
+    def load_model(self, name: str, device: str | torch.device | None = None) -> Encoder:
+        """The encoder of one of the models, with the encoding options shared by all."""
+        one = copy.copy(self)
+        one.model = name
+        return EncoderOptions.load_encoder(one, device)
+
+    def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
+        """The encoder of the (first) model."""
+        return self.load_model(self.models[0], device)
 
     @property
     def report_folder(self) -> Path | None:
@@ -80,7 +122,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     def is_table(self, sets: dict[str, Path]) -> bool:
         """Whether the results are a table: several data sets, BM25 beside the model, or a report folder. One data
         set alone reports every metric at --k-values instead (ConfigError if --metrics asks for others)."""
-        table = len(sets) > 1 or self.bm25 or self.report_folder is not None
+        table = (len(sets) > 1 or self.bm25 or self.hybrid or len(self.models) > 1 or self.report_folder is not None
+                 or bool(self.compare))
         require(table or list(self.metrics) == list(DEFAULT_METRICS), "metrics",
                 "chooses a table's columns (several data sets, --bm25 or an --output folder); one data set alone "
                 "reports every metric at --k-values")
@@ -89,6 +132,13 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     def table_ks(self) -> list[int]:
         """The cut-offs the table's metrics need."""
         return sorted({metric_k(metric) for metric in self.metrics})
+
+    def check_top_k(self, ks: list[int], named: str) -> None:
+        """ConfigError when --top-k retrieves fewer documents than the largest cut-off asks (metrics@k from fewer
+        than k documents)."""
+        if self.top_k is not None and self.top_k < max(ks):
+            raise ConfigError(f"--top-k {self.top_k} retrieves fewer documents than {named} asks for "
+                              f"(@{max(ks)}); raise --top-k to {max(ks)} or lower {named}")
 
     def data_sets(self) -> dict[str, Path]:
         """Name → folder of every retrieval set --data names (a folder of sets gives each of its sets, sorted); a
@@ -109,6 +159,27 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         if self.output is not None and self.report_folder is None:
             raise ConfigError(f"--output {self.output}: a table of several data sets goes into a folder (results.md, "
                               ".csv, .json, .png), not a .json file")
+
+
+def check_not_retrieval_file(path: Path, split: str) -> None:
+    """DataError when a file given as STS pairs is a retrieval set's file (a BEIR corpus or queries, JSON lines, an
+    MS MARCO collection): the set is given as its folder."""
+    name = path.name.lower()
+    retrieval_names = (*CORPUS_FILES, "queries.jsonl", "queries.tsv", f"queries.{split}.tsv")
+    json_lines = name.endswith((".jsonl", ".json", ".jsonl.gz", ".parquet"))
+    if name in retrieval_names or json_lines or _starts_with_brace(path):
+        raise DataError(f"--data {path}: a file of documents or queries, not STS pairs; a retrieval set is given as "
+                        f"its folder (BEIR: corpus.jsonl, queries.jsonl, qrels/{split}.tsv; MS MARCO: collection.tsv, "
+                        f"queries, qrels), e.g. --data {path.parent}")
+
+
+def _starts_with_brace(path: Path) -> bool:
+    """Whether a file's first character is "{" (JSON), read without failing on an unreadable file."""
+    try:
+        with path.open("rb") as file:
+            return file.read(1) == b"{"
+    except OSError:
+        return False
 
 
 def is_retrieval_folder(path: Path) -> bool:

@@ -10,7 +10,12 @@ Owns: reading a variant folder laid out by the recipes and turning a list of the
                      reported keys: ndcg@10, recall@100, spearman)
     times.txt        one "STAGE SECONDS" line per timed stage
 
-Does not own running anything, nor computing metrics.
+or is a `retromae adapt` output folder (guard.json, training/ as pretrain/ above): its pre-training column names the
+training stage and the candidate the guard chose, its columns `guard base METRIC` and `guard chosen METRIC` (the
+validation scores of the base and of what was exported; `guard finetuned METRIC` with `adapt --train`), beside its
+eval/*.json if any.
+
+Does not own running anything, nor computing metrics, nor what `adapt` writes (`retromae.adapt.run`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.io import write_text_atomic
 from retromae.objectives import OBJECTIVES
 from retromae.objectives.options import DecoderOptions
+
+GUARD_FILE = "guard.json"  # what `retromae adapt` writes (adapt.run.GUARD_FILE; not imported: it loads torch)
 
 
 @dataclass
@@ -106,7 +113,8 @@ def read_variant(folder: Path) -> Variant:
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: no such variant folder")
-    pretrain = folder / "pretrain"
+    adapted = (folder / GUARD_FILE).is_file()
+    pretrain = folder / ("training" if adapted else "pretrain")
     records = read_metrics(pretrain / "metrics.jsonl") if (pretrain / "metrics.jsonl").exists() else []
     variant = Variant(
         name=folder.name,
@@ -117,11 +125,29 @@ def read_variant(folder: Path) -> Variant:
         results = read_json_file(path)
         variant.scores.update({f"{path.stem} {metric}": _score(path, metric, results[metric])
                                for metric in reported_keys() if metric in results})
+    if adapted:
+        read_guard(folder / GUARD_FILE, variant)
     if (folder / "times.txt").exists():
         variant.seconds = read_times(folder / "times.txt")
     if not (variant.scores or variant.pretrain_losses or variant.seconds):
         raise DataError(f"{folder}: holds no pretrain/, eval/*.json or times.txt")
     return variant
+
+
+def read_guard(path: Path, variant: Variant) -> None:
+    """An adapt folder's guard.json into `variant`: the validation scores of the base and of the chosen candidate
+    (and of the fine-tuned model), and the choice in its pre-training column."""
+    guard = read_json_file(path)
+    try:
+        metric, chosen = guard["metric"], guard["chosen"]
+        scores = {candidate["name"]: candidate[metric] for candidate in guard["candidates"]}
+        found = {"base": guard["base"], "chosen": scores[chosen]}
+    except (KeyError, TypeError) as error:
+        raise DataError(f"{path}: not a guard record of `retromae adapt` (missing {error})") from error
+    if "finetuned" in guard:
+        found["finetuned"] = guard["finetuned"]
+    variant.scores.update({f"guard {name} {metric}": _score(path, metric, value) for name, value in found.items()})
+    variant.pretraining = f"adapt: {variant.pretraining}; exported: {chosen}"
 
 
 def _pretraining_cell(pretrain: Path) -> str:
@@ -130,7 +156,7 @@ def _pretraining_cell(pretrain: Path) -> str:
     if not pretrain.is_dir():
         return "none"
     if not (pretrain / "config.json").exists():
-        return "unknown (no pretrain/config.json)"
+        return f"unknown (no {pretrain.name}/config.json)"
     return describe_pretraining(read_json_file(pretrain / "config.json"))
 
 

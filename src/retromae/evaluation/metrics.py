@@ -32,7 +32,8 @@ def evaluate_run(
     k_values: Sequence[int] = (10, 100),
     per_query: bool = False,
 ) -> dict[str, float] | tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Mean of every metric at every k over the queries of `qrels`; a query absent from `run` scores 0.
+    """Mean of every metric at every k over the queries of `qrels`; a query absent from `run` (or with no results)
+    scores 0 and counts in the mean (BEIR's `EvaluateRetrieval` drops such queries: its means are then higher).
 
     Keys: `NAME@k` for every registered ranking metric, in registration order (`ndcg@k`, `mrr@k`, `recall@k`,
     `map@k`, `p@k`). With `per_query`, also returns qid → those keys.
@@ -49,3 +50,9 @@ def evaluate_run(
     keys = next(iter(scores.values()))  # every query has the same keys, in the registry's order
     means = {key: math.fsum(query[key] for query in scores.values()) / len(scores) for key in keys}
     return (means, scores) if per_query else means
+
+
+def empty_queries(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> int:
+    """How many queries of `qrels` have no result in `run` (absent, or an empty list): each scores 0 in every
+    metric, where BEIR's `EvaluateRetrieval` leaves them out of its means."""
+    return sum(1 for qid in qrels if not run.get(qid))

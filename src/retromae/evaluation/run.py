@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +29,13 @@ from retromae.data.retrieval_sets import (
     read_trec_run,
     write_trec_run,
 )
-from retromae.evaluation.config import EvaluateConfig
-from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.config import EvaluateConfig, check_not_retrieval_file
+from retromae.evaluation.metrics import empty_queries, evaluate_run
 from retromae.evaluation.report import save_results
+from retromae.evaluation.systems import BM25, Systems
 from retromae.evaluation.table import REPORT_FILES, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
+from retromae.retrieval.fusion import RRF_K, fuse
 from retromae.run_folder import (
     RUN_NEUTRAL,
     claim_file,
@@ -47,30 +50,34 @@ if TYPE_CHECKING:
     from retromae.retrieval.search import Run
 
 EMBEDDINGS_DIR = "embeddings"
-MODEL, BM25 = "model", "BM25"
 
 
 def evaluate(config: EvaluateConfig | None = None, /, **options: Any) -> dict[str, Any]:
     """Evaluate as `config` (or `EvaluateConfig(**options)`) says. One data set: its metrics (or STS correlations),
-    plus "per_query" when asked; a table: `Table.as_dict()` plus its Markdown under "table"."""
+    plus "per_query" when asked; a table: `Table.as_dict()` plus its Markdown (and the paired comparison's lines)
+    under "table"."""
     config = config if config is not None else EvaluateConfig(**options)
     sets = config.data_sets()
     if not config.is_table(sets):
         return evaluate_one(config, next(iter(sets.values())))
     table = evaluate_table(config, sets)
-    return {**table.as_dict(), "table": table.markdown()}
+    return {**table.as_dict(), "table": table.text()}
 
 
 def sts_file(config: EvaluateConfig, data: Path) -> Path | None:
     """The STS pairs file `data` points at, or None for a retrieval set."""
     candidate = data / f"sts-{config.split}.csv" if data.is_dir() else data
     if config.task == "sts" or (config.task == "auto" and candidate.is_file()):
+        if config.task == "auto" and not data.is_dir():
+            check_not_retrieval_file(candidate, config.split)
         return candidate
     return None
 
 
 def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
     """Every metric at --k-values on one retrieval set (or STS correlations), saved to --output when given."""
+    if config.run is None:
+        config.check_top_k(config.k_values, "--k-values")
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
     claim_file(config.save_run, config.overwrite, "save_run", inputs=input_paths(config))
     path = sts_file(config, data)
@@ -81,7 +88,7 @@ def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
         results, per_query = evaluate_retrieval(config, data)
     extra = {"per_query": per_query} if per_query is not None else {}
     if config.output is not None:
-        source = config.model or str(config.run)
+        source = config.models[0] if config.models else str(config.run)
         save_results({**results, "source": source, "data": str(data), "split": config.split, **extra}, config.output)
     return {**results, **extra}
 
@@ -89,7 +96,7 @@ def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
 def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
     from retromae.evaluation.sts import sts_correlations  # numpy: only for STS, so `evaluate --run` stays light
 
-    require(config.model is not None, "model", "STS evaluation needs a model (a run has no similarities)")
+    require(bool(config.models), "model", "STS evaluation needs a model (a run has no similarities)")
     first, second, gold = load_sts_pairs(path)
     encoder = config.load_encoder()
     options = {"batch_size": config.batch_size}
@@ -102,6 +109,9 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
         run = read_trec_run(config.run)
     else:
         run = model_run(config, config.load_encoder(), data, config.top_k or max(config.k_values))
+    empty = EmptyResults()
+    empty.count(config.models[0] if config.models else str(config.run), path.name, data.qrels, run)
+    empty.warn()
     if config.save_run is not None:
         write_trec_run(run, config.save_run)
     if config.per_query:
@@ -110,8 +120,9 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
 
 
 def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,
-              name: str = "corpus") -> Run:
-    """The model's top-k run on `data`; its corpus vectors kept in (or read from) `cache` when given."""
+              name: str = "corpus", model: str | None = None) -> Run:
+    """The model's (`model`, default the first) top-k run on `data`; its corpus vectors kept in (or read from)
+    `cache` when given."""
     # torch and faiss: only when a model is evaluated, so `evaluate --run` stays torch-free
     from retromae.retrieval.encode import encode_cached
     from retromae.retrieval.search import TextOptions, encode_texts, vector_search
@@ -122,7 +133,7 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
     if cache is None:
         doc_vectors = encode_texts(encoder, texts, passages, config.batch_size, description=description)  # (N, D)
     else:
-        doc_vectors = encode_cached(encoder, doc_ids, texts, cache, model_name=config.model,
+        doc_vectors = encode_cached(encoder, doc_ids, texts, cache, model_name=model or config.models[0],
                                     batch_size=config.batch_size, max_length=passages.max_length,
                                     prefix=passages.prefix, description=description)  # (N, D)
     query_ids = list(data.queries)
@@ -134,8 +145,10 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
 
 
 def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
-    """A row per data set (the model, and BM25 with --bm25, at the table's metrics), written to the report folder."""
+    """A row per data set (each model, BM25 with --bm25 or --hybrid, each model's hybrid with --hybrid, at the
+    table's metrics), the paired comparison of two systems, written to the report folder."""
     config.check_table(sets)
+    config.check_top_k(config.table_ks(), "--metrics")
     require(not any(sts_file(config, path) for path in sets.values()), "data",
             "a table holds retrieval sets; evaluate STS pairs on their own")
     folder = config.report_folder
@@ -143,38 +156,83 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
         identity = run_identity(config, RUN_NEUTRAL | {"device"})
         claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
                      overwrite=config.overwrite, resumable=False, inputs=input_paths(config))
-    encoder = config.load_encoder()
+    systems = Systems.of(config)
+    systems.check_compare(config.compare)
+    encoders = {name: config.load_model(path) for name, path in systems.models.items()}
     root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
-    cache = root / cache_key(config, encoder) if root is not None else None
-    stages = Stages(len(sets))
-    rows = [table_row(config, encoder, name, path, cache, stages) for name, path in sets.items()]
-    table = Table([MODEL, BM25] if config.bm25 else [MODEL], list(config.metrics), rows)
+    caches = {name: root / cache_key(config, path, encoders[name]) if root is not None else None
+              for name, path in systems.models.items()}
+    stages, empty = Stages(len(sets)), EmptyResults()
+    rows = [table_row(config, systems, encoders, name, path, caches, stages, empty) for name, path in sets.items()]
+    empty.warn()
+    table = Table(systems.names(), list(config.metrics), rows, labels=systems.labels())
+    pair = systems.compared(config.compare)
+    if pair is not None:
+        table.compare(*pair)
     if folder is not None:
-        write_report(table, folder, {"model": config.model, "split": config.split,
-                                     "data": {name: str(path) for name, path in sets.items()}})
+        write_report(table, folder, {"model": config.models[0] if len(config.models) == 1 else config.models,
+                                     "models": systems.models, "split": config.split,
+                                     "data": {name: str(path) for name, path in sets.items()}, **hybrid_about(config)})
     return table
 
 
-def table_row(config: EvaluateConfig, encoder: Encoder, name: str, path: Path, cache: Path | None,
-              stages: Stages) -> SetRow:
-    """One data set's row: the model's metrics (and BM25's) at the table's cut-offs."""
+class EmptyResults:
+    """Queries that got no results, per system and data set, said in one warning on stderr: they count as 0."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, int] = {}
+        self.queries: dict[str, int] = {}
+
+    def count(self, system: str, data_set: str, qrels: dict[str, dict[str, int]], run: Run) -> None:
+        self.queries[f"{system} on {data_set}"] = len(qrels)
+        empty = empty_queries(qrels, run)
+        if empty:
+            self.found[f"{system} on {data_set}"] = empty
+
+    def warn(self) -> None:
+        if not self.found:
+            return
+        where = "; ".join(f"{name}: {count:,} of {self.queries[name]:,}" for name, count in self.found.items())
+        print(f"retromae: warning: queries with no results ({where}) count as 0 in every metric (BEIR's "
+              f"EvaluateRetrieval leaves them out, so its means are higher)", file=sys.stderr)
+
+
+def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:
+    """How the hybrid was fused, for results.json (nothing without --hybrid)."""
+    if not config.hybrid:
+        return {}
+    return {"fusion": {"method": config.fusion, "weight": config.hybrid_weight if config.fusion == "convex" else None,
+                       "rrf_k": RRF_K if config.fusion == "rrf" else None}}
+
+
+def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Encoder], name: str, path: Path,
+              caches: dict[str, Path | None], stages: Stages, empty: EmptyResults) -> SetRow:
+    """One data set's row: each system's metrics at the table's cut-offs (and per query, for a comparison)."""
     data = load_retrieval_set(path, config.split, config.qrels_format)
     stages.start(f"{name}: {len(data.queries):,} queries over {len(data.corpus):,} documents")
     ks = config.table_ks()
     k = config.top_k or max(ks)
-    folder = cache / name.replace("/", "--") if cache is not None else None
-    scores = {MODEL: evaluate_run(data.qrels, model_run(config, encoder, data, k, folder, f"{name} corpus"), ks)}
-    if config.bm25:
-        scores[BM25] = evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k), ks)
-    return SetRow(name, len(data.queries), len(data.corpus), scores)
-
-
-def cache_key(config: EvaluateConfig, encoder: Encoder) -> str:
+    runs: dict[str, Run] = {}
+    for model, encoder in encoders.items():
+        cache = caches[model]
+        folder = cache / name.replace("/", "--") if cache is not None else None
+        runs[model] = model_run(config, encoder, data, k, folder, f"{name} corpus", systems.models[model])
+    if systems.bm25:
+        runs[BM25] = bm25_search(data.corpus_texts(), data.queries, k)
+    for model, hybrid in systems.hybrids.items():
+        runs[hybrid] = fuse(runs[model], runs[BM25], config.fusion, config.hybrid_weight, k=k)
+    row = SetRow(name, len(data.queries), len(data.corpus))
+    for system in systems.names():
+        empty.count(system, name, data.qrels, runs[system])
+        row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True)
+        row.per_query[system] = per_query
+    return row
+def cache_key(config: EvaluateConfig, model: str, encoder: Encoder) -> str:
     """The cache folder name of one model's corpus vectors: its folder's name and a hash of what makes its vectors
     (the model's files, pooling, passage prefix and length, batch size, precision)."""
-    made_by = {"model": input_fingerprint(config.model), "pooling": encoder.pooling, "normalize": encoder.normalize,
+    made_by = {"model": input_fingerprint(model), "pooling": encoder.pooling, "normalize": encoder.normalize,
                "prefix": config.passage_prefix, "max_length": config.passage_max_length,
                "batch_size": config.batch_size, "dtype": str(encoder.amp_dtype)}
     digest = hashlib.sha1(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:10]
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(config.model).name)[:40] or "model"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name)[:40] or "model"
     return f"{slug}-{digest}"

@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from retromae.config import ConfigError
 from retromae.evaluation.metric_registry import RANKING, metrics, parse_key, reported_keys, show, title
@@ -43,15 +44,50 @@ class SetRow:
     queries: int
     documents: int
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # system → query → metric → value
+
+    def values(self, system: str, metric: str) -> dict[str, float]:
+        """One system's `metric` per query (query id → value)."""
+        return {query: scores[metric] for query, scores in self.per_query[system].items()}
 
 
 @dataclass
 class Table:
-    """Rows of data sets for the systems (the model, and BM25 when asked) and the metrics shown."""
+    """Rows of data sets for the systems (the models, BM25, the hybrids) and the metrics shown; `labels`: the name
+    the picture shows for a system (its key when absent); `comparison`: a paired comparison of two systems."""
 
     systems: list[str]
     metrics: list[str]
     rows: list[SetRow]
+    labels: dict[str, str] = field(default_factory=dict)
+    comparison: dict[str, Any] | None = None
+
+    def label(self, system: str) -> str:
+        return self.labels.get(system, system)
+
+    def compare(self, first: str, second: str) -> None:
+        """Compare `second` with `first` query by query on every data set, on the table's first metric (its primary
+        one): per-query differences, their bootstrap interval and the sign test (`evaluation.paired`)."""
+        from retromae.evaluation.paired import paired_comparison  # numpy: only when a table compares
+
+        metric = self.metrics[0]
+        per_set = {row.name: paired_comparison(*(row.values(system, metric) for system in (first, second)))
+                   for row in self.rows}
+        self.comparison = {"first": first, "second": second, "metric": metric, "sets": per_set}
+
+    def comparison_text(self) -> str:
+        """The comparison as lines of text (empty without one)."""
+        if self.comparison is None:
+            return ""
+        first, second, metric = (self.comparison[key] for key in ("first", "second", "metric"))
+        lines = [f"paired comparison, {second} − {first}, {title(metric)} per query:"]
+        for name, result in self.comparison["sets"].items():
+            lines.append(f"  {name}: mean {result['mean_difference']:+.4f}, {result['confidence']:.0%} bootstrap "
+                         f"interval [{result['ci_low']:+.4f}, {result['ci_high']:+.4f}] ({result['resamples']:,} "
+                         f"resamples, seed {result['seed']}); {second} better on {result['wins']}, worse on "
+                         f"{result['losses']}, tied on {result['ties']} of {result['queries']} queries; sign test "
+                         f"p = {result['sign_test_p']:.3g}")
+        return "\n".join(lines) + "\n"
 
     def average(self) -> dict[str, dict[str, float]]:
         """Each system's mean of every metric it has over the data sets (a macro average, as BEIR reports)."""
@@ -64,19 +100,25 @@ class Table:
                                                        for metric in self.metrics]
 
     def lines(self) -> list[list[str]]:
-        """The rows as text (values in their metric's format: 4 decimals), the average last."""
+        """The rows as text (values in their metric's format: 4 decimals), the average last (with several rows)."""
         average = self.average()
         lines = [[row.name, str(row.queries), str(row.documents)]
                  + [show(metric, row.scores[system][metric]) for system in self.systems for metric in self.metrics]
                  for row in self.rows]
-        lines.append([AVERAGE, "", ""] + [show(metric, average[system][metric]) for system in self.systems
-                                          for metric in self.metrics])
+        if len(self.rows) > 1:
+                lines.append([AVERAGE, "", ""] + [show(metric, average[system][metric]) for system in self.systems
+                                              for metric in self.metrics])
         return lines
 
     def markdown(self) -> str:
         header = self.header()
         rule = ["---"] + ["---:"] * (len(header) - 1)
         return "\n".join("| " + " | ".join(cells) + " |" for cells in [header, rule, *self.lines()]) + "\n"
+
+    def text(self) -> str:
+        """The Markdown table, then the comparison when one was made (results.md, and what `evaluate` prints)."""
+        comparison = self.comparison_text()
+        return self.markdown() + (f"\n{comparison}" if comparison else "")
 
     def csv(self) -> str:
         buffer = io.StringIO()
@@ -86,41 +128,58 @@ class Table:
         return buffer.getvalue()
 
     def as_dict(self) -> dict:
-        """Every metric computed (not only those shown) per data set and system, and their averages."""
-        return {"systems": self.systems, "metrics": self.metrics,
+        """Every metric computed (not only those shown) per data set and system, their averages, the systems' labels
+        and the paired comparison when one was made."""
+        return {"systems": self.systems, "labels": {system: self.label(system) for system in self.systems},
+                "metrics": self.metrics,
                 "sets": {row.name: {"queries": row.queries, "documents": row.documents, **row.scores}
                          for row in self.rows},
-                AVERAGE: self.average()}
+                AVERAGE: self.average(), **({"comparison": self.comparison} if self.comparison else {})}
 
 
 def write_report(table: Table, folder: Path, about: dict) -> None:
     """results.md, results.csv, results.json (with `about`: model, split, data paths) and results.png in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / "results.md", table.markdown())
+    write_text_atomic(folder / "results.md", table.text())
     write_text_atomic(folder / "results.csv", table.csv())
     write_text_atomic(folder / "results.json", json.dumps({**about, **table.as_dict()}, indent=2) + "\n")
     plot_table(table, folder / "results.png")
 
 
 def plot_table(table: Table, path: Path) -> None:
-    """One panel per metric shown: a group of bars per data set (and the average), a bar per system."""
+    """One panel per metric shown: a group of bars per data set (and the average, with several), a bar per system
+    labelled by its name, each bar with its value, the axis scaled to the values shown (`value_limits`)."""
     from retromae.evaluation.experiments import pyplot  # matplotlib: only when a table is plotted
 
     plt = pyplot()
-    names = [row.name for row in table.rows] + [AVERAGE]
     average = table.average()
-    figure, axes = plt.subplots(1, len(table.metrics), figsize=(4 + 1.2 * len(names) * len(table.metrics), 4),
+    groups = [(row.name, row.scores) for row in table.rows] + ([(AVERAGE, average)] if len(table.rows) > 1 else [])
+    bars = len(groups) * len(table.systems)
+    figure, axes = plt.subplots(1, len(table.metrics), figsize=(3 + 0.6 * bars * len(table.metrics), 4.5),
                                 squeeze=False)
     width = 0.8 / len(table.systems)
     for axis, metric in zip(axes[0], table.metrics, strict=True):
+        shown = []
         for offset, system in enumerate(table.systems):
-            values = [row.scores[system][metric] for row in table.rows] + [average[system][metric]]
-            axis.bar([i + offset * width for i in range(len(names))], values, width, label=system)
-        axis.set_xticks([i + width * (len(table.systems) - 1) / 2 for i in range(len(names))], names, rotation=15)
-        axis.set(title=title(metric), ylim=(0, 1))
-        axis.legend()
-    figure.tight_layout()
+            values = [scores[system][metric] for _, scores in groups]
+            shown += values
+            drawn = axis.bar([i + offset * width for i in range(len(groups))], values, width, label=table.label(system))
+            axis.bar_label(drawn, fmt="%.4f", padding=2, fontsize=7, rotation=90 if len(table.systems) > 2 else 0)
+        axis.set_xticks([i + width * (len(table.systems) - 1) / 2 for i in range(len(groups))],
+                        [name for name, _ in groups], rotation=15)
+        axis.set(title=title(metric), ylim=value_limits(shown))
+    figure.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=min(len(table.systems), 4),
+                  fontsize=8)
+    figure.tight_layout(rect=(0, 0.06 * math.ceil(len(table.systems) / 4), 1, 1))
     with atomic_path(path) as tmp:
         figure.savefig(tmp, dpi=120, format="png")
     plt.close(figure)
 
+
+def value_limits(values: list[float]) -> tuple[float, float]:
+    """The bar axis for `values`: from below the lowest (half the values' span under it, never below 0) to half the
+    span above the highest (room for the value labels), so that 0.30 against 0.31 shows; a span of 0 gets a span
+    of a tenth of the value (or 0.1)."""
+    low, high = min(values), max(values)
+    span = (high - low) or (abs(high) / 10 or 0.1)
+    return max(0.0, low - span / 2) if low >= 0 else low - span / 2, high + span / 2
