@@ -37,8 +37,9 @@ class AdaptConfig(TrainingConfig):
                                           "among the corpus)")
     validation_split: str = option("test", "qrels split of --validation (a test split warns: the model would then "
                                            "be chosen on the queries it is judged on)")
-    validation_queries: int = option(200, "the guard scores at most this many queries (held-out documents without "
-                                          "--validation: at most this many, and a tenth of the corpus at most)")
+    validation_queries: int = option(1000, "the guard scores at most this many queries (held-out documents "
+                                           "without --validation: at most this many, and a tenth of the corpus at "
+                                           "most): the more, the narrower the interval of a candidate's gain")
     validation_fraction: float | None = option(None, "with --validation: the share of its queries the guard scores "
                                                      "(seeded); the others are written to OUTPUT/unseen-qrels.tsv "
                                                      "for a judgement the choice never saw")
