@@ -193,6 +193,16 @@ def test_a_corpus_without_sentence_marks_is_adapted_by_either_objective(tmp_path
     assert (tmp_path / "distill" / "training" / "distilled" / "model.safetensors").is_file()
 
 
+def test_distillation_without_enough_candidates_names_the_options(tmp_path, declared_base, monkeypatch):
+    import retromae.adapt.distill
+
+    monkeypatch.setattr(retromae.adapt.distill, "pick_list", lambda scores, size, rng: None)  # every list too short
+    config = tiny_adapt(declared_base, punctuation_free_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
+                        objective="distill", distill_queries=4, distill_candidates=2, list_size=4)
+    with pytest.raises(DataError, match="--list-size 4 candidates.*top 2.*--distill-candidates"):
+        adapt(config)
+
+
 def test_sentence_queries_fall_back_to_word_windows_without_sentence_marks():
     from retromae.adapt.queries import WINDOW_WORDS, sentence_query
 

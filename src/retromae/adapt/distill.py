@@ -32,6 +32,7 @@ from retromae.console import progress, step
 from retromae.data.corpus import Document
 from retromae.encoder import Encoder
 from retromae.encoder_config import PoolingConfig
+from retromae.errors import DataError
 from retromae.io import atomic_path
 from retromae.losses import listwise_kl, margin_mse
 from retromae.retrieval.bm25 import BM25
@@ -136,6 +137,10 @@ def teacher_lists(config: AdaptConfig, encoder: Encoder, documents: list[Documen
         if chosen is not None:
             kept.append(n)
             lists.append(chosen)
+    if not lists:
+        raise DataError(f"{', '.join(config.corpus)}: none of {len(queries):,} pseudo-queries found --list-size "
+                        f"{config.list_size} candidates among BM25's and the base's top {config.distill_candidates}; "
+                        "give a smaller --list-size or a larger --distill-candidates")
     documents_by_query = np.array(lists, dtype=np.int64)  # (Q, L)
     raw = np.array([[teacher[n][doc] for doc in row] for n, row in zip(kept, lists, strict=True)],
                    dtype=np.float32)  # (Q, L)
