@@ -81,8 +81,7 @@ def commands(root, tmp):
     }
 
 
-CASES = [pytest.param("adapt", marks=pytest.mark.xfail(strict=True, reason="adapt's verdict moves to stdout in the "
-                                                                              "adapt branch")),
+CASES = ["adapt",
          pytest.param("quickstart", marks=pytest.mark.slow),  # eight stages: 40 s on 2 cores
          *("init-model", "pretrain", "finetune", "train-reranker", "score", "mine", "encode", "index", "search",
            "bm25", "evaluate", "report")]

@@ -3,7 +3,10 @@
 Owns: `info_nce` (contrastive cross-entropy over query-passage scores, with a temperature), `gather_with_grad`
 (all_gather whose backward returns every process's gradient to the owner of each slice),
 `gathered_positive_index` (where the local queries' positives sit in a gathered passage tensor) and
-`cross_device_info_nce` (the three together: every process's passages are negatives of every query).
+`cross_device_info_nce` (the three together: every process's passages are negatives of every query), and the two
+distillation losses over each query's candidate list: `listwise_kl` (KL divergence from the teacher's distribution
+to the student's, RocketQAv2/Tamber et al.'s listwise distillation) and `margin_mse` (the teacher's margins between
+the first candidate and each other one, Hofstätter et al. 2020, GPL's loss).
 Does not own similarity choices (callers normalise for cosine similarity) or models.
 
 References: InfoNCE (van den Oord et al., 2018); in-batch negatives as in DPR (Karpukhin et al., 2020) and the
@@ -36,6 +39,24 @@ def info_nce(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
         positive_index = torch.arange(batch, device=queries.device) * (count // batch)  # (B,)
     scores = queries.float() @ passages.float().T / temperature  # (B, N)
     return F.cross_entropy(scores, positive_index)
+
+
+def listwise_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of KL(softmax(teacher) ‖ softmax(student)), each row a query's candidate list.
+
+    student (B, L) and teacher (B, L) are logits (scores already divided by their temperatures); computed in float32;
+    the teacher's side carries no gradient. Returns a scalar."""
+    target = F.softmax(teacher.detach().float(), dim=-1)
+    return F.kl_div(F.log_softmax(student.float(), dim=-1), target, reduction="batchmean")
+
+
+def margin_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean squared difference between the student's and the teacher's margins s[:, 0] − s[:, j] (j ≥ 1), over every
+    query and every other candidate: column 0 is each list's positive. student (B, L), teacher (B, L), in the same
+    scale. Returns a scalar."""
+    student_margins = student.float()[:, :1] - student.float()[:, 1:]  # (B, L - 1)
+    teacher_margins = teacher.detach().float()[:, :1] - teacher.detach().float()[:, 1:]
+    return F.mse_loss(student_margins, teacher_margins)
 
 
 def _distributed() -> bool:

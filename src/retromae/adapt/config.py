@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from retromae.config import FRACTION, POSITIVE, Domain, at_least, option, require
+from retromae.config import FRACTION, OPEN_UNIT, POSITIVE, Domain, at_least, option, require
 from retromae.encoder_config import POOLINGS
 from retromae.training_config import TrainingConfig
 
 # Objectives `adapt` trains with; each trains the encoder under the base's pooling (mlm: no sentence vector at all).
-ADAPT_OBJECTIVES = ("tsdae", "cropping", "retromae", "retromae+contrastive", "mlm")
+PRETRAINING_OBJECTIVES = ("tsdae", "cropping", "retromae", "retromae+contrastive", "mlm")
+ADAPT_OBJECTIVES = (*PRETRAINING_OBJECTIVES, "distill")
+DISTILL_LOSSES = ("kl", "margin-mse")
 RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that read --decoding
 
 
@@ -30,14 +32,20 @@ class AdaptConfig(TrainingConfig):
     corpus: list[str] = option(help="the corpus to adapt to (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG]); "
                                     "no labels needed")
     validation: str | None = option(None, "a BEIR (or MS MARCO) folder of your own labelled queries that the guard "
-                                          "scores candidates on; default: pseudo-queries from documents held out of "
-                                          "training (a sentence of each, searched for it among the corpus)")
-    validation_split: str = option("test", "qrels split of --validation")
-    validation_queries: int = option(200, "the guard scores at most this many queries (held-out documents without "
-                                          "--validation: at most this many, and a tenth of the corpus at most)",
-                                          POSITIVE)
-    validation_documents: int = option(2000, "documents searched per query: the relevant ones and a seeded sample "
-                                             "of others, this many in all", POSITIVE)
+                                          "scores candidates on; default: keyword queries of documents held out of "
+                                          "training (a few of each one's highest tf-idf words, searched for it "
+                                          "among the corpus)")
+    validation_split: str = option("test", "qrels split of --validation (a test split warns: the model would then "
+                                           "be chosen on the queries it is judged on)")
+    validation_queries: int = option(1000, "the guard scores at most this many queries (held-out documents "
+                                           "without --validation: at most this many, and a tenth of the corpus at "
+                                           "most): the more, the narrower the interval of a candidate's gain", POSITIVE)
+    validation_fraction: float | None = option(None, "with --validation: the share of its queries the guard scores "
+                                                     "(seeded); the others are written to OUTPUT/unseen-qrels.tsv "
+                                                     "for a judgement the choice never saw", OPEN_UNIT)
+    validation_documents: int = option(20000, "documents searched per query: the whole corpus when it has at most "
+                                              "this many, else the relevant ones and a seeded sample of others, "
+                                              "this many in all (said in the verdict)", POSITIVE)
     pooling: str | None = option(None, "the base's pooling; needed when its folder declares none (no "
                                        "sentence-transformers modules.json / 1_Pooling, no retromae_encoder.json); "
                                        "default: what the folder declares", choices=POOLINGS)
@@ -48,13 +56,29 @@ class AdaptConfig(TrainingConfig):
                                      "base's cosine similarity, COCO-DR-style), retromae (RetroMAE, its decoder "
                                      "conditioned on the base's pooled vector), retromae+contrastive (that plus "
                                      "InfoNCE between two spans of a document in the base's cosine similarity, the "
-                                     "unified learner's stage 2) or mlm (masked language modelling)",
+                                     "unified learner's stage 2), mlm (masked language modelling) or distill "
+                                     "(pseudo-queries of the corpus, candidates from BM25 and the base, the student "
+                                     "trained on the teacher's scores: the fused hybrid, or --teacher)",
                             choices=ADAPT_OBJECTIVES)
     decoder_layers: int | None = option(None, "decoder layers of tsdae and the retromae objectives (default 1; "
                                               "more only with --decoding basic)", POSITIVE)
     decoding: str | None = option(None, "RetroMAE's decoding (retromae, retromae+contrastive): enhanced (default; "
                                         "exactly one decoder layer) or basic", choices=("enhanced", "basic"))
-    max_length: int = option(128, "tokens per training block, and per validation text", at_least(8))
+    max_length: int = option(128, "tokens per training block (distill: per training text); the guard encodes at "
+                                  "the base's own max length, as the model will be used", at_least(8))
+    teacher: str | None = option(None, "distill: a cross-encoder (a `retromae train-reranker` output, or a Hugging "
+                                       "Face sequence classifier) scoring the candidates; default: the hybrid, BM25 "
+                                       "fused with the base (convex, the base's share 0.7)")
+    distill_queries: int = option(2000, "distill: pseudo-queries made from the training documents (half a sentence "
+                                        "or word window, half keywords)", at_least(2))
+    distill_candidates: int = option(30, "distill: documents each side (BM25, the base) retrieves per query, the "
+                                         "teacher's candidates", at_least(2))
+    list_size: int = option(8, "distill: documents per query in the loss: the teacher's top half, the rest drawn "
+                               "from its other candidates", at_least(2))
+    distill_loss: str = option("kl", "distill: kl (listwise KL divergence from the teacher's distribution at a "
+                                     "temperature matched to the student's scale) or margin-mse (GPL's: the "
+                                     "teacher's first against each other, margins matched in scale)",
+                               choices=DISTILL_LOSSES)
     passes: float = option(1.0, "without --max-steps: passes over the training blocks, at --batch-size, capped by "
                                 "--step-cap", POSITIVE)
     step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach", POSITIVE)
@@ -87,6 +111,11 @@ class AdaptConfig(TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(len(self.corpus) > 0, "corpus", "give at least one corpus file")
+        require(self.validation_fraction is None or self.validation is not None, "validation_fraction",
+                "only with --validation (your labelled queries)")
+        require(self.teacher is None or self.objective == "distill", "teacher", "only with --objective distill")
+        require(self.list_size <= 2 * self.distill_candidates, "list_size",
+                "must lie between 2 and twice --distill-candidates")
         require(self.normalize is None or self.pooling is not None, "normalize",
                 "only with --pooling (a folder that declares its pooling declares its normalisation too)")
         require(len(self.mix) > 0, "mix", "give at least one weight")

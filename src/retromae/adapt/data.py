@@ -1,23 +1,24 @@
 """What `retromae adapt` reads and checks before it trains: the base's similarity, the corpus, the validation split.
 
 Owns: `base_pooling` (the pooling and normalisation the base declares, or the one error naming what is missing),
-`split_corpus` (documents held out of training, each turned into a pseudo-query: one of its sentences, searched for
-among the corpus with that sentence removed from it, the Inverse Cloze Task's pairs), the files the split leaves in
-the output folder (`OUTPUT/data/train.jsonl`, `OUTPUT/validation/` as a BEIR folder that `retromae evaluate` reads)
-and the input checks (a corpus too small to hold documents out, a corpus the tokenizer cannot read). The corpus is
-held in memory while it is split (a random sample needs every document). Does not own
-reading corpora (`retromae.data.corpus`) or retrieval sets (`retromae.data.retrieval_sets`).
+`split_corpus` (documents held out of training, each turned into a keyword query, a few of its highest tf-idf words,
+searched for among the corpus: another kind of query than the pieces of one document that cropping trains on, and
+one any text gives, with or without sentence marks), the files the split leaves in the output folder
+(`OUTPUT/data/train.jsonl`, `OUTPUT/validation/` as a BEIR folder that `retromae evaluate` reads) and the input checks
+(a corpus too small to hold documents out, a corpus the tokenizer cannot read). The corpus is held in memory while it
+is split (a random sample needs every document). Does not own reading corpora (`retromae.data.corpus`), retrieval
+sets (`retromae.data.retrieval_sets`) or how queries are made (`retromae.adapt.queries`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from retromae.adapt.queries import KEYWORDS, KeywordQueries
 from retromae.config import ConfigError
 from retromae.data.corpus import Document, iter_corpus
 from retromae.encoder import describe_folder
@@ -28,9 +29,7 @@ from retromae.model_source import ENCODER_FILE, check_unknown_share, resolve_mod
 
 MIN_HELD_OUT = 20  # the fewest pseudo-queries whose NDCG@10 can tell candidates apart at all
 HELD_OUT_SHARE = 10  # at most one document in this many is held out of training
-MIN_QUERY_WORDS = 4  # a pseudo-query sentence has at least this many words, and so does what is left of its document
 TOKENIZER_SAMPLE_DOCUMENTS = 200  # documents whose tokens are checked for [UNK] before anything else runs
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def base_pooling(model: str, pooling: str | None, normalize: bool | None) -> PoolingConfig:
@@ -49,7 +48,7 @@ def base_pooling(model: str, pooling: str | None, normalize: bool | None) -> Poo
 
 @dataclass
 class Split:
-    """Training documents, and held-out pseudo-queries (query id → sentence) with their documents (id → rest)."""
+    """Training documents, held-out keyword queries (query id → text) and their documents (id → text, whole)."""
 
     training: list[Document]
     queries: dict[str, str]
@@ -61,41 +60,30 @@ def read_documents(sources: list[str]) -> list[Document]:
     return [document for document in iter_corpus(sources) if document.text.strip()]
 
 
-def pseudo_query(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
-    """(one sentence of `text`, `text` without it), or None when `text` has no such sentence of at least
-    MIN_QUERY_WORDS words leaving as many behind."""
-    sentences = SENTENCE_END.split(text.strip())
-    usable = [i for i, sentence in enumerate(sentences) if len(sentence.split()) >= MIN_QUERY_WORDS]
-    if len(sentences) < 2 or not usable:
-        return None
-    chosen = int(rng.choice(usable))
-    rest = " ".join(sentences[:chosen] + sentences[chosen + 1:])
-    return (sentences[chosen], rest) if len(rest.split()) >= MIN_QUERY_WORDS else None
-
-
 def split_corpus(documents: list[Document], held_out: int, seed: int, where: str) -> Split:
-    """Hold out at most `held_out` documents (and a tenth of the corpus at most) that give a pseudo-query; the others
-    train. DataError naming the counts when fewer than MIN_HELD_OUT can be held out."""
+    """Hold out at most `held_out` documents (and a tenth of the corpus at most) that give a keyword query (a few of
+    their highest tf-idf words); the others train. DataError naming the counts when fewer than MIN_HELD_OUT can."""
     rng = np.random.default_rng(seed)
     room = min(held_out, len(documents) // HELD_OUT_SHARE)
+    keywords = KeywordQueries([document.text for document in documents])
     queries: dict[str, str] = {}
-    rests: dict[int, str] = {}
+    kept: list[int] = []
     for index in rng.permutation(len(documents)).tolist():
-        if len(rests) == room:
+        if len(kept) == room:
             break
-        pair = pseudo_query(documents[index].text, rng)
-        if pair is not None:
-            queries[f"q{len(rests)}"], rests[index] = pair
-    if len(rests) < MIN_HELD_OUT:
-        usable = "" if room < MIN_HELD_OUT else (f", and only {len(rests)} have two sentences of "
-                                                 f"{MIN_QUERY_WORDS}+ words")
+        query = keywords.query(documents[index].text, rng)
+        if query is not None:
+            queries[f"q{len(kept)}"] = query
+            kept.append(index)
+    if len(kept) < MIN_HELD_OUT:
+        usable = "" if room < MIN_HELD_OUT else f", and only {len(kept)} have {KEYWORDS[0]} distinct content words"
         raise DataError(f"{where}: too small for a validation split: {len(documents):,} documents, of which at most "
                         f"{room} (one in {HELD_OUT_SHARE}) may be held out{usable}; the guard needs {MIN_HELD_OUT}; "
                         f"give a larger corpus (at least {MIN_HELD_OUT * HELD_OUT_SHARE:,} documents) or your own "
                         "labelled queries with --validation")
-    training = [document for index, document in enumerate(documents) if index not in rests]
-    documents_out = {f"d{number}": rests[index] for number, index in enumerate(rests)}
-    return Split(training, queries, documents_out)
+    held = set(kept)
+    training = [document for index, document in enumerate(documents) if index not in held]
+    return Split(training, queries, {f"d{number}": documents[index].text for number, index in enumerate(kept)})
 
 
 def check_language(tokenizer, documents: list[Document], model: str, where: str) -> None:
@@ -113,8 +101,9 @@ def write_training_corpus(documents: list[Document], path: Path) -> None:
 
 
 def write_validation(split: Split, distractors: int, seed: int, folder: Path) -> None:
-    """The held-out pseudo-queries as a BEIR folder: each query's document (relevant), plus a seeded sample of
-    training documents (not relevant) up to `distractors` documents in all; `retromae evaluate --data` reads it."""
+    """The held-out pseudo-queries as a BEIR folder: each query's document (relevant), plus the training documents
+    (not relevant), all of them when the corpus has at most `distractors` documents, else a seeded sample up to
+    `distractors` in all; `retromae evaluate --data` reads it."""
     training = split.training
     rng = np.random.default_rng(seed + 1)
     room = max(0, distractors - len(split.documents))

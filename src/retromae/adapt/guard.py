@@ -1,10 +1,13 @@
-"""The guard of `retromae adapt`: score the base and every candidate on the validation set, pick the best.
+"""The guard of `retromae adapt`: score the base and every candidate on the validation set, pick the best, and
+export it only when it beats the base beyond the validation set's own noise.
 
 Owns: the candidates (the last checkpoint of the training stage, or each, at each weight of its average with the
-base: WiSE-FT's θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, and
-scoring an encoder state (the primary metric of the metric registry, NDCG@10, of a dense search of the validation
-queries, with the base's pooling and similarity). A candidate wins only by beating the base strictly; otherwise
-the base is the result, unchanged. Does not own the training (`retromae.pretraining.run`), search or metrics
+base: WiSE-FT's θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, scoring
+an encoder state (the primary metric of the metric registry, NDCG@10, per query and on average, of a dense search
+of the validation queries, with the base's pooling, similarity and max length), and the decision: the best candidate
+on average is exported only when the lower end of a seeded paired bootstrap interval of its gain over the base (per
+query, INTERVAL_LEVEL, BOOTSTRAP_RESAMPLES resamples of the queries) is above 0; otherwise the base is the result,
+unchanged. Does not own the training (`retromae.pretraining.run`, `retromae.adapt.distill`), search or metrics
 (`retromae.retrieval`, `retromae.evaluation.metric_registry`).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from retromae.checkpoint_state import MODEL_FILE, read_model_tensors
@@ -23,9 +27,10 @@ from retromae.errors import ModelLoadError
 from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.train import checkpoints_by_step
 
 METRIC = primary_key()  # ndcg@10
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL_LEVEL = 0.95
 
 
 @dataclass
@@ -35,6 +40,8 @@ class Candidate:
     step: int
     weight: float
     score: float | None = None
+    per_query: dict[str, float] | None = None  # query id → METRIC
+    interval: tuple[float, float] | None = None  # of the gain over the base (the base: none)
 
     @property
     def name(self) -> str:
@@ -43,12 +50,38 @@ class Candidate:
         return f"step {self.step}" + ("" if self.weight == 1 else f", averaged with the base at {self.weight:g}")
 
 
-def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> float:
-    """`METRIC` (NDCG@10) of `encoder` on the validation set (no progress display of its own)."""
+def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> tuple[float, dict[str, float]]:
+    """`METRIC` (NDCG@10) of `encoder` on the validation set, on average and per query (no progress display)."""
     k = parse_key(METRIC)[1]
     run = dense_search(encoder, validation.corpus_texts(), validation.queries, k=k, passages=TextOptions(),
                        questions=TextOptions(), batch_size=batch_size, show_progress=False)
-    return evaluate_run(validation.qrels, run, (k,))[METRIC]
+    means, queries = evaluate_run(validation.qrels, run, (k,), per_query=True)
+    return means[METRIC], {query_id: scores[METRIC] for query_id, scores in queries.items()}
+
+
+def gain_interval(base: dict[str, float], candidate: dict[str, float], seed: int,
+                  resamples: int = BOOTSTRAP_RESAMPLES, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """The percentile bootstrap interval of the candidate's mean gain over the base, paired by query: the queries
+    resampled with replacement `resamples` times (seeded), the per-query differences averaged each time."""
+    differences = np.array([candidate[query_id] - base[query_id] for query_id in sorted(base)])  # (Q,)
+    rows = np.random.default_rng(seed).integers(0, len(differences), size=(resamples, len(differences)))
+    means = differences[rows].mean(axis=1)  # (resamples,)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def decide(base: Candidate, scored: list[Candidate], seed: int) -> Candidate:
+    """The candidate with the best average, with its interval set, when the interval's lower end is above 0 (it beats
+    the base beyond the queries' noise); else the base."""
+    best = base
+    for candidate in scored:
+        if parse_key(METRIC)[0].better(candidate.score, best.score):
+            best = candidate
+    if best is base:
+        return base
+    best.interval = gain_interval(base.per_query, best.per_query, seed)
+    return best if best.interval[0] > 0 else base
 
 
 def checkpoint_encoder(checkpoint: Path, base: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -74,24 +107,31 @@ def candidates(steps: list[int], weights: list[float], last_only: bool) -> list[
     return [Candidate(step, weight) for step in (steps[-1:] if last_only else steps) for weight in weights]
 
 
-def run_guard(encoder: Encoder, validation: RetrievalSet, training: Path, prefix: str, weights: list[float],
-              last_only: bool, base_score: float,
-              batch_size: int) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
-    """Score every candidate; returns the winner (the base unless one beats it), all of them, and the winner's
-    state. `encoder` holds the base's weights on entry and on return."""
-    base = {name: tensor.detach().clone() for name, tensor in encoder.model.state_dict().items()}
-    base_candidate = Candidate(0, 1.0, base_score)
-    best, best_state = base_candidate, base
-    paths = dict(checkpoints_by_step(training))
-    found = candidates(list(paths), weights, last_only)
+def run_guard(encoder: Encoder, validation: RetrievalSet, states: dict[int, Path], prefix: str,
+              weights: list[float], base: Candidate, batch_size: int,
+              seed: int) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
+    """Score every candidate (`states`: training checkpoints by step); returns the one exported (the base unless a
+    candidate beats it, `decide`), all of them (the base first) and the exported state. `encoder` holds the base's
+    weights on entry and on return."""
+    base_state = {name: tensor.detach().clone() for name, tensor in encoder.model.state_dict().items()}
+    found = candidates(list(states), weights, last_only=False)
     with progress(f"validating {len(found)} candidate{'s' if len(found) != 1 else ''}", len(found),
                   "candidate") as bar:
         for candidate in found:
-            state = averaged(checkpoint_encoder(paths[candidate.step], base, prefix), base, candidate.weight)
-            encoder.model.load_state_dict(state)
-            candidate.score = score(encoder, validation, batch_size)
-            if parse_key(METRIC)[0].better(candidate.score, best.score):
-                best, best_state = candidate, state
+            encoder.model.load_state_dict(candidate_state(states[candidate.step], base_state, prefix,
+                                                          candidate.weight))
+            candidate.score, candidate.per_query = score(encoder, validation, batch_size)
             bar.update(1)
-    encoder.model.load_state_dict(base)
-    return best, [base_candidate, *found], best_state
+    chosen = decide(base, found, seed)
+    for candidate in found:
+        if candidate is not chosen and candidate.per_query is not None:
+            candidate.interval = gain_interval(base.per_query, candidate.per_query, seed)
+    state = base_state if chosen is base else candidate_state(states[chosen.step], base_state, prefix, chosen.weight)
+    encoder.model.load_state_dict(base_state)
+    return chosen, [base, *found], state
+
+
+def candidate_state(checkpoint: Path, base: dict[str, torch.Tensor], prefix: str,
+                    weight: float) -> dict[str, torch.Tensor]:
+    """A checkpoint's encoder averaged with the base at `weight`."""
+    return averaged(checkpoint_encoder(checkpoint, base, prefix), base, weight)

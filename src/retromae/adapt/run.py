@@ -1,10 +1,12 @@
 """`retromae adapt` from end to end: check the inputs, split off validation, score the base, train, guard, export.
 
 Owns `adapt(config)`: the stages in order, each with one display (reading and splitting the corpus, scoring the base,
-the training stage, the guard), the budget sized from the corpus, the training stage's config (a `retromae pretrain`
-run in `OUTPUT/training/`, its checkpoints the guard's candidates), the export of the winner as `OUTPUT/encoder/` and
-`OUTPUT/sentence-transformer/` with the base's pooling and similarity, `OUTPUT/guard.json`, and the closing summary
-against the base. Does not own the objective, the loop or the scoring (`retromae.adapt.guard`).
+the training stage, the guard), the validation set's description (what it was estimated on, how many documents, at
+which length), the budget sized from the corpus, the training stage's config (a `retromae pretrain` run in
+`OUTPUT/training/`, its checkpoints the guard's candidates; or the distillation, `retromae.adapt.distill`), the
+export of the winner as `OUTPUT/encoder/` and `OUTPUT/sentence-transformer/` with the base's pooling and similarity
+and a model card naming the base, the objective, the averaging and the guard's scores, `OUTPUT/guard.json`, and the
+closing verdict on standard output. Does not own the objective, the loop or the scoring (`retromae.adapt.guard`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from retromae.adapt.data import (
     write_training_corpus,
     write_validation,
 )
-from retromae.adapt.guard import METRIC, Candidate, run_guard, score
+from retromae.adapt.guard import BOOTSTRAP_RESAMPLES, INTERVAL_LEVEL, METRIC, Candidate, run_guard, score
 from retromae.config import option, save_config
 from retromae.console import Stages, step
+from retromae.data.corpus import Document
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
 from retromae.encoder import Encoder, PoolingConfig
@@ -35,13 +38,18 @@ from retromae.evaluation.probe import sample_retrieval_set
 from retromae.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.finetune.run import FinetuneConfig, finetune
 from retromae.io import write_text_atomic
+from retromae.model_card import write_model_cards
 from retromae.objectives import OBJECTIVES
 from retromae.pretraining.config import PretrainConfig
 from retromae.run_folder import claim_folder, input_paths, mark_started, run_identity
+from retromae.train import checkpoints_by_step
 
 GUARD_FILE = "guard.json"
+UNSEEN_FILE = "unseen-qrels.tsv"
+CARD_TITLE = "An embedder adapted to a corpus by retromae adapt"
 ENCODE_BATCH = 64  # texts per forward pass while the validation set is encoded
-OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, "data", "validation", "training", "finetuned", "config.json")
+OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, UNSEEN_FILE, "data", "validation", "training", "finetuned",
+           "config.json")
 
 
 @dataclass(kw_only=True)
@@ -52,9 +60,19 @@ class StageConfig(PretrainConfig):
     normalize: bool = option(False, "whether the sentence vector is L2-normalised (the base's similarity)")
 
 
+@dataclass
+class Prepared:
+    """What the stages read: the validation set and how it was made, the training documents, their blocks."""
+
+    validation: RetrievalSet
+    description: str
+    training: list[Document]
+    blocks: int
+
+
 def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     """Adapt `config.model` to `config.corpus` as `config` (or `AdaptConfig(**options)`) says; returns the output
-    folder, whose encoder/ is the best of the base and its adapted candidates on the validation set."""
+    folder, whose encoder/ is the base or the adapted candidate that beat it on the validation set."""
     config = config if config is not None else AdaptConfig(**options)
     output = Path(config.output)
     pooling = base_pooling(config.model, config.pooling, config.normalize)
@@ -63,35 +81,64 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     save_config(config, output / "config.json")
     stages = Stages(4 if config.train is None else 5)
     stages.start("reading the corpus and holding out validation")
-    encoder = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,
-                           max_length=config.max_length)
-    validation, blocks = prepare_data(config, encoder, output)
-    stages.start(f"scoring the base on {len(validation.queries):,} validation queries")
+    encoder = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize)  # its own length
+    data = prepare_data(config, encoder, output)
+    stages.start(f"scoring the base on {len(data.validation.queries):,} validation queries")
+    base = Candidate(0, 1.0)
     with step(f"{METRIC} of the base"):
-        base_score = score(encoder, validation, ENCODE_BATCH)
+        base.score, base.per_query = score(encoder, data.validation, ENCODE_BATCH)
     stages.start("adapting")
+    prefix = f"encoder.{encoder.model.base_model_prefix}."
     mark_started(output)
-    stage = stage_config(config, output, blocks, pooling)
+    steps, states = train_stage(config, output, data, pooling, prefix)
+    stages.start("guarding: scoring the adapted encoder against the base")
+    best, scored, state = run_guard(encoder, data.validation, states, prefix, config.mix, base, ENCODE_BATCH,
+                                    config.seed)
+    encoder.model.load_state_dict(state)
+    export(encoder, config, output, pooling.normalize)
+    record = guard_record(config, output, best, scored, steps, data.description)
+    write_model_cards([output / "encoder", output / "sentence-transformer"], CARD_TITLE,
+                      adapt_facts(config, record, best))
+    report = summary(best, scored, data.description)
+    if config.train is not None:
+        stages.start(f"fine-tuning the adapted encoder on {config.train}")
+        record["finetuned"] = finetune_adapted(config, output, data.validation)
+        report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
+    write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
+    print(report)  # the verdict is a result: standard output (docs/output.md)
+    return output
+
+
+def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: PoolingConfig,
+                prefix: str) -> tuple[int, dict[int, Path]]:
+    """The adaptation: distillation, or a `retromae pretrain` run; returns its steps and the guard's candidate
+    states (checkpoint folders by step: the last, or every one with --candidates all)."""
+    if config.objective == "distill":
+        from retromae.adapt.distill import distill  # torch's training loop: only once the inputs have passed
+
+        steps, folder = distill(config, data.training, output / "training", prefix, pooling)
+        return steps, {steps: folder}
+    stage = stage_config(config, output, data.blocks, pooling)
     from retromae.pretraining.run import pretrain  # the training stack: only once the inputs have passed their checks
 
     pretrain(stage)
-    stages.start("guarding: scoring the adapted encoder against the base")
-    prefix = f"encoder.{encoder.model.base_model_prefix}."
-    best, scored, state = run_guard(encoder, validation, output / "training", prefix, config.mix,
-                                    config.candidates == "last", base_score, ENCODE_BATCH)
-    encoder.model.load_state_dict(state)
-    export(encoder, config, output, pooling.normalize)
-    record = {"metric": METRIC, "validation": config.validation or str(output / "validation"),
-              "chosen": best.name, "base": base_score, "steps": stage.max_steps,
-              "candidates": [{"name": c.name, "step": c.step, "weight": c.weight, METRIC: c.score} for c in scored]}
-    report = summary(best, scored) + pseudo_query_caution(config, best)
-    if config.train is not None:
-        stages.start(f"fine-tuning the adapted encoder on {config.train}")
-        record["finetuned"] = finetune_adapted(config, output, validation)
-        report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
-    write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
-    print(report, file=sys.stderr)
-    return output
+    found = dict(checkpoints_by_step(output / "training"))
+    last = max(found)
+    return stage.max_steps, (found if config.candidates == "all" else {last: found[last]})
+
+
+def guard_record(config: AdaptConfig, output: Path, best: Candidate, scored: list[Candidate], steps: int,
+                 description: str) -> dict[str, Any]:
+    """guard.json: the metric, the validation set, the base's and every candidate's score, the chosen one, and each
+    candidate's interval of its gain over the base."""
+    base = scored[0]
+    return {"metric": METRIC, "validation": config.validation or str(output / "validation"),
+            "validation_set": description, "chosen": best.name, "base": base.score, "steps": steps,
+            "interval_level": INTERVAL_LEVEL, "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+            "interval": None if best.interval is None else list(best.interval),
+            "candidates": [{"name": c.name, "step": c.step, "weight": c.weight, METRIC: c.score,
+                            "gain": c.score - base.score,
+                            "interval": None if c.interval is None else list(c.interval)} for c in scored]}
 
 
 def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet) -> float:
@@ -100,30 +147,63 @@ def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet
     tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
                                     output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
                                     overwrite=config.overwrite, mixed_precision=config.mixed_precision))
-    return score(Encoder.load(tuned / "encoder", max_length=config.max_length), validation, ENCODE_BATCH)
+    return score(Encoder.load(tuned / "encoder"), validation, ENCODE_BATCH)[0]
 
 
-def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> tuple[RetrievalSet, int]:
-    """The validation set (--validation's sample, or pseudo-queries of held-out documents written to
-    OUTPUT/validation/), the training corpus (OUTPUT/data/train.jsonl) and its number of blocks."""
+def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepared:
+    """The validation set (--validation's sample, or keyword queries of held-out documents written to
+    OUTPUT/validation/) and its description, the training corpus (OUTPUT/data/train.jsonl) and its blocks."""
     where = ", ".join(config.corpus)
     with step(f"reading {where}"):
         documents = read_documents(config.corpus)
         check_language(encoder.tokenizer, documents, config.model, where)
         if config.validation is not None:
-            full = load_retrieval_set(Path(config.validation), config.validation_split)
-            validation = sample_retrieval_set(full, config.validation_queries, config.validation_documents,
-                                              config.seed)
+            validation, description = labelled_validation(config, output)
             training = documents
         else:
             split = split_corpus(documents, config.validation_queries, config.seed, where)
             write_validation(split, config.validation_documents, config.seed, output / "validation")
             validation = load_retrieval_set(output / "validation", "test")
             training = split.training
+            description = (f"{len(validation.queries):,} keyword queries of held-out documents, "
+                           f"{searched(validation, len(documents))}")
         write_training_corpus(training, output / "data" / "train.jsonl")
+    description += f", at {encoder.max_length} tokens"
+    if config.objective == "distill":
+        return Prepared(validation, description, training, 0)
     store = TokenStore.build_or_load([str(output / "data" / "train.jsonl")], encoder.tokenizer, config.max_length,
                                      cache_dir=Path(config.cache_dir) if config.cache_dir else None)
-    return validation, len(store)
+    return Prepared(validation, description, training, len(store))
+
+
+def searched(validation: RetrievalSet, corpus: int) -> str:
+    """How many documents each validation query was searched among: all of the corpus, or a sample."""
+    size = len(validation.corpus)
+    return (f"searched among all {size:,} documents" if size >= corpus else
+            f"searched among a sample of {size:,} of the {corpus:,} documents (--validation-documents)")
+
+
+def labelled_validation(config: AdaptConfig, output: Path) -> tuple[RetrievalSet, str]:
+    """The user's labelled queries the guard scores (all of them up to --validation-queries, or a seeded
+    --validation-fraction, the others written to OUTPUT/unseen-qrels.tsv) and their description; a warning when
+    they are a test split."""
+    full = load_retrieval_set(Path(config.validation), config.validation_split)
+    if config.validation_split == "test":
+        print(f"retromae: warning: --validation {config.validation} --validation-split test: the guard then chooses "
+              "the model on the queries it will be judged on, which flatters it; judge it on other queries "
+              "(--validation-fraction keeps some aside), or give another split", file=sys.stderr)
+    wanted = config.validation_queries
+    if config.validation_fraction is not None:
+        wanted = max(1, round(config.validation_fraction * len(full.queries)))
+    validation = sample_retrieval_set(full, wanted, config.validation_documents, config.seed)
+    if config.validation_fraction is not None:
+        unseen = sorted(set(full.qrels) - set(validation.qrels))
+        rows = ["query-id\tcorpus-id\tscore"] + [f"{qid}\t{doc}\t{grade}" for qid in unseen
+                                                 for doc, grade in full.qrels[qid].items()]
+        write_text_atomic(output / UNSEEN_FILE, "\n".join(rows) + "\n")
+    description = (f"{len(validation.queries):,} of your labelled queries ({config.validation}, split "
+                   f"{config.validation_split}), {searched(validation, len(full.corpus))}")
+    return validation, description
 
 
 def budget(config: AdaptConfig, blocks: int) -> int:
@@ -165,22 +245,51 @@ def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
 
 
-def pseudo_query_caution(config: AdaptConfig, best: Candidate) -> str:
-    """A warning when an adapted candidate won on pseudo-queries with an objective whose self-made pairs are pieces
-    of one document, the very task those pseudo-queries pose (docs/RESULTS.md, section 10: on SciFact, cropping
-    gained +0.043 on them and lost 0.018 NDCG@10 on the real test queries)."""
-    if config.validation is not None or best.step == 0 or OBJECTIVES[config.objective].corpus_views == "blocks":
-        return ""
-    return (f"\ncaution: {config.objective} trains on pieces of one document, the kind of pair the pseudo-queries "
-            "are, so they favour it; check the result on queries of your own (--validation)")
-
-
-def summary(best: Candidate, scored: list[Candidate]) -> str:
-    """Every candidate's score, then the verdict against the base, in plain words."""
-    base = scored[0].score
-    lines = [f"validation {METRIC}:"] + [f"  {c.name:<45} {c.score:.4f}" for c in scored]
-    if best.step == 0:
-        lines.append(f"no candidate beat the base ({base:.4f}): exported the base unchanged")
-    else:
-        lines.append(f"exported {best.name}: {best.score:.4f}, {best.score - base:+.4f} over the base ({base:.4f})")
+def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
+    """Every candidate's score, its gain over the base and the interval of that gain, then the verdict against the
+    base in plain words, saying what the figures were estimated on."""
+    base = scored[0]
+    level = f"{INTERVAL_LEVEL:.0%}"
+    lines = [f"validation {METRIC}, estimated on {estimated_on(description)} ({description}):",
+             f"  {'candidate':<45} {METRIC:>8} {'gain':>8}  {level} interval of the gain"]
+    for candidate in scored:
+        gain = "" if candidate is base else f"{candidate.score - base.score:+8.4f}"
+        interval = "" if candidate.interval is None else (f"  [{candidate.interval[0]:+.4f}, "
+                                                          f"{candidate.interval[1]:+.4f}]")
+        lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain:>8}{interval}")
+    if best is not base:
+        lines.append(f"exported {best.name}: {best.score - base.score:+.4f} over the base ({base.score:.4f}), "
+                     f"{level} interval [{best.interval[0]:+.4f}, {best.interval[1]:+.4f}], estimated on "
+                     f"{estimated_on(description)}")
+        return "\n".join(lines)
+    challenger = max(scored[1:], key=lambda c: c.score, default=None)
+    why = ("" if challenger is None or challenger.interval is None else
+           f" ({challenger.name}: {challenger.score - base.score:+.4f}, its {level} interval "
+           f"[{challenger.interval[0]:+.4f}, {challenger.interval[1]:+.4f}] reaches the base)")
+    lines.append(f"no candidate beat the base beyond the validation's noise{why}: exported the base unchanged")
     return "\n".join(lines)
+
+
+def estimated_on(description: str) -> str:
+    """The words saying where the guard's figures come from."""
+    return "your labelled queries" if "your labelled" in description else "queries made from your corpus"
+
+
+def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) -> dict[str, str]:
+    """The model card's facts of an adapt run: the base, the objective, the averaging, the guard's scores."""
+    chosen = ("the base, unchanged: no candidate beat it" if best.step == 0 else
+              f"the training's step {best.step} averaged with the base at weight {best.weight:g} "
+              f"(θ = {best.weight:g}·θ_adapted + {1 - best.weight:g}·θ_base)")
+    interval = record["interval"]
+    scores = f"base {record['base']:.4f}; " + "; ".join(
+        f"{c['name']} {c[METRIC]:.4f}" for c in record["candidates"][1:])
+    return {"Base model": str(config.model),
+            "Training": f"`retromae adapt`, objective {config.objective}"
+                        + (f" (teacher: {config.teacher or 'BM25 fused with the base'}, loss {config.distill_loss})"
+                           if config.objective == "distill" else "") + f", {record['steps']:,} steps, seed "
+                        f"{config.seed}, peak learning rate {config.learning_rate:g}",
+            "Training data": ", ".join(config.corpus) + " (no labels)",
+            "Exported": chosen,
+            "Guard": f"{METRIC} on {record['validation_set']}: {scores}"
+                     + ("" if interval is None else f"; {INTERVAL_LEVEL:.0%} interval of the gain "
+                                                    f"[{interval[0]:+.4f}, {interval[1]:+.4f}]")}

@@ -9,8 +9,9 @@ import time
 from retromae.adapt.config import AdaptConfig
 from retromae.config import add_config_arguments, build_config
 
-HELP = ("adapt an embedder to your corpus without labels (contrastive crops in its own similarity, averaged with "
-        "the base and scored on held-out validation: the base is kept when nothing beats it)")
+HELP = ("adapt an embedder to your corpus without labels (contrastive crops in its own similarity, or distillation "
+        "from the BM25 + base hybrid, averaged with the base and scored on held-out validation: the base is kept "
+        "unless the gain's bootstrap interval lies above 0)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,13 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
-    from retromae.adapt.run import GUARD_FILE, adapt
+    from retromae.adapt.run import GUARD_FILE, UNSEEN_FILE, adapt
     from retromae.console import wrote
 
     started = time.perf_counter()
     output = adapt(build_config(AdaptConfig, args))
     outputs = {"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
                "guard": output / GUARD_FILE, "validation set": output / "validation",
+               "unseen qrels": output / UNSEEN_FILE,
                "fine-tuned": output / "finetuned" / "encoder"}
     print(wrote({name: path for name, path in outputs.items() if path.exists()}, started))
     return 0
