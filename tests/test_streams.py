@@ -61,7 +61,7 @@ def commands(root, tmp):
                       "--save-every", "0", "--passage-max-length", "32"], ["(2 steps): loss", "wrote"]),
         "adapt": (["--model", base, "--corpus", root / "topical.jsonl", "--output", tmp / "adapt", "--max-steps", "2",
                    "--checkpoints", "1", *TINY, "--validation-queries", "20", "--validation-documents", "80",
-                   "--cache-dir", tmp / "cache"], ["validation ndcg@10:", "wrote"]),
+                   "--cache-dir", tmp / "cache"], ["validation ndcg@10, estimated on", "wrote"]),
         "train-reranker": (["--model", base, "--data", root / "mined.jsonl", "--output", tmp / "rr", "--max-steps", "1",
                             "--batch-size", "2", "--group-size", "3", "--max-length", "48"], ["wrote"]),
         "score": (["--model", root / "reranker" / "reranker", "--data", root / "mined.jsonl", "--output",
