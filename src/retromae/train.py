@@ -248,6 +248,9 @@ def _put_master_weights(state: dict[str, torch.Tensor], model: nn.Module) -> Non
                 state[name] = master.detach().float().cpu()
 
 
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # Accelerate's names → the dtype autocast uses
+
+
 def resolve_mixed_precision(requested: str) -> str:
     """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it, else "no" (fp32)."""
     if requested != "auto":
