@@ -123,4 +123,4 @@ def hub_unreachable(seconds: float = PROBE_SECONDS) -> str | None:
     thread = threading.Thread(target=connect, daemon=True)
     thread.start()
     thread.join(seconds)
-    return outcome[0] if outcome else f"{host}:{port}: no answer within {seconds:.0f} s"
+    return outcome[0] if outcome else f"{host}:{port}: no answer within {seconds:g} s"
