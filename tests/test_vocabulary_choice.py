@@ -87,3 +87,32 @@ def test_every_candidate_is_timed_at_the_given_shape():
     assert set(time_candidates(8, 100, 16, torch.bfloat16, rounds=1)) == {"unfused", "chunked-torch"}
     line = describe("unfused", {"unfused": 0.0125, "chunked-torch": 0.02}, fresh=False)
     assert line == "vocabulary loss: auto runs unfused on this CPU (cached: unfused 12 ms, chunked-torch 20 ms a pass)"
+
+
+def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, tmp_path):
+    """`retromae pretrain` with auto on the CPU: the objective runs the kind the cache holds for its shapes (in
+    the sandboxed $RETROMAE_CACHE), and the run's log names it; any other choice is left as given."""
+    from test_objectives import build
+
+    from retromae.data.token_store import default_cache_dir
+    from retromae.pretraining.run import choose_vocabulary_loss
+    from retromae.vocabulary_choice import CACHE_FILE
+
+    objective = build("retromae", tiny_tokenizer)
+    vocab, width = objective.vocabulary.projection.weight.shape
+    cache = default_cache_dir() / CACHE_FILE
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({cache_key(width, vocab, 2 * 16, torch.float32): {"unfused": 1.0,
+                                                                                   "chunked-torch": 0.5}}))
+    printed = []
+    accelerator = type("Accelerator", (), {"device": torch.device("cpu"), "mixed_precision": "no",
+                                           "print": staticmethod(printed.append)})()
+    config = type("Config", (), {"vocabulary_loss": "auto", "batch_size": 2, "max_length": 16})()
+    choose_vocabulary_loss(objective, config, accelerator)
+    assert objective.vocabulary.kind == "chunked-torch" and not objective.vocabulary.use_onednn
+    assert printed == ["vocabulary loss: auto runs chunked-torch on this CPU (cached: unfused 1000 ms, "
+                       "chunked-torch 500 ms a pass)"]
+    config.vocabulary_loss = "unfused"
+    objective.use_vocabulary_loss("unfused")
+    choose_vocabulary_loss(objective, config, accelerator)
+    assert objective.vocabulary.kind == "unfused" and len(printed) == 1

@@ -16,7 +16,6 @@ slower than unfused beyond what a measurement moves.
 from __future__ import annotations
 
 import json
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from retromae import onednn
+from retromae.cpu_features import cpu_model
 from retromae.data.lines import read_json_file
 from retromae.data.token_store import default_cache_dir
 from retromae.errors import DataError
@@ -51,17 +51,6 @@ def choose(timings: Timings, margin: float = MARGIN) -> str:
     `margin` of the unfused time, else unfused."""
     fastest = min((kind for kind in timings if kind != "unfused"), key=timings.__getitem__, default="unfused")
     return fastest if timings[fastest] <= margin * timings["unfused"] else "unfused"
-
-
-def cpu_model() -> str:
-    """The processor's model name (/proc/cpuinfo on Linux), else what the platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def cache_key(width: int, vocab: int, rows: int, dtype: torch.dtype) -> str:
