@@ -53,9 +53,9 @@ from retromae.backbones.masked_lm import IGNORE_INDEX
 
 PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
 CHUNK_CELLS = 2**24
-# auto: unfused on CUDA, chunked elsewhere (`resolved_kind`); unfused: the head's full logits, then the loss
+# auto: unfused on CUDA, measured on the CPU (`retromae.vocabulary_choice`), else chunked (`resolved_kind`);
+# chunked-torch: chunked on PyTorch's own products; unfused: the head's full logits, then the loss
 VOCABULARY_LOSSES = ("auto", "chunked", "chunked-torch", "liger", "unfused")
-CHUNKED = ("chunked", "chunked-torch")  # the kinds that run `linear_cross_entropy_sum` and `linear_max_pool`
 
 
 def resolved_kind(kind: str, device: torch.device) -> str:
