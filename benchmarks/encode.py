@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from common import machine_header
 
 from retromae.data.retrieval_sets import load_corpus
 from retromae.encoder import Encoder
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     args = parser.parse_args()
+    print(machine_header(), flush=True)
 
     from sentence_transformers import SentenceTransformer
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import minilm_path
+from common import machine_header, minilm_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl"
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     model = args.model or str(minilm_path())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

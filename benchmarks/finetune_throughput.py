@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from common import minilm_path
+from common import machine_header, minilm_path
 from transformers import AutoModel, AutoTokenizer
 
 from retromae.encoder import PoolingConfig
@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     device = torch.device(args.device)
     path = minilm_path()
     if path is None:

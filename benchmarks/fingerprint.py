@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import minilm_path
+from common import machine_header, minilm_path
 from transformers import AutoTokenizer
 
 from retromae.data.token_store import TokenStore
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--slice-mb", type=float, default=20.0, help="megabytes of the file tokenised (default 20)")
     parser.add_argument("--max-length", type=int, default=128)
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or str(minilm_path()))
     size_mb = args.corpus.stat().st_size / 1e6
     hashed = hash_seconds(args.corpus)

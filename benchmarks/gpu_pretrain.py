@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-from common import minilm_path, provenance, synchronize, write_json
+from common import machine_header, minilm_path, provenance, synchronize, write_json
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
@@ -345,6 +345,7 @@ def main() -> None:
     parser.add_argument("--corpus", nargs="+", default=None,
                         help="corpus files (default: ../shared/data/pretrain/nltk-english.jsonl, else generated)")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     device = torch.device(args.device)
     args.mixed_precision = args.mixed_precision or ("bf16" if device.type == "cuda" else "no")
     args.heads = args.heads or max(1, args.hidden // 64)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import minilm_path
+from common import machine_header, minilm_path
 from gpu_pretrain import REAL_CORPUS, SEED, ours_end_to_end, write_model
 from transformers import AutoTokenizer
 
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--mixed-precision", default="auto", choices=("auto", "no", "bf16", "fp16"))
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     args.heads, args.compile = max(1, args.hidden // 64), False
     if not all(Path(corpus).exists() for corpus in args.corpus):
         raise SystemExit(f"corpus not found: {args.corpus} (the real data lives in ../shared/data)")

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from common import machine_header
+
 RUNS = ("mlm", "retromae blockwise", "retromae whole mask")
 VOCAB = 1000
 
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     if args.child:
         child(args)
         return

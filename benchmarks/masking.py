@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from common import machine_header
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
 from retromae.pretraining.masking import (
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device for ours")
     parser.add_argument("--repeats", type=int, default=6, help="timed repeats (the reference runs a third as many)")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     device = torch.device(args.device)
     tokenizer = load_tokenizer()
     batch = corpus_batch(tokenizer, args.corpus) if args.corpus.exists() else synthetic_batch(tokenizer)

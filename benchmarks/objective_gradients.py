@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from common import minilm_path
+from common import machine_header, minilm_path
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 from retromae.data.contrastive import PairCollator, SpanPairDataset
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--without-contrastive", action="store_true", help="train on encoder MLM + decoder only")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(42)
     encoder = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=args.hidden,

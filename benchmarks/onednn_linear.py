@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from common import minilm_path
+from common import machine_header, minilm_path
 from transformers import AutoModel
 
 from retromae.onednn import packed_linears
@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     model = AutoModel.from_pretrained(str(minilm_path())).eval()
     ids = torch.randint(1000, 30000, (args.batch_size, args.length))
     mask = torch.ones_like(ids)

@@ -16,6 +16,7 @@ import statistics
 import time
 
 import torch
+from common import machine_header
 
 SHAPES = [(30522, 384)] + [(384, 384)] * 24 + [(1536, 384), (384, 1536)] * 6 + [(384,)] * 100
 KINDS = {"per-tensor (the CPU default)": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
@@ -33,6 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     optimizers = {name: torch.optim.AdamW(parameters(), lr=1e-4, **options) for name, options in KINDS.items()}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in optimizers}
     for _ in range(args.rounds):

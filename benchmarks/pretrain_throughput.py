@@ -39,7 +39,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from common import minilm_path, synchronize
+from common import machine_header, minilm_path, synchronize
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
 from retromae.backbones.masked_lm import attention_implementation, masked_lm_class
@@ -191,6 +191,7 @@ def main() -> None:
     parser.add_argument("--loop", action=argparse.BooleanOptionalAction, default=True,
                         help="also time each objective's step inside the training loop (end to end)")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as folder:
         seconds = measure(build_steps(args, device, Path(folder)), args.rounds, args.warmup, device)

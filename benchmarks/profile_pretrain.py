@@ -16,7 +16,7 @@ import pstats
 import tempfile
 import time
 
-from common import minilm_path
+from common import machine_header, minilm_path
 
 from retromae.pretraining.config import PretrainConfig
 from retromae.pretraining.run import pretrain
@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--objective", default="retromae")
     parser.add_argument("--lines", type=int, default=40, help="functions to print")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     with tempfile.TemporaryDirectory() as folder:
         config = PretrainConfig(model=str(minilm_path()), corpus=[args.corpus], output=f"{folder}/run",
                                 objective=args.objective, max_steps=args.steps, batch_size=16, max_length=128,

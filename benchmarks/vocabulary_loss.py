@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-from common import minilm_path
+from common import machine_header, minilm_path
 from pretrain_throughput import RUNS, make_blocks, our_step, reference_step
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
@@ -46,7 +47,9 @@ from retromae.backbones import masked_lm as backbone
 from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus
+from retromae.fused_loss import VOCABULARY_LOSSES
 from retromae.objectives import build_objective
+from retromae.vocabulary_choice import auto_kind
 
 OBJECTIVES = ("retromae enhanced", "retromae basic", "mlm (ours, ratio 0.3)", "seed (3 layers, k=2)", "dupmae",
               "condenser (0.15)")
@@ -75,23 +78,47 @@ def settings(name: str, vocabulary_loss: str) -> SimpleNamespace:
                               "contrastive_weight": None, "vocabulary_loss": vocabulary_loss, **RUNS[name]})
 
 
+def autocast_step(step: Callable[[], None]) -> Callable[[], None]:
+    """`step` under bf16 autocast on the CPU (the forward's matrix products in bf16: AMX or AVX-512 bf16 where the
+    CPU has them), as `--mixed-precision bf16` runs a step."""
+    def run() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            step()
+    return run
+
+
+def chosen_kind(objective, kind: str, rows: int, dtype: torch.dtype) -> str:
+    """The kind `kind` runs as: "auto" is what `retromae pretrain` measures fastest on this CPU (cached)."""
+    if kind != "auto":
+        return kind
+    weight = objective.vocabulary.projection.weight
+    chosen, timings, _ = auto_kind(weight.shape[1], weight.shape[0], rows, dtype)
+    print(f"auto ({str(dtype).removeprefix('torch.')}): {chosen}; per pass " +
+          ", ".join(f"{name} {seconds:.3f} s" for name, seconds in timings.items()))
+    return chosen
+
+
 def build_runs(args: argparse.Namespace) -> dict[str, tuple[Callable[[], None], object]]:
-    """name → (one training step, the module it trains) for the reference and each objective fused and unfused."""
+    """name → (one training step, the module it trains) for the reference and each objective under each of
+    `--kinds`, in float32 and, with `--bf16`, under bf16 autocast too (the reference as well)."""
     new_model = model_factory(args.shape)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     blocks = make_blocks(tokenizer, args.batch_size, args.max_length)
     collate = BlockCollator(tokenizer)
     reference = new_model().train()
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    runs = {REFERENCE: (reference_step(reference, torch.optim.AdamW(reference.parameters(), lr=1e-5), collator,
-                                       collate(blocks)["input_ids"], "cpu"), reference)}
-    for name in args.runs:
-        for kind in ("auto", "unfused"):
-            config = settings(name, kind)
-            objective = build_objective(config.objective, new_model(), tokenizer, config).train()
-            optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-5)
-            label = f"{name}: {'fused' if kind == 'auto' else 'unfused'}"
-            runs[label] = (our_step(objective, optimizer, collate, blocks, "cpu"), objective)
+    reference_run = reference_step(reference, torch.optim.AdamW(reference.parameters(), lr=1e-5), collator,
+                                   collate(blocks)["input_ids"], "cpu")
+    runs = {REFERENCE: (reference_run, reference)}
+    if args.bf16:
+        runs[f"{REFERENCE}, bf16"] = (autocast_step(reference_run), reference)
+    for name, kind, bf16 in itertools.product(args.runs, args.kinds, (False, True) if args.bf16 else (False,)):
+        config = settings(name, kind)
+        objective = build_objective(config.objective, new_model(), tokenizer, config).train()
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        objective.use_vocabulary_loss(chosen_kind(objective, kind, args.batch_size * args.max_length, dtype))
+        step = our_step(objective, torch.optim.AdamW(objective.parameters(), lr=1e-5), collate, blocks, "cpu")
+        runs[f"{name}: {kind}{', bf16' if bf16 else ''}"] = (autocast_step(step) if bf16 else step, objective)
     return runs
 
 
@@ -189,6 +216,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--runs", nargs="+", default=list(OBJECTIVES), choices=list(RUNS))
+    parser.add_argument("--kinds", nargs="+", default=["auto", "unfused"], choices=list(VOCABULARY_LOSSES),
+                        help="vocabulary losses to run each objective with (auto: as `retromae pretrain` chooses)")
+    parser.add_argument("--bf16", action="store_true", help="also run every step under bf16 autocast")
+    parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure peak memory (--no-memory: timings only, a shorter run)")
     parser.add_argument("--timing", action=argparse.BooleanOptionalAction, default=True,
                         help="time the steps (--no-timing: memory only)")
     parser.add_argument("--curve", type=int, help="compare the loss curves over this many steps instead")
@@ -196,6 +228,7 @@ def main() -> None:
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "pretrain"
                                                 / "nltk-english.jsonl"))
     args = parser.parse_args()
+    print(machine_header(), flush=True)
     default_batch, default_length = SHAPES[args.shape]
     args.batch_size = args.batch_size or default_batch
     args.max_length = args.max_length or default_length
@@ -209,14 +242,15 @@ def main() -> None:
         return
     print(f"shape={args.shape} B={args.batch_size} L={args.max_length} threads={torch.get_num_threads()} "
           f"rounds={args.rounds}")
-    losses = enhanced_loss_memory(args)
-    print(f"enhanced decoding's losses, peak MiB: fused {losses['auto'] / 2**20:.0f}, unfused "
-          f"{losses['unfused'] / 2**20:.0f}, fused / unfused {losses['auto'] / losses['unfused']:.2f}")
+    if args.memory:
+        losses = enhanced_loss_memory(args)
+        print(f"enhanced decoding's losses, peak MiB: fused {losses['auto'] / 2**20:.0f}, unfused "
+              f"{losses['unfused'] / 2**20:.0f}, fused / unfused {losses['auto'] / losses['unfused']:.2f}")
     runs = build_runs(args)
     memory = {}
     for name, (step, _) in runs.items():
         step()  # optimiser state and gradients allocated, as in a run past its first step
-        memory[name] = peak_bytes(step)
+        memory[name] = peak_bytes(step) if args.memory else 0
     seconds = measure({name: step for name, (step, _) in runs.items()}, args.rounds, args.warmup) \
         if args.timing else {}
     report(memory, seconds)
@@ -239,14 +273,26 @@ def measure(steps: dict[str, Callable[[], None]], rounds: int, warmup: int) -> d
     return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in steps}
 
 
+def unfused_twin(name: str) -> str | None:
+    """The run of the same objective and precision with the unfused loss ("dupmae: auto, bf16" → "dupmae: unfused,
+    bf16"), or None for the reference."""
+    if ": " not in name:
+        return None
+    objective, _, rest = name.partition(": ")
+    return f"{objective}: unfused{rest[rest.index(','):] if ',' in rest else ''}"
+
+
 def report(memory: dict[str, int], seconds: dict[str, tuple[float, float]]) -> None:
-    print(f"{'run':<36}{'peak MiB':>9}{'wall s':>9}{'/ ref':>7}{'/ unfused':>10}{'CPU s':>9}{'/ ref':>7}"
+    """One line a run: its peak MiB, then wall and CPU seconds, each with its ratio to the float32 reference step
+    of the same rounds and to the same objective's unfused step in the same precision."""
+    print(f"{'run':<40}{'peak MiB':>9}{'wall s':>9}{'/ ref':>7}{'/ unfused':>10}{'CPU s':>9}{'/ ref':>7}"
           f"{'/ unfused':>10}")
     for name, peak in memory.items():
-        line = f"{name:<36}{peak / 2**20:>9.0f}"
+        line = f"{name:<40}{peak / 2**20:>9.0f}"
+        twin = unfused_twin(name)
         for which in (0, 1) if seconds else ():
             value = seconds[name][which]
-            unfused = seconds.get(name.replace(": fused", ": unfused")) if name.endswith(": fused") else None
+            unfused = seconds.get(twin) if twin != name else None
             line += f"{value:>9.3f}{value / seconds[REFERENCE][which]:>7.2f}"
             line += f"{value / unfused[which]:>10.2f}" if unfused else " " * 10
         print(line)

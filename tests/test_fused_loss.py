@@ -61,10 +61,11 @@ def test_padding_is_a_whole_number_of_tiles_that_never_wins():
 
 
 @pytest.mark.parametrize("cells", [CELLS, 2**24])
-def test_chunked_cross_entropy_equals_the_unfused_one_in_float32(cells):
+@pytest.mark.parametrize("use_onednn", [True, False])  # chunked, chunked-torch
+def test_chunked_cross_entropy_equals_the_unfused_one_in_float32(cells, use_onednn):
     x, weight, bias, labels = problem(rows=11)  # 11 rows: the last chunk is short
     expected = unfused_sum(x, weight, bias, labels)
-    loss = linear_cross_entropy_sum(x, weight, bias, labels, cells)
+    loss = linear_cross_entropy_sum(x, weight, bias, labels, cells, use_onednn)
     torch.testing.assert_close(loss, expected)
     expected_grads = gradients(3 * expected, x, weight, bias)
     for ours, theirs in zip(gradients(3 * loss, x, weight, bias), expected_grads, strict=True):
@@ -115,10 +116,11 @@ def unfused_pool(x, weight, bias, visible):
 
 
 @pytest.mark.parametrize("cells", [2 * 3 * 128, 2**24])  # two positions a chunk, or all at once
-def test_chunked_max_pool_equals_the_unfused_one_with_its_gradients(cells):
+@pytest.mark.parametrize("use_onednn", [True, False])  # chunked, chunked-torch
+def test_chunked_max_pool_equals_the_unfused_one_with_its_gradients(cells, use_onednn):
     x, weight, bias, visible = pool_problem()
     expected = unfused_pool(x, weight, bias, visible)
-    pooled = linear_max_pool(x, weight, bias, visible, cells)
+    pooled = linear_max_pool(x, weight, bias, visible, cells, use_onednn)
     torch.testing.assert_close(pooled, expected)
     upstream = torch.randn_like(expected)
     ours = gradients((pooled * upstream).sum(), x, weight, bias)
@@ -256,13 +258,15 @@ def test_the_option_reaches_the_objective_and_compile_follows_it(tiny_tokenizer)
     assert fused.compiled_modules()[1] is fused.vocabulary.transform  # the projection runs in the fused loss
     with pytest.raises(ValueError, match="vocabulary loss 'fast'"):
         fused.use_vocabulary_loss("fast")
+    fused.use_vocabulary_loss("chunked-torch")  # PyTorch's products (MKL on the CPU) rather than oneDNN's
+    assert fused.vocabulary.fused and not fused.vocabulary.use_onednn
 
 
 def test_auto_is_chunked_on_the_cpu_and_unfused_on_cuda():
     """On an H100 the unfused path was the fastest end to end (docs/performance.md); on the CPU the chunked one."""
     assert resolved_kind("auto", torch.device("cpu")) == "chunked"
     assert resolved_kind("auto", torch.device("cuda", 0)) == "unfused"
-    for kind in ("chunked", "liger", "unfused"):
+    for kind in ("chunked", "chunked-torch", "liger", "unfused"):
         assert resolved_kind(kind, torch.device("cuda")) == kind == resolved_kind(kind, torch.device("cpu"))
 
 

@@ -27,7 +27,11 @@ at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in flo
   bias `finfo.min`, so their logits never count (probability 0, no gradient), and are cut from every result.
 - The matrix products run on oneDNN in float32 on the CPU (`Products`), PyTorch's elsewhere. On CUDA, Liger
   Kernel's fused linear cross-entropy (Triton) can replace the chunked loop ("liger"; optional, never a dependency).
-- "auto" (`resolved_kind`) is chunked on the CPU, where it was not slower, and unfused on CUDA: on one H100
+- "chunked-torch" is chunked with PyTorch's own matrix products everywhere (MKL on the CPU): on an Intel Xeon with
+  AVX-512 and AMX, MKL's float32 products beat oneDNN's (`retromae.vocabulary_choice` measures which wins where).
+- "auto" on the CPU is what `retromae.vocabulary_choice` measured fastest at the run's shapes on this CPU (unfused
+  unless a fused kernel beats it); where nothing was measured (the Python API), `resolved_kind` gives chunked on the
+  CPU and unfused on CUDA: on one H100
   (BERT-base, B = 32, L = 512, bf16, eager) both fused paths took less memory (9.1-9.5 GiB against 15.0) but
   fewer tokens/s end to end (liger 0.73x, chunked 0.80x the unfused path for enhanced decoding): a step there is
   bound by kernel launches, which chunks multiply, and Liger reads a count back from the device at every call.
@@ -49,8 +53,9 @@ from retromae.backbones.masked_lm import IGNORE_INDEX
 
 PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
 CHUNK_CELLS = 2**24
-# auto: unfused on CUDA, chunked elsewhere (`resolved_kind`); unfused: the head's full logits, then the loss
-VOCABULARY_LOSSES = ("auto", "chunked", "liger", "unfused")
+# auto: unfused on CUDA, measured on the CPU (`retromae.vocabulary_choice`), else chunked (`resolved_kind`);
+# chunked-torch: chunked on PyTorch's own products; unfused: the head's full logits, then the loss
+VOCABULARY_LOSSES = ("auto", "chunked", "chunked-torch", "liger", "unfused")
 
 
 def resolved_kind(kind: str, device: torch.device) -> str:
@@ -95,9 +100,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                dtype: torch.dtype, cells: int, gradients: bool) -> torch.Tensor:
+                dtype: torch.dtype, cells: int, gradients: bool, use_onednn: bool) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):
-            total, grads = _cross_entropy_chunks(x, weight, bias, labels, dtype, cells, gradients)
+            total, grads = _cross_entropy_chunks(x, weight, bias, labels, dtype, cells, gradients, use_onednn)
         ctx.save_for_backward(*grads)
         ctx.has_bias = bias is not None
         return total
@@ -106,7 +111,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_total: torch.Tensor):
         grad_x, grad_weight, grad_bias = ctx.saved_tensors
         grad_bias = grad_bias * grad_total if ctx.has_bias else None
-        return grad_x * grad_total, grad_weight * grad_total, grad_bias, None, None, None, None
+        return grad_x * grad_total, grad_weight * grad_total, grad_bias, None, None, None, None, None
 
 
 class Products:
@@ -116,11 +121,12 @@ class Products:
     In float32 on a CPU with oneDNN, they run on oneDNN's linear with the weights reordered once per call into its
     blocked layout (`retromae.onednn`): on this project's AMD EPYC, MKL (PyTorch's default float32 GEMM) runs its
     AVX2 kernels and oneDNN its AVX-512 ones, 0.5x the CPU time for the first two products and 0.75x for the third
-    (one chunk of MiniLM's shape, one thread). Elsewhere (CUDA, bf16), PyTorch's matrix products."""
+    (one chunk of MiniLM's shape, one thread); on an Intel Xeon with AMX, MKL's were faster (`use_onednn` False:
+    "chunked-torch"). Elsewhere (CUDA, bf16), PyTorch's matrix products."""
 
-    def __init__(self, w: torch.Tensor, b: torch.Tensor, gradients: bool):
+    def __init__(self, w: torch.Tensor, b: torch.Tensor, gradients: bool, use_onednn: bool = True):
         self.w, self.b = w, b
-        self.onednn = w.device.type == "cpu" and w.dtype == torch.float32 and onednn.available()
+        self.onednn = use_onednn and w.device.type == "cpu" and w.dtype == torch.float32 and onednn.available()
         if self.onednn:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(w, None)  # (Vp, E)
             self.packed_t = torch.ops.mkldnn._reorder_linear_weight(w.T.contiguous(), None) if gradients else None
@@ -149,13 +155,13 @@ class Products:
 
 
 def _cross_entropy_chunks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                          dtype: torch.dtype, cells: int,
-                          gradients: bool) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+                          dtype: torch.dtype, cells: int, gradients: bool,
+                          use_onednn: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     """The summed loss (float32) of x (N, E) against labels (N,), and with `gradients` those of x (N, E),
     weight (V, E) and bias (V,) for a loss gradient of 1 (else none)."""
     vocab = weight.shape[0]
     w, b = padded_projection(weight.detach(), None if bias is None else bias.detach(), dtype)  # (Vp, E), (Vp,)
-    products = Products(w, b, gradients)
+    products = Products(w, b, gradients, use_onednn)
     rows = min(chunk_size(cells, w.shape[0]), x.shape[0])
     # Two buffers reused by every chunk: the logits in the compute dtype, their log-softmax (then softmax) in float32.
     logits = torch.empty((rows, w.shape[0]), dtype=dtype, device=x.device)
@@ -198,14 +204,14 @@ def _accumulate(products: Products, probabilities: torch.Tensor, inputs: torch.T
 
 
 def linear_cross_entropy_sum(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                             labels: torch.Tensor, cells: int = CHUNK_CELLS) -> torch.Tensor:
+                             labels: torch.Tensor, cells: int = CHUNK_CELLS, use_onednn: bool = True) -> torch.Tensor:
     """Σ over labelled rows of cross-entropy(x W^T + b, label), float32; x (N, E), weight (V, E), bias (V,) or
     None, labels (N,) with -100 for rows that do not count. The (N, V) logits never exist: chunks of about
     `cells` logits, forward and backward. Equal to F.cross_entropy(F.linear(x, weight, bias).float(), labels,
-    reduction="sum") to float tolerance, gradients included."""
+    reduction="sum") to float tolerance, gradients included. `use_onednn` False: PyTorch's products throughout."""
     dtype = compute_dtype(x, weight)
     gradients = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    return _LinearCrossEntropy.apply(x, weight, bias, labels, dtype, cells, gradients)
+    return _LinearCrossEntropy.apply(x, weight, bias, labels, dtype, cells, gradients, use_onednn)
 
 
 def liger_cross_entropy_sum(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -230,10 +236,10 @@ class _LinearMaxPool(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, visible: torch.Tensor,
-                dtype: torch.dtype, cells: int) -> torch.Tensor:
+                dtype: torch.dtype, cells: int, use_onednn: bool) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):
             pooled, where = _max_pool_chunks(x.detach(), weight.detach(), None if bias is None else bias.detach(),
-                                             visible, dtype, cells)
+                                             visible, dtype, cells, use_onednn)
         ctx.save_for_backward(x, weight, where, visible)
         ctx.has_bias = bias is not None
         return pooled
@@ -242,17 +248,17 @@ class _LinearMaxPool(torch.autograd.Function):
     def backward(ctx, grad_pooled: torch.Tensor):
         x, weight, where, visible = ctx.saved_tensors
         grad_x, grad_weight, grad_bias = _max_pool_gradients(x, weight, where, visible, grad_pooled)
-        return grad_x, grad_weight, grad_bias if ctx.has_bias else None, None, None, None
+        return grad_x, grad_weight, grad_bias if ctx.has_bias else None, None, None, None, None
 
 
 def _max_pool_chunks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, visible: torch.Tensor,
-                     dtype: torch.dtype, cells: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     dtype: torch.dtype, cells: int, use_onednn: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """pooled (B, V) float32, the maximum over visible positions of the logits of x (B, L, E), and where (B, V)
     the position it sat at; positions a chunk at a time with a running maximum."""
     batch, length, _ = x.shape
     vocab = weight.shape[0]
     w, b = padded_projection(weight, bias, dtype)  # (Vp, E), (Vp,)
-    products = Products(w, b, gradients=False)
+    products = Products(w, b, gradients=False, use_onednn=use_onednn)
     floor = torch.finfo(torch.float32).min
     pooled = torch.full((batch, w.shape[0]), floor, device=x.device)  # (B, Vp)
     where = torch.zeros((batch, w.shape[0]), dtype=torch.long, device=x.device)  # (B, Vp)
@@ -288,10 +294,10 @@ def _max_pool_gradients(x: torch.Tensor, weight: torch.Tensor, where: torch.Tens
 
 
 def linear_max_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, visible: torch.Tensor,
-                    cells: int = CHUNK_CELLS) -> torch.Tensor:
+                    cells: int = CHUNK_CELLS, use_onednn: bool = True) -> torch.Tensor:
     """(B, V) float32: per row, the maximum over the visible positions (B, L) bool of the logits x W^T + b of
     x (B, L, E), the (B, L, V) logits never held at once; finfo.min where a row has no visible position."""
-    return _LinearMaxPool.apply(x, weight, bias, visible.bool(), compute_dtype(x, weight), cells)
+    return _LinearMaxPool.apply(x, weight, bias, visible.bool(), compute_dtype(x, weight), cells, use_onednn)
 
 
 @dataclass(frozen=True)
@@ -316,6 +322,11 @@ class VocabularyHead:
         return resolved_kind(self.kind, self.projection.weight.device)
 
     @property
+    def use_onednn(self) -> bool:
+        """Whether the chunked products may run on oneDNN ("chunked"; "chunked-torch": PyTorch's own)."""
+        return self.resolved != "chunked-torch"
+
+    @property
     def fused(self) -> bool:
         return self.resolved != "unfused"
 
@@ -328,7 +339,7 @@ class VocabularyHead:
         weight, bias = self.projection.weight, self.projection.bias
         if self.kind == "liger":
             return liger_cross_entropy_sum(states, weight, bias, labels)
-        return linear_cross_entropy_sum(states, weight, bias, labels, self.cells)
+        return linear_cross_entropy_sum(states, weight, bias, labels, self.cells, self.use_onednn)
 
     def loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over the labelled rows of hidden (N, D), labels (N,); 0 without any."""
@@ -338,4 +349,5 @@ class VocabularyHead:
         """(B, V) float32: the maximum over visible positions (B, L) of the logits of hidden (B, L, D), fused (the
         unfused path is the head's logits, then their maximum: `retromae.objectives.dupmae`)."""
         projection = self.projection
-        return linear_max_pool(self.transform(hidden), projection.weight, projection.bias, visible, self.cells)
+        return linear_max_pool(self.transform(hidden), projection.weight, projection.bias, visible, self.cells,
+                               self.use_onednn)

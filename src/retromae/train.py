@@ -49,6 +49,7 @@ from retromae.checkpoint_state import (
 )
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
+from retromae.cpu_features import has_bf16_matrix_units
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.data.lines import appended_records
 from retromae.data.workers import started_workers, worker_context
@@ -180,8 +181,8 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     check_process_count(accelerator.num_processes)
     _configure_deepspeed(accelerator, config)
     use_tensor_cores(accelerator.device)
-    if config.mixed_precision == "auto" and accelerator.device.type == "cuda":
-        accelerator.print(_precision_notice(accelerator.mixed_precision))
+    if config.mixed_precision == "auto" and (accelerator.device.type == "cuda" or accelerator.mixed_precision != "no"):
+        accelerator.print(_precision_notice(accelerator.mixed_precision, accelerator.device))
     return accelerator
 
 
@@ -241,15 +242,32 @@ def check_unsharded(accelerator: Accelerator, option: str, instead: str) -> None
                           f"weights over every process; train with DDP or ZeRO-2, or {instead}")
 
 
+CPU_AUTO_BF16 = False  # whether auto picks bf16 on a CPU with bf16 matrix units (docs/performance.md: measured)
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # Accelerate's names → the dtype autocast uses
+
+
+CPU_FP16 = ("--mixed-precision fp16: not on a CPU, where Accelerate would train in float32 without a word (it has "
+            "no fp16 autocast there); use bf16 (fast on CPUs with AMX or AVX-512 bf16) or no")
+
+
 def resolve_mixed_precision(requested: str) -> str:
-    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it, else "no" (fp32)."""
+    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it and on a CPU with
+    bf16 matrix units (AMX, AVX-512 bf16: `retromae.cpu_features`), else "no" (fp32); fp16 without a GPU is
+    refused (ConfigError), where Accelerate would quietly run float32."""
+    cuda = torch.cuda.is_available() and not without_gpus()
+    if requested == "fp16" and not (cuda or torch.backends.mps.is_available()):
+        raise ConfigError(CPU_FP16)
     if requested != "auto":
         return requested
-    cuda = torch.cuda.is_available() and not without_gpus()
-    return "bf16" if cuda and torch.cuda.is_bf16_supported() else "no"
+    if cuda:
+        return "bf16" if torch.cuda.is_bf16_supported() else "no"
+    return "bf16" if CPU_AUTO_BF16 and not torch.backends.mps.is_available() and has_bf16_matrix_units() else "no"
 
 
-def _precision_notice(resolved: str) -> str:
+def _precision_notice(resolved: str, device: torch.device) -> str:
+    if device.type == "cpu":
+        return ("mixed precision: bf16 autocast, this CPU has bf16 matrix units (AMX or AVX-512 bf16; "
+                "--mixed-precision no trains in fp32)")
     if resolved == "bf16":
         return "mixed precision: bf16 (the default on GPUs that support it; --mixed-precision no trains in fp32)"
     return "mixed precision: none, this GPU has no bf16 (--mixed-precision fp16 uses its tensor cores)"

@@ -19,12 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(AdaptConfig, args)  # first: a wrong option or file answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.adapt.run import GUARD_FILE, UNSEEN_FILE, adapt
     from retromae.console import wrote
 
     started = time.perf_counter()
-    output = adapt(build_config(AdaptConfig, args))
+    output = adapt(config)
     outputs = {"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
                "guard": output / GUARD_FILE, "validation set": output / "validation",
                "unseen qrels": output / UNSEEN_FILE,

@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(EncodeConfig, args)  # first: a wrong option or file answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.api import encode
     from retromae.console import format_seconds
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.retrieval.encode import INFO_FILE
 
     started = time.perf_counter()
-    folder = encode(build_config(EncodeConfig, args))
+    folder = encode(config)
     if is_main_process():
         info = read_json_file(folder / INFO_FILE)
         print(f"encoded {info['count']:,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "

@@ -24,11 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(EvaluateConfig, args)  # first: a wrong option or file answered before torch
     # numpy and the search stack: only when the command runs, so --help stays instant
     from retromae.evaluation.report import print_results
     from retromae.evaluation.run import evaluate
 
-    config = build_config(EvaluateConfig, args)
     results = evaluate(config)
     source = ", ".join(config.models) or str(config.run)
     if "table" in results:

@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(FinetuneConfig, args)  # first: a wrong option or file answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.finetune.negatives import NEGATIVES_DIR
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
-    output = finetune(build_config(FinetuneConfig, args))
+    output = finetune(config)
     towers = ("", "query-") if (output / "query-encoder").is_dir() else ("",)
     if is_main_process():
         print(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers

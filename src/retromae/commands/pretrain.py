@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(PretrainConfig, args)  # first: a wrong option or file answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.export import HEAD_FILE
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
-    output = pretrain(build_config(PretrainConfig, args))
+    output = pretrain(config)
     if is_main_process():
         print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
                      "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}

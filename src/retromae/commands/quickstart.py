@@ -18,8 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(QuickstartConfig, args)  # first: a wrong option or file answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.quickstart import quickstart
 
-    quickstart(build_config(QuickstartConfig, args))
+    quickstart(config)
     return 0

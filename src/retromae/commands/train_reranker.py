@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = build_config(RerankerConfig, args)  # first: a wrong option or file answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.processes import is_main_process
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
-    output = train_reranker(build_config(RerankerConfig, args))
+    output = train_reranker(config)
     if is_main_process():
         print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}
                     | written(output, {"tensorboard": TENSORBOARD_DIR}), started))

@@ -23,7 +23,8 @@ from retromae.objectives import OBJECTIVES, flat_options
 from retromae.training_config import HeadTrainingConfig
 
 BEST_PROBE_DIR = "best-probe"  # where --keep-best-probe exports (`retromae.evaluation.probe`)
-VOCABULARY_LOSS_NAMES = ("auto", "chunked", "liger", "unfused")  # `retromae.fused_loss.VOCABULARY_LOSSES`
+# `retromae.fused_loss.VOCABULARY_LOSSES`
+VOCABULARY_LOSS_NAMES = ("auto", "chunked", "chunked-torch", "liger", "unfused")
 STS_PREFIX = "sts_"  # the probe names of correlations, scored on --probe-sts pairs: sts_spearman
 
 
@@ -142,9 +143,12 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                                         "name it", choices=OBJECTIVES)
     vocabulary_loss: str = option("auto", "how the losses on the vocabulary run: fused with the projection onto it, "
                                           "a chunk of rows at a time, so the full logits never exist (chunked: "
-                                          "PyTorch; liger: Liger Kernel's fused linear cross-entropy, CUDA), or "
-                                          "unfused (every logit at once, then the loss); auto: unfused on CUDA, "
-                                          "where it was faster (fused saves memory there), chunked elsewhere",
+                                          "PyTorch, its float32 products on oneDNN on the CPU; chunked-torch: "
+                                          "PyTorch's own products, MKL on the CPU; liger: Liger Kernel's fused "
+                                          "linear cross-entropy, CUDA), or unfused (every logit at once, then the "
+                                          "loss); auto: unfused on CUDA, where it was faster (fused saves memory "
+                                          "there); on the CPU the fastest of these at the run's shapes, measured "
+                                          "once per CPU model and cached",
                                   choices=VOCABULARY_LOSS_NAMES)
     encoder_mask_ratio: float = option(0.3, "share of encoder input tokens masked (80/10/10 rule)", OPEN_UNIT)
     whole_word_mask: bool = option(False, "mask whole words rather than single sub-word tokens")

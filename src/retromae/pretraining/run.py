@@ -42,7 +42,7 @@ from retromae.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
 from retromae.pretraining.config import BEST_PROBE_DIR
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
-from retromae.train import Trainer, check_unsharded, claim_output, make_accelerator, seed_everything
+from retromae.train import AUTOCAST_DTYPES, Trainer, check_unsharded, claim_output, make_accelerator, seed_everything
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
@@ -62,6 +62,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     check_max_length(encoder.config, config.max_length, "max_length", tokenizer)
     claim_output(config, "pretrain", OUTPUTS, accelerator)
     objective = build_objective(config.objective, encoder, tokenizer, config)
+    with accelerator.main_process_first():  # one process measures; the others read its cache
+        choose_vocabulary_loss(objective, config, accelerator)
     if config.init_from:
         init_head(objective, config)
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
@@ -83,6 +85,21 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
         write_cards(config, output)
     trainer.accelerator.wait_for_everyone()
     return output
+
+
+def choose_vocabulary_loss(objective: PretrainingObjective, config: PretrainConfig, accelerator) -> None:
+    """On the CPU, `--vocabulary-loss auto` becomes the kernel measured fastest at the run's shapes on this CPU
+    (`retromae.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as given."""
+    if config.vocabulary_loss != "auto" or accelerator.device.type != "cpu":
+        return
+    from retromae.vocabulary_choice import auto_kind, describe
+
+    projection = objective.vocabulary.projection.weight  # (V, E)
+    dtype = AUTOCAST_DTYPES.get(accelerator.mixed_precision, torch.float32)
+    kind, timings, fresh = auto_kind(projection.shape[1], projection.shape[0], config.batch_size * config.max_length,
+                                     dtype)
+    objective.use_vocabulary_loss(kind)
+    accelerator.print(describe(kind, timings, fresh))
 
 
 def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):

@@ -1,0 +1,126 @@
+"""Checks of a command line answered before any heavy import (torch, transformers): an input path that does not
+exist, a `--model` that names no model folder, and a hub name when the Hugging Face hub cannot be reached and the
+model is not cached.
+
+Owns `check_arguments(args)`, which `retromae.cli` runs after parsing and before the command's module does any work,
+and the hub's reachability (`hub_unreachable`: one TCP connection to the hub's endpoint, bounded by `PROBE_SECONDS`,
+DNS included), and whether a hub model is in the local cache (`cached_on_disk`, read from the cache's folders
+without importing huggingface_hub). With no network, a cached model runs with `HF_HUB_OFFLINE=1` set for the
+process, so the loaders read the cache at once instead of retrying the hub for half a minute; an uncached one is
+refused in one line that says the hub was unreachable; with `HF_HUB_OFFLINE` set, the hub is not tried at all.
+Does not own what a folder holds (`retromae.model_source.resolve_model`, which this calls) nor loading a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from retromae.errors import DataError, ModelLoadError
+from retromae.model_source import resolve_model
+
+MODEL_OPTIONS = ("model",)  # the options that name a model to load, on every command that has them
+# The options that name input files or folders on every command that has them (`hf:NAME` is a hub data set).
+INPUT_OPTIONS = ("corpus", "queries", "data", "pairs", "run", "index", "init_from")
+PROBE_SECONDS = 3.0
+OFFLINE_VALUES = ("1", "on", "yes", "true")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """DataError for an input option naming a path that does not exist; ModelLoadError for a model option that
+    names a missing or non-model folder, or a hub model that cannot be had (`check_model`)."""
+    for option in INPUT_OPTIONS:
+        for path in _values(getattr(args, option, None)):
+            if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
+                raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
+    for option in MODEL_OPTIONS:
+        for name in _values(getattr(args, option, None)):
+            check_model(name, f"--{option.replace('_', '-')}")
+
+
+def _values(value: object) -> list[str]:
+    """An option's value as the non-empty paths or names it gives (a list option gives several)."""
+    return [str(item) for item in (value if isinstance(value, list) else [value])
+            if isinstance(item, (str, os.PathLike)) and str(item)]
+
+
+def check_model(name: str, option: str = "--model") -> None:
+    """A local path must be a model folder (`resolve_model` says what it holds otherwise); a hub name must be
+    cached or the hub reachable: with no network, a cached model switches the process to offline mode."""
+    source = resolve_model(name, option)
+    if source.kind != "hub":
+        return
+    if offline():
+        if not cached_on_disk(source.folder):
+            raise ModelLoadError(f"{option} {name}: not in the local Hugging Face cache ({hub_cache()}), and "
+                                 "HF_HUB_OFFLINE is set, so the hub was not asked; pass a local model folder, or "
+                                 "unset HF_HUB_OFFLINE to download it")
+        return
+    reason = hub_unreachable()
+    if reason is None:
+        return
+    if cached_on_disk(source.folder):
+        go_offline()
+        return
+    raise ModelLoadError(f"{option} {name}: the Hugging Face hub is unreachable ({reason}) and the model is not in "
+                         f"the local cache ({hub_cache()}); pass a local model folder, or run where the hub can be "
+                         "reached to download it")
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in OFFLINE_VALUES
+
+
+def go_offline() -> None:
+    """Offline mode for the rest of the process: the environment for libraries not imported yet, and
+    huggingface_hub's constant when it already is."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+
+
+def hub_cache() -> Path:
+    """The folder huggingface_hub caches models in: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
+    ($XDG_CACHE_HOME in place of ~/.cache when set)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return Path(os.environ.get("HF_HOME") or cache_home / "huggingface").expanduser() / "hub"
+
+
+def cached_on_disk(repo: str) -> bool:
+    """Whether some snapshot of hub model `repo` in the cache holds its config.json."""
+    snapshots = hub_cache() / f"models--{repo.replace('/', '--')}" / "snapshots"
+    return any(snapshots.glob("*/config.json"))
+
+
+def hub_endpoint() -> tuple[str, int]:
+    """(host, port) of the hub: $HF_ENDPOINT or https://huggingface.co."""
+    parts = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return parts.hostname or "huggingface.co", parts.port or (80 if parts.scheme == "http" else 443)
+
+
+def hub_unreachable(seconds: float = PROBE_SECONDS) -> str | None:
+    """None when a TCP connection to the hub (or to the HTTPS proxy, when one is set) opens within `seconds`;
+    otherwise why not, in a few words. Runs in a thread, so that a name lookup that hangs is bounded too."""
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    host, port = (urlsplit(proxy).hostname or "", urlsplit(proxy).port or 3128) if proxy else hub_endpoint()
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=seconds).close()
+            outcome.append(None)
+        except OSError as error:
+            outcome.append(f"{host}:{port}: {error.strerror or error}")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return outcome[0] if outcome else f"{host}:{port}: no answer within {seconds:g} s"

@@ -1,0 +1,38 @@
+"""The processor's description read from /proc/cpuinfo (`retromae.cpu_features`), on a written stand-in."""
+
+from __future__ import annotations
+
+import pytest
+
+from retromae import cpu_features
+
+XEON = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 avx2 avx512f avx512bw "
+        "avx_vnni avx512_bf16 amx_bf16 amx_tile amx_int8 sha_ni\n\nprocessor\t: 1\nmodel name\t: other\n")
+EPYC = "processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu avx2 avx512f avx512bw avx512_vnni\n"
+
+
+@pytest.fixture
+def cpuinfo(tmp_path, monkeypatch):
+    def write(text: str) -> None:
+        path = tmp_path / "cpuinfo"
+        path.write_text(text)
+        monkeypatch.setattr(cpu_features, "CPUINFO", path)
+        cpu_features._cpuinfo_fields.cache_clear()
+    yield write
+    cpu_features._cpuinfo_fields.cache_clear()
+
+
+def test_an_intel_xeon_with_amx(cpuinfo):
+    cpuinfo(XEON)
+    assert cpu_features.cpu_model() == "Intel(R) Xeon(R) Processor"  # the first processor's
+    assert cpu_features.vector_extensions() == ["avx2", "avx512f", "avx512bw", "avx_vnni", "avx512_bf16", "amx_bf16",
+                                                "amx_tile", "amx_int8"]
+    assert cpu_features.has_bf16_matrix_units()
+
+
+def test_an_epyc_without_bf16_units_and_a_machine_without_cpuinfo(cpuinfo, tmp_path, monkeypatch):
+    cpuinfo(EPYC)
+    assert cpu_features.cpu_model() == "AMD EPYC 9B14" and not cpu_features.has_bf16_matrix_units()
+    monkeypatch.setattr(cpu_features, "CPUINFO", tmp_path / "absent")
+    cpu_features._cpuinfo_fields.cache_clear()
+    assert cpu_features.vector_extensions() == [] and cpu_features.cpu_model()  # the platform's name

@@ -1,0 +1,125 @@
+"""What the command line answers before any heavy import (`retromae.preflight`): a missing `--model` folder, a
+missing input file and a missing required option, each in one line with torch and transformers never imported
+(checked in the command's own process, through `sys.modules`); a hub name with no network is tried once, with a
+bounded wait, and refused saying the hub was unreachable unless the model is cached (then the process goes
+offline); with HF_HUB_OFFLINE set the hub is not tried at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from retromae.errors import DataError, ModelLoadError
+from retromae.preflight import check_arguments, check_model, hub_cache, hub_unreachable
+
+HEAVY = ("torch", "transformers", "numpy", "sentence_transformers", "faiss")
+
+
+def run_cli(*argv: str) -> tuple[int, str, list[str]]:
+    """`retromae ARGV` in a fresh interpreter: its exit code, its standard error, and the heavy modules it had
+    imported when the command returned."""
+    code = ("import io, sys; from contextlib import redirect_stderr; from retromae.cli import main\n"
+            "err = io.StringIO()\n"
+            f"with redirect_stderr(err): code = main({list(argv)!r})\n"
+            f"print(code); print(err.getvalue().strip()); print(sorted(set({HEAVY!r}) & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    status, message, heavy = done.stdout.strip().split("\n")
+    return int(status), message, eval(heavy)  # noqa: S307 (a list of names printed by the child above)
+
+
+@pytest.fixture
+def model_folder(tmp_path):
+    """A folder `resolve_model` takes for a Hugging Face model (config.json with a model_type); never loaded."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    return folder
+
+
+@pytest.fixture
+def queries(tmp_path):
+    path = tmp_path / "queries.jsonl"
+    path.write_text(json.dumps({"_id": "q1", "text": "a question"}) + "\n")
+    return path
+
+
+def test_a_missing_model_folder_is_answered_before_torch(tmp_path, queries):
+    status, message, heavy = run_cli("encode", "--model", str(tmp_path / "runs" / "nonexistent"),
+                                     "--queries", str(queries), "--output", str(tmp_path / "out"))
+    assert status == 2 and heavy == []
+    assert message.startswith(f"retromae: error: --model {tmp_path / 'runs' / 'nonexistent'}: no such folder;")
+
+
+def test_a_missing_input_file_is_answered_before_torch(tmp_path, model_folder):
+    for argv in (["encode", "--model", str(model_folder), "--queries", str(tmp_path / "nope.jsonl"),
+                  "--output", str(tmp_path / "out")],
+                 ["pretrain", "--model", str(model_folder), "--corpus", str(tmp_path / "nope.jsonl"),
+                  "--output", str(tmp_path / "out")]):
+        status, message, heavy = run_cli(*argv)
+        assert (status, heavy) == (2, [])
+        assert message == f"retromae: error: --{argv[3][2:]} {tmp_path / 'nope.jsonl'}: no such file or folder"
+
+
+def test_a_missing_required_option_is_answered_before_torch(model_folder, queries):
+    status, message, heavy = run_cli("encode", "--model", str(model_folder), "--queries", str(queries))
+    assert (status, message, heavy) == (2, "retromae: error: missing required option(s): --output", [])
+
+
+def test_hf_names_and_lists_of_inputs_are_checked_as_given(tmp_path, queries):
+    args = type("Args", (), {"corpus": ["hf:wikitext:wikitext-2-raw-v1", str(queries)], "model": None})()
+    check_arguments(args)  # a hub data set is not a path; an existing file passes
+    args.corpus.append(str(tmp_path / "gone.txt"))
+    with pytest.raises(DataError, match="--corpus .*gone.txt: no such file or folder"):
+        check_arguments(args)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Every connection fails as it does without a network; the attempts are counted."""
+    attempts = []
+
+    def refuse(address, *args, **kwargs):
+        attempts.append(address)
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT"):
+        monkeypatch.delenv(proxy, raising=False)
+    return attempts
+
+
+def test_an_uncached_hub_name_without_network_is_tried_once_and_named_unreachable(no_network):
+    with pytest.raises(ModelLoadError, match=r"--model owner/missing-model: the Hugging Face hub is unreachable "
+                                             r"\(huggingface.co:443: Name or service not known\) and the model is "
+                                             "not in the local cache"):
+        check_model("owner/missing-model")
+    assert no_network == [("huggingface.co", 443)]
+
+
+def test_a_cached_hub_name_without_network_runs_offline(no_network, monkeypatch):
+    snapshot = hub_cache() / "models--owner--cached-model" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    check_model("owner/cached-model")
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and len(no_network) == 1  # the loaders read the cache at once
+
+
+def test_with_hf_hub_offline_the_hub_is_not_tried(no_network, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache .*HF_HUB_OFFLINE is set"):
+        check_model("owner/missing-model")
+    assert no_network == []
+
+
+def test_a_hub_that_never_answers_is_given_up_on_in_bounded_time(monkeypatch):
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: time.sleep(5))
+    assert hub_unreachable(seconds=0.1) == "huggingface.co:443: no answer within 0.1 s"
