@@ -252,5 +252,5 @@ def test_a_zero_contrastive_weight_still_logs_the_contrastive_loss_but_trains_re
 
 
 def test_a_negative_contrastive_weight_is_refused(tiny_tokenizer):
-    with pytest.raises(ValueError, match="contrastive_weight"):
+    with pytest.raises(ValueError, match="--contrastive-weight: must be 0 or positive, got -1.0"):
         build("retromae+contrastive", tiny_tokenizer, contrastive_weight=-1.0)

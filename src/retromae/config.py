@@ -319,6 +319,7 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     values = {**_saved_options(given, known), **values}
     flags = _from_command_line(given, config_cls) if isinstance(args, argparse.Namespace) else given
     values.update({key: value for key, value in flags.items() if key in known})
+    check_values(config_cls, values)  # a bad value is named even where a required option is missing too
     missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
     if missing:
@@ -462,20 +463,26 @@ def check_fields(config: Any) -> None:
     among its `choices` or outside its `domain` (`option`); non-finite numbers are refused everywhere. Values are
     normalised in place: a whole float for an int (`1e3` from YAML), an int for a float, text for a Path, one value
     for a list of one. The one check of every option, whichever way the config was built (`Options`)."""
-    specs = _field_specs(type(config))
     for field in dataclasses.fields(config):
-        spec = specs.get(field.name)
-        if spec is None or not field.init:
-            continue
-        value = getattr(config, field.name)
-        if value is None and spec.optional:
-            continue
-        if spec.is_list:
-            items = value if isinstance(value, list | tuple) else [value]
-            checked = [_checked(field, spec.scalar, item) for item in items]
-        else:
-            checked = _checked(field, spec.scalar, value)
-        object.__setattr__(config, field.name, checked)
+        if field.init:
+            object.__setattr__(config, field.name, _checked_value(type(config), field, getattr(config, field.name)))
+
+
+def check_values(config_cls: type, values: dict[str, Any]) -> None:
+    """`check_fields` over a mapping of some of the options of `config_cls` (those it declares), before the config
+    is built."""
+    for field in dataclasses.fields(config_cls):
+        if field.init and field.name in values:
+            _checked_value(config_cls, field, values[field.name])
+
+
+def _checked_value(config_cls: type, field: dataclasses.Field, value: Any) -> Any:
+    spec = _field_specs(config_cls).get(field.name)
+    if spec is None or (value is None and spec.optional):
+        return value
+    if spec.is_list:
+        return [_checked(field, spec.scalar, item) for item in (value if isinstance(value, list | tuple) else [value])]
+    return _checked(field, spec.scalar, value)
 
 
 def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
