@@ -158,7 +158,7 @@ def test_queries_without_results_count_as_zero_with_one_warning(tmp_path, data, 
 
 def test_hybrid_options_are_checked(data, tiny_model_dir, capsys):
     assert cli("evaluate", "--model", tiny_model_dir, "--data", data, "--hybrid", "--hybrid-weight", "1.5") == 2
-    assert "--hybrid-weight: 1.5: must lie in [0, 1]" in capsys.readouterr().err
+    assert "--hybrid-weight: must lie in [0, 1], got 1.5" in capsys.readouterr().err
     run = data / "corpus.jsonl"
     assert cli("evaluate", "--run", run, "--data", data, "--hybrid") == 2
     assert "--hybrid: fuses BM25 with a model, not with a run" in capsys.readouterr().err

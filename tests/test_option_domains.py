@@ -266,11 +266,14 @@ TRAINING = ["--model", "m", "--corpus", "c.txt", "--output", "out"]
     (["pretrain", *TRAINING, "--objective", "mlm", "--bow-weight", "1"],
      "--bow-weight: the mlm objective does not read it (read by --objective dupmae)"),
 ])
-def test_the_audits_cases_are_refused_in_one_line_before_any_work(argv, message, tmp_path, monkeypatch, capsys):
+def test_the_audits_cases_are_refused_in_one_line_before_any_work(argv, message, tmp_path, monkeypatch, capsys,
+                                                                   tiny_model_dir):
+    """The inputs exist (a model folder, a corpus), so only the option can be at fault."""
     monkeypatch.chdir(tmp_path)
-    assert main(argv) == 2
+    (tmp_path / "c.txt").write_text("a document\n")
+    assert main([str(tiny_model_dir) if arg == "m" else arg for arg in argv]) == 2
     assert capsys.readouterr().err == f"retromae: error: {message}\n"
-    assert list(tmp_path.iterdir()) == []  # nothing claimed, nothing written
+    assert list(tmp_path.iterdir()) == [tmp_path / "c.txt"]  # nothing claimed, nothing written
 
 
 def test_an_empty_quickstart_corpus_is_refused_before_the_tokenizer(tmp_path, monkeypatch, capsys):

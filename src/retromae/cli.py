@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import commands
+from retromae.config import check_command_line
 from retromae.console import library_output
 from retromae.errors import FileSystemError, RetroMAEError, os_error_line
 from retromae.preflight import check_arguments
@@ -125,7 +126,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         if argv is None or command.name == chosen:
             module = importlib.import_module(command.module)
             module.add_arguments(sub)
-            sub.set_defaults(handler=module.run)
+            sub.set_defaults(handler=module.run, options_class=getattr(sub, "config_class", None))
         general = sub.add_argument_group("help")
         general.add_argument("-h", "--help", action="help", help="show this help and exit")
         general.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
@@ -144,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     handler = args.__dict__.pop("handler")
+    options_class = args.__dict__.pop("options_class")
     name = args.__dict__.pop("command")
     verbose = args.__dict__.pop("verbose")
     configure_threads(args.__dict__.pop("threads"))
     try:
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
+        if options_class is not None:
+            check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
         check_arguments(args)  # a missing --model folder or an unreachable hub, answered before torch is imported
         with sigterm_as_interrupt(), library_output(verbose):
             return handler(args) or 0

@@ -333,6 +333,13 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     return config
 
 
+def check_command_line(config_cls: type, args: argparse.Namespace) -> None:
+    """The command line's own values checked against their options' domains (`check_values`), as `build_config`
+    will check them, so that the command line answers a value out of its domain before any other check."""
+    given = {key: value for key, value in vars(args).items() if key != "config"}
+    check_values(config_cls, _from_command_line(given, config_cls))
+
+
 def _from_command_line(given: dict[str, Any], config_cls: type) -> dict[str, Any]:
     """The command line's values with the text of its numbers read as numbers (`number_from_text`)."""
     specs = _field_specs(config_cls)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retromae.config import POSITIVE, TOP_K, ConfigError, option, require
+from retromae.config import POSITIVE, PROBABILITY, TOP_K, ConfigError, option, require
 from retromae.encoder_config import EncoderOptions
 from retromae.errors import DataError
 from retromae.evaluation.metric_registry import RANKING, metrics
@@ -56,7 +55,7 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     hybrid: bool = option(False, "the hybrid beside the model and BM25 in the table: BM25's and the model's top-k "
                                  "fused per query (--fusion, --hybrid-weight)")
     hybrid_weight: float = option(DEFAULT_WEIGHT, "the model's share w of the convex fusion w*model + (1-w)*BM25 "
-                                                  "(scores min-max normalised per query)")
+                                                  "(scores min-max normalised per query)", PROBABILITY)
     fusion: str = option(DEFAULT_METHOD, "how --hybrid fuses: convex (weighted normalised scores) or rrf "
                                          "(reciprocal rank fusion, k=60)", choices=METHODS)
     compare: list[str] = option([], "two systems of the table to compare query by query (names as in its header); "
@@ -96,8 +95,6 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         resolved = [str(Path(name).resolve()) if Path(name).exists() else name for name in self.models]
         require(len(set(resolved)) == len(resolved), "model", "names a model twice")
         require(len(self.compare) in (0, 2), "compare", "names two systems of the table")
-        require(math.isfinite(self.hybrid_weight) and 0 <= self.hybrid_weight <= 1, "hybrid_weight",
-                f"{self.hybrid_weight}: must lie in [0, 1] (the model's share)")
 
     @property
     def models(self) -> list[str]:
