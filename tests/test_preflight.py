@@ -71,6 +71,16 @@ def test_a_missing_required_option_is_answered_before_torch(model_folder, querie
     assert (status, message, heavy) == (2, "retromae: error: missing required option(s): --output", [])
 
 
+def test_a_bad_option_is_named_before_a_hub_name_is_tried(tmp_path, queries, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no connection either way
+    status, message, heavy = run_cli("encode", "--model", "owner/name", "--queries", str(queries), "--output",
+                                     str(tmp_path / "out"), "--batch-size", "0")
+    assert status == 2 and "--batch-size" in message and heavy == []
+    status, message, heavy = run_cli("encode", "--model", "owner/name", "--queries", str(queries), "--output",
+                                     str(tmp_path / "out"))
+    assert status == 2 and "HF_HUB_OFFLINE is set" in message and heavy == []
+
+
 def test_hf_names_and_lists_of_inputs_are_checked_as_given(tmp_path, queries):
     args = type("Args", (), {"corpus": ["hf:wikitext:wikitext-2-raw-v1", str(queries)], "model": None})()
     check_arguments(args)  # a hub data set is not a path; an existing file passes
@@ -121,5 +131,9 @@ def test_with_hf_hub_offline_the_hub_is_not_tried(no_network, monkeypatch):
 def test_a_hub_that_never_answers_is_given_up_on_in_bounded_time(monkeypatch):
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     monkeypatch.delenv("https_proxy", raising=False)
-    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: time.sleep(5))
+    def hang(*args, **kwargs):
+        time.sleep(1)
+        raise OSError("answered too late")
+
+    monkeypatch.setattr(socket, "create_connection", hang)
     assert hub_unreachable(seconds=0.1) == "huggingface.co:443: no answer within 0.1 s"

@@ -5,8 +5,8 @@ and `--threads` (the CPU threads, `retromae.threads`, set before a command impor
 into a one-line message and exit code 2, failures of the operating system into one line naming the path and the
 cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop, `kill`) into the same line
 (exit code 143), refusing a multi-process launch that started one process (`retromae.processes`), and running the
-checks that need no heavy import before the command (`retromae.preflight`: a missing `--model` folder, an unreachable
-hub). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
+checks that need no heavy import before the command (`retromae.preflight`: a missing input path or `--model`
+folder). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
 a command that splits its work over a multi-process launch says so with `PROCESSES = "several"`;
 this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         if options_class is not None:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
-        check_arguments(args)  # a missing --model folder or an unreachable hub, answered before torch is imported
+        check_arguments(args)  # a missing input path or --model folder, answered before torch is imported
         with sigterm_as_interrupt(), library_output(verbose):
             return handler(args) or 0
     except FileSystemError as error:

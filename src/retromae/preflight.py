@@ -2,12 +2,14 @@
 exist, a `--model` that names no model folder, and a hub name when the Hugging Face hub cannot be reached and the
 model is not cached.
 
-Owns `check_arguments(args)`, which `retromae.cli` runs after parsing and before the command's module does any work,
-and the hub's reachability (`hub_unreachable`: one TCP connection to the hub's endpoint, bounded by `PROBE_SECONDS`,
-DNS included), and whether a hub model is in the local cache (`cached_on_disk`, read from the cache's folders
-without importing huggingface_hub). With no network, a cached model runs with `HF_HUB_OFFLINE=1` set for the
-process, so the loaders read the cache at once instead of retrying the hub for half a minute; an uncached one is
-refused in one line that says the hub was unreachable; with `HF_HUB_OFFLINE` set, the hub is not tried at all.
+Owns `check_arguments(args)`, which `retromae.cli` runs after parsing and before the command's module does any work
+(paths only, no network), `configured(cls, args)`, with which the commands build their options and then check a hub
+model (after the options, so that a bad option is named first), the hub's reachability (`hub_unreachable`: one TCP
+connection to the hub's endpoint, bounded by `PROBE_SECONDS`, DNS included), and whether a hub model is in the
+local cache (`cached_on_disk`, read from the cache's folders without importing huggingface_hub). With no network,
+a cached model runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders read the cache at once instead of
+retrying the hub for half a minute; an uncached one is refused in one line that says the hub was unreachable; with
+`HF_HUB_OFFLINE` set, the hub is not tried at all.
 Does not own what a folder holds (`retromae.model_source.resolve_model`, which this calls) nor loading a model.
 """
 
@@ -19,10 +21,14 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
+from retromae.config import build_config
 from retromae.errors import DataError, ModelLoadError
-from retromae.model_source import resolve_model
+from retromae.model_source import looks_local, resolve_model
+
+T = TypeVar("T")
 
 MODEL_OPTIONS = ("model",)  # the options that name a model to load, on every command that has them
 # The options that name input files or folders on every command that has them (`hf:NAME` is a hub data set).
@@ -33,14 +39,25 @@ OFFLINE_VALUES = ("1", "on", "yes", "true")
 
 def check_arguments(args: argparse.Namespace) -> None:
     """DataError for an input option naming a path that does not exist; ModelLoadError for a model option that
-    names a missing or non-model folder, or a hub model that cannot be had (`check_model`)."""
+    names a missing or non-model folder (a hub name is left to `configured`)."""
     for option in INPUT_OPTIONS:
         for path in _values(getattr(args, option, None)):
             if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
                 raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
     for option in MODEL_OPTIONS:
         for name in _values(getattr(args, option, None)):
+            if looks_local(os.path.expanduser(name)):
+                resolve_model(name, f"--{option.replace('_', '-')}")
+
+
+def configured(config_cls: type[T], args: argparse.Namespace) -> T:
+    """The command's options (`retromae.config.build_config`: a missing or invalid option named first), then each
+    hub model they name checked (`check_model`): all before the command imports torch."""
+    config = build_config(config_cls, args)
+    for option in MODEL_OPTIONS:
+        for name in _values(getattr(config, option, None)):
             check_model(name, f"--{option.replace('_', '-')}")
+    return config
 
 
 def _values(value: object) -> list[str]:

@@ -242,18 +242,18 @@ def check_unsharded(accelerator: Accelerator, option: str, instead: str) -> None
                           f"weights over every process; train with DDP or ZeRO-2, or {instead}")
 
 
-CPU_AUTO_BF16 = False  # whether auto picks bf16 on a CPU with bf16 matrix units (docs/performance.md: measured)
+# Whether auto picks bf16 on a CPU with bf16 matrix units: not yet, whole steps were not cheaper on an Intel Xeon
+# with AMX (docs/performance.md, "CPU speed on every x86 processor").
+CPU_AUTO_BF16 = False
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # Accelerate's names → the dtype autocast uses
-
-
 CPU_FP16 = ("--mixed-precision fp16: not on a CPU, where Accelerate would train in float32 without a word (it has "
-            "no fp16 autocast there); use bf16 (fast on CPUs with AMX or AVX-512 bf16) or no")
+            "no fp16 autocast there); use bf16 (autocast, on AMX or AVX-512 bf16 where the CPU has them) or no")
 
 
 def resolve_mixed_precision(requested: str) -> str:
-    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it and on a CPU with
-    bf16 matrix units (AMX, AVX-512 bf16: `retromae.cpu_features`), else "no" (fp32); fp16 without a GPU is
-    refused (ConfigError), where Accelerate would quietly run float32."""
+    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it (and, with
+    `CPU_AUTO_BF16`, on a CPU with bf16 matrix units: `retromae.cpu_features`), else "no" (fp32); fp16 without a GPU
+    is refused (ConfigError), where Accelerate would quietly run float32."""
     cuda = torch.cuda.is_available() and not without_gpus()
     if requested == "fp16" and not (cuda or torch.backends.mps.is_available()):
         raise ConfigError(CPU_FP16)

@@ -7,7 +7,8 @@ import argparse
 import time
 
 from retromae.adapt.config import AdaptConfig
-from retromae.config import add_config_arguments, build_config
+from retromae.config import add_config_arguments
+from retromae.preflight import configured
 
 HELP = ("adapt an embedder to your corpus without labels (contrastive crops in its own similarity, or distillation "
         "from the BM25 + base hybrid, averaged with the base and scored on held-out validation: the base is kept "
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(AdaptConfig, args)  # first: a wrong option or file answered before torch
+    config = configured(AdaptConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.adapt.run import GUARD_FILE, UNSEEN_FILE, adapt
     from retromae.console import wrote

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.config import add_config_arguments, build_config
+from retromae.config import add_config_arguments
+from retromae.preflight import configured
 from retromae.retrieval.config import EncodeConfig
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(EncodeConfig, args)  # first: a wrong option or file answered before torch
+    config = configured(EncodeConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.api import encode
     from retromae.console import format_seconds

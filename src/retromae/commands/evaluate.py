@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 
-from retromae.config import add_config_arguments, build_config
+from retromae.config import add_config_arguments
 from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, metrics
+from retromae.preflight import configured
 
 HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in metrics(RANKING))}@k on BEIR or "
         f"MS MARCO (one table over many data sets and models, BM25 and the hybrid beside, a paired test), "
@@ -24,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(EvaluateConfig, args)  # first: a wrong option or file answered before torch
+    config = configured(EvaluateConfig, args)  # first: a wrong option, file or hub name answered before torch
     # numpy and the search stack: only when the command runs, so --help stays instant
     from retromae.evaluation.report import print_results
     from retromae.evaluation.run import evaluate

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.config import add_config_arguments, build_config
+from retromae.config import add_config_arguments
 from retromae.finetune.config import FinetuneConfig
+from retromae.preflight import configured
 
 PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
 HELP = "fine-tune a dense retriever (in-batch, BM25, mined or ANCE negatives; distillation); flags override --config"
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(FinetuneConfig, args)  # first: a wrong option or file answered before torch
+    config = configured(FinetuneConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.finetune.negatives import NEGATIVES_DIR

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from retromae.config import add_config_arguments, build_config
+from retromae.config import add_config_arguments
+from retromae.preflight import configured
 from retromae.quickstart_config import QuickstartConfig
 
 HELP = ("pre-train a small encoder with MLM and with RetroMAE under one budget, fine-tune both and the "
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(QuickstartConfig, args)  # first: a wrong option or file answered before torch
+    config = configured(QuickstartConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.quickstart import quickstart
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.config import add_config_arguments, build_config
+from retromae.config import add_config_arguments
+from retromae.preflight import configured
 from retromae.reranker_config import RerankerConfig
 
 NAME = "train-reranker"
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = build_config(RerankerConfig, args)  # first: a wrong option or file answered before torch
+    config = configured(RerankerConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.console import written, wrote
     from retromae.processes import is_main_process
