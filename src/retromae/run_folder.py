@@ -60,8 +60,8 @@ READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "queries.t
 class OutputOptions(Options):
     """`--overwrite`, shared by every command that writes an output folder or file."""
 
-    overwrite: bool = option(False, "replace the outputs of an earlier run at --output (only the files this command "
-                                    "writes; other files there are kept)")
+    overwrite: bool = option(False, "replace the outputs of an earlier run of this command at --output (only the "
+                                    "files it writes; other files, another command's outputs and inputs are kept)")
 
 
 def file_fingerprint(path: Path) -> str:
