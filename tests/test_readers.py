@@ -490,12 +490,18 @@ def test_search_bm25_and_evaluate_with_a_huge_top_k_give_the_corpus_sized_run(tm
 
 # 6. Every command that reads a format refuses a bad id in it with FILE:LINE, exit 2, before any work.
 
-def _break_line(path: Path, line: int, record: dict) -> None:
+def _break_line(path: Path, line: int, text: str) -> None:
     lines = path.read_text().splitlines()
-    lines[line - 1] = json.dumps(record)
+    lines[line - 1] = text
     path.write_text("\n".join(lines) + "\n")
 
 
+FLOAT_ID = json.dumps({"_id": 4983.0, "text": "alpha beta gamma delta"})
+BAD_LINES = {  # file: (line, its text, the start of the error after FILE:LINE)
+    "corpus.jsonl": (5, FLOAT_ID, "field '_id' must be a string"),
+    "queries.jsonl": (5, FLOAT_ID, "field '_id' must be a string"),
+    "qrels/test.tsv": (3, "q37 x\td37\t1", "query id 'q37 x' holds a space at character 4"),
+}
 BAD_ID_COMMANDS = {
     "corpus.jsonl": [["bm25", "--data", "GOOD", "--output", "o"],
                      ["bm25", "--corpus", "GOOD/corpus.jsonl", "--queries", "GOOD/queries.jsonl", "--output", "o"],
@@ -516,22 +522,33 @@ BAD_ID_COMMANDS = {
                       ["encode", "--model", "MODEL", "--queries", "GOOD/queries.jsonl", "--output", "o"],
                       ["search", "--index", "INDEX", "--queries", "GOOD/queries.jsonl", "--output", "o"],
                       ["evaluate", "--data", "GOOD", "--run", "GOOD/run.trec"]],
+    "qrels/test.tsv": [["bm25", "--data", "GOOD", "--output", "o"],
+                       ["evaluate", "--data", "GOOD", "--run", "GOOD/run.trec"],
+                       ["evaluate", "--data", "GOOD", "--model", "MODEL", "--pooling", "mean"],
+                       ["mine", "--model", "MODEL", "--data", "GOOD", "--split", "test", "--output", "o.jsonl"],
+                       ["pretrain", *SHORT_MODEL, "--corpus", "GOOD2/corpus.jsonl", "--probe", "GOOD",
+                        "--probe-split", "test", "--output", "o"],
+                       ["adapt", *SHORT_MODEL, "--pooling", "mean", "--corpus", "GOOD2/corpus.jsonl",
+                        "--validation", "GOOD", "--output", "o"],
+                       ["quickstart", "--data", "GOOD", "--output", "o"]],
 }
 
 
 @pytest.mark.parametrize("file", list(BAD_ID_COMMANDS))
-def test_every_command_reading_a_format_refuses_a_float_id_with_file_and_line(tmp_path, good_inputs, capsys, file):
-    """A `_id` of 4983.0: before, read as the string "4983.0" and its judgments dropped, exit 0."""
+def test_every_command_reading_a_format_refuses_a_bad_id_with_file_and_line(tmp_path, good_inputs, capsys, file):
+    """A `_id` of 4983.0 (before: read as the string "4983.0" and its judgments dropped, exit 0), or a qrels id
+    holding a space, in each file of a BEIR folder, through every command that reads that file."""
     good2 = tmp_path / "good2"
     tiny_beir(good2)
     inputs = {**good_inputs, "GOOD2": str(good2)}
     path = Path(good_inputs["GOOD"]) / file
-    _break_line(path, 5, {"_id": 4983.0, "text": "alpha beta gamma delta"})
-    for template in BAD_ID_COMMANDS[file]:
-        code = main(_argv(template, path, inputs, tmp_path / template[0]))
+    line, text, message = BAD_LINES[file]
+    _break_line(path, line, text)
+    for number, template in enumerate(BAD_ID_COMMANDS[file]):
+        code = main(_argv(template, path, inputs, tmp_path / f"{template[0]}-{number}"))
         errors = _one_error(capsys)
         assert code == 2 and len(errors) == 1, (template, errors)
-        assert errors[0].startswith(f"retromae: error: {path}:5: field '_id' must be a string"), (template, errors)
+        assert errors[0].startswith(f"retromae: error: {path}:{line}: {message}"), (template, errors)
 
 
 def test_commands_reading_runs_training_files_and_ids_txt_refuse_bad_ids(tmp_path, good_inputs, capsys):
