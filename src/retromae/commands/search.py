@@ -83,11 +83,12 @@ def search(config: SearchConfig | None = None, /, **options: Any) -> Path | list
     the hits of each query (`retromae.search(...)`)."""
     # numpy, faiss and torch: only when the command runs, so --help stays instant
     from retromae.data.retrieval_sets import write_trec_run
+    from retromae.retrieval.top_k import capped_top_k
 
     config = config if config is not None else SearchConfig(**options)
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
     searcher = load_searcher(config)
-    k = config.top_k or (SHOWN_K if config.query is not None else RUN_K)
+    k = capped_top_k(config.top_k or (SHOWN_K if config.query is not None else RUN_K), len(searcher.ids))
     if config.query is not None:
         queries = {str(n): text for n, text in enumerate(config.query, start=1)}
         run = searcher.run(queries, k)
