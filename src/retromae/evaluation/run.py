@@ -218,7 +218,7 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
         folder = cache / name.replace("/", "--") if cache is not None else None
         runs[model] = model_run(config, encoder, data, k, folder, f"{name} corpus", systems.models[model])
     if systems.bm25:
-        runs[BM25] = bm25_search(data.corpus_texts(), data.queries, k)
+        runs[BM25] = bm25_search(data.corpus_texts(), data.queries, k, warn_empty=False)  # EmptyResults says it
     for model, hybrid in systems.hybrids.items():
         runs[hybrid] = fuse(runs[model], runs[BM25], config.fusion, config.hybrid_weight, k=k)
     row = SetRow(name, len(data.queries), len(data.corpus))

@@ -248,10 +248,13 @@ def _hits(ids: list[str], rows: np.ndarray, scores: np.ndarray) -> dict[str, flo
 
 
 def bm25_search(corpus: Mapping[str, str], queries: Mapping[str, str], k: int = 100,
-                params: BM25Params | None = None, show_progress: bool = True) -> dict[str, dict[str, float]]:
-    """BM25 run of `queries` over `corpus` (both id → text), announced by one status line."""
+                params: BM25Params | None = None, show_progress: bool = True,
+                warn_empty: bool = True) -> dict[str, dict[str, float]]:
+    """BM25 run of `queries` over `corpus` (both id → text), announced by one status line; the queries without a
+    result are counted in a warning unless the caller says them itself (`warn_empty=False`: `evaluate`'s table)."""
     with step(f"BM25 over {len(corpus):,} documents for {len(queries):,} queries", show_progress):
         engine = BM25(params).index(list(corpus), list(corpus.values()))
         run = engine.search(queries, k)
-    empty_results(run)
+    if warn_empty:
+        empty_results(run)
     return run
