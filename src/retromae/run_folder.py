@@ -352,6 +352,11 @@ def _holder(lock: Path) -> str:
     return f" (pid {pid})"
 
 
+def held_here(lock: str | Path) -> bool:
+    """Whether this process holds the lock file `lock` (it claimed the folder: its own outputs, readable)."""
+    return Path(os.path.abspath(lock)) in _HELD
+
+
 @atexit.register
 def release(keep: Collection[Path] = ()) -> None:
     """Remove and unlock this process's lock files (but those in `keep`): when a command of the CLI or a call of the

@@ -37,7 +37,7 @@ from retromae.errors import DataError
 from retromae.finite import check_vectors
 from retromae.io import atomic_path, write_text_atomic
 from retromae.retrieval.top_k import capped_top_k
-from retromae.run_folder import LOCK_FILE, file_fingerprint
+from retromae.run_folder import LOCK_FILE, file_fingerprint, held_here
 
 if TYPE_CHECKING:
     from retromae.retrieval.bm25 import BM25
@@ -222,6 +222,9 @@ def reading(folder: str | Path) -> Iterator[None]:
     (`retromae index`, `retromae encode`) holds its exclusive lock, and a writer that starts meanwhile is refused.
     A folder whose lock file can be neither opened nor created (read-only) is read as it is."""
     lock = Path(os.path.abspath(Path(folder) / LOCK_FILE))
+    if held_here(lock):  # this process wrote the folder (a library user encoding, then indexing): its own outputs
+        yield
+        return
     try:
         descriptor = os.open(lock, os.O_RDONLY) if lock.exists() else os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:

@@ -189,6 +189,7 @@ def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fus
 def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
     """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
     index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
+    from retromae.backbones.masked_lm import check_max_length
     from retromae.encoder import Encoder
     from retromae.run_folder import input_fingerprint
 
@@ -210,6 +211,7 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
         if options.model:
             raise
         raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
+    check_max_length(encoder.model.config, options.max_length, "query_max_length", encoder.tokenizer)
     return encoder
 
 
