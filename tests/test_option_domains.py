@@ -35,6 +35,7 @@ from retromae.config import (
     _ConfigLoader,
     _field_specs,
     build_config,
+    choices_of,
     load_config_file,
 )
 from retromae.objectives import OBJECTIVES
@@ -104,7 +105,7 @@ def _item_in_domain(field: dataclasses.Field, scalar: type, value: Any) -> bool:
         inside = (field.metadata.get("domain") or FINITE).holds(value)
     else:
         inside = isinstance(value, bool) if scalar is bool else isinstance(value, str)
-    choices = field.metadata.get("choices")
+    choices = choices_of(field)
     return inside and (choices is None or value in choices)
 
 
@@ -149,7 +150,7 @@ def command_line_cases(command: Command) -> Iterator[Case]:
     specs = _field_specs(command.config_cls)
     for field in options(command.config_cls):
         spec = specs.get(field.name)
-        if spec is None or (spec.scalar not in (int, float) and not field.metadata.get("choices")):
+        if spec is None or (spec.scalar not in (int, float) and not choices_of(field)):
             continue  # text and switches take any text (or none)
         required = [part for name, value in required_values(command.config_cls, field.name).items()
                     for part in (f"--{name.replace('_', '-')}", *(value if isinstance(value, list) else [value]))]

@@ -106,7 +106,15 @@ def between(low: float, high: float) -> Domain:
     return Domain(low, high)
 
 
-def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *, choices: tuple | None = None,
+def choices_of(field: dataclasses.Field) -> tuple | None:
+    """The values a field allows: its `choices`, or what the function given as its choices returns now (a
+    registry's names, so that an entry added at run time is allowed too)."""
+    choices = field.metadata.get("choices")
+    return choices() if callable(choices) else choices
+
+
+def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *,
+           choices: tuple | Callable[[], tuple] | None = None,
            short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
            deprecated: str | None = None) -> Any:
     """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
@@ -198,9 +206,8 @@ def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[st
         return {"action": argparse.BooleanOptionalAction}
     # Numbers stay text here: `build_config` reads them (`number_from_text`) and checks them with the config file's
     # and the Python API's values, so that every refusal is one line naming the option.
-    kwargs: dict[str, Any] = {"type": str if scalar in (int, float) else scalar,
-                              "choices": field.metadata.get("choices")}
-    if scalar in (int, float) and not field.metadata.get("choices"):
+    kwargs: dict[str, Any] = {"type": str if scalar in (int, float) else scalar, "choices": choices_of(field)}
+    if scalar in (int, float) and not choices_of(field):
         kwargs["metavar"] = "N" if scalar is int else "X"
     if is_list:  # `--data A B` and `--data A --data B` alike
         kwargs.update(nargs="+", action="extend")
@@ -501,7 +508,7 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
         raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
     elif scalar is Path:
         value = Path(value)
-    choices = field.metadata.get("choices")
+    choices = choices_of(field)
     if choices is not None and value not in choices:
         raise ConfigError(f"{flag}: must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
     return value

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from retromae.backbones import ARCHITECTURE_NAMES
-from retromae.backbones.families import tokenizer_kinds_help
+from retromae.backbones.families import architecture_names, tokenizer_kinds_help
 from retromae.config import POSITIVE, SEED, at_least, option, require
 from retromae.run_folder import OutputOptions
 
@@ -74,7 +73,7 @@ class QuickstartConfig(OutputOptions):
     preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on "
                                       "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     architecture: str = option("bert", "family of the small encoder built from scratch, with its kind of tokenizer "
-                                       f"({tokenizer_kinds_help()})", choices=ARCHITECTURE_NAMES)
+                                       f"({tokenizer_kinds_help()})", choices=architecture_names)
     vocab_size: int | None = option(None, "vocabulary trained on the corpus (cpu preset: 2000)", at_least(100))
     hidden_size: int | None = option(None, "hidden size of the small encoder (cpu preset: 128)", POSITIVE)
     layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)", POSITIVE)

@@ -13,8 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from retromae.backbones import ARCHITECTURE_NAMES
-from retromae.backbones.families import family_building, max_positions_help, tokenizer_kinds_help
+from retromae.backbones.families import architecture_names, family_building, max_positions_help, tokenizer_kinds_help
 from retromae.config import POSITIVE, SEED, ConfigError, Options, add_config_arguments, at_least, build_config, option
 from retromae.console import quiet_by_default
 
@@ -28,7 +27,7 @@ HELP = ("save a randomly initialised masked LM of a supported family (--architec
 class InitModelConfig(Options):
     output: Path = option(help="folder to write the model and tokenizer to")
     architecture: str = option("bert", f"model family to build, with its kind of tokenizer ({tokenizer_kinds_help()})",
-                               choices=ARCHITECTURE_NAMES)
+                               choices=architecture_names)
     tokenizer: str | None = option(None, "existing tokenizer: hub name or a local model folder holding one",
                                    required_unless="--corpus")
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
