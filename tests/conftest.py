@@ -4,7 +4,8 @@ The sandbox: before any test module is imported, every cache and temporary folde
 they load and the processes they start would write to (Hugging Face, matplotlib, torch and its inductor, our
 token stores, $TMPDIR for torch.distributed.run's `torchelastic_*` folders) points into one folder, removed when
 the session ends, so the suite leaves nothing outside its temporary folders. The model libraries are imported
-inside the fixtures for that reason: Hugging Face reads its cache location when first imported.
+inside the fixtures for that reason: Hugging Face reads its cache location when first imported. The session also
+fixes `auto` precision to float32 on every CPU (`FIXED_VARIABLES`), so no figure depends on the test machine's AMX.
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ SANDBOX_VARIABLES = {"HF_HOME": "huggingface", "HF_HUB_CACHE": "huggingface/hub"
                      "HF_DATASETS_CACHE": "huggingface/datasets", "XDG_CACHE_HOME": "cache",
                      "MPLCONFIGDIR": "matplotlib", "TORCH_HOME": "torch", "RETROMAE_CACHE": "retromae",
                      "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TMPDIR": "tmp"}
+# Float32 under `auto` precision on every CPU (bf16 autocast is its default where the CPU has AMX), so a test's
+# figures do not depend on the machine it runs on; tests of the bf16 default set the variable themselves.
+FIXED_VARIABLES = {"RETROMAE_CPU_BF16": "0"}
 SANDBOX = pytest.StashKey[tuple[Path, dict[str, str | None]]]()  # the folder, and the variables' previous values
 
 
 def pytest_configure(config: pytest.Config) -> None:
     sandbox = Path(tempfile.mkdtemp(prefix="retromae-tests-"))
-    config.stash[SANDBOX] = (sandbox, {name: os.environ.get(name) for name in SANDBOX_VARIABLES})
+    config.stash[SANDBOX] = (sandbox, {name: os.environ.get(name) for name in [*SANDBOX_VARIABLES, *FIXED_VARIABLES]})
     for name, relative in SANDBOX_VARIABLES.items():
         (sandbox / relative).mkdir(parents=True, exist_ok=True)
         os.environ[name] = str(sandbox / relative)
+    os.environ.update(FIXED_VARIABLES)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -70,6 +70,21 @@ def test_encode_shape_dtype_and_order_do_not_depend_on_length_sorting(plain):
     assert plain.encode([], show_progress=False).shape == (0, 32)
 
 
+def test_auto_precision_on_a_cpu_is_bf16_where_the_rule_says_and_says_so(tiny_model_dir, monkeypatch, capsys):
+    """`auto` follows `cpu_features.auto_bf16` (the suite fixes it to float32; 1 is a CPU with AMX): the vectors
+    under bf16 autocast stay close to float32's, and the progress bar names the precision."""
+    exact = Encoder.load(tiny_model_dir, device="cpu")
+    monkeypatch.setenv("RETROMAE_CPU_BF16", "1")
+    lower = Encoder.load(tiny_model_dir, device="cpu")
+    assert exact.amp_dtype is None and lower.amp_dtype == torch.bfloat16
+    assert Encoder.load(tiny_model_dir, device="cpu", dtype="float32").amp_dtype is None  # asked for: as asked
+    vectors = lower.encode(TEXTS, description="encoding the test texts")
+    assert "encoding the test texts in bf16" in capsys.readouterr().err
+    expected = exact.encode(TEXTS, show_progress=False)
+    cosine = (vectors * expected).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(expected, axis=1)
+    assert vectors.dtype == np.float32 and cosine.min() > 0.99
+
+
 def test_prefix_and_max_length(plain):
     np.testing.assert_allclose(plain.encode(["x y"], prefix="query: ", show_progress=False),
                                plain.encode(["query: x y"], show_progress=False), atol=1e-6)

@@ -191,15 +191,14 @@ def test_mixed_precision_defaults_to_bf16_on_gpus_that_have_it(monkeypatch):
 
 def test_on_a_cpu_fp16_is_refused_and_bf16_follows_the_cpu(monkeypatch):
     """Accelerate has no fp16 autocast on a CPU (it would train in fp32 without a word): refused in one line.
-    bf16 runs where asked; auto picks it only on a CPU with bf16 matrix units, and only if measured to win."""
+    bf16 runs where asked; auto picks it where `cpu_features.auto_bf16` says (AMX, or $RETROMAE_CPU_BF16)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     with pytest.raises(ConfigError, match="^--mixed-precision fp16: not on a CPU.*use bf16 .* or no$"):
         resolve_mixed_precision("fp16")
     assert resolve_mixed_precision("bf16") == "bf16" and resolve_mixed_precision("no") == "no"
-    for measured_to_win, units, expected in ((True, True, "bf16"), (True, False, "no"), (False, True, "no")):
-        monkeypatch.setattr(retromae.train, "CPU_AUTO_BF16", measured_to_win)
-        monkeypatch.setattr(retromae.train, "has_bf16_matrix_units", lambda units=units: units)
+    for pays, expected in ((True, "bf16"), (False, "no")):
+        monkeypatch.setattr(retromae.train, "auto_bf16", lambda pays=pays: pays)
         assert resolve_mixed_precision("auto") == expected
 
 

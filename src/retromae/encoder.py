@@ -28,6 +28,7 @@ from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 from retromae.backbones.masked_lm import check_max_length, position_limit
 from retromae.config import require
 from retromae.console import progress, quiet_by_default
+from retromae.cpu_features import auto_bf16
 from retromae.devices import resolve_device
 from retromae.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
 from retromae.errors import ModelLoadError
@@ -39,6 +40,7 @@ from retromae.onednn import packed_linears
 from retromae.pretrained import load_model, load_tokenizer
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
 DEFAULT_MAX_LENGTH = 512
 # sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
 ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
@@ -146,10 +148,13 @@ def describe_folder(source: str) -> FolderSpec:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype: None means full float32; "auto" is bf16 (or fp16) on CUDA and float32 elsewhere."""
+    """The autocast dtype: None means full float32; "auto" is bf16 (or fp16) on CUDA, bf16 on a CPU where it was
+    measured to pay (`retromae.cpu_features.auto_bf16`: AMX), float32 elsewhere."""
     if isinstance(dtype, torch.dtype):
         return None if dtype == torch.float32 else dtype
     if dtype in (None, "auto"):
+        if device.type == "cpu":
+            return torch.bfloat16 if auto_bf16() else None
         if device.type != "cuda":
             return None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -271,13 +276,15 @@ class Encoder:
                show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:
         """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length.
 
-        The progress bar is named `description` (default "encoding N texts"); a caller with a larger job passes
-        its own `bar` instead, which is advanced here and left open."""
+        The progress bar is named `description` (default "encoding N texts"), with " in bf16" (or fp16) under
+        autocast; a caller with a larger job passes its own `bar` instead, which is advanced here and left open."""
         require(batch_size > 0, "batch_size", "must be positive")
         if bar is not None:
             return self._encode(texts, batch_size, max_length, prefix, bar)
-        with progress(description or f"encoding {len(texts):,} texts", len(texts), "text",
-                      enabled=show_progress) as own:
+        label = description or f"encoding {len(texts):,} texts"
+        if self.amp_dtype is not None:
+            label += f" in {AUTOCAST_NAMES[self.amp_dtype]}"
+        with progress(label, len(texts), "text", enabled=show_progress) as own:
             return self._encode(texts, batch_size, max_length, prefix, own)
 
     def _encode(self, texts: Sequence[str], batch_size: int, max_length: int | None, prefix: str,

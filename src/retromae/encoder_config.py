@@ -42,7 +42,8 @@ class EncoderOptions(Options):
                              "encoder (folder or hub name)")
     pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
     normalize: bool | None = option(None, "L2-normalise the vectors; default: what the model folder declares, else no")
-    dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, float32 on CPU",
+    dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, bf16 on a CPU with AMX "
+                                "($RETROMAE_CPU_BF16=0: float32), float32 on other CPUs",
                         choices=("auto", *DTYPE_NAMES))
     device: str | None = option(None, "torch device, e.g. cpu or cuda:1; default: this process's GPU if any")
     batch_size: int = option(64, "texts per forward pass", POSITIVE)

@@ -49,7 +49,7 @@ from retromae.checkpoint_state import (
 )
 from retromae.config import ConfigError
 from retromae.console import TrainingSummary, progress
-from retromae.cpu_features import has_bf16_matrix_units
+from retromae.cpu_features import AUTO_BF16_VARIABLE, auto_bf16
 from retromae.data.batch_sampler import ResumableBatchSampler as ResumableBatchSampler  # re-exported
 from retromae.data.lines import appended_records
 from retromae.data.workers import started_workers, worker_context
@@ -242,17 +242,14 @@ def check_unsharded(accelerator: Accelerator, option: str, instead: str) -> None
                           f"weights over every process; train with DDP or ZeRO-2, or {instead}")
 
 
-# Whether auto picks bf16 on a CPU with bf16 matrix units: not yet, whole steps were not cheaper on an Intel Xeon
-# with AMX (docs/performance.md, "CPU speed on every x86 processor").
-CPU_AUTO_BF16 = False
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # Accelerate's names → the dtype autocast uses
 CPU_FP16 = ("--mixed-precision fp16: not on a CPU, where Accelerate would train in float32 without a word (it has "
             "no fp16 autocast there); use bf16 (autocast, on AMX or AVX-512 bf16 where the CPU has them) or no")
 
 
 def resolve_mixed_precision(requested: str) -> str:
-    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it (and, with
-    `CPU_AUTO_BF16`, on a CPU with bf16 matrix units: `retromae.cpu_features`), else "no" (fp32); fp16 without a GPU
+    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it and on a CPU where
+    bf16 autocast was measured to pay (`retromae.cpu_features.auto_bf16`: AMX), else "no" (fp32); fp16 without a GPU
     is refused (ConfigError), where Accelerate would quietly run float32."""
     cuda = torch.cuda.is_available() and not without_gpus()
     if requested == "fp16" and not (cuda or torch.backends.mps.is_available()):
@@ -261,13 +258,13 @@ def resolve_mixed_precision(requested: str) -> str:
         return requested
     if cuda:
         return "bf16" if torch.cuda.is_bf16_supported() else "no"
-    return "bf16" if CPU_AUTO_BF16 and not torch.backends.mps.is_available() and has_bf16_matrix_units() else "no"
+    return "bf16" if not torch.backends.mps.is_available() and auto_bf16() else "no"
 
 
 def _precision_notice(resolved: str, device: torch.device) -> str:
     if device.type == "cpu":
-        return ("mixed precision: bf16 autocast, this CPU has bf16 matrix units (AMX or AVX-512 bf16; "
-                "--mixed-precision no trains in fp32)")
+        return (f"mixed precision: bf16 autocast, the default on CPUs with AMX (--mixed-precision no, or "
+                f"{AUTO_BF16_VARIABLE}=0, trains in fp32)")
     if resolved == "bf16":
         return "mixed precision: bf16 (the default on GPUs that support it; --mixed-precision no trains in fp32)"
     return "mixed precision: none, this GPU has no bf16 (--mixed-precision fp16 uses its tensor cores)"

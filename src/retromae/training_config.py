@@ -28,7 +28,8 @@ class TrainingConfig(Options):
     warmup_ratio: float = option(0.1, "share of max_steps spent warming the learning rate up linearly", FRACTION)
     max_grad_norm: float = option(1.0, "gradient clipping norm (0 disables clipping)", NON_NEGATIVE)
     mixed_precision: str = option("auto", "mixed precision; auto: bf16 on a CUDA GPU that supports it (with TF32 "
-                                          "matmuls), fp32 elsewhere", choices=("auto", "no", "fp16", "bf16"))
+                                          "matmuls) and on a CPU with AMX ($RETROMAE_CPU_BF16=0: fp32), fp32 "
+                                          "elsewhere", choices=("auto", "no", "fp16", "bf16"))
     gradient_checkpointing: bool = option(False, "recompute encoder activations in the backward pass to save memory")
     compile: bool = option(False, "compile the model's forward with torch.compile (faster steps on GPUs after a "
                                   "warm-up of a minute or so; needs a C++ compiler on CPU)")
