@@ -172,11 +172,13 @@ def finetune_variant(model: Path, data: Path, budget: Budget, output: Path, seed
         mixed_precision=budget.mixed_precision, log_every=10, save_every=0, seed=seed))
 
 
-def evaluate_dense(model: Path, data_dir: Path) -> dict[str, float]:
+def evaluate_dense(model: Path, data_dir: Path, budget: Budget) -> dict[str, float]:
     """A dense encoder's metrics on the test split, queries and passages read up to the length the model records
-    (`model_length`), as `retromae evaluate --model` reads them."""
+    (`model_length`), as `retromae evaluate --model` reads them, in the budget's precision (the cpu preset's float32
+    also on a CPU where `auto` would encode in bf16, so its figures do not depend on AMX)."""
     data = load_retrieval_set(data_dir, "test")
-    run = dense_search(Encoder.load(str(model)), data.corpus_texts(), data.queries, k=max(CUTOFFS),
+    dtype = "float32" if budget.mixed_precision == "no" else "auto"
+    run = dense_search(Encoder.load(str(model), dtype=dtype), data.corpus_texts(), data.queries, k=max(CUTOFFS),
                        passages=TextOptions(), questions=TextOptions())
     return evaluate_run(data.qrels, run, CUTOFFS)
 
@@ -200,7 +202,7 @@ def run_variant(objective: str | None, options: dict[str, Any], initial: Path, c
     pretrain_minutes = (time.perf_counter() - started) / 60
     stages.next()
     finetuned = finetune_variant(model, data, budget, output / f"finetune-{objective or 'none'}", seed)
-    scores = evaluate_dense(finetuned / "encoder", data)
+    scores = evaluate_dense(finetuned / "encoder", data, budget)
     return {**scores, "minutes": (time.perf_counter() - started) / 60, "pretrain_minutes": pretrain_minutes}, folder
 
 
