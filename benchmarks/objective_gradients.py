@@ -26,7 +26,7 @@ from retromae.data.contrastive import PairCollator, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.objectives import build_objective
 from retromae.objectives.contrastive import contrastive_loss
-from retromae.train import ResumableBatchSampler, linear_schedule, mask_generator
+from retromae.training.loop import ResumableBatchSampler, linear_schedule, mask_generator
 
 
 def term_losses(objective, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:

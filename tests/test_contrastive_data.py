@@ -12,8 +12,8 @@ from conftest import make_sentences, shared_data
 
 from retromae.data import TokenStore
 from retromae.data.contrastive import SUBSPAN_SHARE, PairCollator, PairsDataset, SpanPairDataset
-from retromae.errors import DataError
-from retromae.train import ResumableBatchSampler
+from retromae.runtime.errors import DataError
+from retromae.training.loop import ResumableBatchSampler
 
 
 def plain_ids(tokenizer, text: str) -> list[int]:

@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-import retromae.train
-from retromae.config import ConfigError
-from retromae.train import (
+import retromae.training.loop
+from retromae.runtime.options import ConfigError
+from retromae.training.loop import (
     ResumableBatchSampler,
     Trainer,
     TrainingConfig,
@@ -131,7 +131,7 @@ def host_reads_by_the_loop(monkeypatch) -> list[str]:
         def spy(tensor, *args, _original=original, _method=method):
             caller = sys._getframe(1).f_code
             owner = caller.co_qualname.split(".")[0]
-            if caller.co_filename == retromae.train.__file__ and owner in ("Trainer", "_Window"):
+            if caller.co_filename == retromae.training.loop.__file__ and owner in ("Trainer", "_Window"):
                 reads.append(f"{_method}@{caller.co_name}")
             return _original(tensor, *args)
 
@@ -198,8 +198,8 @@ def test_on_a_cpu_fp16_is_refused_and_bf16_follows_the_cpu(monkeypatch):
         resolve_mixed_precision("fp16")
     assert resolve_mixed_precision("bf16") == "bf16" and resolve_mixed_precision("no") == "no"
     for measured_to_win, units, expected in ((True, True, "bf16"), (True, False, "no"), (False, True, "no")):
-        monkeypatch.setattr(retromae.train, "CPU_AUTO_BF16", measured_to_win)
-        monkeypatch.setattr(retromae.train, "has_bf16_matrix_units", lambda units=units: units)
+        monkeypatch.setattr(retromae.training.loop, "CPU_AUTO_BF16", measured_to_win)
+        monkeypatch.setattr(retromae.training.loop, "has_bf16_matrix_units", lambda units=units: units)
         assert resolve_mixed_precision("auto") == expected
 
 

@@ -9,7 +9,7 @@ Owns the embeddings folder layout:
                      generation (a random id of this writing) and the fingerprints of embeddings.npy and ids.txt
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
 
-The folder belongs to one encoding (`retromae.run_folder`): its marker records the manifest (model and a
+The folder belongs to one encoding (`retromae.runtime.run_folder`): its marker records the manifest (model and a
 fingerprint of its weights, pooling, prefix, max_length, a fingerprint of ids and texts, shard size). Started again
 with the same manifest, a run continues (or, finished, is left as it is); with another, it is refused unless
 `overwrite`, which deletes the files listed above first.
@@ -23,7 +23,7 @@ with `i % num_processes == process_index`; a killed run that is started again sk
 `encode_cached` keeps a corpus's vectors in such a folder for evaluations that come back to it: it encodes the
 texts in the order `Encoder.encode` batches them (longest first) with shards a whole number of batches, so every
 batch, and so every vector, is the one an in-memory `Encoder.encode` of the same texts gives.
-Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.encoder`).
+Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.models.encoder`).
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from retromae.config import ConfigError, require
-from retromae.console import progress
 from retromae.data.fields import id_problem, json_type, read_id_lines
-from retromae.data.lines import read_json_file
-from retromae.encoder import Encoder
-from retromae.errors import DataError
-from retromae.finite import check_vectors
-from retromae.io import atomic_path, check_free_space, reserve, write_text_atomic
-from retromae.processes import process_state
-from retromae.run_folder import claim_folder, file_fingerprint, input_fingerprint
+from retromae.models.encoder import Encoder
+from retromae.models.finite import check_vectors
+from retromae.runtime.console import progress
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.options import ConfigError, require
+from retromae.runtime.processes import process_state
+from retromae.runtime.run_folder import claim_folder, file_fingerprint, input_fingerprint
 
 EMBEDDINGS_FILE = "embeddings.npy"
 IDS_FILE = "ids.txt"
