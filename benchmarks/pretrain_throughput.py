@@ -49,7 +49,7 @@ from retromae.models.masked_lm import attention_implementation, masked_lm_class
 from retromae.objectives import build_objective
 from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.runtime.console import library_output
-from retromae.training.loop import Trainer, TrainingConfig
+from retromae.training import Trainer, TrainingConfig
 
 RUNS = {
     "retromae enhanced": dict(objective="retromae", decoding="enhanced", decoder_layers=1),

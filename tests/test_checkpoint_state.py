@@ -25,8 +25,8 @@ import retromae
 from retromae.runtime.io import current_umask
 from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import MARKER
+from retromae.training import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
 from retromae.training.checkpoint_state import check_complete, check_shared_folder
-from retromae.training.loop import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
 
 OURS = ("model.safetensors", "optimizer.safetensors", "state.json", "rng-0.json")
 # What Accelerate's save_state wrote into a checkpoint before (and load_state read back, some with weights_only=False).

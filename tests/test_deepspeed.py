@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from retromae.cli import main
 from retromae.runtime.options import ConfigError
 from retromae.training.config import TrainingConfig
-from retromae.training.loop import _configure_deepspeed, check_unsharded, shards_parameters
+from retromae.training.setup import _configure_deepspeed, check_unsharded, shards_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--mixed-precision", "no", "--log-every", "1", "--save-every", "0"]

@@ -34,7 +34,7 @@ from retromae.retrieval.index import ExactIndex, load_index, save_index
 from retromae.runtime.errors import DataError, ModelLoadError, NonFiniteError
 from retromae.runtime.lines import read_json_file
 from retromae.runtime.options import ConfigError, build_config
-from retromae.training.loop import Trainer, TrainingConfig, checkpoints_by_step
+from retromae.training import Trainer, TrainingConfig, checkpoints_by_step
 
 # 1. Non-finite numbers: options, numbers read from files, training losses, weights and vectors.
 

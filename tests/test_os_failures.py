@@ -26,6 +26,7 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_beir, tiny_pretrain_config
 
 import retromae.pretraining.run
+import retromae.training.checkpoints
 import retromae.training.loop
 from retromae.cli import main
 from retromae.data import corpus as corpus_module
@@ -274,7 +275,8 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_training(tiny_model_dir,
 
 
 def test_a_full_disk_during_a_checkpoint_names_it(tiny_model_dir, tiny_corpus, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(retromae.training.loop, "check_free_space", lambda *args: None)  # the disk fills during the run
+    # the disk fills during the run
+    monkeypatch.setattr(retromae.training.checkpoints, "check_free_space", lambda *args: None)
     with tmpfs(tmp_path / "small", "size=64k") as small:
         assert main(pretrain_options(tiny_model_dir, tiny_corpus, small / "run", tmp_path)) == 1
         checkpoint = small / "run" / "checkpoints" / "step-0000002"

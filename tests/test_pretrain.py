@@ -16,7 +16,10 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
 import retromae.pretraining.run
+import retromae.training.config
 import retromae.training.loop
+import retromae.training.optimizer
+import retromae.training.setup
 from retromae.cli import main
 from retromae.data.token_store import TokenStore
 from retromae.models.export import HEAD_FILE, export_encoder, load_head, save_head
@@ -332,17 +335,17 @@ def test_heads_follow_their_own_learning_rate(tiny_model_dir, tiny_corpus, tmp_p
 def test_linear_schedule_matches_transformers_and_starts_late_when_asked():
     reference = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     transformers_schedule = get_linear_schedule_with_warmup(reference, 3, 20)
-    ours = retromae.training.loop.linear_schedule(0, 0.15, 20)
+    ours = retromae.training.optimizer.linear_schedule(0, 0.15, 20)
     for step in range(20):
         assert ours(step) == pytest.approx(transformers_schedule.get_last_lr()[0])
         reference.step()
         transformers_schedule.step()
-    late = retromae.training.loop.linear_schedule(5, 0.2, 15)  # 10 steps after the start: 2 of warm-up, 8 of decay
+    late = retromae.training.optimizer.linear_schedule(5, 0.2, 15)  # 10 steps after the start: 2 of warm-up, 8 of decay
     assert [late(s) for s in (0, 4, 5, 6, 7, 11, 15)] == pytest.approx([0, 0, 0, 0.5, 1, 0.5, 0])
 
 
 def test_freezing_a_model_without_heads_is_refused(tiny_model_dir, tmp_path):
-    settings = retromae.training.loop.HeadTrainingConfig(output=str(tmp_path), max_steps=4, freeze_encoder_steps=2)
+    settings = retromae.training.config.HeadTrainingConfig(output=str(tmp_path), max_steps=4, freeze_encoder_steps=2)
     with pytest.raises(ConfigError, match="--freeze-encoder-steps"):
         retromae.training.loop.Trainer(AutoModel.from_pretrained(tiny_model_dir), [], None, settings)
 
@@ -442,7 +445,7 @@ def test_retromae_from_an_mlm_run_is_refused_with_the_option_that_starts_a_fresh
 def test_init_missing_head_keeps_the_mlm_run_and_starts_the_decoder_as_from_scratch(mlm_stage_one, tiny_corpus,
                                                                                    tmp_path, caplog):
     def built(settings: PretrainConfig):
-        retromae.training.loop.seed_everything(settings.seed)  # as `pretrain` does before loading and building
+        retromae.training.setup.seed_everything(settings.seed)  # as `pretrain` does before loading and building
         encoder, tokenizer = load_backbone(settings)
         return build_objective(settings.objective, encoder, tokenizer, settings)
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
 import retromae.pretraining.run
+import retromae.training.checkpoints
 import retromae.training.loop
 from retromae.cli import main
 from retromae.data.contrastive import iter_pairs
@@ -216,7 +217,8 @@ def test_pruning_keeps_the_newest_steps_by_number(tiny_model_dir, tiny_corpus, t
                 (folder / name / file.name).write_bytes(file.read_bytes())
     foreign = folder / "step-20000000"
     foreign.mkdir()
-    retromae.training.loop.prune_checkpoints(output, keep=1, identity=retromae.training.loop.checkpoint_identity(mine))
+    retromae.training.checkpoints.prune_checkpoints(output, keep=1,
+                                                    identity=retromae.training.checkpoints.checkpoint_identity(mine))
     assert checkpoints(output) == ["step-10000000", "step-20000000"]
 
 

@@ -11,7 +11,7 @@ from test_train import NoisyRegression, collate, dataset, settings
 
 from retromae.cli import main
 from retromae.runtime.options import ConfigError
-from retromae.training.loop import Trainer, seed_everything
+from retromae.training import Trainer, seed_everything
 from retromae.training.trackers import TENSORBOARD_DIR, TRACKERS, check_installed
 
 

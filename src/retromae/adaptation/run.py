@@ -11,6 +11,7 @@ closing verdict on standard output. Does not own the objective, the loop or the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -42,7 +43,7 @@ from retromae.runtime.console import Stages, step
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import option, save_config
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
-from retromae.training.loop import checkpoints_by_step
+from retromae.training.checkpoints import checkpoints_by_step
 
 GUARD_FILE = "guard.json"
 UNSEEN_FILE = "unseen-qrels.tsv"
@@ -58,6 +59,11 @@ class StageConfig(PretrainConfig):
 
     pooling: str = option("cls", "the sentence vector's pooling (the base's)")
     normalize: bool = option(False, "whether the sentence vector is L2-normalised (the base's similarity)")
+
+
+# The options `adapt` passes on to its training stage as they are: those both configs declare.
+STAGE_OPTIONS = tuple(sorted({field.name for field in dataclasses.fields(StageConfig)}
+                             & {field.name for field in dataclasses.fields(AdaptConfig)}))
 
 
 @dataclass
@@ -221,20 +227,15 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: Poolin
     steps = budget(config, blocks)
     headless = not OBJECTIVES[config.objective].trains_a_head()  # no fresh head to warm: the encoder trains at once
     warmup = 0 if headless else min(steps - 1, round(config.head_warmup * steps))
-    return StageConfig(
-        model=config.model, corpus=[str(output / "data" / "train.jsonl")], output=str(output / "training"),
-        objective=config.objective, decoder_layers=config.decoder_layers, max_length=config.max_length,
-        **({} if config.decoding is None else {"decoding": config.decoding}),
-        pooling=pooling.pooling, normalize=pooling.normalize, max_steps=steps, batch_size=config.batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps, learning_rate=config.learning_rate,
-        head_learning_rate=config.head_learning_rate, freeze_encoder_steps=warmup,
-        weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio, max_grad_norm=config.max_grad_norm,
-        mixed_precision=config.mixed_precision, gradient_checkpointing=config.gradient_checkpointing,
-        compile=config.compile, group_by_length=config.group_by_length, seed=config.seed, log_every=config.log_every,
-        save_every=math.ceil(steps / config.checkpoints),
-        keep_checkpoints=config.checkpoints + 1 if config.candidates == "all" else 1,
-        resume=config.resume, overwrite=config.overwrite, num_workers=config.num_workers,
-        report_to=config.report_to, distributed_timeout=config.distributed_timeout, cache_dir=config.cache_dir)
+    # every option the stage shares with `adapt` by name; `decoding` left to the objective's default when unset
+    shared = {name: getattr(config, name) for name in STAGE_OPTIONS}
+    if config.decoding is None:
+        del shared["decoding"]
+    own = {"corpus": [str(output / "data" / "train.jsonl")], "output": str(output / "training"),
+           "pooling": pooling.pooling, "normalize": pooling.normalize, "max_steps": steps,
+           "freeze_encoder_steps": warmup, "save_every": math.ceil(steps / config.checkpoints),
+           "keep_checkpoints": config.checkpoints + 1 if config.candidates == "all" else 1}
+    return StageConfig(**{**shared, **own})
 
 
 def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool) -> None:

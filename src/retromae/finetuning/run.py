@@ -26,14 +26,9 @@ from retromae.models.export import export_encoder, export_sentence_transformer
 from retromae.models.model_card import write_model_cards
 from retromae.models.model_source import check_unknown_share
 from retromae.runtime.options import ConfigError, save_config
-from retromae.training.loop import (
-    Trainer,
-    check_unsharded,
-    claim_output,
-    latest_checkpoint,
-    make_accelerator,
-    seed_everything,
-)
+from retromae.training.checkpoints import latest_checkpoint
+from retromae.training.loop import Trainer
+from retromae.training.setup import claim_output, start_run, whole_model
 
 TOKENIZER_SAMPLE = 200  # passages checked for [UNK] before training
 OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-transformer", NEGATIVES_DIR)
@@ -93,18 +88,11 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     """Fine-tune a dense retriever as `config` (or `FinetuneConfig(**options)`) says; returns the output folder."""
     config = config if config is not None else FinetuneConfig(**options)
     output = Path(config.output)
-    accelerator = make_accelerator(config)
-    if config.refresh_negatives_every:
-        check_unsharded(accelerator, "--refresh-negatives-every", "mine the negatives once, before training")
-    seed_everything(config.seed)
+    accelerator = start_run(config, ("--refresh-negatives-every", "mine the negatives once, before training")
+                            if config.refresh_negatives_every else None)
     passage_encoder, query_encoder = _load_encoders(config, accelerator.device)
     passage_encoder.check_lengths(config)
-    data = load_training_data(config.data, config.split)
-    sample = passage_encoder.tokenize(data.texts[:TOKENIZER_SAMPLE], config.passage_max_length)
-    check_unknown_share(passage_encoder.tokenizer, [token for ids in sample for token in ids], config.model,
-                        data.source)
-    source = config.negative_source(Path(config.data).is_dir())
-    _check_data(config, data, source)
+    data, source = _training_data(config, passage_encoder)
     resolve_defaults(config, data, passage_encoder.tokenizer, passage_encoder.model.config, accelerator.num_processes)
     claim_output(config, "finetune", OUTPUTS, accelerator)
     group_size = config.resolved_group_size(source)
@@ -121,11 +109,8 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
                                      config.passage_max_length), GroupDataset(data)
     probe = sampler(0, accelerator.num_processes, 0)
     resolve_steps(config, probe.batches_per_epoch)
-    first = collate([dataset[group] for group in next(iter(probe))])
-    first = {key: value.to(accelerator.device) for key, value in first.items()}
-    freeze_unused_parameters(model, first)
-    _plan(config, model, first, passage_encoder.tokenizer.pad_token_id or 0, accelerator, len(data.examples),
-          group_size)
+    _fit_to_first_batch(config, model, collate([dataset[group] for group in next(iter(probe))]),
+                        passage_encoder.tokenizer.pad_token_id or 0, accelerator, len(data.examples), group_size)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
@@ -133,16 +118,40 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     if accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
-    trained = trainer.whole_model(lambda: _dual_encoder(config, *_load_encoders(config, accelerator.device),
-                                                        group_size))
+    trained = whole_model(accelerator, trainer.model,
+                          lambda: _dual_encoder(config, *_load_encoders(config, accelerator.device), group_size))
     if accelerator.is_main_process:
-        export_towers(trained, passage_encoder, output, passage_encoder.max_length)
-        write_model_cards([output / f"{tower}{kind}" for tower in ("", "query-")
-                           for kind in ("encoder", "sentence-transformer")],
-                          f"{output.name}: a dense retriever fine-tuned by retromae",
-                          finetuning_facts(config, describe(config, source)))
+        _export(trained, passage_encoder, config, describe(config, source))
     accelerator.wait_for_everyone()
     return output
+
+
+def _training_data(config: FinetuneConfig, passage_encoder: Encoder) -> tuple[TrainingSet, str]:
+    """The training set (its texts checked against the tokenizer's vocabulary) and where its negatives come from."""
+    data = load_training_data(config.data, config.split)
+    sample = passage_encoder.tokenize(data.texts[:TOKENIZER_SAMPLE], config.passage_max_length)
+    check_unknown_share(passage_encoder.tokenizer, [token for ids in sample for token in ids], config.model,
+                        data.source)
+    source = config.negative_source(Path(config.data).is_dir())
+    _check_data(config, data, source)
+    return data, source
+
+
+def _fit_to_first_batch(config: FinetuneConfig, model: DualEncoder, first: dict, pad_id: int, accelerator,
+                        queries: int, group_size: int) -> None:
+    """The parameters no loss reaches frozen, and the memory and time plan, both from the first batch."""
+    first = {key: value.to(accelerator.device) for key, value in first.items()}
+    freeze_unused_parameters(model, first)
+    _plan(config, model, first, pad_id, accelerator, queries, group_size)
+
+
+def _export(trained: DualEncoder, passage_encoder: Encoder, config: FinetuneConfig, description: str) -> None:
+    """The towers as encoder and sentence-transformers folders, each with its model card."""
+    output = Path(config.output)
+    export_towers(trained, passage_encoder, output, passage_encoder.max_length)
+    folders = [output / f"{tower}{kind}" for tower in ("", "query-") for kind in ("encoder", "sentence-transformer")]
+    write_model_cards(folders, f"{output.name}: a dense retriever fine-tuned by retromae",
+                      finetuning_facts(config, description))
 
 
 def _plan(config: FinetuneConfig, model: DualEncoder, first: dict, pad_id: int, accelerator, queries: int,

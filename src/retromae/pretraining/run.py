@@ -41,14 +41,8 @@ from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-e
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.lines import read_json_file
 from retromae.runtime.options import config_to_dict, save_config
-from retromae.training.loop import (
-    AUTOCAST_DTYPES,
-    Trainer,
-    check_unsharded,
-    claim_output,
-    make_accelerator,
-    seed_everything,
-)
+from retromae.training.loop import Trainer
+from retromae.training.setup import AUTOCAST_DTYPES, claim_output, start_run, whole_model
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
@@ -60,10 +54,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     """Run pre-training as `config` (or `PretrainConfig(**options)`) says; returns the output folder."""
     config = config if config is not None else PretrainConfig(**options)
     output = Path(config.output)
-    accelerator = make_accelerator(config)
-    if config.probing:
-        check_unsharded(accelerator, "--probe/--probe-sts", "evaluate the encoder after training (retromae evaluate)")
-    seed_everything(config.seed)
+    accelerator = start_run(config, ("--probe/--probe-sts", "evaluate the encoder after training (retromae evaluate)")
+                            if config.probing else None)
     encoder, tokenizer = load_backbone(config, cuda=accelerator.device.type == "cuda")
     check_max_length(encoder.config, config.max_length, "max_length", tokenizer)
     claim_output(config, "pretrain", OUTPUTS, accelerator)
@@ -82,8 +74,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
-    trained = trainer.whole_model(lambda: build_objective(config.objective, load_backbone(config)[0], tokenizer,
-                                                          config))
+    trained = whole_model(accelerator, trainer.model,
+                          lambda: build_objective(config.objective, load_backbone(config)[0], tokenizer, config))
     if trainer.accelerator.is_main_process:
         export_outputs(trained, tokenizer, output, declared_max_length(model_source(config)))
         if probe is not None:

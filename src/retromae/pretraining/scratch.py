@@ -28,7 +28,7 @@ from retromae.pretraining.config import InitModelConfig
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import require
 from retromae.runtime.run_folder import lock_folder
-from retromae.training.loop import seed_everything
+from retromae.training.setup import seed_everything
 
 
 def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,

@@ -38,7 +38,8 @@ from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import atomic_directory
 from retromae.runtime.options import ConfigError, save_config
 from retromae.runtime.run_folder import claim_file, input_paths
-from retromae.training.loop import Trainer, claim_output, make_accelerator, seed_everything
+from retromae.training.loop import Trainer
+from retromae.training.setup import claim_output, start_run, whole_model
 
 RERANKER_DIR = "reranker"
 DEFAULT_PAIR_LENGTH = 256  # tokens of a (query, passage) pair unless --max-length says otherwise
@@ -119,8 +120,7 @@ def pair_length(model_config, requested: int | None) -> int:
 def train_reranker(config: RerankerConfig) -> Path:
     """Train a cross-encoder as configured; returns the output folder (the model is in `reranker/`)."""
     output = Path(config.output)
-    accelerator = make_accelerator(config)
-    seed_everything(config.seed)
+    accelerator = start_run(config)
     model, tokenizer = _load_classifier(config.model, trained=False)
     config.max_length = pair_length(model.config, config.max_length)
     check_max_length(model.config, config.max_length, "max_length", tokenizer, pair=True)
@@ -136,8 +136,10 @@ def train_reranker(config: RerankerConfig) -> Path:
     if accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
-    trained = trainer.whole_model(lambda: ListwiseObjective(_load_classifier(config.model, trained=False)[0],
-                                                            config.group_size))
+    def fresh() -> ListwiseObjective:  # the structure the gathered weights go into (FSDP, DeepSpeed)
+        return ListwiseObjective(_load_classifier(config.model, trained=False)[0], config.group_size)
+
+    trained = whole_model(accelerator, trainer.model, fresh)
     if accelerator.is_main_process:
         with atomic_directory(output / RERANKER_DIR) as staging:
             trained.model.save_pretrained(staging)

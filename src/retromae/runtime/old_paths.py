@@ -1,11 +1,12 @@
 """The module paths of the releases before the package was laid out in folders, kept working for one release.
 
 Owns `OLD_PATHS` (each old dotted name → the module that now holds its code) and `OldPathFinder`, the import hook
-that `retromae/__init__.py` installs: `import retromae.train` (or `from retromae.encoder import Encoder`) then gives
-the module `retromae.training.loop` (`retromae.models.encoder`) itself, the same object, with a `DeprecationWarning`
-naming the new path. No file stands at an old path. Importing `retromae.finetune.*`, `retromae.adapt.*` or
-`retromae.quickstart` this way makes that attribute of `retromae` the module, as it was before; the functions
-of those names stay in `retromae.api`. Does not own the new layout (docs/contributing.md draws it).
+that `retromae/__init__.py` installs: `from retromae.encoder import Encoder` (or `import retromae.train`) then gives
+the module `retromae.models.encoder` (the package `retromae.training`, which offers every name the old module had)
+itself, the same object, with a `DeprecationWarning` naming the new path. No file stands at an old path. Importing
+`retromae.finetune.*`, `retromae.adapt.*` or `retromae.quickstart` this way makes that attribute of `retromae` the
+module, as it was before; the functions of those names stay in `retromae.api`. Does not own the new layout
+(docs/contributing.md draws it).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ OLD_PATHS: dict[str, str] = {
     "retromae.tokenizer_training": "retromae.models.tokenizer_training",
     "retromae.backbones.masked_lm": "retromae.models.masked_lm",
     "retromae.long_texts": "retromae.data.long_texts",
-    "retromae.train": "retromae.training.loop",
+    "retromae.train": "retromae.training",
     "retromae.checkpoint_state": "retromae.training.checkpoint_state",
     "retromae.fused_loss": "retromae.training.fused_loss",
     "retromae.losses": "retromae.training.losses",
