@@ -111,7 +111,7 @@ def test_an_unregistered_family_is_unknown_to_the_registry():
 
 def test_init_model_builds_the_family_with_its_tokenizer_kind_and_length_then_it_pretrains(toy_family, tiny_corpus,
                                                                                          tmp_path):
-    from retromae.commands.init_model import init_model
+    from retromae.api import init_model
     from retromae.models.masked_lm import position_limit
     from retromae.pretraining.run import pretrain
 
