@@ -7,10 +7,10 @@ NaN or infinite (read where the loop reads the device anyway: the losses at each
 each checkpoint and at the end, so nothing diverged is checkpointed or exported), and the progress bar and
 end-of-run summary (`retromae.runtime.console`). What it stands on, one module each: `setup` (the Accelerator,
 precision, distribution, the start of a run), `optimizer` (AdamW and the schedule), `checkpoints` (saving,
-listing, resuming), `metrics_log` (`metrics.jsonl` and the record of a window of steps). Distribution (DDP through
-`accelerate launch` or `torchrun`; FSDP/DeepSpeed through an Accelerate config) comes from Accelerate. Does not own
-models, losses or data formats: the model's forward(batch, generator) returns a dict of named losses, "loss" the
-one to optimise.
+listing, resuming), `metrics_log` (`metrics.jsonl` and the record of a window of steps), `divergence` (the words
+and the error of a stop). Distribution (DDP through `accelerate launch` or `torchrun`; FSDP/DeepSpeed through an
+Accelerate config) comes from Accelerate. Does not own models, losses or data formats: the model's
+forward(batch, generator) returns a dict of named losses, "loss" the one to optimise.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def loader_workers(config: TrainingConfig, device: torch.device, has_step_hook: 
 
 
 def batch_loader(dataset: Dataset, sampler: Iterable[list], collate: Callable, workers: int, device: torch.device,
-                seed: int) -> DataLoader:
+                 seed: int) -> DataLoader:
     """The loop's loader of `sampler`'s micro-batches."""
     # A private generator: creating the loader's iterator must not draw from the global RNG restored on resume.
     # Pinned host memory lets the copies to CUDA run asynchronously (`non_blocking` in `_optimizer_step`).
