@@ -1,5 +1,5 @@
 """What a fine-tuning step holds beside the tensors autograd saves: the measurement behind
-`retromae.finetune.memory.ACTIVATION_OVERHEAD`.
+`retromae.finetuning.memory.ACTIVATION_OVERHEAD`.
 
 Each measurement runs in a fresh process (a process that has freed memory before reuses it, and would show no
 growth): MiniLM in training mode, one forward and backward pass over ROWS texts of LENGTH tokens, the bytes of the
@@ -22,7 +22,7 @@ from common import machine_header, minilm_path
 MEASURE = """
 import re, sys, torch
 from transformers import AutoModel
-from retromae.finetune.memory import saved_activation_bytes
+from retromae.finetuning.memory import saved_activation_bytes
 
 def status(key):
     return int(re.search(rf"{key}:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from retromae.cpu_features import cpu_model, vector_extensions
+from retromae.runtime.cpu_features import cpu_model, vector_extensions
 
 
 def minilm_path() -> Path | None:

@@ -32,11 +32,11 @@ from common import machine_header, minilm_path
 from transformers import AutoModel, AutoTokenizer, BertForMaskedLM
 from vocabulary_loss import chosen_kind, settings, text_blocks
 
-from retromae.console import library_output
 from retromae.data.collate import BlockCollator
-from retromae.encoder import PoolingConfig
-from retromae.finetune.model import DualEncoder, LossOptions
+from retromae.finetuning.model import DualEncoder, LossOptions
+from retromae.models.encoder import PoolingConfig
 from retromae.objectives import build_objective
+from retromae.runtime.console import library_output
 
 RUNS = (("float32, seed 0", False, 0), ("bf16, seed 0", True, 0), ("float32, seed 1", False, 1))
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

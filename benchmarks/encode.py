@@ -25,7 +25,7 @@ import torch
 from common import machine_header
 
 from retromae.data.retrieval_sets import load_corpus
-from retromae.encoder import Encoder
+from retromae.models.encoder import Encoder
 from retromae.retrieval.encode import encode_to_dir, load_embeddings
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl"

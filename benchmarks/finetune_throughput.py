@@ -21,8 +21,8 @@ import torch
 from common import machine_header, minilm_path
 from transformers import AutoModel, AutoTokenizer
 
-from retromae.encoder import PoolingConfig
-from retromae.finetune.model import DualEncoder, LossOptions
+from retromae.finetuning.model import DualEncoder, LossOptions
+from retromae.models.encoder import PoolingConfig
 
 
 def make_batch(tokenizer, groups: int, group_size: int, query_length: int, passage_length: int,

@@ -1,7 +1,7 @@
 """Benchmark: what hashing every byte of a corpus (a run's identity, the token store's key) costs beside tokenising it.
 
-In one process: the content fingerprint of the whole file (`retromae.run_folder.file_fingerprint`: sha256 in 1 MiB
-chunks, the file read from the page cache when it was just written), and the token store built from its first
+In one process: the content fingerprint of the whole file (`retromae.runtime.run_folder.file_fingerprint`: sha256 in 1
+MiB chunks, the file read from the page cache when it was just written), and the token store built from its first
 `--slice-mb` megabytes (read, tokenise, pack, write: `TokenStore.build_or_load` into a temporary cache), each as
 megabytes per second, and their ratio. Tokenising the whole file is extrapolated from the slice at that rate
 (tokenising is linear in the text) when the slice is smaller than the file; the output says which.
@@ -20,7 +20,7 @@ from common import machine_header, minilm_path
 from transformers import AutoTokenizer
 
 from retromae.data.token_store import TokenStore
-from retromae.run_folder import file_fingerprint
+from retromae.runtime.run_folder import file_fingerprint
 
 
 def hash_seconds(path: Path) -> float:

@@ -25,7 +25,7 @@ import torch
 from common import machine_header
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-from retromae.pretraining.masking import (
+from retromae.objectives.masking import (
     enhanced_decoding_mask,
     enhanced_decoding_mask_from_scores,
     mlm_mask,

@@ -22,11 +22,13 @@ import torch
 from common import machine_header, minilm_path
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
+from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.contrastive import PairCollator, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.objectives import build_objective
 from retromae.objectives.contrastive import contrastive_loss
-from retromae.train import ResumableBatchSampler, linear_schedule, mask_generator
+from retromae.training.loop import mask_generator
+from retromae.training.optimizer import linear_schedule
 
 
 def term_losses(objective, batch: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:

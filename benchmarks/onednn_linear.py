@@ -1,4 +1,4 @@
-"""Benchmark: a float32 MiniLM forward pass with PyTorch's default linear layers against `retromae.onednn`'s.
+"""Benchmark: a float32 MiniLM forward pass with PyTorch's default linear layers against `retromae.models.onednn`'s.
 
 One process, the same model and inputs; rounds alternate (default, oneDNN, default, ...) and the figure is the
 median. The largest absolute difference of the mean-pooled outputs is printed beside it, and each layer shape's
@@ -20,7 +20,7 @@ import torch
 from common import machine_header, minilm_path
 from transformers import AutoModel
 
-from retromae.onednn import packed_linears
+from retromae.models.onednn import packed_linears
 
 
 def alternate(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:

@@ -42,14 +42,14 @@ import torch
 from common import machine_header, minilm_path, synchronize
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling
 
-from retromae.backbones.masked_lm import attention_implementation, masked_lm_class
 from retromae.backbones.registry import ARCHITECTURES
-from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus
+from retromae.models.masked_lm import attention_implementation, masked_lm_class
 from retromae.objectives import build_objective
 from retromae.pretraining.scratch import family_tokenizer, save_random_model
-from retromae.train import Trainer, TrainingConfig
+from retromae.runtime.console import library_output
+from retromae.training import Trainer, TrainingConfig
 
 RUNS = {
     "retromae enhanced": dict(objective="retromae", decoding="enhanced", decoder_layers=1),

@@ -33,11 +33,11 @@ from torch import nn
 from transformers import AutoModelForMaskedLM
 
 from retromae.backbones.registry import DecoderPositions, architecture_adapter
-from retromae.console import library_output
 from retromae.data.corpus import iter_corpus
 from retromae.objectives import build_objective
 from retromae.objectives.retromae import RetroMAE
 from retromae.pretraining.scratch import family_tokenizer
+from retromae.runtime.console import library_output
 
 CHOICES = ("rotary", "learned", "none")
 SETTINGS = SimpleNamespace(encoder_mask_ratio=0.3, decoder_mask_ratio=0.5, whole_word_mask=False,

@@ -29,7 +29,8 @@ from common import commit, machine_header, minilm_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "pretrain" / "nltk-english.jsonl"
-# Our thread choice (retromae.threads) and the runtimes' own defaults are what is measured: none set from outside.
+# Our thread choice (retromae.runtime.threads) and the runtimes' own defaults are what is measured: none set from
+# outside.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_BLOCKTIME", "GOMP_SPINCOUNT")
 
 

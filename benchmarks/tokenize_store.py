@@ -23,8 +23,8 @@ from transformers import AutoTokenizer
 
 from retromae.data import TokenStore
 from retromae.data.corpus import iter_corpus_pieces
+from retromae.data.long_texts import split_characters
 from retromae.data.token_store import PIECE_CHARACTERS, piece_batches
-from retromae.long_texts import split_characters
 
 
 def load_tokenizer(name: str):

@@ -1,4 +1,5 @@
-"""The vocabulary losses fused with their projection (`retromae.fused_loss`) against the unfused path, in one process.
+"""The vocabulary losses fused with their projection (`retromae.training.fused_loss`) against the unfused path, in one
+process.
 
 For each objective that scores tokens against the vocabulary, the same objective twice, `--vocabulary-loss auto`
 (fused, chunked) and `unfused` (the head's full logits, then the loss), beside the reference transformers MLM step
@@ -43,13 +44,13 @@ from pretrain_throughput import RUNS, make_blocks, our_step, reference_step
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
-from retromae.backbones import masked_lm as backbone
-from retromae.console import library_output
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus
-from retromae.fused_loss import VOCABULARY_LOSSES
+from retromae.models import masked_lm as backbone
 from retromae.objectives import build_objective
-from retromae.vocabulary_choice import auto_kind
+from retromae.runtime.console import library_output
+from retromae.training.config import VOCABULARY_LOSSES
+from retromae.training.vocabulary_choice import auto_kind
 
 OBJECTIVES = ("retromae enhanced", "retromae basic", "mlm (ours, ratio 0.3)", "seed (3 layers, k=2)", "dupmae",
               "condenser (0.15)")

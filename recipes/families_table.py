@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from retromae.io import write_text_atomic
+from retromae.runtime.io import write_text_atomic
 
 METRICS = {"ndcg@10": "NDCG@10", "mrr@10": "MRR@10", "recall@100": "Recall@100"}
 RETROMAE, MLM, NONE = "RetroMAE (enhanced)", "MLM", "no pre-training"

@@ -107,7 +107,7 @@ def markdown(results: dict, depth: int) -> str:
 
 def main() -> None:
     args = parse_args()
-    from retromae.encoder import Encoder
+    from retromae.models.encoder import Encoder
 
     args.model = args.model or default_model()
     args.output.mkdir(parents=True, exist_ok=True)

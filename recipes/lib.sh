@@ -68,9 +68,9 @@ print(build_stdlib_retrieval_set(Path(sys.argv[1])))" "$1"
 quickstart_initial_model() {  # quickstart_initial_model CORPUS FOLDER VOCAB HIDDEN LAYERS LENGTH: the quickstart's
   # initial model (a WordPiece vocabulary trained on CORPUS, a random BERT; seed 42), byte-identical to its own, once
   [ -f "$2/config.json" ] || $PY -c "import dataclasses, sys; from pathlib import Path
-from retromae.console import library_output
-from retromae.quickstart import initial_model
-from retromae.quickstart_config import PRESETS
+from retromae.runtime.console import library_output
+from retromae.workflows.quickstart import initial_model
+from retromae.workflows.config import PRESETS
 budget = dataclasses.replace(PRESETS['cpu'], vocab_size=int(sys.argv[2]), hidden_size=int(sys.argv[4]),
                              layers=int(sys.argv[5]), max_length=int(sys.argv[6]))
 with library_output(verbose=False):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.evaluation.experiments import pyplot
-from retromae.io import write_text_atomic
-from retromae.quickstart import QuickstartConfig, quickstart
+from retromae.runtime.io import write_text_atomic
+from retromae.workflows.quickstart import QuickstartConfig, quickstart
 
 RETROMAE, MLM, NONE = "RetroMAE (enhanced)", "MLM", "no pre-training"
 

@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from retromae.evaluation.experiments import pyplot, read_variant
-from retromae.io import write_text_atomic
+from retromae.runtime.io import write_text_atomic
 
 
 def gather(runs: Path, seeds: list[str], variants: list[str]) -> dict[str, dict[str, dict[str, float]]]:

@@ -6,7 +6,7 @@ the random initialisation, at chosen contrastive weights) under the stage-1 budg
 Per seed (the seed sets the initialisation, data order and masks), all through the `retromae` CLI with explicit
 options:
   initial model  a WordPiece vocabulary trained on ../shared/data/pretrain (2,000 tokens) and a random 2 x 128 BERT
-                 (the quickstart's cpu preset, `retromae.quickstart.initial_model`)
+                 (the quickstart's cpu preset, `retromae.workflows.quickstart.initial_model`)
   stage 1        retromae (enhanced, masks 0.3 / 0.5) and mlm (0.15): 1,200 steps of 32 x 64-token blocks, 2e-3
   stage 2        from each stage-1 model, on SNLI pairs and on SciFact span pairs, 150 steps of 16 pairs (32 rows),
                  1e-3: retromae+contrastive (weight 1), contrastive alone, retromae alone (retromae+contrastive with
@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 from retromae.evaluation.experiments import pyplot
-from retromae.io import write_text_atomic
+from retromae.runtime.io import write_text_atomic
 
 STAGE1 = {"retromae": ["--objective", "retromae", "--decoding", "enhanced", "--encoder-mask-ratio", "0.3",
                        "--decoder-mask-ratio", "0.5"],
@@ -130,7 +130,7 @@ def scoring_job(name: str, encoder: Path, folder: Path, settings: Settings, seed
 def initial_job(settings: Settings, seed: int) -> Job:
     folder = settings.output / f"seed{seed}" / "initial-model"
     code = ("import dataclasses, sys; from pathlib import Path\n"
-            "from retromae.quickstart import initial_model\nfrom retromae.quickstart_config import PRESETS\n"
+            "from retromae.workflows.quickstart import initial_model\nfrom retromae.workflows.config import PRESETS\n"
             "sizes = dict(zip(('vocab_size', 'hidden_size', 'layers', 'max_length'), map(int, sys.argv[2:6])))\n"
             "initial_model(sys.argv[7:], dataclasses.replace(PRESETS['cpu'], **sizes), Path(sys.argv[1]), "
             "seed=int(sys.argv[6]))")

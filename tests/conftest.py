@@ -71,7 +71,7 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
 
 def build_wordpiece_tokenizer(vocab_size: int = 200) -> PreTrainedTokenizerFast:
     """A BERT-style uncased WordPiece tokenizer trained on `make_sentences`."""
-    from retromae.tokenizer_training import train_tokenizer
+    from retromae.models.tokenizer_training import train_tokenizer
 
     return train_tokenizer(make_sentences(500), "wordpiece", vocab_size)
 
@@ -134,7 +134,7 @@ def shared_data(relative: str) -> Path:
 
 def kill_after_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int, run) -> None:
     """Call `run()` with every Trainer killed (a KeyboardInterrupt) right after writing its step-`step` checkpoint."""
-    from retromae.train import Trainer
+    from retromae.training.loop import Trainer
 
     original_save = Trainer.save_checkpoint
 

@@ -1,9 +1,9 @@
 """Launched by tests/test_checkpoint_state.py under `torch.distributed.run` with 2 CPU (gloo) processes.
 
-The FSDP path of `retromae.checkpoint_state` without a GPU (Accelerate refuses FSDP on CPU, torch's `fully_shard`
-does not): a sharded model and its AdamW state are saved after 3 steps (full state dicts gathered to process 0,
-safetensors and JSON), 3 more steps are taken, then a fresh sharded model loads the checkpoint and takes the same 3
-steps: losses and parameters must be identical. The checkpoint names parameters as the unsharded model does.
+The FSDP path of `retromae.training.checkpoint_state` without a GPU (Accelerate refuses FSDP on CPU, torch's
+`fully_shard` does not): a sharded model and its AdamW state are saved after 3 steps (full state dicts gathered to
+process 0, safetensors and JSON), 3 more steps are taken, then a fresh sharded model loads the checkpoint and takes the
+same 3 steps: losses and parameters must be identical. The checkpoint names parameters as the unsharded model does.
 Writes into $RETROMAE_TEST_FOLDER; exits non-zero on a mismatch.
 """
 
@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from retromae.checkpoint_state import load_training_state, save_training_state
+from retromae.training.checkpoint_state import load_training_state, save_training_state
 
 
 def build() -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:

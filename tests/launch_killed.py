@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from retromae.cli import main
-from retromae.train import Trainer
+from retromae.training.loop import Trainer
 
 
 def kill_after(step: int) -> None:

@@ -13,13 +13,13 @@ import torch
 from conftest import WORDS, kill_after_checkpoint
 from safetensors.torch import load_file
 
-from retromae.adapt.config import AdaptConfig
-from retromae.adapt.data import MIN_HELD_OUT, split_corpus
-from retromae.adapt.guard import Candidate, averaged, decide, gain_interval
-from retromae.adapt.run import adapt
-from retromae.config import ConfigError
+from retromae.adaptation.config import AdaptConfig
+from retromae.adaptation.data import MIN_HELD_OUT, split_corpus
+from retromae.adaptation.guard import Candidate, averaged, decide, gain_interval
+from retromae.adaptation.run import adapt
 from retromae.data.corpus import Document
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
 
 
 def topical_corpus(path: Path, count: int = 220, seed: int = 0) -> Path:
@@ -194,9 +194,10 @@ def test_a_corpus_without_sentence_marks_is_adapted_by_either_objective(tmp_path
 
 
 def test_distillation_without_enough_candidates_names_the_options(tmp_path, declared_base, monkeypatch):
-    import retromae.adapt.distill
+    import retromae.adaptation.distill
 
-    monkeypatch.setattr(retromae.adapt.distill, "pick_list", lambda scores, size, rng: None)  # every list too short
+    # every list too short
+    monkeypatch.setattr(retromae.adaptation.distill, "pick_list", lambda scores, size, rng: None)
     config = tiny_adapt(declared_base, punctuation_free_corpus(tmp_path / "c.jsonl"), tmp_path / "out",
                         objective="distill", distill_queries=4, distill_candidates=2, list_size=4)
     with pytest.raises(DataError, match="--list-size 4 candidates.*top 2.*--distill-candidates"):
@@ -204,7 +205,7 @@ def test_distillation_without_enough_candidates_names_the_options(tmp_path, decl
 
 
 def test_sentence_queries_fall_back_to_word_windows_without_sentence_marks():
-    from retromae.adapt.queries import WINDOW_WORDS, sentence_query
+    from retromae.adaptation.queries import WINDOW_WORDS, sentence_query
 
     rng = __import__("numpy").random.default_rng(0)
     text = " ".join(f"w{i}" for i in range(40))
@@ -240,7 +241,7 @@ def test_the_gain_interval_is_a_seeded_paired_bootstrap():
 def test_listwise_kl_and_margin_mse_on_a_hand_computed_case():
     import math
 
-    from retromae.losses import listwise_kl, margin_mse
+    from retromae.training.losses import listwise_kl, margin_mse
 
     student = torch.tensor([[0.0, math.log(3.0)]])  # softmax (1/4, 3/4)
     teacher = torch.tensor([[math.log(3.0), 0.0]])  # softmax (3/4, 1/4)
@@ -254,7 +255,7 @@ def test_listwise_kl_and_margin_mse_on_a_hand_computed_case():
 def test_the_teachers_temperature_matches_the_students_spread():
     import numpy as np
 
-    from retromae.adapt.distill import matched_temperature, pick_list
+    from retromae.adaptation.distill import matched_temperature, pick_list
 
     teacher = np.array([[1.0, 0.0], [0.5, 0.5]])  # spreads 0.5 and 0: mean 0.25
     base = np.array([[10.0, 0.0], [3.0, 1.0]])  # spreads 5 and 1: mean 3
@@ -291,7 +292,7 @@ def test_cropping_scores_crops_by_cosine_of_the_bases_pooling(tiny_tokenizer):
     from conftest import tiny_bert_config
     from transformers import BertForMaskedLM
 
-    from retromae.encoder import PoolingConfig, pool
+    from retromae.models.encoder import PoolingConfig, pool
     from retromae.objectives import create_objective
     from retromae.objectives.contrastive import contrastive_loss
 

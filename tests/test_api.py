@@ -22,7 +22,7 @@ def test_importing_retromae_loads_no_torch():
     code = "import sys, retromae; retromae.__dir__(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
     assert {"pretrain", "finetune", "encode", "evaluate", "PretrainConfig", "EvaluateConfig"} <= set(dir(retromae))
-    importlib.import_module("retromae.quickstart")  # once imported, the module is the package's attribute: callable
+    importlib.import_module("retromae.workflows.quickstart")  # the module that runs it leaves the entry point alone
     for command in discover_commands():  # every command's entry point and config (issue 38: index, search, ...)
         name = command.name.replace("-", "_")
         assert callable(getattr(retromae, name)), name
@@ -33,9 +33,11 @@ def test_importing_retromae_loads_no_torch():
 
 
 def test_pretrain_finetune_encode_evaluate_without_the_command_line(tmp_path, tiny_model_dir, tiny_corpus):
-    import retromae.pretraining.run as pretraining  # the module that implements it, imported first: still callable
+    import retromae.api
+    import retromae.finetuning.run  # the modules that run them, imported first: the entry points stay functions
+    import retromae.pretraining.run  # noqa: F401
 
-    assert retromae.pretrain is pretraining
+    assert retromae.pretrain is retromae.api.pretrain and retromae.finetune is retromae.api.finetune
     tiny_beir(tmp_path / "beir")
     pretrained = retromae.pretrain(retromae.PretrainConfig(
         model=str(tiny_model_dir), corpus=[str(tiny_corpus)], output=str(tmp_path / "pretrain"), max_steps=3,
@@ -115,7 +117,7 @@ def test_entry_points_are_as_quiet_as_the_cli(tmp_path, tiny_model_dir, tiny_cor
               "output={!r}, progress=False)")
     code = "\n".join([
         "import sys, retromae",
-        "from retromae.console import library_output",
+        "from retromae.runtime.console import library_output",
         encode.format(str(tmp_path / "a")),
         f"retromae.init_model(corpus=[{str(tiny_corpus)!r}], output={str(tmp_path / 'init')!r}, vocab_size=120, "
         "hidden_size=64, layers=1)",

@@ -28,8 +28,8 @@ from retromae.backbones.registry import (
     family_adapter,
     supported_families,
 )
+from retromae.models.tokenizer_training import KINDS
 from retromae.objectives import build_objective
-from retromae.tokenizer_training import KINDS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -111,8 +111,8 @@ def test_an_unregistered_family_is_unknown_to_the_registry():
 
 def test_init_model_builds_the_family_with_its_tokenizer_kind_and_length_then_it_pretrains(toy_family, tiny_corpus,
                                                                                          tmp_path):
-    from retromae.backbones.masked_lm import position_limit
-    from retromae.commands.init_model import init_model
+    from retromae.api import init_model
+    from retromae.models.masked_lm import position_limit
     from retromae.pretraining.run import pretrain
 
     folder = init_model(architecture="distilbert", corpus=[str(tiny_corpus)], vocab_size=150, hidden_size=64,

@@ -12,18 +12,18 @@ from conftest import kill_after_checkpoint, make_sentences, run_metrics, shared_
 from test_objectives import generator, make_batch, settings
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM
 
-from retromae.backbones import masked_lm as backbone
 from retromae.backbones.deberta import rotary_table
 from retromae.backbones.registry import ARCHITECTURES, adapter_for, architecture_adapter
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data.token_store import word_starts_of
-from retromae.errors import ModelLoadError
+from retromae.models import masked_lm as backbone
+from retromae.models.tokenizer_training import train_tokenizer
 from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.layers import apply_rotary
-from retromae.pretraining.masking import select_positions
+from retromae.objectives.masking import select_positions
 from retromae.pretraining.scratch import family_tokenizer
-from retromae.tokenizer_training import train_tokenizer
+from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.options import ConfigError
 
 FAMILIES = tuple(ARCHITECTURES)  # bert, roberta, xlm-roberta, modernbert, deberta-v2
 VOCAB = {"wordpiece": 200, "unigram": 200, "byte-level-bpe": 400}  # byte-level BPE starts from 256 bytes
@@ -325,7 +325,7 @@ def test_blockwise_enhanced_decoding_gives_the_whole_loss_and_gradients(family_t
     """With the mask drawn from the same counter-based scores, decoding 5 query rows at a time (recomputed in the
     backward pass) gives the loss and gradients of decoding every row at once."""
     import retromae.objectives.retromae as retromae_module
-    from retromae.pretraining.masking import draw_seeds, enhanced_decoding_mask_from_scores, hashed_uniform
+    from retromae.objectives.masking import draw_seeds, enhanced_decoding_mask_from_scores, hashed_uniform
 
     def hashed_mask(attention_mask, *, ratio, generator):  # the whole (B, L, L) mask, from the blockwise scores
         batch, length = attention_mask.shape

@@ -8,7 +8,7 @@ import torch
 
 from retromae.data import batch_sampler
 from retromae.data.batch_sampler import ResumableBatchSampler
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
 
 
 def take(sampler: ResumableBatchSampler, count: int) -> list[list[int]]:

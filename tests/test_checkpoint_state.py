@@ -22,11 +22,11 @@ from test_train import collate, dataset
 from torch import nn
 
 import retromae
-from retromae.checkpoint_state import check_complete, check_shared_folder
-from retromae.config import ConfigError
-from retromae.io import current_umask
-from retromae.run_folder import MARKER
-from retromae.train import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
+from retromae.runtime.io import current_umask
+from retromae.runtime.options import ConfigError
+from retromae.runtime.run_folder import MARKER
+from retromae.training import Trainer, TrainingConfig, latest_checkpoint, make_accelerator, seed_everything
+from retromae.training.checkpoint_state import check_complete, check_shared_folder
 
 OURS = ("model.safetensors", "optimizer.safetensors", "state.json", "rng-0.json")
 # What Accelerate's save_state wrote into a checkpoint before (and load_state read back, some with weights_only=False).

@@ -60,13 +60,13 @@ def test_pretraining_run_imports_no_optional_library(tiny_model_dir, tiny_corpus
             "--cache-dir", str(tmp_path / "cache")]
     script = f"""
 import contextlib, io, sys
-import retromae.train
+import retromae.training.loop
 from retromae.cli import main
-run, loaded = retromae.train.Trainer.run, set()
+run, loaded = retromae.training.loop.Trainer.run, set()
 def spy(self):
     loaded.update(m.split('.')[0] for m in sys.modules)
     run(self)
-retromae.train.Trainer.run = spy
+retromae.training.loop.Trainer.run = spy
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     assert main({argv!r}) == 0
 assert loaded and not loaded & set({OPTIONAL!r}), loaded & set({OPTIONAL!r})

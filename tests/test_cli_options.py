@@ -8,11 +8,8 @@ import re
 import pytest
 
 from retromae.cli import build_parser, main
-from retromae.commands.bm25 import BM25Config
-from retromae.commands.mine import MineConfig
-from retromae.commands.search import SearchConfig
-from retromae.config import ConfigError, build_config
-from retromae.retrieval.config import EncodeConfig
+from retromae.retrieval.config import BM25Config, EncodeConfig, MineConfig, SearchConfig
+from retromae.runtime.options import ConfigError, build_config
 
 COMMANDS = ("bm25", "encode", "evaluate", "finetune", "index", "init-model", "mine", "pretrain", "quickstart",
             "report", "score", "search", "train-reranker")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from test_objectives import build, generator, make_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from retromae.backbones import masked_lm as backbone
+from retromae.models import masked_lm as backbone
 
 # Operators whose result the host must wait for: a value read into Python (`item`, `bool`, `tolist`) or an output
 # whose shape depends on the data (`nonzero`, and indexing with a boolean mask, which runs it).

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from retromae.config import ConfigError, add_config_arguments, build_config, option, require
+from retromae.runtime.options import ConfigError, add_config_arguments, build_config, option, require
 
 
 @dataclasses.dataclass

@@ -13,7 +13,8 @@ from transformers import BertModel
 from transformers.utils import logging as transformers_logging
 
 from retromae.cli import main
-from retromae.console import (
+from retromae.models.encoder import Encoder
+from retromae.runtime.console import (
     Stages,
     TrainingSummary,
     format_seconds,
@@ -22,7 +23,6 @@ from retromae.console import (
     verbose,
     wrote,
 )
-from retromae.encoder import Encoder
 
 LIBRARY_NOISE = ("Loading weights", "Writing model shards", "LOAD REPORT", "seem corrupted", "Removed shared tensor",
                  "BM25S", "Split strings", "\x1b[", "Setting accelerator")
@@ -54,7 +54,7 @@ def test_stages_are_numbered(capsys):
 
 def test_time_left_is_rescaled_only_after_a_minute_of_the_plan(monkeypatch, capsys):
     clock = iter([0.0, 130.0])  # the start, then 130 s for the first two stages (70 s planned)
-    monkeypatch.setattr("retromae.console.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("retromae.runtime.console.time.perf_counter", lambda: next(clock))
     stages = Stages.planned([("set-up", 10.0), ("training", 60.0), ("evaluating", 30.0)])
     stages.next()
     stages.next()  # 10 s of the plan done: too small a sample, the plan's 90 s stand

@@ -11,9 +11,9 @@ import torch
 from conftest import make_sentences, shared_data
 
 from retromae.data import TokenStore
+from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.contrastive import SUBSPAN_SHARE, PairCollator, PairsDataset, SpanPairDataset
-from retromae.errors import DataError
-from retromae.train import ResumableBatchSampler
+from retromae.runtime.errors import DataError
 
 
 def plain_ids(tokenizer, text: str) -> list[int]:

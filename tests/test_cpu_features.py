@@ -1,11 +1,11 @@
-"""The processor's description read from /proc/cpuinfo (`retromae.cpu_features`), on a written stand-in."""
+"""The processor's description read from /proc/cpuinfo (`retromae.runtime.cpu_features`), on a written stand-in."""
 
 from __future__ import annotations
 
 import pytest
 
-from retromae import cpu_features
-from retromae.config import ConfigError
+from retromae.runtime import cpu_features
+from retromae.runtime.options import ConfigError
 
 XEON = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse2 avx2 avx512f avx512bw "
         "avx_vnni avx512_bf16 amx_bf16 amx_tile amx_int8 sha_ni\n\nprocessor\t: 1\nmodel name\t: other\n")

@@ -17,11 +17,11 @@ from conftest import make_sentences, shared_data, tiny_pretrain_config
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from retromae.config import ConfigError
 from retromae.data import BlockCollator, BlockDataset, Document, TokenStore, iter_corpus, iter_documents
 from retromae.data import token_store as token_store_module
 from retromae.data.token_store import MIN_BLOCK_TOKENS, block_ends
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
 
 
 def build_bpe_tokenizer(vocab_size: int = 300) -> PreTrainedTokenizerFast:

@@ -24,9 +24,9 @@ from conftest import make_sentences, run_metrics, tiny_beir
 from safetensors.torch import load_file
 
 from retromae.cli import main
-from retromae.config import ConfigError
-from retromae.train import _configure_deepspeed, check_unsharded, shards_parameters
-from retromae.training_config import TrainingConfig
+from retromae.runtime.options import ConfigError
+from retromae.training.config import TrainingConfig
+from retromae.training.setup import _configure_deepspeed, check_unsharded, shards_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ["--mixed-precision", "no", "--log-every", "1", "--save-every", "0"]

@@ -183,7 +183,7 @@ OWN_LOOP = "import torch"
 PYTHON_SNIPPETS = {
     "from retromae.data.retrieval_sets import load_retrieval_set, load_sts_pairs, read_trec_run, write_trec_run":
         Snippet({"../shared/data/beir/scifact": "{beir}", "../shared/data/sts/stsbenchmark": "{sts}"}),
-    "from retromae.encoder import Encoder": Snippet({'"path/or/hub-name"': '"{model}"'}, encoder_inputs),
+    "from retromae.models.encoder import Encoder": Snippet({'"path/or/hub-name"': '"{model}"'}, encoder_inputs),
     "from retromae.evaluation import evaluate_run, print_results, save_results": Snippet(),
     "# A command's config class: each option's domain is one word in its option(...)": Snippet(),
     "from retromae import Searcher": Snippet({'"runs/scifact-hybrid"': "hybrid_index"}, hybrid_index),

@@ -6,10 +6,10 @@ import pytest
 import torch
 from conftest import make_sentences
 
-from retromae import encoder as encoder_module
-from retromae.config import ConfigError
-from retromae.encoder import ENCODER_FILE, Encoder, PoolingConfig, describe_folder, pool
-from retromae.errors import ModelLoadError
+from retromae.models import encoder as encoder_module
+from retromae.models.encoder import ENCODER_FILE, Encoder, PoolingConfig, describe_folder, pool
+from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.options import ConfigError
 
 TEXTS = ["a short query", *make_sentences(9, seed=3), "the"]
 

@@ -12,7 +12,7 @@ from conftest import tiny_beir
 
 import retromae.retrieval.encode
 from retromae.cli import main
-from retromae.encoder import Encoder
+from retromae.models.encoder import Encoder
 
 MODEL = ["--pooling", "mean", "--normalize", "--batch-size", "8"]
 ENCODE = Encoder.encode

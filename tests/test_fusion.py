@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from retromae.errors import RetroMAEError
 from retromae.retrieval.fusion import fuse, fuse_query
+from retromae.runtime.errors import RetroMAEError
 
 DENSE = {"q": {"a": 0.9, "b": 0.5, "c": 0.1}}  # normalised: a 1, b 0.5, c 0
 LEXICAL = {"q": {"b": 12.0, "d": 4.0}}  # normalised: b 1, d 0

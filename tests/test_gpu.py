@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import kill_after_checkpoint, make_sentences
 
-import retromae.train
+import retromae.training.loop
 from retromae.cli import main
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -52,13 +52,13 @@ def metrics(output: Path) -> list[dict]:
 def devices_used(monkeypatch) -> list[str]:
     """The device type of every Trainer the test builds."""
     used: list[str] = []
-    original = retromae.train.Trainer.run
+    original = retromae.training.loop.Trainer.run
 
     def run(self):
         used.append(self.accelerator.device.type)
         original(self)
 
-    monkeypatch.setattr(retromae.train.Trainer, "run", run)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "run", run)
     return used
 
 

@@ -12,12 +12,12 @@ from conftest import make_sentences, tiny_beir
 
 import retromae
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data.retrieval_sets import load_queries, read_trec_run
-from retromae.errors import DataError
 from retromae.retrieval.bm25 import BM25, BM25Params
 from retromae.retrieval.fusion import fuse
-from retromae.run_folder import LOCK_FILE, hold, release
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
+from retromae.runtime.run_folder import LOCK_FILE, hold, release
 
 DOCS = make_sentences(12, seed=3)
 

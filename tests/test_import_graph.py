@@ -1,9 +1,12 @@
 """The shape of the package's imports, read from the source with `ast` (nothing imported): no module of the library
-imports from the command layer, and no two modules import each other at module level, directly or round a circle.
+imports from the command layer, no two modules import each other at module level, directly or round a circle, and
+no two folders import each other (issue 52), counting the imports inside functions too.
 
 A module-level import is one that runs when the module is imported: not one inside a function (those are kept for
 what `retromae --help` must not load) and not one under `if TYPE_CHECKING:`. `python tests/test_import_graph.py
 [SRC]` prints the circles of a source tree (`src` by default), as the docs' "before and after" count was measured.
+A folder is a package directly under `retromae/` (`retromae.training`, with everything below it); each module at the
+root (`retromae.cli`) counts as a folder of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ COMMAND_LAYER = ("retromae.commands", "retromae.cli")  # the parsers and the com
 # Circles closed only by imports inside functions (those keep `--help` free of torch), each as its sorted modules.
 # The test fails on any other circle, so this list can only shrink: the objectives' typed options remove the first.
 KNOWN_FUNCTION_CYCLES = {
-    ("retromae.encoder", "retromae.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
+    ("retromae.models.encoder", "retromae.models.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
 }
 
 
@@ -73,14 +76,33 @@ def import_graph(src: Path = SRC, module_level: bool = True) -> dict[str, set[st
     return {name: imported_modules(name, path, known, module_level) for name, path in known.items()}
 
 
-def import_cycles(src: Path = SRC, with_function_imports: bool = False) -> set[tuple[str, ...]]:
-    """The module-level import circles (with `with_function_imports`, counting the imports inside functions too):
-    each strongly connected component of more than one module (or a module that imports itself), as its sorted
-    module names (Tarjan's algorithm)."""
+def full_graph(src: Path = SRC, with_function_imports: bool = False) -> dict[str, set[str]]:
+    """The module-level import graph; with `with_function_imports`, the imports inside functions added."""
     graph = import_graph(src)
     if with_function_imports:
         inside = import_graph(src, module_level=False)
         graph = {name: targets | inside[name] for name, targets in graph.items()}
+    return graph
+
+
+def folder_of(name: str, src: Path = SRC) -> str:
+    """The folder a module lives in: `retromae.training.loop` → `retromae.training`; a root module is its own."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (src / "retromae" / parts[1]).is_dir() else name
+
+
+def folder_graph(src: Path = SRC, with_function_imports: bool = True) -> dict[str, set[str]]:
+    """Which folders import which (a folder's imports of itself left out)."""
+    graph: dict[str, set[str]] = {}
+    for name, targets in full_graph(src, with_function_imports).items():
+        folder = folder_of(name, src)
+        graph.setdefault(folder, set()).update(folder_of(target, src) for target in targets)
+    return {folder: targets - {folder} for folder, targets in graph.items()}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+    """Each strongly connected component of more than one node (or a node with an edge to itself), as its sorted
+    names (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -109,6 +131,17 @@ def import_cycles(src: Path = SRC, with_function_imports: bool = False) -> set[t
     return cycles
 
 
+def import_cycles(src: Path = SRC, with_function_imports: bool = False) -> set[tuple[str, ...]]:
+    """The module-level import circles (with `with_function_imports`, counting the imports inside functions too),
+    each as its sorted module names."""
+    return strongly_connected(full_graph(src, with_function_imports))
+
+
+def folder_cycles(src: Path = SRC, with_function_imports: bool = True) -> set[tuple[str, ...]]:
+    """The circles between folders, each as its sorted folder names."""
+    return strongly_connected(folder_graph(src, with_function_imports))
+
+
 def _in_command_layer(name: str) -> bool:
     return any(name == layer or name.startswith(layer + ".") for layer in COMMAND_LAYER)
 
@@ -130,6 +163,11 @@ def test_no_function_level_import_cycles_beyond_the_known_ones():
     assert cycles <= KNOWN_FUNCTION_CYCLES, f"new import circles: {sorted(cycles - KNOWN_FUNCTION_CYCLES)}"
 
 
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    """Issue 52: the folders stand in floors (docs/contributing.md), counting the imports inside functions too."""
+    assert folder_cycles() == set()
+
+
 def test_cycle_finder_sees_a_circle(tmp_path):
     package = tmp_path / "retromae"
     package.mkdir()
@@ -143,8 +181,24 @@ def test_cycle_finder_sees_a_circle(tmp_path):
     assert import_graph(tmp_path, module_level=False)["retromae.c"] == {"retromae.d"}
 
 
+def test_folder_cycle_finder_sees_a_circle_between_folders(tmp_path):
+    for folder in ("low", "high"):
+        (tmp_path / "retromae" / folder).mkdir(parents=True)
+        (tmp_path / "retromae" / folder / "__init__.py").write_text("")
+    (tmp_path / "retromae" / "__init__.py").write_text("")
+    (tmp_path / "retromae" / "low" / "a.py").write_text("def f():\n    from retromae.high.b import g\n")
+    (tmp_path / "retromae" / "high" / "b.py").write_text("from retromae.low import a\n")
+    (tmp_path / "retromae" / "cli.py").write_text("import retromae.high.b\n")
+    assert folder_cycles(tmp_path, with_function_imports=False) == set()
+    assert folder_cycles(tmp_path) == {("retromae.high", "retromae.low")}
+    assert folder_graph(tmp_path)["retromae.cli"] == {"retromae.high"}
+
+
 if __name__ == "__main__":
     tree = Path(sys.argv[1]) if len(sys.argv) > 1 else SRC
     for label, everywhere in (("module level", False), ("with imports inside functions", True)):
         found = sorted(import_cycles(tree, everywhere), key=len)
         print(f"{label}: {len(found)} circle(s)", *(f"  {len(cycle)}: {' '.join(cycle)}" for cycle in found), sep="\n")
+        folders = sorted(folder_cycles(tree, everywhere), key=len)
+        print(f"  between folders: {len(folders)} circle(s)", *(f"    {len(c)}: {' '.join(c)}" for c in folders),
+              sep="\n")

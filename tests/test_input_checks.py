@@ -13,9 +13,7 @@ from conftest import make_sentences, tiny_beir
 from torch import nn
 
 from retromae.cli import build_parser, discover_commands, main
-from retromae.config import ConfigError, build_config
 from retromae.data.corpus import iter_corpus
-from retromae.data.lines import read_json_file
 from retromae.data.retrieval_sets import (
     load_qrels,
     load_queries,
@@ -25,16 +23,18 @@ from retromae.data.retrieval_sets import (
     write_trec_run,
 )
 from retromae.data.training_groups import TrainingExample, TrainingSet, load_training_file
-from retromae.encoder import Encoder
-from retromae.errors import DataError, ModelLoadError, NonFiniteError
 from retromae.evaluation.experiments import read_variant
-from retromae.export import export_encoder
-from retromae.finetune.negatives import load_latest_negatives
-from retromae.finite import check_vectors
+from retromae.finetuning.negatives import load_latest_negatives
+from retromae.models.encoder import Encoder
+from retromae.models.export import export_encoder
+from retromae.models.finite import check_vectors
 from retromae.pretraining.config import PretrainConfig
 from retromae.retrieval.encode import encode_to_dir, load_embeddings
 from retromae.retrieval.index import ExactIndex, load_index, save_index
-from retromae.train import Trainer, TrainingConfig, checkpoints_by_step
+from retromae.runtime.errors import DataError, ModelLoadError, NonFiniteError
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.options import ConfigError, build_config
+from retromae.training import Trainer, TrainingConfig, checkpoints_by_step
 
 # 1. Non-finite numbers: options, numbers read from files, training losses, weights and vectors.
 
@@ -348,7 +348,7 @@ def test_score_refuses_a_model_without_a_trained_classifier_head(tiny_model_dir,
 def test_a_trained_head_is_accepted(tiny_model_dir, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from retromae.reranker import CrossEncoder
+    from retromae.reranking.run import CrossEncoder
 
     folder = tmp_path / "reranker"
     AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(folder)
@@ -422,7 +422,7 @@ def test_a_folder_declaring_an_unusable_max_length_is_refused(tiny_model_dir, tm
 def test_cross_encoder_lengths_are_checked_as_pairs(tiny_model_dir, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from retromae.reranker import CrossEncoder
+    from retromae.reranking.run import CrossEncoder
 
     folder = tmp_path / "reranker"
     AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(folder)

@@ -1,6 +1,6 @@
 """A long text is read only as far as its first tokens, and gives exactly the tokens of the whole text truncated
-(`retromae.long_texts`), and a long pre-training document tokenised in pieces gives the whole document's blocks, for
-the tokenizer of every supported family."""
+(`retromae.data.long_texts`), and a long pre-training document tokenised in pieces gives the whole document's blocks,
+for the tokenizer of every supported family."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import pytest
 from conftest import WORDS, make_sentences
 
-from retromae.long_texts import CEILING_PER_TOKEN, CHARACTERS_PER_TOKEN, clip_texts, split_characters
+from retromae.data.long_texts import CEILING_PER_TOKEN, CHARACTERS_PER_TOKEN, clip_texts, split_characters
 
 MAX_LENGTH = 16  # clipped above 320 characters; the tokenizer reads at most 8,000 of one text
 CJK = "的一是不了人我在有他这中大为上个国和地到以说时要就出会可也你对生能而子那得于着下自之年过发后作里用道行所然"
@@ -94,7 +94,7 @@ def test_a_long_document_is_tokenised_in_pieces_into_the_whole_texts_blocks(toke
 def test_the_cuts_found_are_the_last_and_first_by_definition():
     """`last_cut` searches back in growing spans and `_first_cut` with a pattern: both find what a scan of every
     position finds (a character of `splits` after a non-whitespace character), on texts of whitespace runs."""
-    from retromae.long_texts import _first_cut, last_cut
+    from retromae.data.long_texts import _first_cut, last_cut
 
     rng = random.Random(8)
     for _ in range(300):
@@ -126,7 +126,7 @@ def test_random_texts_tokenise_as_the_whole_texts_truncated(tokenizer):
 
 
 def test_a_prefix_and_pairs_truncated_as_the_reranker_does_are_exact(tokenizer):
-    from retromae.reranker import PAIR_TRUNCATION
+    from retromae.reranking.run import PAIR_TRUNCATION
 
     texts = [text for text in adversarial_texts() if len(text) < 100_000]
     prefixed = ["query: " + text for text in texts]
@@ -189,10 +189,10 @@ class CountingTokenizer:
 def test_no_caller_hands_a_long_text_whole_to_the_tokenizer(monkeypatch, tiny_model_dir, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    from retromae.encoder import Encoder
-    from retromae.finetune.batches import GroupCollator
-    from retromae.finetune.plan import covering_length
-    from retromae.reranker import CrossEncoder, PairCollator
+    from retromae.finetuning.batches import GroupCollator
+    from retromae.finetuning.plan import covering_length
+    from retromae.models.encoder import Encoder
+    from retromae.reranking.run import CrossEncoder, PairCollator
 
     encoder = Encoder.load(tiny_model_dir, device="cpu")
     AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(tmp_path)

@@ -8,7 +8,7 @@ from conftest import make_sentences
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from retromae.pretraining.masking import (
+from retromae.objectives.masking import (
     IGNORE_INDEX,
     decoder_input_mask,
     draw_seeds,

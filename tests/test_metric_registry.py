@@ -11,7 +11,6 @@ import pytest
 from conftest import tiny_beir
 
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.evaluation import metric_registry
 from retromae.evaluation.experiments import read_variant, report_table
 from retromae.evaluation.metric_registry import (
@@ -31,6 +30,7 @@ from retromae.evaluation.probe import Probe
 from retromae.evaluation.report import format_table
 from retromae.evaluation.table import SetRow, Table
 from retromae.pretraining.run import PretrainConfig, pretrain
+from retromae.runtime.options import ConfigError
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 

@@ -79,8 +79,8 @@ class Written:
         self.folders["init-model"] = (self.root / "init", 64)
 
     def _quickstart(self) -> None:
-        from retromae.quickstart import initial_model, model_length
-        from retromae.quickstart_config import PRESETS
+        from retromae.workflows.config import PRESETS
+        from retromae.workflows.quickstart import initial_model, model_length
 
         budget = dataclasses.replace(PRESETS["cpu"], vocab_size=200, hidden_size=64, layers=1)
         folder = initial_model([str(self.beir / "corpus.jsonl")], budget, self.root / "initial-model", seed=0)
@@ -95,8 +95,8 @@ class Written:
         self._add("pretrain", self.root / "pretrain", length)
 
     def _finetune(self, name: str, source: Path, length: int) -> None:
-        from retromae.finetune.config import FinetuneConfig
-        from retromae.finetune.run import finetune
+        from retromae.finetuning.config import FinetuneConfig
+        from retromae.finetuning.run import finetune
 
         output = finetune(FinetuneConfig(model=str(source), data=str(self.beir), split="test", max_steps=1,
                                          output=str(self.root / name), batch_size=3, save_every=0, normalize=True))
@@ -160,7 +160,7 @@ def sentence_transformers_vectors(model: Path, beir: Path):
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 def test_encode_evaluate_and_sentence_transformers_give_the_same_vectors(written, kind, tmp_path, monkeypatch):
-    from retromae.encoder import Encoder
+    from retromae.models.encoder import Encoder
 
     model, length = written[kind]
     beir = written.beir

@@ -4,7 +4,7 @@ Every damaged folder is tried through each of the three loaders every command go
 evaluate, encode, search's query encoder, adapt, finetune; `load_masked_lm`: pretrain; the cross-encoder loader:
 score, train-reranker), and must be refused in one line naming the folder, never loaded with random weights. The
 legitimate mismatches (a pooler or an MLM head a use does not need) still load. And no module but
-`retromae.pretrained` calls transformers' `from_pretrained`.
+`retromae.models.pretrained` calls transformers' `from_pretrained`.
 """
 
 import json
@@ -19,11 +19,11 @@ import torch
 from conftest import tiny_beir
 from safetensors.torch import load_file, save_file
 
-from retromae.backbones.masked_lm import load_masked_lm
 from retromae.cli import main
-from retromae.encoder import Encoder
-from retromae.errors import ModelLoadError
-from retromae.reranker import _load_classifier
+from retromae.models.encoder import Encoder
+from retromae.models.masked_lm import load_masked_lm
+from retromae.reranking.run import _load_classifier
+from retromae.runtime.errors import ModelLoadError
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "retromae"
 
@@ -135,12 +135,12 @@ def test_a_scorer_needs_its_trained_head(tiny_model_dir):
 
 
 def test_only_one_module_calls_from_pretrained():
-    """By construction: every config, tokenizer and model transformers reads goes through `retromae.pretrained`
+    """By construction: every config, tokenizer and model transformers reads goes through `retromae.models.pretrained`
     (trust_remote_code=False, safetensors only, whole weights)."""
     callers = sorted(str(path.relative_to(SOURCE)) for path in SOURCE.rglob("*.py")
                      if ".from_pretrained(" in path.read_text() and path.name != "pretrained.py")
     assert callers == []
-    text = (SOURCE / "pretrained.py").read_text()
+    text = (SOURCE / "models" / "pretrained.py").read_text()
     assert len(re.findall(r"trust_remote_code=False[,)]", text)) == 3 and text.count(".from_pretrained,") == 3
 
 

@@ -13,8 +13,8 @@ import pytest
 from conftest import make_sentences, tiny_beir, tiny_pretrain_config
 
 from retromae.cli import main
-from retromae.errors import ModelLoadError
-from retromae.model_source import looks_local, resolve_model
+from retromae.models.model_source import looks_local, resolve_model
+from retromae.runtime.errors import ModelLoadError
 
 
 def cli(*args) -> int:
@@ -180,7 +180,7 @@ def test_a_mistyped_local_path_fails_at_once_without_the_network(tmp_path, monke
 
 def test_hub_retries_are_quiet_unless_verbose():
     """huggingface_hub sets its logger's level on first import; a quiet block must still silence its retries."""
-    code = ("import logging; from retromae.console import library_output\n"
+    code = ("import logging; from retromae.runtime.console import library_output\n"
             "with library_output(False): print(logging.getLogger('huggingface_hub.utils._http').isEnabledFor(30))\n"
             "with library_output(True): print(logging.getLogger('huggingface_hub.utils._http').isEnabledFor(30))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -16,13 +16,14 @@ from torch import nn
 from transformers import BertForMaskedLM
 
 from retromae.cli import main
-from retromae.config import ConfigError, build_config, option
-from retromae.evaluation.experiments import describe_pretraining, write_report
+from retromae.evaluation.experiments import write_report
 from retromae.objectives import OBJECTIVES, create_objective, register_objective
 from retromae.objectives.base import PretrainingObjective
 from retromae.objectives.options import DecoderOptions
+from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig
 from retromae.pretraining.run import describe, pretrain
+from retromae.runtime.options import ConfigError, build_config, option
 
 
 @dataclass(kw_only=True)

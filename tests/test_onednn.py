@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from retromae.onednn import available, packed_linears
+from retromae.models.onednn import available, packed_linears
 
 pytestmark = pytest.mark.skipif(not available(), reason="this PyTorch has no oneDNN prepacked linear ops")
 

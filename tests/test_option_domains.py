@@ -2,10 +2,10 @@
 
 The walk is built from the CLI's registry, never by hand: `discover_commands`, and for each command the config class
 its parser is built from (`parser.config_class`, set by `add_config_arguments`), with each field's type, `choices`
-and `domain` as `retromae.config.option` declared them. Each value goes in three ways, parsed and validated only (no
-command runs): on the command line (`build_config` over the parsed flags, as `retromae.cli.main` does), in a YAML
-config file, and through the Python API (the config class itself). A value outside the declaration must be refused by
-a `ConfigError` of one line naming the option; a value inside it may be accepted or refused by a cross-field check,
+and `domain` as `retromae.runtime.options.option` declared them. Each value goes in three ways, parsed and validated
+only (no command runs): on the command line (`build_config` over the parsed flags, as `retromae.cli.main` does), in a
+YAML config file, and through the Python API (the config class itself). A value outside the declaration must be refused
+by a `ConfigError` of one line naming the option; a value inside it may be accepted or refused by a cross-field check,
 never end in any other exception. docs/reliability.md records the counts (`tally`).
 """
 
@@ -27,7 +27,10 @@ import yaml
 
 import retromae
 from retromae.cli import build_parser, discover_commands, main
-from retromae.config import (
+from retromae.objectives import OBJECTIVES
+from retromae.objectives.condenser import Condenser
+from retromae.pretraining.config import ObjectiveOptionFields, PretrainConfig
+from retromae.runtime.options import (
     FINITE,
     INT64,
     REQUIRED,
@@ -38,9 +41,6 @@ from retromae.config import (
     choices_of,
     load_config_file,
 )
-from retromae.objectives import OBJECTIVES
-from retromae.objectives.condenser import Condenser
-from retromae.pretraining.config import ObjectiveOptionFields, PretrainConfig
 
 CLI_VALUES = ("0", "-1", "2.5", "nan", "inf", "-inf", "1e12", "1e30", "abc")
 FILE_VALUES = ("0", "-1", "2.5", ".nan", ".inf", "1e12", "1e-2", "'abc'", "'3'", "true", "[1, 2]", "{a: 1}", "5",

@@ -26,22 +26,23 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_beir, tiny_pretrain_config
 
 import retromae.pretraining.run
-import retromae.train
+import retromae.training.checkpoints
+import retromae.training.loop
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data import corpus as corpus_module
 from retromae.data import token_store as token_store_module
 from retromae.data.corpus import iter_corpus, iter_corpus_pieces
-from retromae.data.lines import appended_records
 from retromae.data.retrieval_sets import load_qrels
 from retromae.data.token_store import TokenStore, cache_key
-from retromae.errors import DataError, FileSystemError, ModelLoadError
-from retromae.io import append_line, writing
 from retromae.pretraining.run import pretrain
-from retromae.run_folder import LOCK_FILE, file_fingerprint, input_fingerprint
+from retromae.runtime.errors import DataError, FileSystemError, ModelLoadError
+from retromae.runtime.io import append_line, writing
+from retromae.runtime.lines import appended_records
+from retromae.runtime.options import ConfigError
+from retromae.runtime.run_folder import LOCK_FILE, file_fingerprint, input_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
-HOLD = ("import sys; from pathlib import Path; from retromae.run_folder import hold; "
+HOLD = ("import sys; from pathlib import Path; from retromae.runtime.run_folder import hold; "
         "error = hold(Path(sys.argv[1]), Path(sys.argv[2])); print(error or 'held', flush=True); sys.stdin.read()")
 
 
@@ -236,12 +237,12 @@ def test_a_malformed_metrics_line_that_is_not_the_last_is_named(tmp_path):
 
 
 def test_an_append_cut_short_by_a_full_disk_leaves_no_half_record(tmp_path, monkeypatch):
-    import retromae.io
+    import retromae.runtime.io
 
     path = tmp_path / "metrics.jsonl"
     append_line(path, '{"step": 1}')
     real = os.write
-    monkeypatch.setattr(retromae.io.os, "write", lambda fd, data: real(fd, data[:5]))  # a short write
+    monkeypatch.setattr(retromae.runtime.io.os, "write", lambda fd, data: real(fd, data[:5]))  # a short write
     with pytest.raises(FileSystemError, match=f"{path}: cannot write: No space left on device"):
         append_line(path, '{"step": 2, "loss": 1.5}')
     assert path.read_text() == '{"step": 1}\n'
@@ -274,7 +275,8 @@ def test_a_checkpoint_that_cannot_fit_is_refused_before_training(tiny_model_dir,
 
 
 def test_a_full_disk_during_a_checkpoint_names_it(tiny_model_dir, tiny_corpus, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(retromae.train, "check_free_space", lambda *args: None)  # the disk fills during the run
+    # the disk fills during the run
+    monkeypatch.setattr(retromae.training.checkpoints, "check_free_space", lambda *args: None)
     with tmpfs(tmp_path / "small", "size=64k") as small:
         assert main(pretrain_options(tiny_model_dir, tiny_corpus, small / "run", tmp_path)) == 1
         checkpoint = small / "run" / "checkpoints" / "step-0000002"
@@ -339,14 +341,14 @@ def test_a_library_quoting_the_system_error_is_named(tmp_path):
 @pytest.mark.parametrize("failure", [RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos"),
                                      OSError("524288 requested and 131056 written")])
 def test_a_writer_failing_in_its_own_words_on_a_full_disk_is_named(tmp_path, monkeypatch, failure):
-    import retromae.io
+    import retromae.runtime.io
 
     target = tmp_path / "checkpoints" / "step-0000002"
-    monkeypatch.setattr(retromae.io, "_nearly_full", lambda path: True)
+    monkeypatch.setattr(retromae.runtime.io, "_nearly_full", lambda path: True)
     with pytest.raises(FileSystemError, match=f"{target}: cannot write: No space left on device"):
         with writing(target):
             raise failure
-    monkeypatch.setattr(retromae.io, "_nearly_full", lambda path: False)  # room left: not the disk's fault
+    monkeypatch.setattr(retromae.runtime.io, "_nearly_full", lambda path: False)  # room left: not the disk's fault
     with pytest.raises(type(failure)):
         with writing(target):
             raise failure

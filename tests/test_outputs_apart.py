@@ -15,8 +15,8 @@ import pytest
 from conftest import tiny_beir
 
 from retromae.cli import main
-from retromae.config import ConfigError
-from retromae.run_folder import LOCK_FILE, check_apart, claim_folder, hold, release
+from retromae.runtime.options import ConfigError
+from retromae.runtime.run_folder import LOCK_FILE, check_apart, claim_folder, hold, release
 
 
 def snapshot(*paths: Path) -> dict[str, bytes]:
@@ -145,7 +145,7 @@ def test_a_lock_names_resume_only_for_a_command_that_has_it(tmp_path):
     try:
         import subprocess
         import sys
-        code = ("import sys; from pathlib import Path; from retromae.run_folder import hold, LOCK_FILE; "
+        code = ("import sys; from pathlib import Path; from retromae.runtime.run_folder import hold, LOCK_FILE; "
                 "f = Path(sys.argv[1]); print(hold(f, f / LOCK_FILE, resumable=False)); "
                 "print(hold(f, f / LOCK_FILE, resumable=True))")
         done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True)

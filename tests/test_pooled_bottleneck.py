@@ -12,7 +12,7 @@ from conftest import tiny_bert_config
 from test_objectives import build, generator, make_batch
 from transformers import BertForMaskedLM
 
-from retromae.backbones import masked_lm as backbone
+from retromae.models import masked_lm as backbone
 from retromae.objectives import create_objective
 from retromae.objectives.contrastive import contrastive_loss
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from retromae.errors import DataError, ModelLoadError
 from retromae.preflight import check_arguments, check_model, hub_cache, hub_unreachable
+from retromae.runtime.errors import DataError, ModelLoadError
 
 HEAVY = ("torch", "transformers", "numpy", "sentence_transformers", "faiss")
 

@@ -16,16 +16,20 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer, get_linear_schedule_with_warmup
 
 import retromae.pretraining.run
-import retromae.train
-from retromae.backbones.masked_lm import load_masked_lm
+import retromae.training.config
+import retromae.training.loop
+import retromae.training.optimizer
+import retromae.training.setup
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data.token_store import TokenStore
-from retromae.errors import ModelLoadError
-from retromae.export import HEAD_FILE, export_encoder, load_head, save_head
+from retromae.models.export import HEAD_FILE, export_encoder, load_head, save_head
+from retromae.models.masked_lm import load_masked_lm
+from retromae.models.model_source import is_random_init
 from retromae.objectives import build_objective
 from retromae.pretraining.run import PretrainConfig, init_head, load_backbone, pretrain
-from retromae.pretraining.scratch import is_random_init, save_random_model
+from retromae.pretraining.scratch import save_random_model
+from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.options import ConfigError
 
 
 def test_pretrain_writes_models_metrics_and_config(tiny_model_dir, tiny_corpus, tmp_path):
@@ -181,7 +185,7 @@ def test_contrastive_spans_learn_on_real_text(tmp_path):
     from conftest import shared_data
 
     from retromae.data.contrastive import PairCollator, SpanPairDataset
-    from retromae.losses import info_nce
+    from retromae.training.losses import info_nce
 
     corpus = shared_data("pretrain/python-docs.jsonl")
     model, output = minilm_run(tmp_path, "contrastive", corpus=[str(corpus)])
@@ -289,7 +293,7 @@ def test_seed_with_more_layers_is_not_held_to_enhanced_decoding(tiny_corpus, tmp
 def snapshot_every_step(monkeypatch) -> list[dict[str, dict[str, torch.Tensor]]]:
     """Record the body's and the head's tensors at every checkpoint (save_every=1: after every step)."""
     snapshots = []
-    original_save = retromae.train.Trainer.save_checkpoint
+    original_save = retromae.training.loop.Trainer.save_checkpoint
 
     def save_and_record(self):
         model = self.unwrapped_model
@@ -298,7 +302,7 @@ def snapshot_every_step(monkeypatch) -> list[dict[str, dict[str, torch.Tensor]]]
         snapshots.append({"body": body, "head": head})
         original_save(self)
 
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", save_and_record)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "save_checkpoint", save_and_record)
     return snapshots
 
 
@@ -331,19 +335,19 @@ def test_heads_follow_their_own_learning_rate(tiny_model_dir, tiny_corpus, tmp_p
 def test_linear_schedule_matches_transformers_and_starts_late_when_asked():
     reference = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     transformers_schedule = get_linear_schedule_with_warmup(reference, 3, 20)
-    ours = retromae.train.linear_schedule(0, 0.15, 20)
+    ours = retromae.training.optimizer.linear_schedule(0, 0.15, 20)
     for step in range(20):
         assert ours(step) == pytest.approx(transformers_schedule.get_last_lr()[0])
         reference.step()
         transformers_schedule.step()
-    late = retromae.train.linear_schedule(5, 0.2, 15)  # 10 steps after the start: 2 of warm-up, 8 of decay
+    late = retromae.training.optimizer.linear_schedule(5, 0.2, 15)  # 10 steps after the start: 2 of warm-up, 8 of decay
     assert [late(s) for s in (0, 4, 5, 6, 7, 11, 15)] == pytest.approx([0, 0, 0, 0.5, 1, 0.5, 0])
 
 
 def test_freezing_a_model_without_heads_is_refused(tiny_model_dir, tmp_path):
-    settings = retromae.train.HeadTrainingConfig(output=str(tmp_path), max_steps=4, freeze_encoder_steps=2)
+    settings = retromae.training.config.HeadTrainingConfig(output=str(tmp_path), max_steps=4, freeze_encoder_steps=2)
     with pytest.raises(ConfigError, match="--freeze-encoder-steps"):
-        retromae.train.Trainer(AutoModel.from_pretrained(tiny_model_dir), [], None, settings)
+        retromae.training.loop.Trainer(AutoModel.from_pretrained(tiny_model_dir), [], None, settings)
 
 
 # --- two-stage workflow --------------------------------------------------------------------------------------
@@ -441,7 +445,7 @@ def test_retromae_from_an_mlm_run_is_refused_with_the_option_that_starts_a_fresh
 def test_init_missing_head_keeps_the_mlm_run_and_starts_the_decoder_as_from_scratch(mlm_stage_one, tiny_corpus,
                                                                                    tmp_path, caplog):
     def built(settings: PretrainConfig):
-        retromae.train.seed_everything(settings.seed)  # as `pretrain` does before loading and building
+        retromae.training.setup.seed_everything(settings.seed)  # as `pretrain` does before loading and building
         encoder, tokenizer = load_backbone(settings)
         return build_objective(settings.objective, encoder, tokenizer, settings)
 

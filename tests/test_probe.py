@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from conftest import make_sentences, tiny_beir
 
-import retromae.train
+import retromae.training.loop
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data.retrieval_sets import Passage, RetrievalSet, load_retrieval_set
-from retromae.encoder import Encoder
 from retromae.evaluation.curves import ProbePoint, crossover, probe_points
 from retromae.evaluation.experiments import write_report
 from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.probe import sample_retrieval_set
+from retromae.models.encoder import Encoder
 from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.retrieval.search import dense_search
+from retromae.runtime.options import ConfigError
 
 LOSSES = ("loss", "encoder_mlm", "decoder", "lr", "tokens")
 PROBES = ("probe_ndcg@10", "probe_recall@100", "probe_sts_spearman")
@@ -100,18 +100,18 @@ def test_probes_are_deterministic_and_leave_the_training_trajectory_unchanged(ti
 def test_probe_rows_survive_a_kill_and_resume(tiny_model_dir, reference, tmp_path, monkeypatch, probe_data):
     corpus = reference.parent / "corpus.jsonl"
     interrupted = tmp_path / "interrupted"
-    original_save = retromae.train.Trainer.save_checkpoint
+    original_save = retromae.training.loop.Trainer.save_checkpoint
 
     def die_before_step_six_is_saved(self):
         if self.state.step == 6:  # the probe rows of steps 4 and 6 are written, the last checkpoint is step 3
             raise KeyboardInterrupt("simulated kill before the step-6 checkpoint")
         original_save(self)
 
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", die_before_step_six_is_saved)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "save_checkpoint", die_before_step_six_is_saved)
     with pytest.raises(KeyboardInterrupt):
         pretrain(config(tiny_model_dir, corpus, interrupted, **probing(probe_data)))
     assert [r["step"] for r in read_metrics(interrupted) if "probe_ndcg@10" in r] == [0, 2, 4, 6]
-    monkeypatch.setattr(retromae.train.Trainer, "save_checkpoint", original_save)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "save_checkpoint", original_save)
     resumed = read_metrics(pretrain(config(tiny_model_dir, corpus, interrupted, resume=True, **probing(probe_data))))
 
     expected = read_metrics(reference)

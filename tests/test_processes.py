@@ -13,7 +13,7 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_beir
 
 from retromae.cli import main
-from retromae.processes import LaunchError, check_launch, check_process_count, launched_processes
+from retromae.runtime.processes import LaunchError, check_launch, check_process_count, launched_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

@@ -10,10 +10,10 @@ import pytest
 from conftest import tiny_beir
 
 from retromae.cli import main
-from retromae.config import ConfigError
-from retromae.console import Stages
-from retromae.quickstart import planned_stages
-from retromae.quickstart_config import PRESETS, QuickstartConfig, choose_preset
+from retromae.runtime.console import Stages
+from retromae.runtime.options import ConfigError
+from retromae.workflows.config import PRESETS, QuickstartConfig, choose_preset
+from retromae.workflows.quickstart import planned_stages
 
 
 @pytest.mark.parametrize(("device", "preset"), [("cuda", "cuda"), ("cuda:1", "cuda"), ("cpu", "cpu"), ("mps", "cpu")])
@@ -113,7 +113,7 @@ def test_the_initial_model_is_of_the_chosen_family_with_its_kind_of_tokenizer(tm
                                                                                tokenizer_model):
     from transformers import AutoConfig, AutoTokenizer
 
-    from retromae.quickstart import describe_budget, initial_model
+    from retromae.workflows.quickstart import describe_budget, initial_model
 
     tiny_beir(tmp_path / "data")
     budget = QuickstartConfig(vocab_size=300, hidden_size=64, layers=1).budget("cpu")[1]
@@ -128,22 +128,22 @@ def test_the_results_plot_names_the_model_and_labels_its_bars(tmp_path, monkeypa
     """Issue 38: results.png did not say which model its rows share; its title now does, and each bar its score."""
     import matplotlib.pyplot
 
-    import retromae.quickstart
+    import retromae.workflows.quickstart
 
     closed = []
-    monkeypatch.setattr(retromae.quickstart, "pyplot",
+    monkeypatch.setattr(retromae.workflows.quickstart, "pyplot",
                         lambda: type("Pyplot", (), {"subplots": staticmethod(matplotlib.pyplot.subplots),
                                                     "close": staticmethod(closed.append)}))
     (tmp_path / "pretrain-mlm").mkdir()
     records = [{"step": s, "loss": 9.0 - s, "encoder_mlm": 9.0 - s, "lr": 1e-4, "tokens": 64 * s} for s in (1, 2)]
     (tmp_path / "pretrain-mlm" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     summary = {"preset": "cpu", "architecture": "bert", "budget": {"layers": 1, "hidden_size": 64, "vocab_size": 3000}}
-    caption = retromae.quickstart.model_caption(summary, tmp_path / "stdlib-docstrings")
+    caption = retromae.workflows.quickstart.model_caption(summary, tmp_path / "stdlib-docstrings")
     assert caption == ("a 1-layer bert encoder of hidden size 64 (vocabulary 3,000), from random weights; cpu preset; "
                        "test split of stdlib-docstrings")
     results = {"BM25": {"ndcg@10": 0.355}, "no pre-training": {"ndcg@10": 0.0}, "MLM": {"ndcg@10": 0.036}}
-    retromae.quickstart.plot_results({"MLM": tmp_path / "pretrain-mlm"}, results, 6.5, tmp_path / "results.png",
-                                     caption)
+    retromae.workflows.quickstart.plot_results({"MLM": tmp_path / "pretrain-mlm"}, results, 6.5,
+                                               tmp_path / "results.png", caption)
     assert (tmp_path / "results.png").read_bytes().startswith(b"\x89PNG")
     figure = closed[0]
     assert figure.get_suptitle() == caption

@@ -31,10 +31,10 @@ from retromae.data.retrieval_sets import (
     write_trec_run,
 )
 from retromae.data.training_groups import load_training_file
-from retromae.errors import DataError
 from retromae.retrieval.bm25 import BM25
 from retromae.retrieval.index import ExactIndex, build_index, search
 from retromae.retrieval.top_k import capped_top_k
+from retromae.runtime.errors import DataError
 
 # Every character str.splitlines splits at, other whitespace, and the edges: each must be refused in an id.
 LINE_BREAKS = ["\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]

@@ -16,9 +16,9 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_pretrain_config
 
 import retromae.pretraining.run
-import retromae.train
+import retromae.training.checkpoints
+import retromae.training.loop
 from retromae.cli import main
-from retromae.config import ConfigError
 from retromae.data.contrastive import iter_pairs
 from retromae.data.corpus import iter_corpus
 from retromae.data.retrieval_sets import (
@@ -30,9 +30,10 @@ from retromae.data.retrieval_sets import (
     write_trec_run,
 )
 from retromae.data.training_groups import load_training_file
-from retromae.encoder import Encoder
+from retromae.models.encoder import Encoder
 from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.retrieval.encode import SHARDS_DIR, encode_to_dir, load_embeddings
+from retromae.runtime.options import ConfigError
 
 TEXTS = make_sentences(12, seed=3)
 IDS = [f"d{i}" for i in range(len(TEXTS))]
@@ -115,7 +116,7 @@ def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, 
     """Steps 1-4 are kept as they were; steps 5-6 see the batches and masks an uninterrupted 6-step run sees
     (the learning rate of steps 5-6 follows the 6-step schedule: see docs/reliability.md)."""
     seen: list[tuple[int, tuple]] = []
-    original_step = retromae.train.Trainer._optimizer_step
+    original_step = retromae.training.loop.Trainer._optimizer_step
 
     def record_batches(self, batches):
         def recorded():
@@ -124,7 +125,7 @@ def test_a_longer_resumed_run_continues_the_same_data_and_masks(tiny_model_dir, 
                 yield batch
         return original_step(self, recorded())
 
-    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", record_batches)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "_optimizer_step", record_batches)
     straight = tmp_path / "straight"
     pretrain(run_config(tiny_model_dir, tiny_corpus, straight, max_steps=6))
     reference, seen[:] = list(seen), []
@@ -154,13 +155,13 @@ def test_a_finished_run_resumed_longer_follows_the_longer_schedule(tiny_model_di
     runs at the 20-step schedule's rate, the first one included (before: at the checkpoint's 0), and the rates logged
     at steps 11-20 are the documented rule's."""
     used: dict[int, float] = {}
-    original_step = retromae.train.Trainer._optimizer_step
+    original_step = retromae.training.loop.Trainer._optimizer_step
 
     def record_rate(self, batches):
         used[self.state.step + 1] = self.optimizer.param_groups[0]["lr"]
         return original_step(self, batches)
 
-    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", record_rate)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "_optimizer_step", record_rate)
     output = tmp_path / "run"
     pretrain(run_config(tiny_model_dir, tiny_corpus, output, max_steps=10, save_every=5))
     assert run_metrics(output)[-1]["lr"] == 0.0
@@ -187,17 +188,17 @@ def test_resume_with_other_logging_and_saving_is_accepted(tiny_model_dir, tiny_c
 
 def test_kill_minus_nine_then_resume_reproduces_the_losses(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch):
     reference = run_metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "straight")))
-    original = retromae.train.Trainer._optimizer_step
+    original = retromae.training.loop.Trainer._optimizer_step
 
     def dies_in_step_five(self, batches):
         if self.state.step == 4:
             raise KeyboardInterrupt("killed between checkpoints")
         return original(self, batches)
 
-    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", dies_in_step_five)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "_optimizer_step", dies_in_step_five)
     with pytest.raises(KeyboardInterrupt):
         pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed"))
-    monkeypatch.setattr(retromae.train.Trainer, "_optimizer_step", original)
+    monkeypatch.setattr(retromae.training.loop.Trainer, "_optimizer_step", original)
     resumed = run_metrics(pretrain(run_config(tiny_model_dir, tiny_corpus, tmp_path / "killed", resume=True)))
     assert [m["loss"] for m in resumed] == pytest.approx([m["loss"] for m in reference], rel=1e-5)
 
@@ -216,7 +217,8 @@ def test_pruning_keeps_the_newest_steps_by_number(tiny_model_dir, tiny_corpus, t
                 (folder / name / file.name).write_bytes(file.read_bytes())
     foreign = folder / "step-20000000"
     foreign.mkdir()
-    retromae.train.prune_checkpoints(output, keep=1, identity=retromae.train.checkpoint_identity(mine))
+    retromae.training.checkpoints.prune_checkpoints(output, keep=1,
+                                                    identity=retromae.training.checkpoints.checkpoint_identity(mine))
     assert checkpoints(output) == ["step-10000000", "step-20000000"]
 
 
@@ -406,7 +408,7 @@ def test_ctrl_c_prints_one_line(tiny_model_dir, tiny_corpus, tmp_path, monkeypat
 
 
 def test_atomic_writes_get_the_permissions_of_the_umask(tmp_path):
-    from retromae.io import atomic_directory, write_text_atomic
+    from retromae.runtime.io import atomic_directory, write_text_atomic
 
     previous = os.umask(0o022)
     try:

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from conftest import make_sentences
 
-from retromae.config import ConfigError
-from retromae.encoder import Encoder
-from retromae.errors import DataError
+from retromae.models.encoder import Encoder
 from retromae.retrieval import index as index_module
 from retromae.retrieval.bm25 import BM25Params, bm25_search
 from retromae.retrieval.encode import SHARDS_DIR, encode_to_dir, load_embeddings
 from retromae.retrieval.index import ExactIndex, build_index, load_index, save_index, search
 from retromae.retrieval.search import dense_search, results_to_run
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
 
 TEXTS = make_sentences(23, seed=5)
 IDS = [f"d{i}" for i in range(len(TEXTS))]

@@ -21,7 +21,7 @@ from retromae.data.retrieval_sets import (
     read_trec_run,
     write_trec_run,
 )
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
 
 
 def write(path: Path, text: str) -> Path:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from retromae.cli import _chosen_command, build_parser
-from retromae.threads import cgroup_cpu_quota, configure_threads, usable_cores
+from retromae.runtime.threads import cgroup_cpu_quota, configure_threads, usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 AFFINITY = len(os.sched_getaffinity(0))
@@ -80,7 +80,7 @@ def run_python(code: str, **variables: str) -> str:
 
 def test_a_fresh_process_computes_with_the_usable_cores_unless_told():
     """Set before torch is imported, the variables reach its OpenMP runtime."""
-    code = ("import os; from retromae.threads import configure_threads; configure_threads(); import torch; "
+    code = ("import os; from retromae.runtime.threads import configure_threads; configure_threads(); import torch; "
             "print(torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'])")
     assert run_python(code) == f"{usable_cores()} PASSIVE"
     assert run_python(code, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="ACTIVE") == "1 ACTIVE"

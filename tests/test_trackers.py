@@ -10,9 +10,9 @@ import pytest
 from test_train import NoisyRegression, collate, dataset, settings
 
 from retromae.cli import main
-from retromae.config import ConfigError
-from retromae.trackers import TENSORBOARD_DIR, TRACKERS, check_installed
-from retromae.train import Trainer, seed_everything
+from retromae.runtime.options import ConfigError
+from retromae.training import Trainer, seed_everything
+from retromae.training.trackers import TENSORBOARD_DIR, TRACKERS, check_installed
 
 
 def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:

@@ -12,21 +12,24 @@ import pytest
 import torch
 from torch import nn
 
-import retromae.train
-from retromae.config import ConfigError
-from retromae.train import (
+import retromae.training.divergence
+import retromae.training.loop
+import retromae.training.metrics_log
+import retromae.training.setup
+from retromae.runtime.options import ConfigError
+from retromae.training import (
     ResumableBatchSampler,
     Trainer,
     TrainingConfig,
-    _optimizer,
-    _scheduler,
-    _Window,
     make_accelerator,
     mask_generator,
     resolve_mixed_precision,
     seed_everything,
     use_tensor_cores,
 )
+from retromae.training.loop import data_loader, loader_workers
+from retromae.training.metrics_log import LossWindow, reduce_window
+from retromae.training.optimizer import build_optimizer, build_scheduler
 
 
 class NoisyRegression(nn.Module):
@@ -67,8 +70,8 @@ def reference_records(config: TrainingConfig) -> list[dict[str, float]]:
     micro-batch, summed in Python, averaged per window and rounded to float32 (its old reduce tensor)."""
     seed_everything(config.seed)
     model, data = NoisyRegression(), dataset()
-    optimizer = _optimizer(model, config, fused=True)  # as the loop builds it on the CPU
-    scheduler = _scheduler(optimizer, config)
+    optimizer = build_optimizer(model, config, fused=True)  # as the loop builds it on the CPU
+    scheduler = build_scheduler(optimizer, config)
     batches = iter(ResumableBatchSampler(len(data), config.batch_size, config.seed))
     records, window, steps, micro = [], {}, 0, 0
     for step in range(1, config.max_steps + 1):
@@ -110,7 +113,7 @@ def test_tokens_per_second_counts_every_micro_batch(tmp_path):
 
 
 def test_window_sums_stay_device_tensors_in_float64():
-    window = _Window()
+    window = LossWindow()
     window.add({"loss": torch.tensor(1.5, dtype=torch.float64)}, 10)
     window.add({"loss": torch.tensor(0.25, dtype=torch.float64)}, 6)
     assert isinstance(window.totals["loss"], torch.Tensor) and window.totals["loss"].dtype == torch.float64
@@ -118,20 +121,21 @@ def test_window_sums_stay_device_tensors_in_float64():
 
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__")
+LOOP_FILES = {retromae.training.loop.__file__, retromae.training.metrics_log.__file__,
+              retromae.training.divergence.__file__}
 
 
 @pytest.fixture()
 def host_reads_by_the_loop(monkeypatch) -> list[str]:
-    """Every read of a tensor's value into Python made by the loop itself (`Trainer`, `_Window`; not the sampler's
-    host-side index lists), as 'method@function'."""
+    """Every read of a tensor's value into Python made by the loop itself (its modules: `Trainer`, `LossWindow`, the
+    record and the divergence checks; not the sampler's host-side index lists), as 'method@function'."""
     reads: list[str] = []
     for method in HOST_READS:
         original = getattr(torch.Tensor, method)
 
         def spy(tensor, *args, _original=original, _method=method):
             caller = sys._getframe(1).f_code
-            owner = caller.co_qualname.split(".")[0]
-            if caller.co_filename == retromae.train.__file__ and owner in ("Trainer", "_Window"):
+            if caller.co_filename in LOOP_FILES:
                 reads.append(f"{_method}@{caller.co_name}")
             return _original(tensor, *args)
 
@@ -143,33 +147,33 @@ def test_ordinary_steps_read_nothing_back_from_the_device(tmp_path, host_reads_b
     config = settings(tmp_path, max_steps=6, log_every=3)
     seed_everything(config.seed)
     Trainer(NoisyRegression(), dataset(), collate, config, count_tokens=lambda batch: len(batch["x"]) * 3).run()
-    per_log_line = ["tolist@_reduce", "item@_reduce_tokens"]  # the loss means, then the exact token count
-    finite_weights = ["item@_stop_on_nonfinite_weights"]  # once before each checkpoint (none here) and at the end
+    per_log_line = ["tolist@reduce_window", "item@reduced_tokens"]  # the loss means, then the exact token count
+    finite_weights = ["item@nonfinite_weights"]  # once before each checkpoint (none here) and at the end
     assert host_reads_by_the_loop == per_log_line * 2 + finite_weights  # none per step
 
 
 def test_loader_workers_default_to_none_on_cpu_and_honour_the_option(tmp_path):
     trainer = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))
-    assert trainer._loader_workers() == 0
-    assert not trainer._data_loader().pin_memory
+    assert loader_workers(trainer.config, trainer.accelerator.device, has_step_hook=False) == 0
+    assert not data_loader(trainer).pin_memory
     trainer.config.num_workers = 2
-    assert trainer._loader_workers() == 2
+    assert loader_workers(trainer.config, trainer.accelerator.device, has_step_hook=False) == 2
 
 
 def test_token_counts_stay_exact_past_two_to_the_24(tmp_path):
     """A window of 2^24 + 1 tokens (about 33k blocks of 512): float32 would log 2^24."""
     trainer = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))
-    window = _Window()
+    window = LossWindow()
     window.add({"loss": torch.tensor(1.0, dtype=torch.float64)}, 2**24 + 1)
-    record = trainer._reduce(window)
-    assert record["tokens"] == 2**24 + 1 and trainer.state.tokens == 2**24 + 1
+    record, tokens = reduce_window(window, trainer.accelerator, trainer.optimizer, 1, separate_heads=False)
+    assert tokens == 2**24 + 1 and record["tokens_per_s"] > 2**24
 
 
 def test_workers_start_by_forkserver_once_jax_is_loaded(tmp_path, monkeypatch):
     trainer = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path, num_workers=1))
-    assert trainer._data_loader().multiprocessing_context is None  # the platform's default (fork on Linux)
+    assert data_loader(trainer).multiprocessing_context is None  # the platform's default (fork on Linux)
     monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
-    assert trainer._data_loader().multiprocessing_context.get_start_method() == "forkserver"
+    assert data_loader(trainer).multiprocessing_context.get_start_method() == "forkserver"
 
 
 def test_processes_wait_for_rank_zero_work_past_nccl_default(tmp_path):
@@ -198,7 +202,7 @@ def test_on_a_cpu_fp16_is_refused_and_bf16_follows_the_cpu(monkeypatch):
         resolve_mixed_precision("fp16")
     assert resolve_mixed_precision("bf16") == "bf16" and resolve_mixed_precision("no") == "no"
     for pays, expected in ((True, "bf16"), (False, "no")):
-        monkeypatch.setattr(retromae.train, "auto_bf16", lambda pays=pays: pays)
+        monkeypatch.setattr(retromae.training.setup, "auto_bf16", lambda pays=pays: pays)
         assert resolve_mixed_precision("auto") == expected
 
 
@@ -223,9 +227,9 @@ class Lengths(list):
 
 
 def test_batches_are_grouped_by_length_where_the_data_has_lengths(tmp_path):
-    grouped = Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path))._data_loader()
+    grouped = data_loader(Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path)))
     assert grouped.batch_sampler.lengths is not None
     plain = Trainer(NoisyRegression(), Lengths(dataset()), collate, settings(tmp_path, group_by_length=False))
-    assert plain._data_loader().batch_sampler.lengths is None
+    assert data_loader(plain).batch_sampler.lengths is None
     without = Trainer(NoisyRegression(), dataset(), collate, settings(tmp_path))  # a plain list: no lengths
-    assert without._data_loader().batch_sampler.lengths is None
+    assert data_loader(without).batch_sampler.lengths is None

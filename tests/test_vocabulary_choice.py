@@ -1,4 +1,4 @@
-"""`--vocabulary-loss auto` on the CPU (`retromae.vocabulary_choice`): the choice from timings (injected, never
+"""`--vocabulary-loss auto` on the CPU (`retromae.training.vocabulary_choice`): the choice from timings (injected, never
 measured here: tests check logic, not speed), the cache keyed by CPU, threads, torch version, precision and shape,
 re-measured when damaged, and the real timing of every candidate at a tiny shape."""
 
@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from retromae import onednn
-from retromae.vocabulary_choice import (
+from retromae.models import onednn
+from retromae.training.vocabulary_choice import (
     CALIBRATION_ROWS,
     MARGIN,
     auto_kind,
@@ -96,7 +96,7 @@ def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, t
 
     from retromae.data.token_store import default_cache_dir
     from retromae.pretraining.run import choose_vocabulary_loss
-    from retromae.vocabulary_choice import CACHE_FILE
+    from retromae.training.vocabulary_choice import CACHE_FILE
 
     objective = build("retromae", tiny_tokenizer)
     vocab, width = objective.vocabulary.projection.weight.shape

@@ -18,7 +18,7 @@ does what the command does and returns what it wrote:
 
 Like the CLI, an entry point (and `retromae.Encoder.load` and `.save`) keeps the libraries' own output
 (transformers' load reports and bars, hub retries) quiet; `with library_output(True):`
-(`from retromae.console import library_output`) around a call shows it, as `--verbose` does.
+(`from retromae.runtime.console import library_output`) around a call shows it, as `--verbose` does.
 `retromae.objectives` are plain torch modules for a loop of one's own; `retromae.ObjectiveModule` and
 `retromae.TextCollator` put one under a transformers `Trainer`. Every name is imported on first use, so
 `import retromae` (and `retromae --help`) loads no torch.
@@ -29,45 +29,37 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from retromae.runtime.old_paths import install as _install_old_paths
+
 __version__ = "0.1.0"
 
-# Public name → "module" (the name is that module) or "module:attribute".
+# Public name → "module:attribute": the entry points are `retromae.api`'s functions, the configs their packages'.
+_ENTRY_POINTS = ("pretrain", "finetune", "encode", "index", "search", "bm25", "evaluate", "mine", "init_model",
+                 "train_reranker", "score", "report", "quickstart", "adapt")
 _PUBLIC = {
-    "pretrain": "retromae.pretraining.run",  # a callable module (`retromae.callable_module.CallableModule`)
-    "finetune": "retromae.finetune",  # likewise
-    "encode": "retromae.api:encode",
-    "index": "retromae.commands.index:index",
-    "search": "retromae.commands.search:search",
-    "bm25": "retromae.commands.bm25:bm25",
-    "evaluate": "retromae.api:evaluate",
-    "mine": "retromae.commands.mine:mine",
-    "init_model": "retromae.commands.init_model:init_model",
-    "train_reranker": "retromae.api:train_reranker",
-    "score": "retromae.commands.score:score",
-    "report": "retromae.commands.report:report",
-    "quickstart": "retromae.quickstart",  # a callable module, as pretrain
-    "adapt": "retromae.adapt",  # a callable package, as finetune
+    **{name: f"retromae.api:{name}" for name in _ENTRY_POINTS},
     "PretrainConfig": "retromae.pretraining.config:PretrainConfig",
-    "FinetuneConfig": "retromae.finetune.run:FinetuneConfig",
+    "FinetuneConfig": "retromae.finetuning.config:FinetuneConfig",
     "EncodeConfig": "retromae.retrieval.config:EncodeConfig",
-    "IndexConfig": "retromae.commands.index:IndexConfig",
-    "SearchConfig": "retromae.commands.search:SearchConfig",
-    "BM25Config": "retromae.commands.bm25:BM25Config",
+    "IndexConfig": "retromae.retrieval.config:IndexConfig",
+    "SearchConfig": "retromae.retrieval.config:SearchConfig",
+    "BM25Config": "retromae.retrieval.config:BM25Config",
     "EvaluateConfig": "retromae.evaluation.config:EvaluateConfig",
-    "MineConfig": "retromae.commands.mine:MineConfig",
-    "InitModelConfig": "retromae.commands.init_model:InitModelConfig",
-    "RerankerConfig": "retromae.reranker_config:RerankerConfig",
-    "ScoreConfig": "retromae.commands.score:ScoreConfig",
-    "ReportConfig": "retromae.commands.report:ReportConfig",
-    "QuickstartConfig": "retromae.quickstart_config:QuickstartConfig",
-    "AdaptConfig": "retromae.adapt.config:AdaptConfig",
-    "Encoder": "retromae.encoder:Encoder",
+    "MineConfig": "retromae.retrieval.config:MineConfig",
+    "InitModelConfig": "retromae.pretraining.config:InitModelConfig",
+    "RerankerConfig": "retromae.reranking.config:RerankerConfig",
+    "ScoreConfig": "retromae.reranking.config:ScoreConfig",
+    "ReportConfig": "retromae.evaluation.config:ReportConfig",
+    "QuickstartConfig": "retromae.workflows.config:QuickstartConfig",
+    "AdaptConfig": "retromae.adaptation.config:AdaptConfig",
+    "Encoder": "retromae.models.encoder:Encoder",
     "Searcher": "retromae.retrieval.searcher:Searcher",
     "Hit": "retromae.retrieval.searcher:Hit",
     "objectives": "retromae.objectives",
     "ObjectiveModule": "retromae.pretraining.hf_trainer:ObjectiveModule",
     "TextCollator": "retromae.pretraining.hf_trainer:TextCollator",
 }
+_install_old_paths()  # `retromae.train` and the other paths before the folders, for one release
 __all__ = ["__version__", *_PUBLIC]
 
 

@@ -1,61 +1,146 @@
-"""What the public Python API needs besides the commands' own entry points (`retromae/__init__.py` lists them all).
+"""The Python API: one plain function per command, each run as the command runs, quietly.
 
-Owns: `encode(config)`, the library side of `retromae encode`, and the public forms of the entry points whose
-implementations take a config only (`evaluate`, `train_reranker`, `quickstart`).
-Every entry point runs quietly (`console.quiet_by_default`). Imports no torch until called.
+Owns the entry points `retromae/__init__.py` re-exports (`retromae.pretrain(...)`, `retromae.index(...)`, ...): each
+takes its command's config, or the config's options as keywords, hands it to the package that runs the command and
+returns what that wrote. Every one runs within `runtime.console.quiet_by_default` (the libraries' own output hidden
+unless `library_output(True)` is around the call; the outputs released on return). Does not own any command's
+work, options or printing (each package's `run` module and `config` module do). The configs imported here import no
+torch; each entry point imports the package that runs it when called, so `import retromae` loads no torch.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from retromae.console import quiet_by_default
-from retromae.processes import process_state
-from retromae.quickstart_config import QuickstartConfig
-from retromae.reranker_config import RerankerConfig
-from retromae.retrieval.config import EncodeConfig, read_texts
+from retromae.adaptation.config import AdaptConfig
+from retromae.evaluation.config import EvaluateConfig, ReportConfig
+from retromae.finetuning.config import FinetuneConfig
+from retromae.pretraining.config import InitModelConfig, PretrainConfig
+from retromae.reranking.config import RerankerConfig, ScoreConfig
+from retromae.retrieval.config import BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
+from retromae.runtime.console import quiet_by_default
+from retromae.workflows.config import QuickstartConfig
 
-
-@quiet_by_default
-def encode(config: Any = None, /, **options: Any) -> Path:
-    """Encode a corpus or queries file into an embeddings folder as `config` (an `EncodeConfig`, or its options as
-    keywords) says; returns the folder (`retrieval.encode` describes its layout)."""
-    from retromae.retrieval.encode import encode_to_dir  # torch: imported on call, so `import retromae` loads none
-
-    config = config if config is not None else EncodeConfig(**options)
-    ids, texts = read_texts(config)
-    prefix, max_length = config.text_options
-    encoder = config.load_encoder(process_state().device)
-    return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
-                         batch_size=config.batch_size, max_length=max_length, prefix=prefix,
-                         show_progress=config.progress, overwrite=config.overwrite,
-                         description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
-                         source=config.corpus or config.queries)
+if TYPE_CHECKING:
+    from retromae.retrieval.searcher import Hit
 
 
 @quiet_by_default
-def evaluate(config: Any = None, /, **options: Any) -> dict[str, Any]:
-    """Evaluate a model or a run as `config` (an `EvaluateConfig`, or its options as keywords) says; returns the
-    metrics (`retromae.evaluation.run.evaluate` describes them)."""
-    from retromae.evaluation.run import evaluate as run_evaluation  # numpy and the search stack: only on call
+def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
+    """Pre-train an encoder as `config` (or `PretrainConfig(**options)`) says; returns the output folder."""
+    from retromae.pretraining.run import pretrain as run  # torch: only on call
 
-    return run_evaluation(config, **options)
-
-
-@quiet_by_default
-def train_reranker(config: Any = None, /, **options: Any) -> Path:
-    """Train a cross-encoder as `config` (a `RerankerConfig`, or its options as keywords) says; returns the output
-    folder (the model in its reranker/)."""
-    from retromae.reranker import train_reranker as train  # torch: only on call
-
-    return train(config if config is not None else RerankerConfig(**options))
+    return run(config if config is not None else PretrainConfig(**options))
 
 
 @quiet_by_default
-def quickstart(config: Any = None, /, **options: Any) -> dict[str, dict[str, float]]:
-    """The quickstart's comparison as `config` (a `QuickstartConfig`, or its options as keywords) says; returns the
-    test metrics (and minutes) per model."""
-    from retromae.quickstart import quickstart as run_quickstart  # torch: only on call
+def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
+    """Fine-tune a dense retriever as `config` (or `FinetuneConfig(**options)`) says; returns the output folder."""
+    from retromae.finetuning.run import finetune as run  # torch: only on call
 
-    return run_quickstart(config if config is not None else QuickstartConfig(**options))
+    return run(config if config is not None else FinetuneConfig(**options))
+
+
+@quiet_by_default
+def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
+    """Adapt an embedder to a corpus as `config` (or `AdaptConfig(**options)`) says; returns the output folder."""
+    from retromae.adaptation.run import adapt as run  # torch: only on call
+
+    return run(config if config is not None else AdaptConfig(**options))
+
+
+@quiet_by_default
+def encode(config: EncodeConfig | None = None, /, **options: Any) -> Path:
+    """Encode a corpus or queries file as `config` (or `EncodeConfig(**options)`) says; returns the embeddings folder
+    (`retrieval.encode` describes its layout)."""
+    from retromae.retrieval.run import encode as run  # torch: only on call
+
+    return run(config if config is not None else EncodeConfig(**options))
+
+
+@quiet_by_default
+def index(config: IndexConfig | None = None, /, **options: Any) -> Path:
+    """Index an embeddings folder as `config` (or `IndexConfig(**options)`) says; returns the index folder."""
+    from retromae.retrieval.run import index as run  # numpy and faiss: only on call
+
+    return run(config if config is not None else IndexConfig(**options))
+
+
+@quiet_by_default
+def search(config: SearchConfig | None = None, /, **options: Any) -> Path | list[list[Hit]]:
+    """Search an index as `config` (or `SearchConfig(**options)`) says; returns the TREC run file, or with `query`
+    the hits of each query."""
+    from retromae.retrieval.run import search as run  # numpy, faiss and torch: only on call
+
+    return run(config if config is not None else SearchConfig(**options))
+
+
+@quiet_by_default
+def bm25(config: BM25Config | None = None, /, **options: Any) -> Path:
+    """A BM25 run as `config` (or `BM25Config(**options)`) says; returns the TREC run file."""
+    from retromae.retrieval.run import bm25 as run  # numpy and bm25s: only on call
+
+    return run(config if config is not None else BM25Config(**options))
+
+
+@quiet_by_default
+def evaluate(config: EvaluateConfig | None = None, /, **options: Any) -> dict[str, Any]:
+    """Evaluate a model or a run as `config` (or `EvaluateConfig(**options)`) says; returns the metrics
+    (`retromae.evaluation.run.evaluate` describes them)."""
+    from retromae.evaluation.run import evaluate as run  # numpy and the search stack: only on call
+
+    return run(config if config is not None else EvaluateConfig(**options))
+
+
+@quiet_by_default
+def mine(config: MineConfig | None = None, /, **options: Any) -> Path:
+    """Mine hard negatives as `config` (or `MineConfig(**options)`) says; returns the training file written."""
+    from retromae.retrieval.run import mine as run  # torch and faiss: only on call
+
+    return run(config if config is not None else MineConfig(**options))
+
+
+@quiet_by_default
+def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path:
+    """A random model and its tokenizer as `config` (or `InitModelConfig(**options)`) says; returns the model
+    folder."""
+    from retromae.pretraining.scratch import init_model as run  # torch: only on call
+
+    return run(config if config is not None else InitModelConfig(**options))
+
+
+@quiet_by_default
+def train_reranker(config: RerankerConfig | None = None, /, **options: Any) -> Path:
+    """Train a cross-encoder as `config` (or `RerankerConfig(**options)`) says; returns the output folder (the model
+    in its reranker/)."""
+    from retromae.reranking.run import train_reranker as run  # torch: only on call
+
+    return run(config if config is not None else RerankerConfig(**options))
+
+
+@quiet_by_default
+def score(config: ScoreConfig | None = None, /, **options: Any) -> Path:
+    """Score a training file with a cross-encoder as `config` (or `ScoreConfig(**options)`) says; returns the training
+    file written."""
+    from retromae.reranking.run import score as run  # torch: only on call
+
+    return run(config if config is not None else ScoreConfig(**options))
+
+
+@quiet_by_default
+def report(config: ReportConfig | None = None, /, **options: Any) -> Path:
+    """Gather variant folders into a report as `config` (or `ReportConfig(**options)`) says; returns the report
+    folder."""
+    from retromae.evaluation.experiments import report as run  # matplotlib: only on call
+
+    return run(config if config is not None else ReportConfig(**options))
+
+
+@quiet_by_default
+def quickstart(config: QuickstartConfig | None = None, /, **options: Any) -> dict[str, dict[str, float]]:
+    """The quickstart's comparison as `config` (or `QuickstartConfig(**options)`) says; returns the test metrics
+    (and minutes) per model."""
+    from retromae.workflows.quickstart import quickstart as run  # torch: only on call
+
+    return run(config if config is not None else QuickstartConfig(**options))

@@ -1,14 +1,15 @@
 """The `retromae` command line: one subcommand per module in `retromae.commands`.
 
-Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see `retromae.console`)
-and `--threads` (the CPU threads, `retromae.threads`, set before a command imports torch), turning library errors
-into a one-line message and exit code 2, failures of the operating system into one line naming the path and the
-cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop, `kill`) into the same line
-(exit code 143), refusing a multi-process launch that started one process (`retromae.processes`), and running the
-checks that need no heavy import before the command (`retromae.preflight`: a missing input path or `--model`
-folder). Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
-a command that splits its work over a multi-process launch says so with `PROCESSES = "several"`;
-this file knows none of them by name. A command's `-h` comes last, after its required inputs and options.
+Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see
+`retromae.runtime.console`) and `--threads` (the CPU threads, `retromae.runtime.threads`, set before a command imports
+torch), turning library errors into a one-line message and exit code 2, failures of the operating system into one line
+naming the path and the cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
+`kill`) into the same line (exit code 143), refusing a multi-process launch that started one process
+(`retromae.runtime.processes`), and running the checks that need no heavy import before the command
+(`retromae.preflight`: a missing input path or `--model` folder). Each command module defines `HELP` (one line),
+`add_arguments(parser)` and `run(args) -> int`; a command that splits its work over a multi-process launch says so with
+`PROCESSES = "several"`; this file knows none of them by name. A command's `-h` comes last, after its required inputs
+and options.
 
 Start-up stays light: the command list (`retromae --help`) is read from each module's source without importing
 it, and only the chosen command's module is imported and asked for its options. So no command pays for another's
@@ -30,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import commands
-from retromae.config import check_command_line
-from retromae.console import library_output
-from retromae.errors import FileSystemError, RetroMAEError, os_error_line
 from retromae.preflight import check_arguments
-from retromae.processes import check_launch
-from retromae.threads import configure_threads
+from retromae.runtime.console import library_output
+from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line
+from retromae.runtime.options import check_command_line
+from retromae.runtime.processes import check_launch
+from retromae.runtime.threads import configure_threads
 
 VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars and reports, bm25s bars, "
                 "warnings), hidden by default; before or after the command name")
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         print(INTERRUPTED.format("interrupted"), file=sys.stderr)
         return 130
     finally:
-        if (claims := sys.modules.get("retromae.run_folder")) is not None:
+        if (claims := sys.modules.get("retromae.runtime.run_folder")) is not None:
             claims.release()  # the command's outputs are free for the next one (without importing it for --help)
 
 

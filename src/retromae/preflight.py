@@ -10,7 +10,7 @@ local cache (`cached_on_disk`, read from the cache's folders without importing h
 a cached model runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders read the cache at once instead of
 retrying the hub for half a minute; an uncached one is refused in one line that says the hub was unreachable; with
 `HF_HUB_OFFLINE` set, the hub is not tried at all.
-Does not own what a folder holds (`retromae.model_source.resolve_model`, which this calls) nor loading a model.
+Does not own what a folder holds (`retromae.models.model_source.resolve_model`, which this calls) nor loading a model.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from retromae.config import build_config
-from retromae.errors import DataError, ModelLoadError
-from retromae.model_source import looks_local, resolve_model
+from retromae.models.model_source import looks_local, resolve_model
+from retromae.runtime.errors import DataError, ModelLoadError
+from retromae.runtime.options import build_config
 
 T = TypeVar("T")
 
@@ -51,8 +51,8 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def configured(config_cls: type[T], args: argparse.Namespace) -> T:
-    """The command's options (`retromae.config.build_config`: a missing or invalid option named first), then each
-    hub model they name checked (`check_model`): all before the command imports torch."""
+    """The command's options (`retromae.runtime.options.build_config`: a missing or invalid option named first), then
+    each hub model they name checked (`check_model`): all before the command imports torch."""
     config = build_config(config_cls, args)
     for option in MODEL_OPTIONS:
         for name in _values(getattr(config, option, None)):

@@ -3,9 +3,9 @@ importing torch so that `--help` stays instant.
 
 Submodules: `families` (the torch-free table of families, `FAMILIES`: names, model types, tokenizer kinds, where
 each adapter lives), `registry` (the family adapters, imported from the table when a model needs one, and finding
-a model's), `base` (what every adapter answers), one adapter module per family (the table names each), and
-`masked_lm` (loading a masked-LM backbone with the attention asked for, and the handles objectives need). Adding a
-family is its adapter module and one entry in `families.FAMILIES`.
+a model's), `base` (what every adapter answers), and one adapter module per family (the table names each). Loading a
+masked-LM backbone with the attention asked for, and the handles objectives need, is `retromae.models.masked_lm`.
+Adding a family is its adapter module and one entry in `families.FAMILIES`.
 """
 
 from retromae.backbones.families import architecture_names

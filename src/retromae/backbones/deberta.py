@@ -14,7 +14,7 @@ from torch import nn
 from transformers import DebertaV2Config, PretrainedConfig, PreTrainedModel
 
 from retromae.backbones.base import BackboneAdapter, DecoderPositions
-from retromae.errors import ModelLoadError
+from retromae.runtime.errors import ModelLoadError
 
 ROTARY_BASE = 10_000.0
 

@@ -8,7 +8,7 @@ string lists families by hand. Everything that names, offers or builds a family 
 `init-model`, `quickstart` and `pretrain`, `retromae.pretraining.scratch`, and the adapter registry
 (`retromae.backbones.registry`, which imports an adapter only when a model of its family is loaded or built).
 Adding a family is its adapter module and one entry here. Does not own what an adapter answers
-(`retromae.backbones.base`) or the tokenizer kinds (`retromae.tokenizer_training.KINDS`).
+(`retromae.backbones.base`) or the tokenizer kinds (`retromae.models.tokenizer_training.KINDS`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from retromae.errors import ModelLoadError
+from retromae.runtime.errors import ModelLoadError
 
 DEFAULT_MAX_POSITIONS = 512  # the longest input of a model built from scratch, unless its family says otherwise
 

@@ -23,7 +23,7 @@ from retromae.backbones.families import (
     family_reading,
     supported_families,
 )
-from retromae.errors import ModelLoadError
+from retromae.runtime.errors import ModelLoadError
 
 __all__ = ["ARCHITECTURES", "BackboneAdapter", "DecoderPositions", "adapter_for", "architecture_adapter",
            "find_adapter", "supported_families"]

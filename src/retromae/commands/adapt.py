@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.adapt.config import AdaptConfig
-from retromae.config import add_config_arguments
+from retromae.adaptation.config import AdaptConfig
 from retromae.preflight import configured
+from retromae.runtime.options import add_config_arguments
 
 HELP = ("adapt an embedder to your corpus without labels (contrastive crops in its own similarity, or distillation "
         "from the BM25 + base hybrid, averaged with the base and scored on held-out validation: the base is kept "
@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = configured(AdaptConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
-    from retromae.adapt.run import GUARD_FILE, UNSEEN_FILE, adapt
-    from retromae.console import wrote
+    from retromae.adaptation.run import GUARD_FILE, UNSEEN_FILE, adapt
+    from retromae.runtime.console import wrote
 
     started = time.perf_counter()
     output = adapt(config)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 
-from retromae.config import add_config_arguments
 from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, metrics
 from retromae.preflight import configured
+from retromae.runtime.options import add_config_arguments
 
 HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in metrics(RANKING))}@k on BEIR or "
         f"MS MARCO (one table over many data sets and models, BM25 and the hybrid beside, a paired test), "

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.config import add_config_arguments
-from retromae.finetune.config import FinetuneConfig
+from retromae.finetuning.config import FinetuneConfig
 from retromae.preflight import configured
+from retromae.runtime.options import add_config_arguments
 
-PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.runtime.processes)
 HELP = "fine-tune a dense retriever (in-batch, BM25, mined or ANCE negatives; distillation); flags override --config"
 
 
@@ -21,11 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = configured(FinetuneConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
-    from retromae.console import written, wrote
-    from retromae.finetune.negatives import NEGATIVES_DIR
-    from retromae.finetune.run import finetune
-    from retromae.processes import is_main_process
-    from retromae.trackers import TENSORBOARD_DIR
+    from retromae.finetuning.negatives import NEGATIVES_DIR
+    from retromae.finetuning.run import finetune
+    from retromae.runtime.console import written, wrote
+    from retromae.runtime.processes import is_main_process
+    from retromae.training.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = finetune(config)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.config import add_config_arguments
+from retromae.evaluation.probe_options import BEST_PROBE_DIR
 from retromae.preflight import configured
-from retromae.pretraining.config import BEST_PROBE_DIR, PretrainConfig
+from retromae.pretraining.config import PretrainConfig
+from retromae.runtime.options import add_config_arguments
 
-PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.runtime.processes)
 HELP = ("pre-train an encoder with RetroMAE or another of the field's objectives (--objective: each has its options "
         "section); flags override --config")
 
@@ -21,11 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = configured(PretrainConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
-    from retromae.console import written, wrote
-    from retromae.export import HEAD_FILE
+    from retromae.models.export import HEAD_FILE
     from retromae.pretraining.run import pretrain
-    from retromae.processes import is_main_process
-    from retromae.trackers import TENSORBOARD_DIR
+    from retromae.runtime.console import written, wrote
+    from retromae.runtime.processes import is_main_process
+    from retromae.training.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = pretrain(config)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from retromae.config import add_config_arguments
 from retromae.preflight import configured
-from retromae.quickstart_config import QuickstartConfig
+from retromae.runtime.options import add_config_arguments
+from retromae.workflows.config import QuickstartConfig
 
 HELP = ("pre-train a small encoder with MLM and with RetroMAE under one budget, fine-tune both and the "
         "un-pre-trained encoder (CLS pooling), and evaluate them against BM25, offline (the standard library's "
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = configured(QuickstartConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
-    from retromae.quickstart import quickstart
+    from retromae.workflows.quickstart import quickstart
 
     quickstart(config)
     return 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from retromae.config import add_config_arguments
 from retromae.preflight import configured
-from retromae.reranker_config import RerankerConfig
+from retromae.reranking.config import RerankerConfig
+from retromae.runtime.options import add_config_arguments
 
 NAME = "train-reranker"
-PROCESSES = "several"  # splits its work over a multi-process launch (retromae.processes)
+PROCESSES = "several"  # splits its work over a multi-process launch (retromae.runtime.processes)
 HELP = "train a cross-encoder reranker (listwise loss over mined negatives), the teacher for finetune --distill"
 
 
@@ -21,10 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = configured(RerankerConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
-    from retromae.console import written, wrote
-    from retromae.processes import is_main_process
-    from retromae.reranker import RERANKER_DIR, train_reranker
-    from retromae.trackers import TENSORBOARD_DIR
+    from retromae.reranking.run import RERANKER_DIR, train_reranker
+    from retromae.runtime.console import written, wrote
+    from retromae.runtime.processes import is_main_process
+    from retromae.training.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = train_reranker(config)

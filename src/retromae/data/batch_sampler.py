@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
 
 # Length grouping sorts windows of this many global batches by length, as transformers' `group_by_length` sorts
 # "mega-batches" of 50: wide enough that a window holds many lengths, narrow enough that the order stays random.

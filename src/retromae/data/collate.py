@@ -11,7 +11,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retromae.data.token_store import TokenStore
-from retromae.errors import ModelLoadError
+from retromae.runtime.errors import ModelLoadError
 
 Block = tuple[np.ndarray, np.ndarray]
 

@@ -26,9 +26,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retromae.data.collate import Block, BlockCollator
-from retromae.data.lines import check_regular_file, numbered_lines, parse_json_line
 from retromae.data.token_store import TokenStore, plain_backend, word_starts_of
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
+from retromae.runtime.lines import check_regular_file, numbered_lines, parse_json_line
 
 SUBSPAN_SHARE = (0.25, 0.5)
 CROP_SHARE = (0.1, 0.5)  # Contriever's ratio_min, ratio_max

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from retromae.data.fields import document_fields
-from retromae.data.lines import check_regular_file, clean_text, numbered_line_pieces, numbered_lines, parse_json_line
-from retromae.errors import DataError
-from retromae.long_texts import last_cut
+from retromae.data.long_texts import last_cut
+from retromae.runtime.errors import DataError
+from retromae.runtime.lines import check_regular_file, clean_text, numbered_line_pieces, numbered_lines, parse_json_line
 
 HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -69,7 +69,7 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
 def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) -> Iterator[tuple[str, bool]]:
     """(text, whether it ends its document) per piece of the documents of `iter_corpus(sources)`, in order: a
     document of up to `size` characters is one piece, a longer one is cut before one of the characters `splits`
-    (those the tokenizer always splits words at, `retromae.long_texts.split_characters`; at `size` characters in a
+    (those the tokenizer always splits words at, `retromae.data.long_texts.split_characters`; at `size` characters in a
     run without any; `cut_pieces`). A `.txt` file of one document per line is read a piece of a line at a time, so
     a long line is never held whole."""
     if isinstance(sources, (str, Path)):
@@ -92,7 +92,7 @@ def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) ->
 
 def cut_pieces(fragments: Iterable[tuple[str, bool]], size: int, splits: str) -> Iterator[tuple[str, bool]]:
     """Re-cut a stream of (text, ends its document) fragments into pieces of at most `size` characters, each cut
-    at the last cut in its `size` characters (`retromae.long_texts.last_cut`: before one of the characters `splits`
+    at the last cut in its `size` characters (`retromae.data.long_texts.last_cut`: before one of the characters `splits`
     that follows a non-whitespace character; at `size` when there is none): the same pieces whatever the fragments,
     so a document read whole and one read in pieces tokenise alike, tokens and words. `splits` must be characters the
     tokenizer always splits a word at (Metaspace keeps a tab or a newline inside its word), and a cut inside a

@@ -9,7 +9,7 @@ object, or a title that is a number, is refused, never turned into its repr); an
 line (`read_id_lines`, the `ids.txt` of embeddings and index folders). Every reader of ids (corpora, queries, qrels,
 TREC runs, training files, pre-training corpora, ids.txt) goes through here, so one rule holds everywhere and an id
 read by one command is read alike by every other. Errors name the file and line. Does not own reading lines
-(`retromae.data.lines`) or the formats' layouts (`retrieval_sets`, `corpus`, `training_groups`, `contrastive`).
+(`retromae.runtime.lines`) or the formats' layouts (`retrieval_sets`, `corpus`, `training_groups`, `contrastive`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from retromae.data.lines import check_regular_file
-from retromae.errors import DataError
+from retromae.runtime.errors import DataError
+from retromae.runtime.lines import check_regular_file
 
 LINE_END = b"\n"
 WHITESPACE = re.compile(r"\s")  # exactly str.isspace's characters, which include every line end splitlines knows

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from retromae.config import require
 from retromae.data.fields import check_id, document_fields, id_problem, record_id, string_field
-from retromae.data.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
-from retromae.errors import DataError, NonFiniteError
-from retromae.io import write_text_atomic
+from retromae.runtime.errors import DataError, NonFiniteError
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
+from retromae.runtime.options import require
 
 logger = logging.getLogger(__name__)
 MAX_IDS_SHOWN = 5

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from retromae.io import atomic_directory
+from retromae.runtime.io import atomic_directory
 
 SKIPPED_PARTS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo"}
 

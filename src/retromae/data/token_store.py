@@ -18,7 +18,7 @@ block length when blocks are shorter), or when it is the whole document and has 
 `MIN_DOCUMENT_TOKENS`; otherwise its tokens are dropped. Documents with no kept block are not counted.
 
 Long documents: a document longer than `PIECE_CHARACTERS` is tokenised in pieces cut before a whitespace
-character at which the tokenizer always splits words (`retromae.long_texts.split_characters`: space, tab and
+character at which the tokenizer always splits words (`retromae.data.long_texts.split_characters`: space, tab and
 newline for WordPiece and byte-level BPE, the space alone for Metaspace), read in pieces too from a `.txt` file of
 one document per line (`iter_corpus_pieces`), and packed as the pieces arrive (`_StoreWriter`), so memory does not
 grow with the length of one document (docs/reliability.md); the tokens are those of the whole text.
@@ -39,14 +39,14 @@ import numpy as np
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from retromae.config import require
-from retromae.console import progress
 from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, parse_hf_source
-from retromae.data.lines import check_regular_file, read_json_file
-from retromae.errors import DataError, FileSystemError
-from retromae.io import atomic_directory, write_text_atomic
-from retromae.long_texts import split_characters
-from retromae.run_folder import file_fingerprint
+from retromae.data.long_texts import split_characters
+from retromae.runtime.console import progress
+from retromae.runtime.errors import DataError, FileSystemError
+from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.lines import check_regular_file, read_json_file
+from retromae.runtime.options import require
+from retromae.runtime.run_folder import file_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
 
 def source_fingerprint(source: str | Path) -> list[Any]:
     """What identifies a source's content: resolved path and content fingerprint (size and a hash of every byte,
-    `retromae.run_folder.file_fingerprint`) of each file, or the hf: name."""
+    `retromae.runtime.run_folder.file_fingerprint`) of each file, or the hf: name."""
     if isinstance(source, str) and source.startswith(HF_PREFIX):
         name, config = parse_hf_source(source)
         if not Path(name).exists():

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from retromae.data.fields import check_id
-from retromae.data.lines import finite_number, json_object_line, numbered_lines
 from retromae.data.retrieval_sets import load_retrieval_set
-from retromae.errors import DataError
-from retromae.io import atomic_path
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_path
+from retromae.runtime.lines import finite_number, json_object_line, numbered_lines
 
 
 @dataclass

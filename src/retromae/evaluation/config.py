@@ -1,8 +1,9 @@
-"""The options of `retromae evaluate` (and of `retromae.evaluate(...)`), declared apart from running them.
+"""The options of `retromae evaluate` and `retromae report` (and of `retromae.evaluate(...)`, `retromae.report(...)`),
+declared apart from running them.
 
 Owns: `EvaluateConfig`, which data it names (one retrieval set or STS file, several sets, or a folder of sets:
-`data_sets`) and where its results go (one JSON file, or a report folder). Does not own evaluating
-(`evaluation.run`) nor the table (`evaluation.table`).
+`data_sets`) and where its results go (one JSON file, or a report folder); `ReportConfig`. Does not own evaluating
+(`evaluation.run`), the table (`evaluation.table`) nor the report (`evaluation.experiments`).
 """
 
 from __future__ import annotations
@@ -12,18 +13,18 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retromae.config import POSITIVE, PROBABILITY, TOP_K, ConfigError, option, require
-from retromae.encoder_config import EncoderOptions
-from retromae.errors import DataError
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
+from retromae.models.encoder_config import EncoderOptions
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
-from retromae.run_folder import OutputOptions
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, ConfigError, option, require
+from retromae.runtime.run_folder import OutputOptions
 
 if TYPE_CHECKING:
     import torch
 
-    from retromae.encoder import Encoder
+    from retromae.models.encoder import Encoder
 
 TASKS = ("auto", "retrieval", "sts")
 QRELS_FORMATS = ("auto", "beir", "trec")  # as `data.retrieval_sets.load_qrels` reads them (no numpy import here)
@@ -192,3 +193,16 @@ def _sets_in(path: Path, split: str) -> list[Path]:
     if not inside:
         raise DataError(f"--data {path}: neither a data set (no {', '.join(CORPUS_FILES)}) nor a folder of data sets")
     return inside
+
+
+
+
+@dataclasses.dataclass(kw_only=True)
+class ReportConfig(OutputOptions):
+    variants: list[Path] = option(help="variant folders (or `retromae adapt` output folders), one table row each, "
+                                       "in this order")
+    output: Path = option(help="folder for report.md, report.json and the plots")
+    title: str = option("Results", "heading of report.md")
+
+    def __post_init__(self) -> None:
+        require(len(self.variants) > 0, "variants", "give at least one variant folder")

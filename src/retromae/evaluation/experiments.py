@@ -15,7 +15,8 @@ training stage and the candidate the guard chose, its columns `guard base METRIC
 validation scores of the base and of what was exported; `guard finetuned METRIC` with `adapt --train`), beside its
 eval/*.json if any.
 
-Does not own running anything, nor computing metrics, nor what `adapt` writes (`retromae.adapt.run`).
+`report(config)` is `retromae report` itself: the output folder claimed, the report written and printed. Does not
+own running experiments, nor computing metrics, nor what `adapt` writes (`retromae.adaptation.run`).
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from retromae.data.lines import appended_records, numbered_lines, read_json_file
-from retromae.errors import DataError
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
-from retromae.io import write_text_atomic
-from retromae.objectives import OBJECTIVES
-from retromae.objectives.options import DecoderOptions
+from retromae.objectives.summary import describe_pretraining
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.lines import appended_records, numbered_lines, read_json_file
+from retromae.runtime.run_folder import claim_folder, input_paths, run_identity
 
+if TYPE_CHECKING:
+    from retromae.evaluation.config import ReportConfig
+
+REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
 GUARD_FILE = "guard.json"  # what `retromae adapt` writes (adapt.run.GUARD_FILE; not imported: it loads torch)
 
 
@@ -63,28 +68,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def describe_pretraining(config: dict) -> str:
-    """A short description of a pre-training run's method, from its saved config (its objective's class says what
-    it masks and whether it has a decoder)."""
-    name = config["objective"]
-    objective = OBJECTIVES[name]
-    options = objective.options.from_values(config)
-    parts = [f"{name} {options.variant}" if options.variant else name]
-    if "encoder" in objective.masks:
-        parts.append(f"enc mask {config['encoder_mask_ratio']:g}")
-    if "decoder" in objective.masks:
-        parts.append(f"dec mask {options.decoder_mask_ratio:g}")
-    layers = options.decoder_layers if isinstance(options, DecoderOptions) else None
-    if layers:
-        parts.append(f"{layers} dec layer{'s' if layers > 1 else ''}")
-    parts.append(f"{config['max_steps']} steps")
-    if config.get("freeze_encoder_steps"):
-        parts.append(f"heads alone for the first {config['freeze_encoder_steps']}")
-    if config.get("head_learning_rate"):
-        parts.append(f"head lr {config['head_learning_rate']:g}")
-    return ", ".join(parts)
 
 
 def read_metrics(metrics: Path) -> list[dict]:
@@ -247,3 +230,13 @@ def write_report(folders: list[Path], output: Path, title: str) -> str:
     if curves:
         plot_probe_curves(curves, output / "probe-curves.png", pyplot)
     return table + probes
+
+
+def report(config: ReportConfig) -> Path:
+    """Gather variant folders into a report as `config` says; returns the report
+    folder (`retromae.report(...)`)."""
+    claim_folder(config.output, "report", run_identity(config), REPORT_FILES, overwrite=config.overwrite,
+                 inputs=input_paths(config), resumable=False)
+    print(write_report(config.variants, config.output, config.title))
+    print(f"report: {config.output / 'report.md'}")
+    return Path(config.output)

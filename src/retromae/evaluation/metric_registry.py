@@ -13,8 +13,8 @@ one is the primary metric (`primary_key`: what `retromae adapt`'s guard selects 
 
 Users: `evaluation.metrics` (averaging over queries), `evaluation.sts`, `evaluation.table`, `evaluation.config`,
 `evaluation.experiments`, `evaluation.probe` and the probe options (`retromae.pretraining.config`),
-`retromae.quickstart` and `retromae.adapt.guard`. Torch-, numpy- and scipy-free, so that `--help` and `retromae
-evaluate --run` stay fast. Does not own averaging, reading files or running models.
+`retromae.workflows.quickstart` and `retromae.adaptation.guard`. Torch-, numpy- and scipy-free, so that `--help` and
+`retromae evaluate --run` stay fast. Does not own averaging, reading files or running models.
 """
 
 from __future__ import annotations

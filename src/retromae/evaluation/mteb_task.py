@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.data.retrieval_sets import load_retrieval_set
-from retromae.errors import RetroMAEError
+from retromae.runtime.errors import RetroMAEError
 
 
 def beir_task(folder: str | Path, split: str = "test", name: str | None = None) -> Any:

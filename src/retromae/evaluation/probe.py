@@ -4,8 +4,8 @@ Owns: the seeded sample a probe evaluates (queries of a BEIR or MS MARCO folder,
 documents), and `Probe`, the Trainer's `log_extra` hook: at step 0 of a fresh run, every `probe_every` steps and at
 the last step it encodes the sample with the training encoder's [CLS] state (on the training device, main process,
 inference mode, no random draws) and returns the probe scores (`probe_ndcg@10`, `probe_recall@100`,
-`probe_sts_spearman`: the metric registry's reported keys, `pretraining.config.probe_metrics`) and `probe_seconds` for
-the step's record in metrics.jsonl. With `keep_best_probe` it exports the best-scoring encoder
+`probe_sts_spearman`: the metric registry's reported keys, `evaluation.probe_options.probe_metrics`) and `probe_seconds`
+for the step's record in metrics.jsonl. With `keep_best_probe` it exports the best-scoring encoder
 to `OUTPUT/best-probe/` (encoder/, pretrain_head.safetensors, probe.json; sentence-transformer/ at the end), a
 folder the checkpoint pruning never sees. Does not own the training loop, encoding, search or metric definitions.
 """
@@ -22,22 +22,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from retromae.data.lines import read_json_file
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set, load_sts_pairs
-from retromae.encoder import Encoder, PoolingConfig
 from retromae.evaluation.experiments import read_metrics
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, cutoffs
 from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.probe_options import BEST_PROBE_DIR, ProbeOptions, probe_metrics
 from retromae.evaluation.sts import sts_correlations
-from retromae.export import export_encoder, export_sentence_transformer, save_head
-from retromae.io import atomic_directory, write_text_atomic
-from retromae.pretraining.config import BEST_PROBE_DIR, ProbeOptions, probe_metrics
+from retromae.models.encoder import Encoder, PoolingConfig
+from retromae.models.export import export_encoder, export_sentence_transformer, save_head
 from retromae.retrieval.search import TextOptions, dense_search
+from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.lines import read_json_file
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from retromae.train import Trainer
+    from retromae.training.loop import Trainer
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from retromae.evaluation.metric_registry import show
-from retromae.io import write_text_atomic
+from retromae.runtime.io import write_text_atomic
 
 
 def _format_value(key: str, value: Any) -> str:

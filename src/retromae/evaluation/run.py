@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retromae.config import require
-from retromae.console import Stages
 from retromae.data.retrieval_sets import (
     RetrievalSet,
     load_retrieval_set,
@@ -36,7 +34,9 @@ from retromae.evaluation.systems import BM25, Systems
 from retromae.evaluation.table import REPORT_FILES, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import RRF_K, fuse
-from retromae.run_folder import (
+from retromae.runtime.console import Stages
+from retromae.runtime.options import require
+from retromae.runtime.run_folder import (
     RUN_NEUTRAL,
     claim_file,
     claim_folder,
@@ -46,7 +46,7 @@ from retromae.run_folder import (
 )
 
 if TYPE_CHECKING:
-    from retromae.encoder import Encoder
+    from retromae.models.encoder import Encoder
     from retromae.retrieval.search import Run
 
 EMBEDDINGS_DIR = "embeddings"

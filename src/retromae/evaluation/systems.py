@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from retromae.config import ConfigError
 from retromae.evaluation.config import EvaluateConfig
+from retromae.runtime.options import ConfigError
 
 MODEL, BM25, HYBRID = "model", "BM25", "hybrid"
 

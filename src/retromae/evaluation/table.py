@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retromae.config import ConfigError
 from retromae.evaluation.metric_registry import RANKING, metrics, parse_key, reported_keys, show, title
-from retromae.io import atomic_path, write_text_atomic
+from retromae.runtime.io import atomic_path, write_text_atomic
+from retromae.runtime.options import ConfigError
 
 DEFAULT_METRICS = tuple(reported_keys(RANKING))
 AVERAGE = "average"

@@ -8,7 +8,8 @@ everything else asks the class, never the objective's name. Its options are a ty
 
 Owns: `OBJECTIVES`, the table of name → "module:Class" and options class, and `register_objective` for an objective
 defined elsewhere (a test, a plugin); `flat_options`, the flat fields of `retromae pretrain` made from the options
-classes. `build_objective` and `create_objective` (`retromae.objectives.factory`) build one by name.
+classes. `build_objective` and `create_objective` (`retromae.objectives.factory`) build one by name; `masking`
+holds the masks every objective draws.
 
 Why the table holds the options class beside the "module:Class" string: this package is imported to parse
 `retromae pretrain --help`, which must stay instant, so it imports no torch. The names (the `--objective` choices)

@@ -4,8 +4,8 @@ Owns: the `PretrainingObjective` base class (forward(batch, generator) → named
 optimise; class attributes saying what the objective is: its title, what it masks, its head, its options class, which
 data it reads, the pooling it trains; its checks of a run), `MaskingSettings`, the masked encoder pass used by MLM,
 RetroMAE, SEED, DupMAE and Condenser alike, the loss on the vocabulary they all take (`token_loss`, fused with the
-projection by `retromae.fused_loss`), the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED share,
-and the decoders' position signal. Everything it needs of the backbone it asks the family's adapter
+projection by `retromae.training.fused_loss`), the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED
+share, and the decoders' position signal. Everything it needs of the backbone it asks the family's adapter
 (`retromae.backbones`). Does not own any decoder or objective-specific loss, nor the options
 (`retromae.objectives.options`).
 """
@@ -19,11 +19,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from retromae.backbones import masked_lm as backbone
 from retromae.backbones.registry import DecoderPositions, adapter_for
-from retromae.fused_loss import VocabularyHead
+from retromae.models import masked_lm as backbone
+from retromae.objectives.masking import mlm_mask
 from retromae.objectives.options import ObjectiveOptions
-from retromae.pretraining.masking import mlm_mask
+from retromae.training.fused_loss import VocabularyHead
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,8 @@ class PretrainingObjective(nn.Module):
         return self.adapter.mlm_head(self.encoder)
 
     def use_vocabulary_loss(self, kind: str) -> None:
-        """How the losses on the vocabulary run (`retromae.fused_loss.VOCABULARY_LOSSES`): fused in chunks (auto,
-        chunked, liger) or unfused (the full logits, then the loss)."""
+        """How the losses on the vocabulary run (`retromae.training.fused_loss.VOCABULARY_LOSSES`): fused in chunks
+        (auto, chunked, liger) or unfused (the full logits, then the loss)."""
         self.vocabulary = dataclasses.replace(self.vocabulary, kind=kind)
 
     def freeze_unused_mlm_head(self) -> None:

@@ -17,11 +17,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from retromae.backbones import masked_lm as backbone
-from retromae.config import ConfigError
+from retromae.models import masked_lm as backbone
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
 from retromae.objectives.options import CondenserOptions
+from retromae.runtime.options import ConfigError
 
 
 def default_skip_from(config) -> int:

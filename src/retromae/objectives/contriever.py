@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from retromae.encoder import PoolingConfig, pool
+from retromae.models.encoder import PoolingConfig, pool
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.options import ContrieverOptions
 

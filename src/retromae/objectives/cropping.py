@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from retromae.backbones import masked_lm as backbone
-from retromae.encoder import pool
-from retromae.encoder_config import PoolingConfig
+from retromae.models import masked_lm as backbone
+from retromae.models.encoder import pool
+from retromae.models.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.contrastive import contrastive_loss
 from retromae.objectives.options import CroppingOptions

@@ -15,11 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.objectives import OBJECTIVES
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
-from retromae.pretraining.config import PretrainConfig
-
-# What `create_objective` takes besides the objective's own options; `retromae pretrain`'s defaults.
-RUN_OPTIONS = {field.name: field.default for field in dataclasses.fields(PretrainConfig)
-               if field.name in ("encoder_mask_ratio", "whole_word_mask", "vocabulary_loss")}
+from retromae.objectives.options import RUN_DEFAULTS
 
 
 def objective_class(name: str) -> type[PretrainingObjective]:
@@ -46,13 +42,13 @@ def create_objective(name: str, model: PreTrainedModel, tokenizer: PreTrainedTok
     """The objective `name` around `model` (a masked LM), with `retromae pretrain`'s defaults for every option not
     given (e.g. `decoding="basic"`, `encoder_mask_ratio=0.15`); the options are checked as the command checks them."""
     cls = objective_class(name)
-    known = set(RUN_OPTIONS) | {field.name for field in dataclasses.fields(cls.options)}
+    known = set(RUN_DEFAULTS) | {field.name for field in dataclasses.fields(cls.options)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"create_objective() got unknown option(s) {', '.join(unknown)}")
-    typed = cls.options(**{key: value for key, value in options.items() if key not in RUN_OPTIONS})
+    typed = cls.options(**{key: value for key, value in options.items() if key not in RUN_DEFAULTS})
     typed.check()
-    run = {**RUN_OPTIONS, **{key: value for key, value in options.items() if key in RUN_OPTIONS}}
+    run = {**RUN_DEFAULTS, **{key: value for key, value in options.items() if key in RUN_DEFAULTS}}
     masking = MaskingSettings(tokenizer.mask_token_id, len(tokenizer), run["encoder_mask_ratio"],
                               run["whole_word_mask"])
     objective = cls.from_config(model, masking, typed)

@@ -3,7 +3,7 @@
 Owns the options classes (`ObjectiveOptions` and its subclasses, one per objective that has options of its own, plus
 the groups several share: `DecoderOptions`, `TemperatureOptions`, `SentencePoolingOptions`), their checks (`check`,
 raising a ConfigError that names the flag) and how each is read from flat values (`from_values`: a `PretrainConfig`,
-a run's saved config.json, a namespace). A field declared with `retromae.config.option` is also a flag of
+a run's saved config.json, a namespace). A field declared with `retromae.runtime.options.option` is also a flag of
 `retromae pretrain` (`retromae.objectives.flat_options` turns them into its flat fields); a plain field is set by
 the command that runs the objective (`retromae adapt` gives the base's pooling). Does not own the objectives
 (`retromae.objectives.*`) nor which objective uses which class (the table in `retromae.objectives`).
@@ -19,11 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retromae.config import FRACTION, NON_NEGATIVE, OPEN_UNIT, POSITIVE, Options, option, require
-from retromae.encoder_config import POOLINGS
+from retromae.models.encoder_config import POOLINGS
+from retromae.runtime.options import FRACTION, NON_NEGATIVE, OPEN_UNIT, POSITIVE, Options, option, require
 
 DECODER_LAYERS_HELP = "decoder (or head) transformer layers"
 TEMPERATURE_HELP = "similarity temperature of the contrastive loss"
+# What every objective reads besides its own options (its `MaskingSettings`, its vocabulary loss), with the defaults
+# `retromae pretrain` declares them with (`PretrainConfig`) and `create_objective` fills in.
+RUN_DEFAULTS = {"encoder_mask_ratio": 0.3, "whole_word_mask": False, "vocabulary_loss": "auto"}
 
 
 def given_value(values: Any, name: str) -> Any:
@@ -54,7 +57,8 @@ class ObjectiveOptions(Options):
 
     def check(self) -> None:
         """Raise ConfigError, naming the flag, for combinations of options the objective cannot honour (each option's
-        type and domain are checked when the options are built, `retromae.config.Options`); subclasses extend it."""
+        type and domain are checked when the options are built, `retromae.runtime.options.Options`); subclasses extend
+        it."""
 
 
 @dataclass(kw_only=True)

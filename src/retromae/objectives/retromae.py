@@ -42,19 +42,19 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 
-from retromae.backbones import masked_lm as backbone
-from retromae.encoder import pool
-from retromae.encoder_config import PoolingConfig
+from retromae.models import masked_lm as backbone
+from retromae.models.encoder import pool
+from retromae.models.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
-from retromae.objectives.options import RetroMAEOptions
-from retromae.pretraining.masking import (
+from retromae.objectives.masking import (
     decoder_input_mask,
     draw_seeds,
     enhanced_decoding_mask,
     enhanced_decoding_mask_from_scores,
     hashed_uniform,
 )
+from retromae.objectives.options import RetroMAEOptions
 
 
 class RetroMAE(PretrainingObjective):

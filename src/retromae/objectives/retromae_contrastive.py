@@ -20,13 +20,13 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from retromae.config import require
-from retromae.encoder_config import PoolingConfig
+from retromae.models.encoder_config import PoolingConfig
+from retromae.models.model_source import is_random_init
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.contrastive import contrastive_loss
 from retromae.objectives.options import RetroMAEContrastiveOptions
 from retromae.objectives.retromae import RetroMAE
-from retromae.pretraining.scratch import is_random_init
+from retromae.runtime.options import require
 
 FROM_SCRATCH = ("retromae+contrastive from random weights stays on the unigram plateau with the paper's weight 1 "
                 "(docs/guide.md, 'RetroMAE + contrastive'): pre-train with --objective retromae first and continue "

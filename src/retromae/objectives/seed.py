@@ -21,11 +21,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from retromae.backbones import masked_lm as backbone
+from retromae.models import masked_lm as backbone
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import DecoderLayer
+from retromae.objectives.masking import seed_decoder_mask
 from retromae.objectives.options import SEEDOptions
-from retromae.pretraining.masking import seed_decoder_mask
 
 
 def next_token_labels(input_ids: torch.Tensor, special_tokens_mask: torch.Tensor) -> torch.Tensor:

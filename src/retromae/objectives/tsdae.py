@@ -14,7 +14,7 @@ The reference decoder shares every encoder layer; ours is a small decoder of its
 on the shared embeddings and the tied MLM head, so that a step costs little more than the encoder pass on a CPU.
 Attention to one key is a softmax over one score, always 1: it returns that key's value whatever the query, so the
 cross-attention is exactly its value and output projections (no query or key projection to train).
-Does not own the data (blocks of a token store: `retromae.data.collate`) or pooling math (`retromae.encoder`).
+Does not own the data (blocks of a token store: `retromae.data.collate`) or pooling math (`retromae.models.encoder`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from retromae.backbones import masked_lm as backbone
-from retromae.encoder import pool
-from retromae.encoder_config import PoolingConfig
+from retromae.models import masked_lm as backbone
+from retromae.models.encoder import pool
+from retromae.models.encoder_config import PoolingConfig
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.layers import apply_rotary, init_linears, split_heads
 from retromae.objectives.options import TSDAEOptions

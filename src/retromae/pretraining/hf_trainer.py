@@ -1,8 +1,8 @@
 """A pre-training objective under a transformers `Trainer` (or any loop that calls `model(**batch)`).
 
 Owns: `ObjectiveModule`, a thin adapter whose forward takes the batch as keywords, draws that micro-batch's masks
-from its own seeded generator (`retromae.train.mask_generator` of the seed, the process's rank and a call count, as
-the training loop does) and returns the objective's losses ("loss" and its components); and `TextCollator`, which
+from its own seeded generator (`retromae.training.loop.mask_generator` of the seed, the process's rank and a call count,
+as the training loop does) and returns the objective's losses ("loss" and its components); and `TextCollator`, which
 turns a list of texts into the batch the objectives read. Does not own any objective, nor the training loop.
 """
 
@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from retromae.data.collate import BlockCollator, special_token_template
 from retromae.data.contrastive import text_blocks
 from retromae.objectives import PretrainingObjective
-from retromae.train import mask_generator
+from retromae.training.loop import mask_generator
 
 
 class ObjectiveModule(nn.Module):

@@ -3,15 +3,14 @@
 Owns: `pretrain(config)` (its options, `PretrainConfig`, live in the import-light `retromae.pretraining.config`), the
 choice of data for an objective (blocks of a token store; for the contrastive objectives, two spans per document or
 given pairs), and continuing from a previous run (`--init-from`: its exported encoder plus its pre-training
-head). Does not own data reading, masking, objectives or the loop itself; it wires them together. The module
-itself can be called: `retromae.pretrain(config)` is `pretrain(config)` (`retromae.callable_module.CallableModule`).
+head). Does not own data reading, masking, objectives or the loop itself; it wires them together.
+`retromae.pretrain(...)` (`retromae.api`) calls `pretrain`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,15 +19,11 @@ import torch
 from torch.utils.data import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from retromae.backbones.masked_lm import check_max_length, load_masked_lm
-from retromae.callable_module import CallableModule
-from retromae.config import save_config
 from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import CropPairDataset, PairCollator, PairsDataset, SpanPairDataset
-from retromae.data.lines import read_json_file
 from retromae.data.token_store import TokenStore
-from retromae.errors import ModelLoadError
-from retromae.export import (
+from retromae.evaluation.probe_options import BEST_PROBE_DIR
+from retromae.models.export import (
     HEAD_FILE,
     HeadMismatchError,
     declared_max_length,
@@ -37,12 +32,17 @@ from retromae.export import (
     load_head,
     save_head,
 )
-from retromae.model_card import pretraining_facts, write_model_cards
-from retromae.model_source import check_unknown_share, unfinished_run
+from retromae.models.masked_lm import check_max_length, load_masked_lm
+from retromae.models.model_card import write_model_cards
+from retromae.models.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
-from retromae.pretraining.config import BEST_PROBE_DIR
+from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
-from retromae.train import AUTOCAST_DTYPES, Trainer, check_unsharded, claim_output, make_accelerator, seed_everything
+from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.options import config_to_dict, save_config
+from retromae.training.loop import Trainer
+from retromae.training.setup import AUTOCAST_DTYPES, claim_output, start_run, whole_model
 
 logger = logging.getLogger(__name__)
 OUTPUTS = ("encoder", "sentence-transformer", HEAD_FILE)  # beside the training loop's own (`TRAINING_OUTPUTS`)
@@ -54,10 +54,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     """Run pre-training as `config` (or `PretrainConfig(**options)`) says; returns the output folder."""
     config = config if config is not None else PretrainConfig(**options)
     output = Path(config.output)
-    accelerator = make_accelerator(config)
-    if config.probing:
-        check_unsharded(accelerator, "--probe/--probe-sts", "evaluate the encoder after training (retromae evaluate)")
-    seed_everything(config.seed)
+    accelerator = start_run(config, ("--probe/--probe-sts", "evaluate the encoder after training (retromae evaluate)")
+                            if config.probing else None)
     encoder, tokenizer = load_backbone(config, cuda=accelerator.device.type == "cuda")
     check_max_length(encoder.config, config.max_length, "max_length", tokenizer)
     claim_output(config, "pretrain", OUTPUTS, accelerator)
@@ -76,8 +74,8 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     if trainer.accelerator.is_main_process:
         save_config(config, output / "config.json")
     trainer.run()
-    trained = trainer.whole_model(lambda: build_objective(config.objective, load_backbone(config)[0], tokenizer,
-                                                          config))
+    trained = whole_model(accelerator, trainer.model,
+                          lambda: build_objective(config.objective, load_backbone(config)[0], tokenizer, config))
     if trainer.accelerator.is_main_process:
         export_outputs(trained, tokenizer, output, declared_max_length(model_source(config)))
         if probe is not None:
@@ -89,10 +87,11 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
 
 def choose_vocabulary_loss(objective: PretrainingObjective, config: PretrainConfig, accelerator) -> None:
     """On the CPU, `--vocabulary-loss auto` becomes the kernel measured fastest at the run's shapes on this CPU
-    (`retromae.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as given."""
+    (`retromae.training.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as
+    given."""
     if config.vocabulary_loss != "auto" or accelerator.device.type != "cpu":
         return
-    from retromae.vocabulary_choice import auto_kind, describe
+    from retromae.training.vocabulary_choice import auto_kind, describe
 
     projection = objective.vocabulary.projection.weight  # (V, E)
     dtype = AUTOCAST_DTYPES.get(accelerator.mixed_precision, torch.float32)
@@ -230,5 +229,14 @@ def export_outputs(objective, tokenizer, output: Path, max_length: int | None = 
     save_head(objective, output)
 
 
-__entry__ = f"{__name__}:pretrain"
-sys.modules[__name__].__class__ = CallableModule
+def pretraining_facts(config: Any, steps: int | None = None) -> dict[str, str]:
+    """The card's facts of a `retromae pretrain` run (`steps`: those done, when fewer than --max-steps)."""
+    done = config.max_steps if steps is None else steps
+    start = (f"{config.init_from} (continued pre-training)" if config.init_from else
+             f"random weights in the configuration of {config.model}" if config.from_config else config.model)
+    return {"Base model": start,
+            "Training": f"pre-training: {describe_pretraining(config_to_dict(config))}",
+            "Training data": ", ".join(map(str, config.corpus or [config.pairs])),
+            "Steps": (f"{done:,} of {config.max_steps:,}" if done != config.max_steps else f"{done:,}")
+                     + f" steps of {config.batch_size} blocks of {config.max_length} tokens per device, peak learning "
+                       f"rate {config.learning_rate:g}, seed {config.seed}"}

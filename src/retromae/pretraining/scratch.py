@@ -1,8 +1,8 @@
 """Starting points for pre-training from scratch: a random masked LM of any supported family beside a tokenizer.
 
 Owns: saving a randomly initialised masked LM of an architecture (one that a family of `backbones.families`
-builds) and a chosen size beside a tokenizer (one trained on text by `retromae.tokenizer_training`, or any existing
-one, such as BERT's uncased vocabulary), as a folder that `retromae pretrain --model` and `retromae finetune
+builds) and a chosen size beside a tokenizer (one trained on text by `retromae.models.tokenizer_training`, or any
+existing one, such as BERT's uncased vocabulary), as a folder that `retromae pretrain --model` and `retromae finetune
 --model` load like a hub checkpoint; and telling such a folder apart. Does not own training, tokenizer training, or
 any family's config (its adapter builds it) or facts (its entry in the family table).
 """
@@ -16,18 +16,19 @@ from pathlib import Path
 from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from retromae.backbones.families import family_building
-from retromae.backbones.masked_lm import position_limit
 from retromae.backbones.registry import architecture_adapter
-from retromae.config import require
-from retromae.encoder import default_max_length
-from retromae.export import write_encoding_files
-from retromae.io import write_text_atomic
-from retromae.tokenizer_training import train_tokenizer
-from retromae.train import seed_everything
-
-# Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
-# from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
-RANDOM_INIT_MARKER = "random-init.json"
+from retromae.data.corpus import iter_corpus
+from retromae.models.encoder import default_max_length
+from retromae.models.export import write_encoding_files
+from retromae.models.masked_lm import position_limit
+from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, resolve_tokenizer
+from retromae.models.pretrained import load_tokenizer
+from retromae.models.tokenizer_training import train_tokenizer
+from retromae.pretraining.config import InitModelConfig
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.options import require
+from retromae.runtime.run_folder import lock_folder
+from retromae.training.setup import seed_everything
 
 
 def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,
@@ -63,6 +64,26 @@ def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidde
     return folder
 
 
-def is_random_init(model: str | Path) -> bool:
-    """Whether `model` is a folder written by `save_random_model` (a random initialisation, not pre-trained)."""
-    return (Path(model) / RANDOM_INIT_MARKER).is_file()
+def init_model(config: InitModelConfig) -> Path:
+    """A random model and its tokenizer as `config` says; returns the model folder (`retromae.init_model(...)`)."""
+    lock_folder(config.output)
+    tokenizer = trained_tokenizer(config) if config.corpus else existing_tokenizer(config.tokenizer)
+    folder = save_random_model(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
+                               max_positions=config.positions, seed=config.seed, architecture=config.architecture)
+    print(f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, vocabulary "
+          f"{len(tokenizer)}, {config.positions} positions) → {folder}")
+    return Path(folder)
+
+
+def trained_tokenizer(config: InitModelConfig) -> PreTrainedTokenizerFast:
+    """The family's kind of tokenizer trained on --corpus."""
+    texts = (document.text for document in iter_corpus(config.corpus))
+    return family_tokenizer(texts, config.architecture, config.vocab_size, config.positions)
+
+
+def existing_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of --tokenizer, checked as every command checks one."""
+    source = resolve_tokenizer(name)
+    tokenizer = load_tokenizer(source.folder, source.subfolder, f"--tokenizer {name}")
+    check_tokenizer(tokenizer, f"--tokenizer {name}")
+    return tokenizer

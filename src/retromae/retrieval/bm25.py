@@ -12,8 +12,8 @@ read by this module rather than by bm25s's own loader, so that every file is che
     vocab.json      term → column, a bijection onto [0, vocabulary size)
     nonoccurrence.npy   float32 score of each term where it is absent (bm25l and bm25+ only)
 
-Arrays are read with `allow_pickle=False`; files are written atomically (`retromae.io`); the ids themselves are the
-index folder's (`retrieval.index`). Does not own reading data files or evaluating runs.
+Arrays are read with `allow_pickle=False`; files are written atomically (`retromae.runtime.io`); the ids themselves are
+the index folder's (`retrieval.index`). Does not own reading data files or evaluating runs.
 
 bm25s is imported only when an index is built (`_bm25s`): it imports jax when jax is installed, and jax would
 otherwise take most of a GPU's memory at import, for every process that merely loaded this module.
@@ -33,31 +33,18 @@ from typing import Any
 
 import numpy as np
 
-from retromae.config import NON_NEGATIVE, PROBABILITY, ConfigError, Options, option, require
-from retromae.console import step, verbose
-from retromae.data.lines import read_json_file
-from retromae.errors import DataError
-from retromae.io import atomic_path, write_text_atomic
+from retromae.retrieval.config import BM25Params
 from retromae.retrieval.top_k import capped_top_k
+from retromae.runtime.console import step, verbose
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_path, write_text_atomic
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.options import ConfigError, require
 
-VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
-STEMMERS = ("none", "english")
 PARAMS_FILE = "params.json"
 VOCAB_FILE = "vocab.json"
 ARRAYS = ("data", "indices", "indptr")
 NONOCCURRENCE = "nonoccurrence"
-
-
-@dataclasses.dataclass
-class BM25Params(Options):
-    """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
-
-    OPTION_GROUP = "BM25 scoring"
-    k1: float = option(1.2, "BM25 term-frequency saturation", NON_NEGATIVE)
-    b: float = option(0.75, "BM25 length normalisation", PROBABILITY)
-    variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
-    stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
-    stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
 
 
 def _stemmer(name: str) -> Any:

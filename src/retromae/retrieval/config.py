@@ -1,9 +1,9 @@
-"""The options of `retromae encode`, declared apart from the encoding so that parsing them imports no torch, and
-beside the library code that runs them (`retromae.api.encode`) rather than in the command layer.
+"""The options of the retrieval commands (`encode`, `index`, `search`, `bm25`, `mine`), declared apart from the work
+so that parsing them imports no torch (nor numpy), beside the library code that runs them (`retromae.retrieval.run`).
 
-Owns `EncodeConfig` (every option of `retromae encode`, validated, with the spellings kept until the next release)
-and `read_texts`, the ids and texts a config names. Does not own encoding or the embeddings folder
-(`retromae.retrieval.encode`).
+Owns `EncodeConfig` (with the spellings kept until the next release), `BM25Params` (the BM25 scoring group that
+`index`, `bm25`, `evaluate` and fine-tuning share), `IndexConfig`, `SearchConfig`, `BM25Config` and `MineConfig`.
+Does not own encoding, indexes, search or mining (the other modules of `retromae.retrieval`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,26 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from retromae.config import POSITIVE, option, require
-from retromae.encoder_config import EncoderOptions
-from retromae.run_folder import OutputOptions
+from retromae.models.encoder_config import EncoderOptions
+from retromae.retrieval.fusion import METHODS
+from retromae.retrieval.mining_options import MiningOptions
+from retromae.runtime.options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY,
+    SEED,
+    TOP_K,
+    ConfigError,
+    Options,
+    option,
+    require,
+)
+from retromae.runtime.run_folder import OutputOptions
 
 KINDS = ("auto", "corpus", "queries")
+VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
+STEMMERS = ("none", "english")
+METRICS = ("ip", "l2")  # the similarities an index offers
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -72,13 +87,109 @@ class EncodeConfig(OutputOptions, EncoderOptions):
         return self.passage_prefix, self.passage_max_length
 
 
-def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
-    """Ids and texts of the corpus (title and text joined) or of the queries file."""
-    # numpy (through data.retrieval_sets): EncodeConfig is parsed by --help
-    from retromae.data.retrieval_sets import load_corpus, load_queries
+@dataclasses.dataclass
+class BM25Params(Options):
+    """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
 
-    if config.queries is not None:
-        queries = load_queries(config.queries)
-        return list(queries), list(queries.values())
-    corpus = load_corpus(config.corpus)
-    return list(corpus), [passage.joined() for passage in corpus.values()]
+    OPTION_GROUP = "BM25 scoring"
+    k1: float = option(1.2, "BM25 term-frequency saturation", NON_NEGATIVE)
+    b: float = option(0.75, "BM25 length normalisation", PROBABILITY)
+    variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
+    stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
+    stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
+
+
+@dataclasses.dataclass(kw_only=True)
+class IndexConfig(OutputOptions, BM25Params):
+    embeddings: Path = option(help="embeddings folder written by `retromae encode`")
+    output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
+                               "with --hybrid)")
+    factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
+                                  "(without faiss only Flat: exact numpy search)")
+    metric: str = option("ip", "similarity: ip (inner product; cosine on normalised vectors) or l2",
+                         choices=METRICS)
+    params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32")
+    seed: int = option(0, "seed of the training sample for IVF/PQ indexes", SEED)
+    hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
+                                 "fuses BM25 with the model")
+    corpus: Path | None = option(None, "corpus file whose texts --hybrid indexes; default: the one the embeddings "
+                                       "folder records (encode.json)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.hybrid:
+            changed = [f.name for f in dataclasses.fields(BM25Params) if getattr(self, f.name) != f.default]
+            require(not changed and self.corpus is None, (changed or ["corpus"])[0], "applies with --hybrid only")
+
+
+SHOWN_K, RUN_K = 10, 100
+
+
+@dataclasses.dataclass(kw_only=True)
+class SearchConfig(OutputOptions, EncoderOptions):
+    model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
+    index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
+    query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
+                                           "start of each document are printed", required_unless="--queries")
+    queries: Path | None = option(None, "queries: a queries file (queries.jsonl, queries.tsv) to encode here, or an "
+                                        "embeddings folder of query vectors from `retromae encode`",
+                                  required_unless="--query")
+    output: Path | None = option(None, "TREC run file to write (required with --queries; optional with --query)")
+    corpus: Path | None = option(None, "corpus file whose texts --query shows; default: the one index.json records")
+    top_k: int | None = option(None, f"documents per query; default {SHOWN_K} with --query, {RUN_K} with --queries",
+                               TOP_K, aliases=("--k",))
+    hybrid: bool = option(False, "require the index's BM25 side (refused on an index built without --hybrid); an "
+                                 "index with both sides is fused without it")
+    dense_only: bool = option(False, "search with the model alone, even on an index with a BM25 side")
+    fusion: str | None = option(None, "how the two sides of a hybrid index are fused: convex (min-max normalised "
+                                      "scores, weighted) or rrf (reciprocal ranks); default convex", choices=METHODS)
+    hybrid_weight: float | None = option(None, "the model's share under convex fusion, in [0, 1] (BM25 gets the "
+                                               "rest); default 0.7", PROBABILITY)
+    params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
+    query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
+    tag: str = option("retromae", "run tag written in the last column")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require((self.query is None) != (self.queries is None), "query", "give either --query TEXT or --queries")
+        require(self.queries is None or self.output is not None, "output", "is required with --queries")
+        require(self.query is None or all(text.strip() for text in self.query), "query", "must not be empty")
+
+
+@dataclasses.dataclass(kw_only=True)
+class BM25Config(OutputOptions, BM25Params):
+    data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
+                               required_unless="--corpus and --queries")
+    split: str = option("test", "split whose judged queries are searched (with --data)")
+    corpus: Path | None = option(None, "corpus file (with --queries): corpus.jsonl or collection.tsv",
+                                 required_unless="--data")
+    queries: Path | None = option(None, "queries file (with --corpus): queries.jsonl or queries.tsv",
+                                  required_unless="--data")
+    output: Path = option(help="TREC run file to write")
+    top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
+    tag: str = option("bm25", "run tag written in the last column")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (self.data is None) == (self.corpus is None or self.queries is None):
+            raise ConfigError("--data: give either --data (with --split) or both --corpus and --queries")
+
+
+@dataclasses.dataclass(kw_only=True)
+class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
+    model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
+    data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
+    split: str = option("train", "qrels split of a --data folder")
+    negatives: str = option("model", "what ranks the passages negatives are drawn from: model (dense, exact "
+                                     "search) or bm25", choices=("model", "bm25"), aliases=("--method",))
+    output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")
+    query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
+    passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
+    seed: int = option(0, "seed of the sampling inside the rank window", SEED)
+
+    def __post_init__(self) -> None:
+        EncoderOptions.__post_init__(self)
+        MiningOptions.__post_init__(self)
+        if self.negatives == "model" and not self.model:
+            raise ConfigError("--model: --negatives model needs a model")

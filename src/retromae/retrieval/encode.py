@@ -9,7 +9,7 @@ Owns the embeddings folder layout:
                      generation (a random id of this writing) and the fingerprints of embeddings.npy and ids.txt
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
 
-The folder belongs to one encoding (`retromae.run_folder`): its marker records the manifest (model and a
+The folder belongs to one encoding (`retromae.runtime.run_folder`): its marker records the manifest (model and a
 fingerprint of its weights, pooling, prefix, max_length, a fingerprint of ids and texts, shard size). Started again
 with the same manifest, a run continues (or, finished, is left as it is); with another, it is refused unless
 `overwrite`, which deletes the files listed above first.
@@ -23,7 +23,7 @@ with `i % num_processes == process_index`; a killed run that is started again sk
 `encode_cached` keeps a corpus's vectors in such a folder for evaluations that come back to it: it encodes the
 texts in the order `Encoder.encode` batches them (longest first) with shards a whole number of batches, so every
 batch, and so every vector, is the one an in-memory `Encoder.encode` of the same texts gives.
-Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.encoder`).
+Does not own reading input files (`retromae.data.retrieval_sets`) or the model (`retromae.models.encoder`).
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from typing import Any
 
 import numpy as np
 
-from retromae.config import ConfigError, require
-from retromae.console import progress
 from retromae.data.fields import id_problem, json_type, read_id_lines
-from retromae.data.lines import read_json_file
-from retromae.encoder import Encoder
-from retromae.errors import DataError
-from retromae.finite import check_vectors
-from retromae.io import atomic_path, check_free_space, reserve, write_text_atomic
-from retromae.processes import process_state
-from retromae.run_folder import claim_folder, file_fingerprint, input_fingerprint
+from retromae.models.encoder import Encoder
+from retromae.models.finite import check_vectors
+from retromae.runtime.console import progress
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.options import ConfigError, require
+from retromae.runtime.processes import process_state
+from retromae.runtime.run_folder import claim_folder, file_fingerprint, input_fingerprint
 
 EMBEDDINGS_FILE = "embeddings.npy"
 IDS_FILE = "ids.txt"
@@ -154,6 +154,29 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
             raise DataError(f"id {doc_id!r} (row {row}) cannot be written one per line to {IDS_FILE}: it {problem}")
 
 
+def _checked_shards(output_dir: Path, manifest: dict[str, Any], count: int, dimension: int, state: Any) -> Path:
+    """The shards folder, once the disk has room for what is left (the shards, then embeddings.npy beside them: twice
+    the vectors, checked on every process) and the main process has checked that its shards are this encoding's."""
+    shards = output_dir / SHARDS_DIR
+    done = sum(path.stat().st_size for path in shards.glob("shard-*.npy"))  # a resumed encoding's finished shards
+    check_free_space(output_dir, 2 * count * dimension * 4 - done, f"encoding {count:,} texts")
+    if state.is_main_process:
+        _check_manifest(shards, manifest)
+    state.wait_for_everyone()
+    return shards
+
+
+def _write_shards(encoder: Encoder, texts: Sequence[str], mine: dict[Path, slice], todo: dict[Path, slice], *,
+                  progress_name: str, show_progress: bool, **encoding: Any) -> None:
+    """Encode and save each shard of `todo`, on one progress bar over this process's shards (`mine`), the finished
+    ones counted as done from the start."""
+    total = sum(rows.stop - rows.start for rows in mine.values())
+    with progress(progress_name, total, "text", initial=total - sum(rows.stop - rows.start for rows in todo.values()),
+                  enabled=show_progress) as bar:
+        for path, rows in todo.items():
+            _save_array(encoder.encode(texts[rows], bar=bar, **encoding), path)
+
+
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                   model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
                   max_length: int | None = None, prefix: str = "", show_progress: bool = True,
@@ -175,13 +198,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
     if _finished(output_dir, manifest):
         return output_dir
-    shards = output_dir / SHARDS_DIR
-    done = sum(path.stat().st_size for path in shards.glob("shard-*.npy"))  # a resumed encoding's finished shards
-    # the shards, then embeddings.npy beside them: twice the vectors, checked before encoding (on every process)
-    check_free_space(output_dir, 2 * len(ids) * encoder.dimension * 4 - done, f"encoding {len(ids):,} texts")
-    if state.is_main_process:
-        _check_manifest(shards, manifest)
-    state.wait_for_everyone()
+    shards = _checked_shards(output_dir, manifest, len(ids), encoder.dimension, state)
     count = -(-len(ids) // shard_size)
     mine = {shards / f"shard-{index:05d}.npy": slice(index * shard_size, min((index + 1) * shard_size, len(ids)))
             for index in range(count) if index % state.num_processes == state.process_index}
@@ -189,13 +206,8 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     name = description or f"encoding {len(ids):,} texts"
     if state.num_processes > 1:
         name += f" (process {state.process_index})"
-    total = sum(rows.stop - rows.start for rows in mine.values())
-    with progress(name, total, "text", initial=total - sum(rows.stop - rows.start for rows in todo.values()),
-                  enabled=show_progress) as bar:
-        for path, rows in todo.items():
-            vectors = encoder.encode(texts[rows], batch_size=batch_size, max_length=max_length, prefix=prefix,
-                                     bar=bar)
-            _save_array(vectors, path)
+    _write_shards(encoder, texts, mine, todo, progress_name=name, show_progress=show_progress, batch_size=batch_size,
+                  max_length=max_length, prefix=prefix)
     state.wait_for_everyone()
     if state.is_main_process:
         _merge(output_dir, ids, count, shard_size, {**info, "fingerprint": manifest["fingerprint"]})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from retromae.errors import RetroMAEError
+from retromae.runtime.errors import RetroMAEError
 
 Run = dict[str, dict[str, float]]
 METHODS = ("convex", "rrf")

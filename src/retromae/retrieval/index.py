@@ -29,20 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from retromae.config import ConfigError, require
-from retromae.console import progress
 from retromae.data.fields import read_id_lines
-from retromae.data.lines import read_json_file
-from retromae.errors import DataError
-from retromae.finite import check_vectors
-from retromae.io import atomic_path, write_text_atomic
+from retromae.models.finite import check_vectors
+from retromae.retrieval.config import METRICS
 from retromae.retrieval.top_k import capped_top_k
-from retromae.run_folder import LOCK_FILE, file_fingerprint, held_here
+from retromae.runtime.console import progress
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_path, write_text_atomic
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.options import ConfigError, require
+from retromae.runtime.run_folder import LOCK_FILE, file_fingerprint, held_here
 
 if TYPE_CHECKING:
     from retromae.retrieval.bm25 import BM25
 
-METRICS = ("ip", "l2")
 INDEX_INFO = "index.json"
 IDS_FILE = "ids.txt"
 FAISS_FILE = "index.faiss"

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from retromae.console import step
 from retromae.data.training_groups import TrainingSet
-from retromae.encoder import Encoder
+from retromae.models.encoder import Encoder
 from retromae.retrieval.bm25 import BM25
 from retromae.retrieval.index import build_index, search
 from retromae.retrieval.mining_options import MiningOptions
+from retromae.runtime.console import step
 
 
 def _normalised(text: str) -> str:

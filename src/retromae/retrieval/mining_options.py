@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from retromae.config import POSITIVE, TOP_K, Options, option, require
+from retromae.runtime.options import POSITIVE, TOP_K, Options, option, require
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -2,7 +2,7 @@
 
 A run is `{query_id: {doc_id: score}}`, the shape `evaluation.metrics` and TREC run files use.
 Owns `TextOptions` (prefix and max length of one side), `results_to_run`, `vector_search` and `dense_search`.
-Does not own the model (`retromae.encoder`), the index (`retrieval.index`) or file formats.
+Does not own the model (`retromae.models.encoder`), the index (`retrieval.index`) or file formats.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from retromae.encoder import Encoder
+from retromae.models.encoder import Encoder
 from retromae.retrieval.index import build_index, search
 
 Run = dict[str, dict[str, float]]

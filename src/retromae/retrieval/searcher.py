@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from retromae.config import ConfigError, require
-from retromae.errors import RetroMAEError
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, check_fusion, fuse
+from retromae.runtime.errors import RetroMAEError
+from retromae.runtime.options import ConfigError, require
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from retromae.encoder import Encoder
+    from retromae.models.encoder import Encoder
     from retromae.retrieval.bm25 import BM25
 
 Run = dict[str, dict[str, float]]
@@ -189,9 +189,9 @@ def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fus
 def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
     """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
     index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
-    from retromae.backbones.masked_lm import check_max_length
-    from retromae.encoder import Encoder
-    from retromae.run_folder import input_fingerprint
+    from retromae.models.encoder import Encoder
+    from retromae.models.masked_lm import check_max_length
+    from retromae.runtime.run_folder import input_fingerprint
 
     where = folder / "index.json"
     model = options.model or recorded.get("model")

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from retromae.config import ConfigError
-from retromae.errors import DataError
-from retromae.run_folder import file_fingerprint
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
+from retromae.runtime.run_folder import file_fingerprint
 
 
 def recorded_path(record: Any) -> Path | None:

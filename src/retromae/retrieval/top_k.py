@@ -9,7 +9,7 @@ what `--top-k 150` does (before: 5.4 GB and 76 s, arrays of 3,000,000 columns pe
 
 from __future__ import annotations
 
-from retromae.config import require
+from retromae.runtime.options import require
 
 
 def capped_top_k(k: int, documents: int) -> int:

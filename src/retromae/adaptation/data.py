@@ -1,0 +1,121 @@
+"""What `retromae adapt` reads and checks before it trains: the base's similarity, the corpus, the validation split.
+
+Owns: `base_pooling` (the pooling and normalisation the base declares, or the one error naming what is missing),
+`split_corpus` (documents held out of training, each turned into a keyword query, a few of its highest tf-idf words,
+searched for among the corpus: another kind of query than the pieces of one document that cropping trains on, and
+one any text gives, with or without sentence marks), the files the split leaves in the output folder
+(`OUTPUT/data/train.jsonl`, `OUTPUT/validation/` as a BEIR folder that `retromae evaluate` reads) and the input checks
+(a corpus too small to hold documents out, a corpus the tokenizer cannot read). The corpus is held in memory while it
+is split (a random sample needs every document). Does not own reading corpora (`retromae.data.corpus`), retrieval
+sets (`retromae.data.retrieval_sets`) or how queries are made (`retromae.adaptation.queries`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retromae.adaptation.queries import KEYWORDS, KeywordQueries
+from retromae.data.corpus import Document, iter_corpus
+from retromae.models.encoder import describe_folder
+from retromae.models.encoder_config import PoolingConfig
+from retromae.models.model_source import ENCODER_FILE, check_unknown_share, resolve_model
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.options import ConfigError
+
+MIN_HELD_OUT = 20  # the fewest pseudo-queries whose NDCG@10 can tell candidates apart at all
+HELD_OUT_SHARE = 10  # at most one document in this many is held out of training
+TOKENIZER_SAMPLE_DOCUMENTS = 200  # documents whose tokens are checked for [UNK] before anything else runs
+
+
+def base_pooling(model: str, pooling: str | None, normalize: bool | None) -> PoolingConfig:
+    """The pooling the base is used with: what its folder declares (our retromae_encoder.json, or a
+    sentence-transformers modules.json with its Pooling and optional Normalize), else --pooling/--normalize; a base
+    that declares none and is given none is a ConfigError naming what is missing and the option that sets it."""
+    if pooling is not None:
+        return PoolingConfig(pooling, bool(normalize))
+    spec = describe_folder(resolve_model(model).folder)  # a local folder, or a hub repository's files
+    if not spec.declared:
+        raise ConfigError(f"--model {model}: declares no pooling (no sentence-transformers modules.json with a "
+                          f"Pooling module, no {ENCODER_FILE}); give the pooling it was trained with: --pooling cls "
+                          "or --pooling mean, with --normalize if its vectors are compared by cosine")
+    return spec.pooling
+
+
+@dataclass
+class Split:
+    """Training documents, held-out keyword queries (query id → text) and their documents (id → text, whole)."""
+
+    training: list[Document]
+    queries: dict[str, str]
+    documents: dict[str, str]
+
+
+def read_documents(sources: list[str]) -> list[Document]:
+    """Every non-empty document of the corpus, in order."""
+    return [document for document in iter_corpus(sources) if document.text.strip()]
+
+
+def split_corpus(documents: list[Document], held_out: int, seed: int, where: str) -> Split:
+    """Hold out at most `held_out` documents (and a tenth of the corpus at most) that give a keyword query (a few of
+    their highest tf-idf words); the others train. DataError naming the counts when fewer than MIN_HELD_OUT can."""
+    rng = np.random.default_rng(seed)
+    room = min(held_out, len(documents) // HELD_OUT_SHARE)
+    keywords = KeywordQueries([document.text for document in documents])
+    queries: dict[str, str] = {}
+    kept: list[int] = []
+    for index in rng.permutation(len(documents)).tolist():
+        if len(kept) == room:
+            break
+        query = keywords.query(documents[index].text, rng)
+        if query is not None:
+            queries[f"q{len(kept)}"] = query
+            kept.append(index)
+    if len(kept) < MIN_HELD_OUT:
+        usable = "" if room < MIN_HELD_OUT else f", and only {len(kept)} have {KEYWORDS[0]} distinct content words"
+        raise DataError(f"{where}: too small for a validation split: {len(documents):,} documents, of which at most "
+                        f"{room} (one in {HELD_OUT_SHARE}) may be held out{usable}; the guard needs {MIN_HELD_OUT}; "
+                        f"give a larger corpus (at least {MIN_HELD_OUT * HELD_OUT_SHARE:,} documents) or your own "
+                        "labelled queries with --validation")
+    held = set(kept)
+    training = [document for index, document in enumerate(documents) if index not in held]
+    return Split(training, queries, {f"d{number}": documents[index].text for number, index in enumerate(kept)})
+
+
+def check_language(tokenizer, documents: list[Document], model: str, where: str) -> None:
+    """DataError with the measured share when the base's tokenizer reads a sample of the corpus as mostly [UNK]."""
+    sample = [document.text for document in documents[:TOKENIZER_SAMPLE_DOCUMENTS]]
+    ids = [token for row in tokenizer(sample, add_special_tokens=False)["input_ids"] for token in row]
+    check_unknown_share(tokenizer, ids, model, where)
+
+
+def write_training_corpus(documents: list[Document], path: Path) -> None:
+    """The training documents as JSON lines ({"text"}: pre-training reads no id, and a default id, the source's
+    FILE:LINE, may hold a space, which the id rule refuses), written atomically."""
+    lines = [json.dumps({"text": document.text}, ensure_ascii=False) for document in documents]
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def write_validation(split: Split, distractors: int, seed: int, folder: Path) -> None:
+    """The held-out pseudo-queries as a BEIR folder: each query's document (relevant), plus the training documents
+    (not relevant), all of them when the corpus has at most `distractors` documents, else a seeded sample up to
+    `distractors` in all; `retromae evaluate --data` reads it."""
+    training = split.training
+    rng = np.random.default_rng(seed + 1)
+    room = max(0, distractors - len(split.documents))
+    picked = sorted(rng.choice(len(training), size=min(room, len(training)), replace=False).tolist())
+    corpus = [{"_id": doc_id, "title": "", "text": text} for doc_id, text in split.documents.items()]
+    corpus += [{"_id": f"t{i}", "title": "", "text": training[i].text} for i in picked]
+    with atomic_directory(folder) as staging:
+        (staging / "qrels").mkdir()
+        write_text_atomic(staging / "corpus.jsonl", "".join(json.dumps(row, ensure_ascii=False) + "\n"
+                                                            for row in corpus))
+        write_text_atomic(staging / "queries.jsonl", "".join(json.dumps({"_id": qid, "text": text},
+                                                                        ensure_ascii=False) + "\n"
+                                                             for qid, text in split.queries.items()))
+        qrels = ["query-id\tcorpus-id\tscore"] + [f"q{n}\td{n}\t1" for n in range(len(split.queries))]
+        write_text_atomic(staging / "qrels" / "test.tsv", "\n".join(qrels) + "\n")

@@ -1,0 +1,225 @@
+"""`retromae adapt --objective distill`: the student learns the scores of a teacher on pseudo-queries of the corpus.
+
+GPL's recipe with what a corpus alone gives: pseudo-queries of two kinds made from the training documents (a sentence,
+or a word window in text without sentence marks; a few of a document's highest tf-idf words), candidates from BM25
+and from the base (each side's top --distill-candidates), scored by the teacher: the hybrid (BM25 and the base fused
+by `retrieval.fusion`'s convex rule at its default weight) or a cross-encoder (`--teacher`). Each query keeps a list
+of --list-size candidates (the teacher's top half, the rest drawn from its other candidates); the student, the base's
+encoder in its own pooling, is trained on the teacher's scores over that list (`losses.listwise_kl` or
+`losses.margin_mse`). The student scores by cosine (or dot product) at temperature STUDENT_TEMPERATURE; the
+teacher's scores are divided by the temperature that gives them, on average over the lists, the spread the base's
+own logits have there, so the teacher asks for reordering, not for a new scale.
+
+Owns the queries' draw, the teacher's lists, the loop (AdamW, linear warm-up and decay, clipping) and the one file it
+leaves: `OUTPUT/training/distilled/model.safetensors`, the student's encoder named as a training checkpoint names it,
+which the guard reads as its candidate. A killed run restarts the distillation (deterministic under one seed); a
+finished one is reused by --resume. Does not own the guard (`adapt.guard`) or fusion and BM25 (`retromae.retrieval`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from retromae.adaptation.config import AdaptConfig
+from retromae.adaptation.queries import KeywordQueries, sentence_query
+from retromae.data.corpus import Document
+from retromae.models.encoder import Encoder
+from retromae.models.encoder_config import PoolingConfig
+from retromae.retrieval.bm25 import BM25
+from retromae.retrieval.fusion import fuse_query
+from retromae.retrieval.index import build_index, search
+from retromae.runtime.console import progress, step
+from retromae.runtime.errors import DataError
+from retromae.runtime.io import atomic_path
+from retromae.training.checkpoint_state import MODEL_FILE
+from retromae.training.losses import listwise_kl, margin_mse
+
+STUDENT_TEMPERATURE = 0.05  # the cropping objective's: cosine / 0.05
+DISTILLED = "distilled"
+
+
+@dataclass
+class TeacherLists:
+    """Per query: its text, its candidates (document indices, the teacher's first first) and the teacher's logits."""
+
+    queries: list[str]
+    documents: np.ndarray  # (Q, L) int
+    logits: np.ndarray  # (Q, L) float32, the teacher's scores divided by the matched temperature
+
+
+def training_queries(documents: list[Document], count: int, seed: int) -> list[str]:
+    """`count` pseudo-queries of documents drawn at random: even ones a sentence (or word window), odd ones keywords."""
+    rng = np.random.default_rng(seed)
+    keywords = KeywordQueries([document.text for document in documents])
+    queries: list[str] = []
+    for number, index in enumerate(rng.choice(len(documents), size=4 * count, replace=True).tolist()):
+        text = documents[index].text
+        query = sentence_query(text, rng) if number % 2 == 0 else keywords.query(text, rng)
+        if query is not None:
+            queries.append(query)
+        if len(queries) == count:
+            break
+    return queries
+
+
+def candidate_runs(encoder: Encoder, texts: list[str], queries: list[str], depth: int, max_length: int,
+                   batch_size: int) -> tuple[list[dict[int, float]], list[dict[int, float]], np.ndarray, np.ndarray]:
+    """BM25's and the base's top `depth` per query (document index → score), and the base's vectors of the queries
+    (Q, D) and of the documents (N, D)."""
+    ids = [str(i) for i in range(len(texts))]
+    with step(f"BM25 over {len(texts):,} documents for {len(queries):,} pseudo-queries"):
+        lexical = BM25().index(ids, texts).search({str(n): query for n, query in enumerate(queries)}, k=depth)
+    documents = encoder.encode(texts, batch_size, max_length, description=f"encoding {len(texts):,} documents")
+    vectors = encoder.encode(queries, batch_size, max_length, description=f"encoding {len(queries):,} queries")
+    scores, rows = search(build_index(documents), vectors, depth)  # (Q, depth) each
+    dense = [{int(row): float(value) for row, value in zip(rows[n], scores[n], strict=True) if row >= 0}
+             for n in range(len(queries))]
+    lexical_runs = [{int(doc): value for doc, value in lexical.get(str(n), {}).items()} for n in range(len(queries))]
+    return lexical_runs, dense, vectors, documents
+
+
+def hybrid_teacher(lexical: dict[int, float], dense: dict[int, float]) -> dict[int, float]:
+    """The fused score (convex, the default weight) of each candidate of one query."""
+    return fuse_query(dense, lexical)
+
+
+def cross_encoder_teacher(teacher: str, queries: list[str], texts: list[str],
+                          candidates: list[list[int]]) -> list[dict[int, float]]:
+    """The cross-encoder's logit of each (query, candidate) pair."""
+    from retromae.reranking.run import CrossEncoder  # the classifier stack: only for --teacher
+
+    scorer = CrossEncoder(teacher)
+    pairs = [(n, doc) for n, docs in enumerate(candidates) for doc in docs]
+    logits = scorer.score([queries[n] for n, _ in pairs], [texts[doc] for _, doc in pairs]).tolist()
+    scored: list[dict[int, float]] = [{} for _ in queries]
+    for (n, doc), logit in zip(pairs, logits, strict=True):
+        scored[n][doc] = logit
+    return scored
+
+
+def pick_list(scores: dict[int, float], size: int, rng: np.random.Generator) -> list[int] | None:
+    """The teacher's top size//2 candidates and size − size//2 drawn from the rest, or None with too few."""
+    if len(scores) < size:
+        return None
+    ranked = sorted(scores, key=lambda doc: (-scores[doc], doc))
+    top = size // 2
+    drawn = rng.choice(len(ranked) - top, size=size - top, replace=False) + top
+    return ranked[:top] + [ranked[i] for i in sorted(drawn.tolist())]
+
+
+def matched_temperature(teacher: np.ndarray, base: np.ndarray) -> float:
+    """The temperature that gives the teacher's scores (Q, L) the base's logits' (Q, L) mean spread per list."""
+    spread = float(np.mean(np.std(teacher, axis=1)))
+    target = float(np.mean(np.std(base, axis=1)))
+    return spread / target if spread > 0 and target > 0 else 1.0
+
+
+def teacher_lists(config: AdaptConfig, encoder: Encoder, documents: list[Document]) -> TeacherLists:
+    """The pseudo-queries, each one's list of candidates and the teacher's logits over it (matched temperature)."""
+    texts = [document.text for document in documents]
+    queries = training_queries(documents, config.distill_queries, config.seed)
+    lexical, dense, query_vectors, document_vectors = candidate_runs(
+        encoder, texts, queries, config.distill_candidates, config.max_length, 64)
+    if config.teacher is None:
+        teacher = [hybrid_teacher(lex, den) for lex, den in zip(lexical, dense, strict=True)]
+    else:
+        union = [sorted({*lex, *den}) for lex, den in zip(lexical, dense, strict=True)]
+        teacher = cross_encoder_teacher(config.teacher, queries, texts, union)
+    rng = np.random.default_rng(config.seed + 1)
+    kept, lists = [], []
+    for n, scores in enumerate(teacher):
+        chosen = pick_list(scores, config.list_size, rng)
+        if chosen is not None:
+            kept.append(n)
+            lists.append(chosen)
+    if not lists:
+        raise DataError(f"{', '.join(config.corpus)}: none of {len(queries):,} pseudo-queries found --list-size "
+                        f"{config.list_size} candidates among BM25's and the base's top {config.distill_candidates}; "
+                        "give a smaller --list-size or a larger --distill-candidates")
+    documents_by_query = np.array(lists, dtype=np.int64)  # (Q, L)
+    raw = np.array([[teacher[n][doc] for doc in row] for n, row in zip(kept, lists, strict=True)],
+                   dtype=np.float32)  # (Q, L)
+    base = np.einsum("qd,qld->ql", query_vectors[kept], document_vectors[documents_by_query]) / STUDENT_TEMPERATURE
+    return TeacherLists([queries[n] for n in kept], documents_by_query,
+                        (raw / matched_temperature(raw, base)).astype(np.float32))
+
+
+def distill_loss(name: str, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """--distill-loss over a batch of lists (B, L) of logits."""
+    return listwise_kl(student, teacher) if name == "kl" else margin_mse(student, teacher)
+
+
+def student_logits(encoder: Encoder, queries: list[str], texts: list[str], max_length: int) -> torch.Tensor:
+    """(B, L) logits of the student: its similarity of each query to each of its L texts over the temperature."""
+    query_ids, text_ids = encoder.tokenize(queries, max_length), encoder.tokenize(texts, max_length)
+    query_vectors = encoder.embed(*encoder.collate(query_ids))  # (B, D)
+    text_vectors = encoder.embed(*encoder.collate(text_ids)).view(len(queries), -1, query_vectors.shape[-1])
+    return torch.einsum("bd,bld->bl", query_vectors, text_vectors) / STUDENT_TEMPERATURE
+
+
+def steps_of(config: AdaptConfig, queries: int) -> int:
+    """--max-steps, else --passes over the lists at --batch-size // --list-size queries a step, at most --step-cap."""
+    if config.max_steps is not None:
+        return config.max_steps
+    per_step = max(1, config.batch_size // config.list_size)
+    return max(1, min(config.step_cap, math.ceil(config.passes * queries / per_step)))
+
+
+def schedule(optimizer: torch.optim.Optimizer, steps: int, warmup_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over `warmup_ratio` of the steps, then linear decay to 0."""
+    warmup = max(1, round(warmup_ratio * steps))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda now: min((now + 1) / warmup, max(0.0, (steps - now) / max(1, steps - warmup))))
+
+
+def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, texts: list[str]) -> int:
+    """Train `encoder` in place on the teacher's lists; returns the steps taken."""
+    torch.manual_seed(config.seed)
+    steps, per_step = steps_of(config, len(lists.queries)), max(1, config.batch_size // config.list_size)
+    optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate,
+                                  weight_decay=config.weight_decay)
+    scheduler = schedule(optimizer, steps, config.warmup_ratio)
+    order = np.random.default_rng(config.seed).permutation(len(lists.queries))
+    encoder.model.train()
+    with progress(f"distilling the teacher's scores ({steps:,} steps)", steps, "step") as bar:
+        for now in range(steps):
+            rows = np.take(order, range(now * per_step, (now + 1) * per_step), mode="wrap")
+            logits = student_logits(encoder, [lists.queries[r] for r in rows],
+                                    [texts[d] for r in rows for d in lists.documents[r]], config.max_length)
+            loss = distill_loss(config.distill_loss, logits, torch.from_numpy(lists.logits[rows]))
+            loss.backward()
+            if config.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            bar.update(1)
+    encoder.model.eval()
+    return steps
+
+
+def distill(config: AdaptConfig, documents: list[Document], folder: Path, prefix: str,
+            pooling: PoolingConfig) -> tuple[int, Path]:
+    """The distillation stage from the base (`config.model`): (steps, the folder holding the student's encoder as a
+    checkpoint names it, under `prefix`). A finished stage is reused on --resume."""
+    from safetensors.torch import save_file
+
+    target = folder / DISTILLED
+    saved = target / MODEL_FILE
+    student = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,
+                           max_length=config.max_length)
+    if config.resume and saved.is_file():
+        return steps_of(config, config.distill_queries), target
+    lists = teacher_lists(config, student, documents)
+    steps = train_student(config, student, lists, [document.text for document in documents])
+    with atomic_path(saved) as temporary:
+        save_file({prefix + name: tensor.detach().contiguous().cpu()
+                   for name, tensor in student.model.state_dict().items()}, str(temporary))
+    return steps, target
+

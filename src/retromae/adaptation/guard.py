@@ -1,0 +1,137 @@
+"""The guard of `retromae adapt`: score the base and every candidate on the validation set, pick the best, and
+export it only when it beats the base beyond the validation set's own noise.
+
+Owns: the candidates (the last checkpoint of the training stage, or each, at each weight of its average with the
+base: WiSE-FT's θ = w·θ_adapted + (1 − w)·θ_base), reading a checkpoint's encoder out of its training state, scoring
+an encoder state (the primary metric of the metric registry, NDCG@10, per query and on average, of a dense search
+of the validation queries, with the base's pooling, similarity and max length), and the decision: the best candidate
+on average is exported only when the lower end of a seeded paired bootstrap interval of its gain over the base (per
+query, INTERVAL_LEVEL, BOOTSTRAP_RESAMPLES resamples of the queries) is above 0; otherwise the base is the result,
+unchanged. Does not own the training (`retromae.pretraining.run`, `retromae.adaptation.distill`), search or metrics
+(`retromae.retrieval`, `retromae.evaluation.metric_registry`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from retromae.data.retrieval_sets import RetrievalSet
+from retromae.evaluation.metric_registry import parse_key, primary_key
+from retromae.evaluation.metrics import evaluate_run
+from retromae.models.encoder import Encoder
+from retromae.retrieval.search import TextOptions, dense_search
+from retromae.runtime.console import progress
+from retromae.runtime.errors import ModelLoadError
+from retromae.training.checkpoint_state import MODEL_FILE, read_model_tensors
+
+METRIC = primary_key()  # ndcg@10
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL_LEVEL = 0.95
+
+
+@dataclass
+class Candidate:
+    """One encoder the guard scores: the base (step 0), or a checkpoint's encoder averaged with the base at `weight`."""
+
+    step: int
+    weight: float
+    score: float | None = None
+    per_query: dict[str, float] | None = None  # query id → METRIC
+    interval: tuple[float, float] | None = None  # of the gain over the base (the base: none)
+
+    @property
+    def name(self) -> str:
+        if self.step == 0:
+            return "base"
+        return f"step {self.step}" + ("" if self.weight == 1 else f", averaged with the base at {self.weight:g}")
+
+
+def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> tuple[float, dict[str, float]]:
+    """`METRIC` (NDCG@10) of `encoder` on the validation set, on average and per query (no progress display)."""
+    k = parse_key(METRIC)[1]
+    run = dense_search(encoder, validation.corpus_texts(), validation.queries, k=k, passages=TextOptions(),
+                       questions=TextOptions(), batch_size=batch_size, show_progress=False)
+    means, queries = evaluate_run(validation.qrels, run, (k,), per_query=True)
+    return means[METRIC], {query_id: scores[METRIC] for query_id, scores in queries.items()}
+
+
+def gain_interval(base: dict[str, float], candidate: dict[str, float], seed: int,
+                  resamples: int = BOOTSTRAP_RESAMPLES, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """The percentile bootstrap interval of the candidate's mean gain over the base, paired by query: the queries
+    resampled with replacement `resamples` times (seeded), the per-query differences averaged each time."""
+    differences = np.array([candidate[query_id] - base[query_id] for query_id in sorted(base)])  # (Q,)
+    rows = np.random.default_rng(seed).integers(0, len(differences), size=(resamples, len(differences)))
+    means = differences[rows].mean(axis=1)  # (resamples,)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def decide(base: Candidate, scored: list[Candidate], seed: int) -> Candidate:
+    """The candidate with the best average, with its interval set, when the interval's lower end is above 0 (it beats
+    the base beyond the queries' noise); else the base."""
+    best = base
+    for candidate in scored:
+        if parse_key(METRIC)[0].better(candidate.score, best.score):
+            best = candidate
+    if best is base:
+        return base
+    best.interval = gain_interval(base.per_query, best.per_query, seed)
+    return best if best.interval[0] > 0 else base
+
+
+def checkpoint_encoder(checkpoint: Path, base: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The encoder tensors of a training checkpoint, named as in `base` (the base model's state dict); the tensors the
+    training does not hold (a pooler the masked LM lacks) are the base's. ModelLoadError when others are missing."""
+    tensors = read_model_tensors(checkpoint / MODEL_FILE)
+    state = {name: tensors.get(prefix + name) for name in base}
+    missing = [name for name, tensor in state.items() if tensor is None and not name.startswith("pooler.")]
+    if missing:
+        raise ModelLoadError(f"{checkpoint / MODEL_FILE}: holds no encoder tensor {prefix}{missing[0]} "
+                             f"({len(missing)} missing)")
+    return {name: base[name] if tensor is None else tensor.to(base[name].device) for name, tensor in state.items()}
+
+
+def averaged(adapted: dict[str, torch.Tensor], base: dict[str, torch.Tensor], weight: float) -> dict[str, torch.Tensor]:
+    """weight·adapted + (1 − weight)·base, tensor by tensor (integer buffers such as position ids: the base's)."""
+    return {name: torch.lerp(base[name].float(), adapted[name].float(), weight).to(base[name].dtype)
+            if base[name].is_floating_point() else base[name] for name in base}
+
+
+def candidates(steps: list[int], weights: list[float], last_only: bool) -> list[Candidate]:
+    """Every checkpoint step (or the last alone) at every weight, in step order."""
+    return [Candidate(step, weight) for step in (steps[-1:] if last_only else steps) for weight in weights]
+
+
+def run_guard(encoder: Encoder, validation: RetrievalSet, states: dict[int, Path], prefix: str,
+              weights: list[float], base: Candidate, batch_size: int,
+              seed: int) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
+    """Score every candidate (`states`: training checkpoints by step); returns the one exported (the base unless a
+    candidate beats it, `decide`), all of them (the base first) and the exported state. `encoder` holds the base's
+    weights on entry and on return."""
+    base_state = {name: tensor.detach().clone() for name, tensor in encoder.model.state_dict().items()}
+    found = candidates(list(states), weights, last_only=False)
+    with progress(f"validating {len(found)} candidate{'s' if len(found) != 1 else ''}", len(found),
+                  "candidate") as bar:
+        for candidate in found:
+            encoder.model.load_state_dict(candidate_state(states[candidate.step], base_state, prefix,
+                                                          candidate.weight))
+            candidate.score, candidate.per_query = score(encoder, validation, batch_size)
+            bar.update(1)
+    chosen = decide(base, found, seed)
+    for candidate in found:
+        if candidate is not chosen and candidate.per_query is not None:
+            candidate.interval = gain_interval(base.per_query, candidate.per_query, seed)
+    state = base_state if chosen is base else candidate_state(states[chosen.step], base_state, prefix, chosen.weight)
+    encoder.model.load_state_dict(base_state)
+    return chosen, [base, *found], state
+
+
+def candidate_state(checkpoint: Path, base: dict[str, torch.Tensor], prefix: str,
+                    weight: float) -> dict[str, torch.Tensor]:
+    """A checkpoint's encoder averaged with the base at `weight`."""
+    return averaged(checkpoint_encoder(checkpoint, base, prefix), base, weight)

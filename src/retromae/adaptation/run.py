@@ -1,0 +1,296 @@
+"""`retromae adapt` from end to end: check the inputs, split off validation, score the base, train, guard, export.
+
+Owns `adapt(config)`: the stages in order, each with one display (reading and splitting the corpus, scoring the base,
+the training stage, the guard), the validation set's description (what it was estimated on, how many documents, at
+which length), the budget sized from the corpus, the training stage's config (a `retromae pretrain` run in
+`OUTPUT/training/`, its checkpoints the guard's candidates; or the distillation, `retromae.adaptation.distill`), the
+export of the winner as `OUTPUT/encoder/` and `OUTPUT/sentence-transformer/` with the base's pooling and similarity
+and a model card naming the base, the objective, the averaging and the guard's scores, `OUTPUT/guard.json`, and the
+closing verdict on standard output. Does not own the objective, the loop or the scoring (`retromae.adaptation.guard`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from retromae.adaptation.config import AdaptConfig
+from retromae.adaptation.data import (
+    base_pooling,
+    check_language,
+    read_documents,
+    split_corpus,
+    write_training_corpus,
+    write_validation,
+)
+from retromae.adaptation.guard import BOOTSTRAP_RESAMPLES, INTERVAL_LEVEL, METRIC, Candidate, run_guard, score
+from retromae.data.corpus import Document
+from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
+from retromae.data.token_store import TokenStore
+from retromae.evaluation.probe import sample_retrieval_set
+from retromae.finetuning.run import FinetuneConfig, finetune
+from retromae.models.encoder import Encoder, PoolingConfig
+from retromae.models.export import declared_max_length, export_encoder, export_sentence_transformer
+from retromae.models.model_card import write_model_cards
+from retromae.objectives import OBJECTIVES
+from retromae.pretraining.config import PretrainConfig
+from retromae.runtime.console import Stages, step
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.options import option, save_config
+from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
+from retromae.training.checkpoints import checkpoints_by_step
+
+GUARD_FILE = "guard.json"
+UNSEEN_FILE = "unseen-qrels.tsv"
+CARD_TITLE = "An embedder adapted to a corpus by retromae adapt"
+ENCODE_BATCH = 64  # texts per forward pass while the validation set is encoded
+OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, UNSEEN_FILE, "data", "validation", "training", "finetuned",
+           "config.json")
+
+
+@dataclass(kw_only=True)
+class StageConfig(PretrainConfig):
+    """The training stage: `retromae pretrain`'s options plus the pooling the objective trains (the base's)."""
+
+    pooling: str = option("cls", "the sentence vector's pooling (the base's)")
+    normalize: bool = option(False, "whether the sentence vector is L2-normalised (the base's similarity)")
+
+
+# The options `adapt` passes on to its training stage as they are: those both configs declare.
+STAGE_OPTIONS = tuple(sorted({field.name for field in dataclasses.fields(StageConfig)}
+                             & {field.name for field in dataclasses.fields(AdaptConfig)}))
+
+
+@dataclass
+class Prepared:
+    """What the stages read: the validation set and how it was made, the training documents, their blocks."""
+
+    validation: RetrievalSet
+    description: str
+    training: list[Document]
+    blocks: int
+
+
+def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
+    """Adapt `config.model` to `config.corpus` as `config` (or `AdaptConfig(**options)`) says; returns the output
+    folder, whose encoder/ is the base or the adapted candidate that beat it on the validation set."""
+    config = config if config is not None else AdaptConfig(**options)
+    output = Path(config.output)
+    pooling = base_pooling(config.model, config.pooling, config.normalize)
+    claim_folder(output, "adapt", run_identity(config), OUTPUTS, resume=config.resume, overwrite=config.overwrite,
+                 inputs=input_paths(config), started=False)
+    save_config(config, output / "config.json")
+    stages = Stages(4 if config.train is None else 5)
+    stages.start("reading the corpus and holding out validation")
+    encoder = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize)  # its own length
+    data = prepare_data(config, encoder, output)
+    stages.start(f"scoring the base on {len(data.validation.queries):,} validation queries")
+    base = Candidate(0, 1.0)
+    with step(f"{METRIC} of the base"):
+        base.score, base.per_query = score(encoder, data.validation, ENCODE_BATCH)
+    stages.start("adapting")
+    prefix = f"encoder.{encoder.model.base_model_prefix}."
+    mark_started(output)
+    steps, states = train_stage(config, output, data, pooling, prefix)
+    stages.start("guarding: scoring the adapted encoder against the base")
+    best, scored, state = run_guard(encoder, data.validation, states, prefix, config.mix, base, ENCODE_BATCH,
+                                    config.seed)
+    encoder.model.load_state_dict(state)
+    export(encoder, config, output, pooling.normalize)
+    record = guard_record(config, output, best, scored, steps, data.description)
+    write_model_cards([output / "encoder", output / "sentence-transformer"], CARD_TITLE,
+                      adapt_facts(config, record, best))
+    report = summary(best, scored, data.description)
+    if config.train is not None:
+        stages.start(f"fine-tuning the adapted encoder on {config.train}")
+        record["finetuned"] = finetune_adapted(config, output, data.validation)
+        report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
+    write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
+    print(report)  # the verdict is a result: standard output (docs/output.md)
+    return output
+
+
+def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: PoolingConfig,
+                prefix: str) -> tuple[int, dict[int, Path]]:
+    """The adaptation: distillation, or a `retromae pretrain` run; returns its steps and the guard's candidate
+    states (checkpoint folders by step: the last, or every one with --candidates all)."""
+    if config.objective == "distill":
+        from retromae.adaptation.distill import distill  # torch's training loop: only once the inputs have passed
+
+        steps, folder = distill(config, data.training, output / "training", prefix, pooling)
+        return steps, {steps: folder}
+    stage = stage_config(config, output, data.blocks, pooling)
+    from retromae.pretraining.run import pretrain  # the training stack: only once the inputs have passed their checks
+
+    pretrain(stage)
+    found = dict(checkpoints_by_step(output / "training"))
+    last = max(found)
+    return stage.max_steps, (found if config.candidates == "all" else {last: found[last]})
+
+
+def guard_record(config: AdaptConfig, output: Path, best: Candidate, scored: list[Candidate], steps: int,
+                 description: str) -> dict[str, Any]:
+    """guard.json: the metric, the validation set, the base's and every candidate's score, the chosen one, and each
+    candidate's interval of its gain over the base."""
+    base = scored[0]
+    return {"metric": METRIC, "validation": config.validation or str(output / "validation"),
+            "validation_set": description, "chosen": best.name, "base": base.score, "steps": steps,
+            "interval_level": INTERVAL_LEVEL, "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+            "interval": None if best.interval is None else list(best.interval),
+            "candidates": [{"name": c.name, "step": c.step, "weight": c.weight, METRIC: c.score,
+                            "gain": c.score - base.score,
+                            "interval": None if c.interval is None else list(c.interval)} for c in scored]}
+
+
+def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet) -> float:
+    """`retromae finetune` of OUTPUT/encoder on --train into OUTPUT/finetuned/ (its defaults; the adapted encoder's
+    pooling and similarity); returns the fine-tuned encoder's score on the validation set."""
+    tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
+                                    output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
+                                    overwrite=config.overwrite, mixed_precision=config.mixed_precision))
+    return score(Encoder.load(tuned / "encoder"), validation, ENCODE_BATCH)[0]
+
+
+def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepared:
+    """The validation set (--validation's sample, or keyword queries of held-out documents written to
+    OUTPUT/validation/) and its description, the training corpus (OUTPUT/data/train.jsonl) and its blocks."""
+    where = ", ".join(config.corpus)
+    with step(f"reading {where}"):
+        documents = read_documents(config.corpus)
+        check_language(encoder.tokenizer, documents, config.model, where)
+        if config.validation is not None:
+            validation, description = labelled_validation(config, output)
+            training = documents
+        else:
+            split = split_corpus(documents, config.validation_queries, config.seed, where)
+            write_validation(split, config.validation_documents, config.seed, output / "validation")
+            validation = load_retrieval_set(output / "validation", "test")
+            training = split.training
+            description = (f"{len(validation.queries):,} keyword queries of held-out documents, "
+                           f"{searched(validation, len(documents))}")
+        write_training_corpus(training, output / "data" / "train.jsonl")
+    description += f", at {encoder.max_length} tokens"
+    if config.objective == "distill":
+        return Prepared(validation, description, training, 0)
+    store = TokenStore.build_or_load([str(output / "data" / "train.jsonl")], encoder.tokenizer, config.max_length,
+                                     cache_dir=Path(config.cache_dir) if config.cache_dir else None)
+    return Prepared(validation, description, training, len(store))
+
+
+def searched(validation: RetrievalSet, corpus: int) -> str:
+    """How many documents each validation query was searched among: all of the corpus, or a sample."""
+    size = len(validation.corpus)
+    return (f"searched among all {size:,} documents" if size >= corpus else
+            f"searched among a sample of {size:,} of the {corpus:,} documents (--validation-documents)")
+
+
+def labelled_validation(config: AdaptConfig, output: Path) -> tuple[RetrievalSet, str]:
+    """The user's labelled queries the guard scores (all of them up to --validation-queries, or a seeded
+    --validation-fraction, the others written to OUTPUT/unseen-qrels.tsv) and their description; a warning when
+    they are a test split."""
+    full = load_retrieval_set(Path(config.validation), config.validation_split)
+    if config.validation_split == "test":
+        print(f"retromae: warning: --validation {config.validation} --validation-split test: the guard then chooses "
+              "the model on the queries it will be judged on, which flatters it; judge it on other queries "
+              "(--validation-fraction keeps some aside), or give another split", file=sys.stderr)
+    wanted = config.validation_queries
+    if config.validation_fraction is not None:
+        wanted = max(1, round(config.validation_fraction * len(full.queries)))
+    validation = sample_retrieval_set(full, wanted, config.validation_documents, config.seed)
+    if config.validation_fraction is not None:
+        unseen = sorted(set(full.qrels) - set(validation.qrels))
+        rows = ["query-id\tcorpus-id\tscore"] + [f"{qid}\t{doc}\t{grade}" for qid in unseen
+                                                 for doc, grade in full.qrels[qid].items()]
+        write_text_atomic(output / UNSEEN_FILE, "\n".join(rows) + "\n")
+    description = (f"{len(validation.queries):,} of your labelled queries ({config.validation}, split "
+                   f"{config.validation_split}), {searched(validation, len(full.corpus))}")
+    return validation, description
+
+
+def budget(config: AdaptConfig, blocks: int) -> int:
+    """--max-steps, else --passes over the training blocks at --batch-size, at most --step-cap (at least 2 steps:
+    one to warm the heads, one to move the encoder)."""
+    if config.max_steps is not None:
+        return config.max_steps
+    return max(2, min(config.step_cap, math.ceil(config.passes * blocks / config.batch_size)))
+
+
+def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: PoolingConfig) -> StageConfig:
+    """The `retromae pretrain` run of the training stage, in OUTPUT/training/: the heads warmed for --head-warmup
+    of the steps before the encoder moves, a checkpoint for each of --checkpoints: all kept when the guard scores
+    them (--candidates all), else only the latest, which is what --resume and the guard read."""
+    steps = budget(config, blocks)
+    headless = not OBJECTIVES[config.objective].trains_a_head()  # no fresh head to warm: the encoder trains at once
+    warmup = 0 if headless else min(steps - 1, round(config.head_warmup * steps))
+    # every option the stage shares with `adapt` by name; `decoding` left to the objective's default when unset
+    shared = {name: getattr(config, name) for name in STAGE_OPTIONS}
+    if config.decoding is None:
+        del shared["decoding"]
+    own = {"corpus": [str(output / "data" / "train.jsonl")], "output": str(output / "training"),
+           "pooling": pooling.pooling, "normalize": pooling.normalize, "max_steps": steps,
+           "freeze_encoder_steps": warmup, "save_every": math.ceil(steps / config.checkpoints),
+           "keep_checkpoints": config.checkpoints + 1 if config.candidates == "all" else 1}
+    return StageConfig(**{**shared, **own})
+
+
+def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool) -> None:
+    """OUTPUT/encoder/ and OUTPUT/sentence-transformer/ of the encoder as it now is, with the base's pooling,
+    similarity and declared input length."""
+    export_encoder(encoder.model, encoder.tokenizer, output / "encoder", pooling=encoder.pooling,
+                   normalize=normalize, max_length=declared_max_length(config.model))
+    export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
+
+
+def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
+    """Every candidate's score, its gain over the base and the interval of that gain, then the verdict against the
+    base in plain words, saying what the figures were estimated on."""
+    base = scored[0]
+    level = f"{INTERVAL_LEVEL:.0%}"
+    lines = [f"validation {METRIC}, estimated on {estimated_on(description)} ({description}):",
+             f"  {'candidate':<45} {METRIC:>8} {'gain':>8}  {level} interval of the gain"]
+    for candidate in scored:
+        gain = "" if candidate is base else f"{candidate.score - base.score:+8.4f}"
+        interval = "" if candidate.interval is None else (f"  [{candidate.interval[0]:+.4f}, "
+                                                          f"{candidate.interval[1]:+.4f}]")
+        lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain:>8}{interval}")
+    if best is not base:
+        lines.append(f"exported {best.name}: {best.score - base.score:+.4f} over the base ({base.score:.4f}), "
+                     f"{level} interval [{best.interval[0]:+.4f}, {best.interval[1]:+.4f}], estimated on "
+                     f"{estimated_on(description)}")
+        return "\n".join(lines)
+    challenger = max(scored[1:], key=lambda c: c.score, default=None)
+    why = ("" if challenger is None or challenger.interval is None else
+           f" ({challenger.name}: {challenger.score - base.score:+.4f}, its {level} interval "
+           f"[{challenger.interval[0]:+.4f}, {challenger.interval[1]:+.4f}] reaches the base)")
+    lines.append(f"no candidate beat the base beyond the validation's noise{why}: exported the base unchanged")
+    return "\n".join(lines)
+
+
+def estimated_on(description: str) -> str:
+    """The words saying where the guard's figures come from."""
+    return "your labelled queries" if "your labelled" in description else "queries made from your corpus"
+
+
+def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) -> dict[str, str]:
+    """The model card's facts of an adapt run: the base, the objective, the averaging, the guard's scores."""
+    chosen = ("the base, unchanged: no candidate beat it" if best.step == 0 else
+              f"the training's step {best.step} averaged with the base at weight {best.weight:g} "
+              f"(θ = {best.weight:g}·θ_adapted + {1 - best.weight:g}·θ_base)")
+    interval = record["interval"]
+    scores = f"base {record['base']:.4f}; " + "; ".join(
+        f"{c['name']} {c[METRIC]:.4f}" for c in record["candidates"][1:])
+    return {"Base model": str(config.model),
+            "Training": f"`retromae adapt`, objective {config.objective}"
+                        + (f" (teacher: {config.teacher or 'BM25 fused with the base'}, loss {config.distill_loss})"
+                           if config.objective == "distill" else "") + f", {record['steps']:,} steps, seed "
+                        f"{config.seed}, peak learning rate {config.learning_rate:g}",
+            "Training data": ", ".join(config.corpus) + " (no labels)",
+            "Exported": chosen,
+            "Guard": f"{METRIC} on {record['validation_set']}: {scores}"
+                     + ("" if interval is None else f"; {INTERVAL_LEVEL:.0%} interval of the gain "
+                                                    f"[{interval[0]:+.4f}, {interval[1]:+.4f}]")}

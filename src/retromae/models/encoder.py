@@ -1,0 +1,313 @@
+"""Load any text encoder for inference, pool its token states into one vector per text, normalise.
+
+Owns: `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling), reading the three
+folder kinds (our export with `retromae_encoder.json`, a sentence-transformers folder, any plain Hugging Face
+model folder or hub name) and saving our export. Does not own training, objectives or decoder heads: those
+live in `objectives/` and `train.py`, which call `Encoder.embed` for pooled embeddings with gradients. The options
+that name an encoder (`EncoderOptions`) and `PoolingConfig` live in `retromae.models.encoder_config`, which imports no
+torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+from tqdm.auto import tqdm
+from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
+
+from retromae.data.long_texts import clip_texts
+from retromae.models.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
+from retromae.models.finite import check_vectors, check_weights
+from retromae.models.masked_lm import check_max_length, position_limit
+from retromae.models.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
+from retromae.models.onednn import packed_linears
+from retromae.models.pretrained import load_model, load_tokenizer
+from retromae.runtime.console import progress, quiet_by_default
+from retromae.runtime.cpu_features import auto_bf16
+from retromae.runtime.devices import resolve_device
+from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.options import require
+
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
+DEFAULT_MAX_LENGTH = 512
+# sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
+ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+
+
+@dataclasses.dataclass
+class FolderSpec:
+    """What a model folder says about itself: where the transformer lives, its pooling and max length."""
+
+    subfolder: str = ""
+    pooling: PoolingConfig = dataclasses.field(default_factory=PoolingConfig)
+    max_length: int | None = None
+    declared: bool = False  # whether the folder declares its pooling (else `pooling` is the default)
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConfig) -> torch.Tensor:
+    """Pool token states `(B, L, D)` under `attention_mask` `(B, L)` into `(B, D)` text vectors."""
+    hidden = hidden.float()  # pool in float32 even under autocast
+    if config.pooling == "cls":
+        pooled = hidden[:, 0]  # (B, D)
+    else:
+        mask = attention_mask.unsqueeze(-1).float()  # (B, L, 1)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, D)
+    return F.normalize(pooled, dim=-1) if config.normalize else pooled
+
+
+def _read_json(source: str, filename: str) -> dict[str, Any] | None:
+    """A JSON file of a local folder or hub repository, or None when it has no such file."""
+    if os.path.isdir(source):
+        return read_json(Path(source) / filename)
+    try:
+        downloaded = Path(hf_hub_download(source, filename))
+    except LocalEntryNotFoundError as error:  # offline and not cached: a subclass of EntryNotFoundError
+        raise _load_error(source, f"not a local folder, and not in the Hugging Face cache ({error})") from error
+    except EntryNotFoundError:
+        return None
+    except Exception as error:  # any other hub failure (missing repo, bad id, network) means it cannot load
+        raise _load_error(source, f"not a local folder, and the Hugging Face Hub lookup failed: {error}") from error
+    return read_json(downloaded)
+
+
+def _load_error(source: str, reason: str) -> ModelLoadError:
+    """A one-line ModelLoadError naming the model."""
+    return ModelLoadError(f"cannot load model {source!r}: {' '.join(reason.split())}")
+
+
+def _st_pooling(source: str, module_path: str) -> str:
+    """The pooling mode of a sentence-transformers Pooling module, if we support it."""
+    config = _read_json(source, f"{module_path}/config.json") or {}
+    mode = config.get("pooling_mode") or [name for key, name in ST_POOLING_KEYS.items() if config.get(key)]
+    modes = [mode] if isinstance(mode, str) else list(mode)
+    other = [key for key, value in config.items() if key.startswith("pooling_mode_") and value
+             and key not in ST_POOLING_KEYS]
+    if len(modes) != 1 or modes[0] not in POOLINGS or other:
+        raise ModelLoadError(f"{source}: sentence-transformers pooling {modes + other} is not supported "
+                             f"(supported: {', '.join(POOLINGS)})")
+    return modes[0]
+
+
+def _st_max_length(source: str, path: str) -> int | None:
+    """The max length sentence-transformers reads for the Transformer module at `path`: `max_seq_length` of its
+    sentence_bert_config.json (versions before 6 write it there), else its tokenizer's `model_max_length` (where
+    version 6 writes it), else None."""
+    prefix = f"{path}/" if path else ""
+    declared = (_read_json(source, f"{prefix}sentence_bert_config.json") or {}).get("max_seq_length")
+    if declared is not None:
+        return declared  # checked by `_check_declared_length`
+    length = (_read_json(source, f"{prefix}tokenizer_config.json") or {}).get("model_max_length")
+    return length if isinstance(length, int) and 0 < length < 1_000_000 else None  # tokenizers write 1e30 for none
+
+
+def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
+    """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize."""
+    spec, pooling, normalize = FolderSpec(), None, False
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        path = module.get("path", "")
+        if kind == "Transformer":
+            spec.subfolder = path
+            spec.max_length = _st_max_length(source, path)
+        elif kind == "Pooling":
+            pooling = _st_pooling(source, path)
+        elif kind == "Normalize":
+            normalize = True
+        else:
+            raise ModelLoadError(f"{source}: sentence-transformers module {module.get('type')!r} is not supported "
+                                 "(supported: Transformer, Pooling, Normalize)")
+    if pooling is None:
+        raise ModelLoadError(f"{source}: modules.json has no Pooling module")
+    spec.pooling = PoolingConfig(pooling, normalize)
+    spec.declared = True
+    return spec
+
+
+def describe_folder(source: str) -> FolderSpec:
+    """Pooling, normalisation, max length and transformer subfolder declared by a model folder or hub repo."""
+    ours = _read_json(source, ENCODER_FILE)
+    if ours is not None:
+        return FolderSpec(pooling=PoolingConfig(ours.get("pooling", "cls"), bool(ours.get("normalize", False))),
+                          max_length=ours.get("max_length"), declared=True)
+    modules = _read_json(source, "modules.json")
+    if modules is not None:
+        return _sentence_transformers_spec(source, modules)
+    return FolderSpec()
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: None means full float32; "auto" is bf16 (or fp16) on CUDA, bf16 on a CPU where it was
+    measured to pay (`retromae.runtime.cpu_features.auto_bf16`: AMX), float32 elsewhere."""
+    if isinstance(dtype, torch.dtype):
+        return None if dtype == torch.float32 else dtype
+    if dtype in (None, "auto"):
+        if device.type == "cpu":
+            return torch.bfloat16 if auto_bf16() else None
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    require(dtype in DTYPES, "dtype", f"must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
+    return None if dtype == "float32" else DTYPES[dtype]
+
+
+def _check_declared_length(declared: Any, tokenizer: PreTrainedTokenizerBase, source: str) -> None:
+    """ModelLoadError when a folder's metadata declares a max length that is no whole number of tokens above its
+    tokenizer's special tokens (a tokenizer ignores a truncation below them and would read whole texts)."""
+    least = tokenizer.num_special_tokens_to_add(pair=False) + 1
+    if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < least):
+        raise ModelLoadError(f"{source}: its metadata declares a max length of {declared!r} tokens; it must be a whole "
+                             f"number of at least {least} (its tokenizer's special tokens and one of text)")
+
+
+def default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
+    """The tokens a model reads: the length its folder declares (else `DEFAULT_MAX_LENGTH`), at most its positions
+    and its tokenizer's limit. Every folder we write records this length (`retromae.models.export`)."""
+    limits = [declared or DEFAULT_MAX_LENGTH, position_limit(model.config),
+              tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None]
+    return min(limit for limit in limits if limit)
+
+
+class Encoder:
+    """A transformer encoder with pooling: texts → float32 vectors (`encode`) or tensors with grad (`embed`)."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 pooling: PoolingConfig | None = None, max_length: int | None = None,
+                 amp_dtype: torch.dtype | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = pooling or PoolingConfig()
+        self.max_length = max_length or default_max_length(model, tokenizer, None)
+        self.amp_dtype = amp_dtype
+        self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
+
+    @property
+    def pooling(self) -> str:
+        return self.config.pooling
+
+    @property
+    def normalize(self) -> bool:
+        return self.config.normalize
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dimension(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @classmethod
+    @quiet_by_default
+    def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
+             device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
+             max_length: int | None = None) -> Encoder:
+        """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win."""
+        resolved = resolve_model(name_or_path)
+        source = resolved.folder
+        spec = describe_folder(source)
+        config = PoolingConfig(pooling or spec.pooling.pooling,
+                               spec.pooling.normalize if normalize is None else normalize)
+        device = resolve_device(device)
+        tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
+        model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
+        check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
+        check_weights(model, resolved.given)
+        _check_declared_length(spec.max_length, tokenizer, source)
+        model.to(device).eval()
+        length = max_length or default_max_length(model, tokenizer, spec.max_length)
+        encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+        encoder.source = resolved.given
+        return encoder
+
+    def check_lengths(self, options: Any) -> None:
+        """ConfigError naming the first length option of `options` (a command's config: each field whose name ends
+        in `max_length`) that this encoder's tokenizer or positions cannot honour (`backbone.check_max_length`)."""
+        for field in dataclasses.fields(options):
+            if field.name.endswith("max_length"):
+                check_max_length(self.model.config, getattr(options, field.name), field.name, self.tokenizer)
+
+    @quiet_by_default
+    def save(self, path: str | Path) -> None:
+        """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""
+        with atomic_directory(Path(path)) as tmp:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            info = {**dataclasses.asdict(self.config), "max_length": self.max_length}
+            write_text_atomic(tmp / ENCODER_FILE, json.dumps(info, indent=2) + "\n")
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled (and, if configured, normalised) embeddings `(B, D)` of `(B, L)` inputs, with gradients."""
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
+        return pool(hidden, attention_mask, self.config)
+
+    def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
+        """Token ids of each text (prefix prepended), truncated, unpadded; a long text is read only as far as its
+        first tokens (`retromae.data.long_texts`)."""
+        max_length = max_length or self.max_length
+        return self.tokenizer(clip_texts(self.tokenizer, texts, max_length, prefix), truncation=True,
+                              max_length=max_length, return_attention_mask=False,
+                              return_token_type_ids=False)["input_ids"]
+
+    def collate(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-pad token id lists into `(B, L)` ids and attention mask on the encoder's device."""
+        longest = max(len(ids) for ids in sequences)
+        pad_id = self.tokenizer.pad_token_id or 0
+        input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)  # (B, L)
+        attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)  # (B, L)
+        for row, ids in enumerate(sequences):
+            input_ids[row, :len(ids)] = ids
+            attention_mask[row, :len(ids)] = 1
+        return torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
+               show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:
+        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length.
+
+        The progress bar is named `description` (default "encoding N texts"), with " in bf16" (or fp16) under
+        autocast; a caller with a larger job passes its own `bar` instead, which is advanced here and left open."""
+        require(batch_size > 0, "batch_size", "must be positive")
+        if bar is not None:
+            return self._encode(texts, batch_size, max_length, prefix, bar)
+        label = description or f"encoding {len(texts):,} texts"
+        if self.amp_dtype is not None:
+            label += f" in {AUTOCAST_NAMES[self.amp_dtype]}"
+        with progress(label, len(texts), "text", enabled=show_progress) as own:
+            return self._encode(texts, batch_size, max_length, prefix, own)
+
+    def _encode(self, texts: Sequence[str], batch_size: int, max_length: int | None, prefix: str,
+                bar: tqdm) -> np.ndarray:
+        sequences = self.tokenize(texts, max_length, prefix) if len(texts) else []
+        order = np.argsort([-len(ids) for ids in sequences], kind="stable")
+        output = np.empty((len(sequences), self.dimension), dtype=np.float32)  # (N, D)
+        self.model.eval()
+        with self._fast_kernels():
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                input_ids, attention_mask = self.collate([sequences[row] for row in rows])
+                vectors = self.embed(input_ids, attention_mask)  # (B, D)
+                output[rows] = vectors.float().cpu().numpy()
+                bar.update(len(rows))
+        check_vectors(output, f"the vectors of {self.source or 'the encoder'}")  # none leaves for an index or metric
+        return output
+
+    def _fast_kernels(self) -> contextlib.AbstractContextManager:
+        """Autocast to the lower precision asked for; in float32, oneDNN's prepacked linear layers on CPU
+        (`retromae.models.onednn`: the same vectors to 1e-6, in about two thirds of the time where MKL lacks AVX-512
+        kernels)."""
+        if self.amp_dtype is not None:
+            return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return packed_linears(self.model)

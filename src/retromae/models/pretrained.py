@@ -1,0 +1,182 @@
+"""The one place transformers reads a model folder: configs, tokenizers and weights, loaded whole or not at all.
+
+Owns: every `from_pretrained` call of the package, each with `trust_remote_code=False` (transformers then never
+asks on standard input whether to run a folder's code) and `use_safetensors=True` (never a pickle); the refusals,
+in our words, of a folder that asks to run its own Python code (`auto_map`), of a folder whose weights are pickles
+only (`pytorch_model.bin`), of a `model_type` transformers does not know and of a tokenizer whose declared max length
+is no positive number; and the rule that weights load whole: after loading, every weight the checkpoint lacks, every
+tensor it holds that the model has no place for and every tensor of another shape is refused, naming a few and the
+count (transformers would start them from random weights and go on), but for these, the only legitimate ones:
+
+- a task head the checkpoint lacks, where the caller says it may start fresh (`fresh_head`): the masked-LM head
+  of a sentence encoder about to be pre-trained, the classifier of a reranker about to be trained, the pooler of an
+  `AutoModel` (our pooling never reads it);
+- tensors of a head the model does not have (an MLM head or a next-sentence head when loading the encoder, a pooler
+  when loading a masked LM): the checkpoint holds more than this use needs, and nothing starts random.
+
+Weights of the body (the base model's embeddings and layers) must all be there and all be used. Does not own what a
+`--model` names (`retromae.models.model_source`) nor pooling and inference (`retromae.models.encoder`), masked-LM
+specifics (`retromae.models.masked_lm`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from retromae.models.model_source import check_safetensors, read_json
+from retromae.runtime.errors import ModelLoadError
+
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index", "tf_model.h5",
+                  "flax_model.msgpack", "pytorch_model.pt", "model.pt")
+SHOWN = 3  # names shown of a longer list
+NO_CODE = "retromae never runs a model folder's own code"
+
+
+def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
+    """The transformers config of a checked model folder (`check_folder`) or hub name."""
+    from transformers import AutoConfig
+
+    check_folder(folder, subfolder, what, weights=False)
+    return _guarded(what or folder, AutoConfig.from_pretrained, folder, subfolder=subfolder, trust_remote_code=False)
+
+
+def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: Any) -> Any:
+    """The tokenizer of a checked folder or hub name; ModelLoadError when its declared max length is no positive
+    whole number (a tokenizer would truncate every text to nothing)."""
+    from transformers import AutoTokenizer
+
+    check_folder(folder, subfolder, what, weights=False)
+    tokenizer = _guarded(what or folder, AutoTokenizer.from_pretrained, folder, subfolder=subfolder,
+                         trust_remote_code=False, **options)
+    length = tokenizer.model_max_length
+    if isinstance(length, bool) or not isinstance(length, int | float) or not length > 0:
+        where = Path(folder) / subfolder / "tokenizer_config.json"
+        raise ModelLoadError(f"{where}: model_max_length {length!r} is no number of tokens; give a positive whole "
+                             "number (or remove it)")
+    return tokenizer
+
+
+def load_model(auto_class: Any, folder: str, subfolder: str = "", what: str = "", fresh_head: bool = False,
+               **options: Any) -> tuple[Any, list[str]]:
+    """`auto_class.from_pretrained` on a checked folder, refused unless its weights load whole (module docstring);
+    returns the model and the names of the head weights that start fresh (only with `fresh_head`)."""
+    check_folder(folder, subfolder, what)
+    model, info = _guarded(what or folder, auto_class.from_pretrained, folder, subfolder=subfolder,
+                           trust_remote_code=False, use_safetensors=True, output_loading_info=True,
+                           ignore_mismatched_sizes=True, **options)
+    fresh = check_loaded(model, info, what or folder, fresh_head)
+    return model, fresh
+
+
+def check_loaded(model: Any, info: dict[str, Any], what: str, fresh_head: bool) -> list[str]:
+    """ModelLoadError unless the loading report `info` of `model` shows whole weights (module docstring); the
+    missing head weights otherwise (allowed by `fresh_head`)."""
+    missing, unexpected = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
+    body = set(_body_parts(model))
+    missing_body = [key for key in missing if _part(model, key) in body]
+    head = [key for key in missing if key not in missing_body]
+    problems = []
+    if missing_body or (head and not fresh_head):
+        lacking = missing_body + ([] if fresh_head else head)
+        problems.append(f"{len(lacking)} weights of the model are not in it ({_few(lacking)})")
+    extra = [key for key in unexpected if _part(model, key) in body]
+    if extra or (missing_body and unexpected):
+        shown = extra or unexpected
+        problems.append(f"{len(shown)} of its tensors match no weight of the model ({_few(shown)})")
+    mismatched = sorted(info.get("mismatched_keys", ()))
+    if mismatched:
+        named = [f"{key} {tuple(saved)} vs {tuple(wanted)}" for key, saved, wanted in mismatched]
+        problems.append(f"{len(named)} tensors have other shapes than its config.json says ({_few(named)})")
+    if problems:
+        raise ModelLoadError(f"{what}: its weights do not fit the model: {'; '.join(problems)}; it would run with "
+                             "random weights in their place: pass the folder the model was saved to as it was saved "
+                             "(config.json and model.safetensors together)")
+    return head
+
+
+def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool = True) -> None:
+    """Refuse, before transformers reads it, a local folder that asks to run its own code, names a model type
+    transformers does not know, or (`weights`) holds its weights only as pickles or truncated safetensors. A hub
+    name is checked by transformers itself, under `trust_remote_code=False` and `use_safetensors=True`."""
+    path = Path(folder) / subfolder
+    if not path.is_dir():
+        return
+    what = what or str(path)
+    for name in ("config.json", "tokenizer_config.json"):
+        code = _auto_map(read_json(path / name))
+        if code:
+            raise ModelLoadError(f"{what}: its {name} asks to run the folder's own code ({', '.join(code)}); "
+                                 f"{NO_CODE}: use a model of a family transformers knows (BERT, RoBERTa, ...)")
+    _check_model_type(path, what)
+    if weights:
+        _check_weight_files(path, what)
+
+
+def _auto_map(config: Any) -> list[str]:
+    """The code a config's `auto_map` names ("evil.EvilModel" for evil.py), empty when it names none."""
+    mapping = config.get("auto_map") if isinstance(config, dict) else None
+    if not mapping:
+        return []
+    values = mapping.values() if isinstance(mapping, dict) else mapping
+    flat = [item for value in values for item in (value if isinstance(value, list) else [value]) if item]
+    return sorted({str(item) for item in flat}) or ["auto_map"]
+
+
+def _check_model_type(path: Path, what: str) -> None:
+    from transformers import CONFIG_MAPPING
+
+    config = read_json(path / "config.json")
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind is not None and kind not in CONFIG_MAPPING:
+        raise ModelLoadError(f"{what}: its config.json names model_type {kind!r}, which transformers does not know; "
+                             "use a model of a family it knows (BERT, RoBERTa, ModernBERT, DeBERTa-v2, ...)")
+
+
+def _check_weight_files(path: Path, what: str) -> None:
+    """Pickle-only weights refused in our words; truncated safetensors named (`check_safetensors`)."""
+    if not any(path.glob("*.safetensors")):
+        pickles = [name for name in PICKLE_WEIGHTS if (path / name).exists()] + sorted(
+            entry.name for entry in path.glob("pytorch_model-*.bin"))
+        if pickles:
+            raise ModelLoadError(f"{what}: holds its weights only as {', '.join(pickles)}, a format that can run code "
+                                 "when read, which retromae never reads; convert it to model.safetensors where you "
+                                 "trust it (`model.save_pretrained(folder)` saves safetensors), or use a folder that "
+                                 "has model.safetensors")
+        if (path / "config.json").is_file():
+            raise ModelLoadError(f"{what}: has a config.json but no weights (model.safetensors)")
+    check_safetensors(path)
+
+
+def _guarded(what: str, load: Any, *args: Any, **options: Any) -> Any:
+    """`load(*args, **options)`, its failures turned into one line naming `what`."""
+    try:
+        return load(*args, **options)
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError) as error:
+        text = " ".join(str(error).split())
+        if "trust_remote_code" in text:
+            text = f"it asks to run its own code; {NO_CODE}"
+        raise ModelLoadError(f"cannot load model {what!r}: {text}") from error
+
+
+def _body_parts(model: Any) -> Iterable[str]:
+    """The names of the base model's own parts (embeddings, layers, norms): all but its pooler."""
+    base = getattr(model, "base_model", model)
+    return [name for name, _ in base.named_children() if name != "pooler"]
+
+
+def _part(model: Any, key: str) -> str:
+    """The part of the base model a weight name (with or without the base model's prefix) belongs to."""
+    prefix = f"{getattr(model, 'base_model_prefix', '')}."
+    if prefix != "." and key.startswith(prefix):
+        key = key[len(prefix):]
+    elif getattr(model, "base_model", model) is not model:  # a head model: names outside its prefix are heads
+        return ""
+    return key.split(".", 1)[0]
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")

@@ -1,0 +1,47 @@
+"""The options of `retromae train-reranker` and `retromae score`, declared apart from `retromae.reranking.run` so that
+parsing them imports no torch.
+
+Owns `RerankerConfig` and `ScoreConfig`. Does not own training or scoring (`retromae.reranking.run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from retromae.retrieval.mining_options import MiningOptions
+from retromae.runtime.options import POSITIVE, at_least, option
+from retromae.runtime.run_folder import OutputOptions
+from retromae.training.config import HeadTrainingConfig
+
+
+@dataclass(kw_only=True)
+class RerankerConfig(MiningOptions, HeadTrainingConfig):
+    """Options of `retromae train-reranker`."""
+
+    model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
+                             "encoder, a sentence-transformers folder, or a pre-training output")
+    data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split")
+    split: str = option("train", "qrels split of a --data folder")
+    negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
+                                    "bi-encoder); auto: file for a training file, bm25 for a folder",
+                            choices=("auto", "file", "bm25", "model"))
+    group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives", at_least(2))
+    max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
+                                                  "model reads", at_least(8))
+    learning_rate: float = option(2e-5, "peak learning rate of AdamW", POSITIVE)
+
+    def __post_init__(self) -> None:
+        HeadTrainingConfig.__post_init__(self)
+        MiningOptions.__post_init__(self)
+
+
+@dataclass(kw_only=True)
+class ScoreConfig(OutputOptions):
+    model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`")
+    data: Path = option(help="training file (JSON lines: query, pos, neg)")
+    output: Path = option(help="training file to write: the input with pos_scores and neg_scores")
+    batch_size: int = option(64, "pairs per forward pass", POSITIVE)
+    max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
+                                                  "model reads", at_least(8))
+    device: str | None = option(None, "torch device; default: the GPU if any")

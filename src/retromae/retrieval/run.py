@@ -1,0 +1,237 @@
+"""The library side of the retrieval commands: what `retromae encode`, `index`, `search`, `bm25` and `mine` do, each
+from its config (`retromae.retrieval.config`), for the command line and the Python API (`retromae.api`) alike.
+
+Owns running each command: claiming its output, reading its inputs, calling the retrieval modules (`encode`,
+`index`, `searcher`, `bm25`, `mining`), writing the result and the line that says what was written; and, for
+`search --query`, the hits printed. Does not own parsing (`retromae.commands`) or how any of it is computed.
+Each command imports its own libraries when it runs (torch for a model, faiss for an index, bm25s for BM25), so
+that `retromae bm25` loads no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
+from retromae.data.training_groups import load_training_data, write_training_file
+from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
+from retromae.retrieval.config import RUN_K, SHOWN_K, BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
+from retromae.retrieval.index import (
+    FAISS_FILE,
+    IDS_FILE,
+    INDEX_INFO,
+    LEXICAL_DIR,
+    NUMPY_FILE,
+    build_index,
+    reading,
+    save_index,
+)
+from retromae.retrieval.texts import corpus_path
+from retromae.retrieval.top_k import capped_top_k
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
+from retromae.runtime.processes import process_state
+from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, run_identity
+
+if TYPE_CHECKING:
+    from retromae.retrieval.searcher import Hit, Run, Searcher
+
+
+def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
+    """Ids and texts of the corpus (title and text joined) or of the queries file."""
+    if config.queries is not None:
+        queries = load_queries(config.queries)
+        return list(queries), list(queries.values())
+    corpus = load_corpus(config.corpus)
+    return list(corpus), [passage.joined() for passage in corpus.values()]
+
+
+def encode(config: EncodeConfig) -> Path:
+    """Encode a corpus or queries file into an embeddings folder as `config` says; returns the folder
+    (`retrieval.encode` describes its layout)."""
+    from retromae.retrieval.encode import encode_to_dir  # torch: only when the command runs
+
+    ids, texts = read_texts(config)
+    prefix, max_length = config.text_options
+    encoder = config.load_encoder(process_state().device)
+    return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
+                         batch_size=config.batch_size, max_length=max_length, prefix=prefix,
+                         show_progress=config.progress, overwrite=config.overwrite,
+                         description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
+                         source=config.corpus or config.queries)
+
+
+def index(config: IndexConfig) -> Path:
+    """Index an embeddings folder as `config` says; returns the index folder (`retromae.index(...)`)."""
+    # torch (through retrieval.encode): only when the command runs, so --help stays instant
+    from retromae.retrieval.encode import load_embeddings
+
+    claim_folder(config.output, "index", run_identity(config),
+                 (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, LEXICAL_DIR), overwrite=config.overwrite,
+                 resumable=False, inputs=input_paths(config))
+    with reading(config.embeddings):  # the vectors are read (memory-mapped) while the index is built
+        ids, vectors, encoding = load_embeddings(config.embeddings)
+        built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
+                            seed=config.seed)
+    corpus = corpus_record(config, encoding)
+    lexical = lexical_index(config, ids, corpus) if config.hybrid else None
+    info = {"factory": config.factory, "params": config.params, "encoder": encoding,
+            "embeddings_generation": encoding.get("generation"), "corpus": corpus}
+    save_index(built, config.output, ids, info, lexical)
+    sides = f"{config.factory}, {config.metric}" + (", with BM25" if lexical is not None else "")
+    print(f"indexed {len(ids)} vectors into {config.output} ({sides})")
+    return Path(config.output)
+
+
+def corpus_record(config: IndexConfig, encoding: dict[str, Any]) -> dict[str, Any] | None:
+    """The corpus the index's texts come from (absolute path and fingerprint): --corpus, else encode.json's."""
+    from retromae.retrieval.encode import source_info
+
+    if config.corpus is not None:
+        return source_info(config.corpus)["source"]
+    source = encoding.get("source")
+    return source if isinstance(source, dict) else None
+
+
+def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | None) -> BM25:
+    """A BM25 index over the texts of `ids`, read from the corpus file (every id must be there)."""
+
+    path = config.corpus or corpus_path(corpus, f"{Path(config.embeddings) / 'encode.json'}", "--corpus")
+    passages = load_corpus(path)
+    missing = [doc_id for doc_id in ids if doc_id not in passages]
+    if missing:
+        raise DataError(f"{path}: lacks {len(missing)} of the {len(ids)} ids of {config.embeddings} (e.g. "
+                        f"{missing[0]!r}); give the corpus they were encoded from with --corpus")
+    params = BM25Params(**{f.name: getattr(config, f.name) for f in dataclasses.fields(BM25Params)})
+    return BM25(params).index(ids, [passages[doc_id].joined() for doc_id in ids])
+
+
+def search(config: SearchConfig) -> Path | list[list[Hit]]:
+    """Search an index as `config` says; returns the TREC run file, or with `query` the hits of each query
+    (`retromae.search(...)`)."""
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
+    searcher = load_searcher(config)
+    k = capped_top_k(config.top_k or (SHOWN_K if config.query is not None else RUN_K), len(searcher.ids))
+    if config.query is not None:
+        queries = {str(n): text for n, text in enumerate(config.query, start=1)}
+        run = searcher.run(queries, k)
+        hits = [searcher.hits(run[query_id]) for query_id in queries]
+        print_hits(searcher, list(queries.values()), hits)
+    else:
+        run = queries_run(config, searcher, k)
+    if config.output is not None:
+        write_trec_run(run, config.output, tag=config.tag)
+    if config.query is not None:
+        return hits
+    sides = "the model and BM25, fused" if searcher.hybrid else "the model"
+    print(f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; top-{k} run in "
+          f"{config.output}")
+    return Path(config.output)
+
+
+def load_searcher(config: SearchConfig) -> Searcher:
+    from retromae.retrieval.searcher import QueryEncoding, Searcher
+
+    encoding = QueryEncoding(config.model, config.pooling, config.normalize, config.query_prefix,
+                             config.query_max_length, config.device, config.dtype, config.batch_size)
+    return Searcher.load(config.index, model=config.model, corpus=config.corpus, fusion=config.fusion,
+                         hybrid_weight=config.hybrid_weight, dense_only=config.dense_only, hybrid=config.hybrid,
+                         params=config.params, texts=config.query is not None, encoding=encoding)
+
+
+def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
+    """The run of a queries file (encoded here) or of an embeddings folder's query vectors."""
+
+    if not Path(config.queries).is_dir():
+        return searcher.run(load_queries(config.queries), k, show_progress=True)
+    ids, vectors, texts = query_vectors(config, searcher)
+    return searcher.run_vectors(ids, vectors, k, texts, show_progress=True)
+
+
+def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], Any, dict[str, str] | None]:
+    """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to come
+    from the index's encoder; the texts from the queries file its encode.json records."""
+    import numpy as np
+
+    from retromae.retrieval.encode import INFO_FILE, load_embeddings
+    from retromae.retrieval.searcher import check_query_vectors
+
+    with reading(config.queries):
+        ids, vectors, info = load_embeddings(config.queries)
+        vectors = np.asarray(vectors, dtype=np.float32)
+    check_query_vectors(info, searcher.info.get("encoder", {}), Path(config.queries), searcher.folder)
+    if not searcher.hybrid:
+        return ids, vectors, None
+    try:
+        path = corpus_path(info.get("source"), f"{Path(config.queries) / INFO_FILE}", "--queries")
+    except ConfigError as error:
+        raise ConfigError(f"{error} (a hybrid index needs the query texts for BM25; or --dense-only)") from None
+    texts = load_queries(path)
+    missing = next((query_id for query_id in ids if query_id not in texts), None)
+    if missing is not None:
+        raise ConfigError(f"--queries: {path} (recorded in {Path(config.queries) / INFO_FILE}) has no query "
+                          f"{missing!r}; encode the queries again")
+    return ids, vectors, {query_id: texts[query_id] for query_id in ids}
+
+
+def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]]) -> None:
+    """Each query, then one line per hit: rank, score, id and the start of the document (standard output)."""
+    width = max(60, shutil.get_terminal_size((100, 20)).columns)
+    method = searcher.fusion.method + (f", weight {searcher.fusion.weight:g}" if searcher.fusion.method == "convex"
+                                       else "")
+    how = f"hybrid: model + BM25, {method}" if searcher.hybrid else "model"
+    for text, query_hits in zip(queries, hits, strict=True):
+        print(f"query: {text}  ({how}; {len(query_hits)} hits)")
+        id_width = max((len(hit.id) for hit in query_hits), default=2)
+        for hit in query_hits:
+            line = f"{hit.rank:>4}  {hit.score:8.4f}  {hit.id}"
+            if hit.text is not None:
+                line = f"{line:<{id_width + 16}}"
+                room = max(20, width - len(line) - 2)
+                start = " ".join(hit.text.split())
+                line += "  " + (start if len(start) <= room else start[:room - 1] + "…")
+            print(line)
+        print()
+
+
+def read_inputs(config: BM25Config) -> tuple[dict[str, str], dict[str, str]]:
+    """Corpus (id → title and text) and queries (id → text) to search."""
+    if config.data is not None:
+        data = load_retrieval_set(config.data, config.split)
+        corpus, queries = data.corpus, data.queries
+    else:
+        corpus, queries = load_corpus(config.corpus), load_queries(config.queries)
+    return {doc_id: passage.joined() for doc_id, passage in corpus.items()}, queries
+
+
+def bm25(config: BM25Config) -> Path:
+    """A BM25 run as `config` says; returns the TREC run file (`retromae.bm25(...)`)."""
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
+    corpus, queries = read_inputs(config)
+    write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
+    print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.top_k} run in {config.output}")
+    return Path(config.output)
+
+
+def mine(config: MineConfig) -> Path:
+    """Mine hard negatives as `config` says; returns the training file written
+    (`retromae.mine(...)`)."""
+    # torch and faiss: only when the command runs, so --help stays instant
+    from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
+
+    claim_file(config.output, config.overwrite, inputs=input_paths(config))
+    data = load_training_data(config.data, config.split)
+    if config.negatives == "bm25":
+        rankings = bm25_rankings(data, config.rank_end)
+    else:
+        rankings = dense_rankings(config.load_encoder(), data, config.rank_end, config.batch_size,
+                                  config.query_max_length, config.passage_max_length)
+    for example, negatives in zip(data.examples, choose_negatives(data, rankings, config, config.seed), strict=True):
+        example.negatives = negatives
+    write_training_file(data, config.output)
+    print(f"mined {sum(len(e.negatives) for e in data.examples)} negatives for {len(data.examples)} queries "
+          f"into {config.output}")
+    return Path(config.output)

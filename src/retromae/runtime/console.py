@@ -1,0 +1,283 @@
+"""What a user sees on the terminal: named stages, one progress display each, summaries, and quiet libraries.
+
+Owns: the progress bar every long step uses (`progress`: its name, count, rate and expected remaining time),
+numbered stages of multi-stage commands (`Stages`: "2/5 pre-training RetroMAE (200 steps)"), short status
+lines for steps too quick or too opaque for a bar (`step`), the end-of-training summary (`TrainingSummary`:
+final losses, wall time, tokens/s) and the closing line of what a command wrote (`wrote`), and silencing the
+libraries' own output around one command (`library_output`): transformers' and huggingface_hub's progress
+bars, load reports and warnings, accelerate's and DeepSpeed's notices, bm25s's and tokenizers' per-call bars, Python
+warnings raised inside those libraries. `--verbose` leaves all of it on.
+
+Nothing happens at import. `library_output(verbose)` is a context manager the CLI enters around one command;
+it restores every switch it turned on exit. The Python API's entry points (`retromae.pretrain(...)` and the others
+`retromae/__init__.py` lists) are wrapped in `quiet_by_default`, which enters `library_output(False)` for the call
+unless the caller chose already (the CLI, or `with library_output(True):` around the call to see everything), so
+a notebook sees what the CLI shows; code that calls deeper functions (the tests) sees the libraries as they are.
+Whether libraries may speak is a context variable read by `verbose()`, so that code deep in a call (the BM25
+wrapper) can pass `show_progress=verbose()` to the libraries without a parameter threaded through every caller.
+Progress bars and stage lines go to stderr; summaries and results to stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+
+# Whether the libraries may print their own bars and reports: None until a command or an API call chooses (the
+# libraries are then left as they are).
+_VERBOSE: ContextVar[bool | None] = ContextVar("retromae_verbose", default=None)
+Function = TypeVar("Function", bound=Callable[..., Any])
+QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "huggingface_hub", "bm25s", "torch",
+                 "DeepSpeed")
+QUIET_WARNING_MODULES = r"(transformers|accelerate|sentence_transformers|huggingface_hub|bm25s|torch)(\.|$)"
+VERBOSITY_ENV = "TRANSFORMERS_VERBOSITY"
+NOT_LOSSES = ("step", "lr", "head_lr", "tokens_per_s", "tokens")
+
+
+def verbose() -> bool:
+    """Whether the libraries' own progress bars and reports are wanted (False inside a quiet command)."""
+    return _VERBOSE.get() is not False
+
+
+def quiet_by_default(function: Function) -> Function:
+    """An entry point of the Python API, run as the CLI runs a command: within `library_output(False)` (as without
+    --verbose) unless a caller up the stack chose already (the CLI; `with library_output(True):`), and its outputs
+    released when it returns (`run_folder.released_after`), so that a later command may continue them."""
+
+    @functools.wraps(function)
+    def entry_point(*args: Any, **kwargs: Any) -> Any:
+        # run_folder imports config and yaml: kept out of `retromae --help`
+        from retromae.runtime.run_folder import released_after
+
+        with released_after(), (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)):
+            return function(*args, **kwargs)
+
+    return entry_point  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def library_output(verbose: bool) -> Iterator[None]:
+    """Within the block: the libraries' bars, reports and warnings off unless `verbose`; all restored on exit."""
+    token = _VERBOSE.set(verbose)
+    try:
+        if verbose:
+            yield
+        else:
+            # huggingface_hub sets its logger's level when its logging module is first imported (by
+            # `_quiet_hub_bars`): its retry warnings ("Retrying in 8s") stay quiet only with the loggers raised after.
+            with warnings.catch_warnings(), _quiet_hub_bars(), _quiet_loggers(), _quiet_transformers():
+                warnings.filterwarnings("ignore", module=QUIET_WARNING_MODULES)
+                yield
+    finally:
+        _VERBOSE.reset(token)
+
+
+@contextlib.contextmanager
+def _quiet_loggers() -> Iterator[None]:
+    """Raise the libraries' loggers to ERROR (accelerate's "Removed shared tensor" notice is a warning), and drop
+    their records below it with a filter: DeepSpeed, which transformers imports when it saves a model, sets its
+    logger's level when first imported (undoing the first) and writes "Setting accelerator to CPU" to stdout."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+        logger.addFilter(_errors_only)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+            logger.removeFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
+@contextlib.contextmanager
+def _quiet_hub_bars() -> Iterator[None]:
+    """huggingface_hub's bars off; transformers, imported later in the block, takes its bar switch from them."""
+    # huggingface_hub: only when a library's output is silenced
+    import huggingface_hub.utils.logging  # noqa: F401  (sets the hub logger's level; see `library_output`)
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' warnings and bars off, whether it is loaded already or first imported inside the block.
+
+    transformers sets its logger's level from $TRANSFORMERS_VERBOSITY when first imported (undoing
+    `_quiet_loggers`), hence the variable for the block; importing it here just to silence it would cost
+    commands that never load it (index, bm25) seconds. Its switches are restored (or reset) on exit."""
+    name = "transformers.utils.logging"
+    loaded = sys.modules.get(name)
+    saved = (loaded.get_verbosity(), loaded.is_progress_bar_enabled()) if loaded else None
+    if loaded:
+        loaded.set_verbosity_error()
+        loaded.disable_progress_bar()
+    previous_env = os.environ.get(VERBOSITY_ENV)
+    os.environ[VERBOSITY_ENV] = "error"
+    try:
+        yield
+    finally:
+        if previous_env is None:
+            os.environ.pop(VERBOSITY_ENV, None)
+        else:
+            os.environ[VERBOSITY_ENV] = previous_env
+        module = sys.modules.get(name)
+        if module is not None:
+            verbosity, bars = saved or (logging.WARNING, True)
+            module.set_verbosity(verbosity)
+            (module.enable_progress_bar if bars else module.disable_progress_bar)()
+
+
+def progress(description: str, total: int | None = None, unit: str = "it", *, initial: int = 0,
+             enabled: bool = True) -> tqdm:
+    """The one progress display of a step: its name, count, rate and (with a total) the expected time left."""
+    return tqdm(total=total, initial=initial, desc=description, unit=unit, disable=not enabled,
+                dynamic_ncols=True, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def step(description: str, enabled: bool = True) -> Iterator[None]:
+    """A status line for a step without a bar: "description ..." then "done in 1.2 s" when it ends."""
+    started = time.perf_counter()
+    if enabled:
+        print(f"{description} ...", end="", file=sys.stderr, flush=True)
+    ended = " failed"
+    try:
+        yield
+        ended = f" done in {format_seconds(time.perf_counter() - started)}"
+    finally:
+        if enabled:
+            print(ended, file=sys.stderr, flush=True)
+
+
+class Stages:
+    """Numbered stages of a multi-stage command: `start("pre-training RetroMAE")` prints "2/5 pre-training ...".
+
+    Built with `Stages.planned([(description, expected seconds), ...])`, `next()` announces the planned stages in
+    turn with the time left: the plan's remaining seconds, scaled by how long the finished stages took against
+    their plan (once at least a minute of the plan is done)."""
+
+    MIN_PACE_SAMPLE_SECONDS = 60.0
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.plan: Sequence[tuple[str, float]] = ()
+        self.started = time.perf_counter()
+
+    @classmethod
+    def planned(cls, plan: Sequence[tuple[str, float]], enabled: bool = True) -> Stages:
+        stages = cls(len(plan), enabled)
+        stages.plan = plan
+        return stages
+
+    def start(self, description: str) -> str:
+        """Announce the next stage on stderr; returns its label ("k/n description")."""
+        label = f"{self.done + 1}/{self.total} {description}"
+        if self.plan:
+            label += f" (about {format_seconds(self._seconds_left())} left)"
+        self.done += 1
+        if self.enabled:
+            print(f"\n{label}", file=sys.stderr, flush=True)
+        return label
+
+    def next(self) -> str:
+        """Announce the next planned stage."""
+        return self.start(self.plan[self.done][0])
+
+    def _seconds_left(self) -> float:
+        planned_so_far = sum(seconds for _, seconds in self.plan[:self.done])
+        # Rescale only once the finished stages are a fair sample: a few seconds of set-up say little about the
+        # pace of training.
+        enough = planned_so_far >= self.MIN_PACE_SAMPLE_SECONDS
+        pace = (time.perf_counter() - self.started) / planned_so_far if enough else 1.0
+        return pace * sum(seconds for _, seconds in self.plan[self.done:])
+
+
+@dataclass
+class TrainingSummary:
+    """Numbers of a finished training run, taken from the loop's logged records; `line()` says them in one line."""
+
+    description: str
+    records: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, record: Mapping[str, float]) -> None:
+        self.records.append(dict(record))
+
+    @property
+    def losses(self) -> dict[str, float]:
+        """The loss components of the last logged record, "loss" first."""
+        last = self.records[-1] if self.records else {}
+        names = sorted((k for k in last if k not in NOT_LOSSES and not k.startswith("probe_")),
+                       key=lambda k: (k != "loss", k))
+        return {name: last[name] for name in names}
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Mean of the logged windows' tokens/s (each window a run of equal steps; the first holds the warm-up)."""
+        rates = [r["tokens_per_s"] for r in self.records if "tokens_per_s" in r]
+        return sum(rates) / len(rates) if rates else None
+
+    def line(self) -> str:
+        """E.g. "pre-training RetroMAE (200 steps): loss 12.31 (decoder 6.20, encoder_mlm 6.11) · 3m02s · 4,120
+        tokens/s"."""
+        losses = self.losses
+        parts = []
+        if "loss" in losses:
+            others = ", ".join(f"{name} {_number(value)}" for name, value in losses.items() if name != "loss")
+            parts.append(f"loss {_number(losses['loss'])}" + (f" ({others})" if others else ""))
+        parts.append(format_seconds(self.seconds))
+        if self.tokens_per_s is not None:
+            parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
+        return f"{self.description}: " + " · ".join(parts)
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def format_seconds(seconds: float) -> str:
+    """"4.2 s", "3m02s" or "1h05m"."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def written(output: Path, optional: Mapping[str, str]) -> dict[str, Path]:
+    """Of the outputs a run writes only with some options (label → name under `output`: `best-probe/`,
+    `negatives/`, `tensorboard/`), those that are there, for `wrote`."""
+    return {label: Path(output) / name for label, name in optional.items() if (Path(output) / name).exists()}
+
+
+def wrote(outputs: Mapping[str, Path | str], started: float | None = None) -> str:
+    """The closing lines of a command: its wall time since `started` and what it wrote where, one per line."""
+    took = f" in {format_seconds(time.perf_counter() - started)}" if started is not None else ""
+    width = max((len(name) for name in outputs), default=0)
+    return f"done{took}; wrote:\n" + "\n".join(f"  {name:<{width}}  {path}" for name, path in outputs.items())

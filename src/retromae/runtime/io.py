@@ -1,0 +1,166 @@
+"""Atomic file writing shared by every command: a killed process never leaves a half-written file.
+
+Owns: writing text, JSON lines, numpy arrays and whole directories through a temporary name and a rename, with
+the permissions an ordinary write would give under the user's umask (the temporary names start private: 0600
+files, 0700 folders, and a colleague could not read an exported model); appending a line whole or not at all; and
+turning a failed write into one `FileSystemError` naming the path the user asked for and the cause (`writing`),
+also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from retromae.runtime.errors import FileSystemError, RetroMAEError
+
+FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Raise a failure of the operating system while writing `path` (or its temporary name) as a FileSystemError
+    naming `path` and the cause. A library's error holding a system error number in its text (safetensors' "(os
+    error 28)") has that cause; one without (torch's "unexpected pos", numpy's "requested and written") on a file
+    system with less than FULL_BELOW bytes free is a full disk. An OSError naming another file goes through as it
+    is (it names its path), and so does every other error (not the file system's)."""
+    try:
+        yield
+    except Exception as error:
+        if isinstance(error, RetroMAEError) or not _writer_error(error):
+            raise
+        named = getattr(error, "filename", None)
+        if named is not None and not os.fsdecode(named).startswith(str(Path(path).parent / f".{Path(path).name}.")):
+            raise
+        cause = error.strerror if isinstance(error, OSError) and error.errno else None
+        if cause is None and (number := RUST_OS_ERROR.search(str(error))):
+            cause = os.strerror(int(number.group(1)))
+        if cause is None and _nearly_full(Path(path)):
+            cause = os.strerror(errno.ENOSPC)
+        if cause is None:
+            raise
+        raise FileSystemError(f"{path}: cannot write: {cause}") from error
+
+
+def _writer_error(error: Exception) -> bool:
+    """Whether `error` is the kind a writer raises when the file system fails it (torch raises RuntimeError,
+    safetensors its own SafetensorError, recognised by name so that `retromae --help` need not import it)."""
+    return isinstance(error, (OSError, RuntimeError)) or type(error).__name__ == "SafetensorError"
+
+
+def _nearly_full(path: Path) -> bool:
+    """Whether the file system holding `path` (or its nearest existing folder) has less than FULL_BELOW bytes free."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    try:
+        return shutil.disk_usage(existing).free < FULL_BELOW
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it replaces `path` in one rename."""
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            yield tmp
+            share_as_umask_allows(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back: the only way the OS offers)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_as_umask_allows(path: Path) -> None:
+    """Give `path` (and everything under a folder) the read and write bits a plain create would: 0666 for files and
+    0777 for folders, less the umask; bits already set are kept."""
+    allowed = ~current_umask()
+    for item in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        if not item.is_symlink():
+            wanted = (0o777 if item.is_dir() else 0o666) & allowed
+            item.chmod(item.stat().st_mode & 0o7777 | wanted)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (UTF-8)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside `path`; on success it replaces `path`."""
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            yield tmp
+            share_as_umask_allows(tmp)
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            if path.exists():
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append `line` and a newline to `path` in one write; a write cut short (a full disk) is taken back, so the
+    file ends with the record whole or without it. (A kill inside that one write may still tear it: readers of
+    appended files drop a torn last line.)"""
+    data = (line + "\n").encode("utf-8")
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+            except OSError:
+                os.ftruncate(fd, start)
+                raise
+            if written < len(data):
+                os.ftruncate(fd, start)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        finally:
+            os.close(fd)
+
+
+def check_free_space(folder: Path, needed: int, what: str) -> None:
+    """FileSystemError naming `folder` when its file system has less than `needed` bytes free for `what` (checked
+    before the work, so that a full disk is not found after it)."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise FileSystemError(f"{folder}: {free / 1e6:,.1f} MB free, {what} needs about {needed / 1e6:,.1f} MB; "
+                              "free some space or choose another output")
+
+
+def reserve(path: Path) -> None:
+    """Give every byte of the file `path` its blocks on disk now: a file written through a memory map would
+    otherwise meet a full disk as a SIGBUS that kills the process, not as an error."""
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(descriptor, 0, os.fstat(descriptor).st_size)
+    finally:
+        os.close(descriptor)

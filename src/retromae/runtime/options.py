@@ -1,0 +1,571 @@
+"""Typed configs for every command: dataclasses that validate themselves and become CLI options.
+
+Owns: declaring a documented field (`option`) with its domain (`Domain`: the numbers it accepts; the named ones
+`POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `FINITE`, and
+`at_least`/`between`), the one check of every field against its type, choices and domain (`check_fields`, run by
+`Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
+alike), turning a config dataclass into argparse options (required inputs first, then the command's own options,
+then one group per shared config class that names itself in `OPTION_GROUP`, or that a field's `group` names; each
+default printed once), old spellings of renamed options (hidden aliases that still work for one release, with a note
+saying the new name), merging a YAML/JSON config file (its options flat, or nested in the sections the config class
+names: `option_sections`) with command-line flags (flags win; YAML numbers such as `1e-2` read as numbers, a key
+given twice refused) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON
+beside the outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the
+names follow is in docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import numbers
+import os
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from retromae.runtime.errors import RetroMAEError
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.lines import check_regular_file
+
+ConfigT = TypeVar("ConfigT")
+REQUIRED = dataclasses.MISSING
+SAVED_CONFIG = "config.json"  # the resolved options a training run saves in its output folder
+
+
+class ConfigError(RetroMAEError, ValueError):
+    """A config file or option that cannot be used; the message names the file or field."""
+
+
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false", Path: "a path"}
+
+
+INT64 = 2**63 - 1  # a whole-number option beyond this fits no tensor or array
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The numbers an option accepts: from `low` to `high` (None: unbounded), each end included unless `*_open`.
+    Every number is also finite, and a whole number within what an int64 holds."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, number: float) -> bool:
+        above = self.low is None or (number > self.low if self.low_open else number >= self.low)
+        below = self.high is None or (number < self.high if self.high_open else number <= self.high)
+        return above and below
+
+    def describe(self) -> str:
+        """The rule in words, e.g. "must be positive", "must lie in [0, 1)"."""
+        if self.high is None:
+            if self.low is None:
+                return "must be a finite number"
+            if self.low == 0:
+                return "must be positive" if self.low_open else "must be 0 or positive"
+            return f"must be {'above' if self.low_open else 'at least'} {_bound(self.low)}"
+        if self.low is None:
+            return f"must be {'below' if self.high_open else 'at most'} {_bound(self.high)}"
+        return (f"must lie in {'(' if self.low_open else '['}{_bound(self.low)}, {_bound(self.high)}"
+                f"{')' if self.high_open else ']'}")
+
+
+def _bound(number: float) -> str:
+    """A domain's end as written: 4294967295, 0.5."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+FINITE = Domain()  # any finite number: what an option without a declared domain accepts
+POSITIVE = Domain(0, low_open=True)  # > 0 (a whole number: 1 or more)
+NON_NEGATIVE = Domain(0)  # >= 0
+PROBABILITY = Domain(0, 1)  # [0, 1]
+FRACTION = Domain(0, 1, high_open=True)  # [0, 1): a share of something that must leave some over
+OPEN_UNIT = Domain(0, 1, low_open=True, high_open=True)  # (0, 1)
+SEED = Domain(0, 2**32 - 1)  # what numpy's and torch's generators take
+MAX_TOP_K = 100_000  # documents per query a search may return: past this, the (queries, k) arrays alone fill memory
+TOP_K = Domain(1, MAX_TOP_K)  # a count of ranked documents (top-k, a rank, a cut-off k)
+
+
+def at_least(low: float) -> Domain:
+    return Domain(low)
+
+
+def between(low: float, high: float) -> Domain:
+    """[low, high], both included."""
+    return Domain(low, high)
+
+
+def choices_of(field: dataclasses.Field) -> tuple | None:
+    """The values a field allows: its `choices`, or what the function given as its choices returns now (a
+    registry's names, so that an entry added at run time is allowed too)."""
+    choices = field.metadata.get("choices")
+    return choices() if callable(choices) else choices
+
+
+def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *,
+           choices: tuple | Callable[[], tuple] | None = None,
+           short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
+           deprecated: str | None = None) -> Any:
+    """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
+
+    `domain`: the numbers a numeric option accepts (e.g. `POSITIVE`, `between(1, 100)`); without one, any finite
+    number. Its type is the field's annotation; `check_fields` enforces both (and `choices`) for every source.
+    `aliases`: old spellings (e.g. `("--k",)`) accepted, hidden from `--help`, with a note naming the new flag.
+    `required_unless`: the option(s) that can stand in for this one (listed with the required inputs).
+    `deprecated`: a field kept for one release only, hidden from `--help`; using it prints this message.
+    """
+    metadata = {"help": help, "domain": domain, "choices": choices, "short": short, "aliases": tuple(aliases),
+                "required_unless": required_unless, "deprecated": deprecated}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def renamed_note(old: str, new: str) -> str:
+    """What an old spelling prints: the new name, and that the old one goes in the next release."""
+    return f"retromae: note: {old} is now {new}; the old spelling will be removed in the next release"
+
+
+class _OldSpelling(argparse.Action):
+    """Stores like the option it stands for, after one note on stderr (`message`) per parse."""
+
+    def __init__(self, option_strings: list[str], dest: str, message: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.message, self.noted = message, False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if not self.noted:
+            print(self.message, file=sys.stderr)
+            self.noted = True
+        setattr(namespace, self.dest, values)
+
+
+def _field_kind(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[type, bool]:
+    """The scalar type of a field and whether it holds a list (Optional[...] unwrapped)."""
+    hint = hints[field.name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    if typing.get_origin(hint) is list:
+        return typing.get_args(hint)[0], True
+    return hint, False
+
+
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def is_required(field: dataclasses.Field) -> bool:
+    """Whether the field has no default, or is needed unless another option stands in for it."""
+    return _default_of(field) is REQUIRED or field.metadata.get("required_unless") is not None
+
+
+def _group_title(config_cls: type, field: dataclasses.Field) -> str | None:
+    """The field's own `group`, else `OPTION_GROUP` of the most basic class declaring it, or None for the command's
+    own options."""
+    if field.metadata.get("group"):
+        return _text(field.metadata["group"])
+    for cls in reversed(config_cls.__mro__):
+        if field.name in getattr(cls, "__annotations__", {}):
+            return cls.__dict__.get("OPTION_GROUP")
+    return None
+
+
+def _text(value: str | Callable[[], str]) -> str:
+    """A help text or section title, or the function that makes it when `--help` is built (a registry's)."""
+    return value() if callable(value) else value
+
+
+def _help_text(field: dataclasses.Field) -> str:
+    """The field's help with, once, whether it is required or its default (unset defaults say nothing)."""
+    help_text, default = _text(field.metadata.get("help", "")), _default_of(field)
+    if default is REQUIRED:
+        return f"{help_text} (required)"
+    if field.metadata.get("required_unless"):
+        return f"{help_text} (required unless {field.metadata['required_unless']})"
+    if default is None or default == []:
+        return help_text
+    shown = '""' if default == "" else " ".join(map(str, default)) if isinstance(default, list) else default
+    return f"{help_text} (default: {shown})"
+
+
+def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[str, Any]:
+    scalar, is_list = _field_kind(field, hints)
+    if scalar is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    # Numbers stay text here: `build_config` reads them (`number_from_text`) and checks them with the config file's
+    # and the Python API's values, so that every refusal is one line naming the option.
+    kwargs: dict[str, Any] = {"type": str if scalar in (int, float) else scalar, "choices": choices_of(field)}
+    if scalar in (int, float) and not choices_of(field):
+        kwargs["metavar"] = "N" if scalar is int else "X"
+    if is_list:  # `--data A B` and `--data A --data B` alike
+        kwargs.update(nargs="+", action="extend")
+    return kwargs
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
+    """Add one `--kebab-case` option per field of `config_cls` (and its hidden old spellings), plus `--config FILE`.
+
+    Groups, in this order in `--help` and in the usage line: "required" (inputs without a default, or needed
+    unless another option stands in; --output last), "options" (the command's own, with --config), then one
+    per shared config class (its `OPTION_GROUP`), in field order.
+    """
+    hints = typing.get_type_hints(config_cls)
+    parser.config_class = config_cls  # the command's registry entry: which config its options build (tests walk it)
+    placed: dict[str | None, list[dataclasses.Field]] = {"required": [], None: []}
+    for field in dataclasses.fields(config_cls):
+        title = "required" if is_required(field) else _group_title(config_cls, field)
+        placed.setdefault(title, []).append(field)
+    placed["required"].sort(key=lambda field: field.name == "output")  # inputs first, the output last
+    for title, fields in placed.items():
+        group = parser.add_argument_group(title or "options")
+        if title is None:
+            group.add_argument("--config", type=Path, help="YAML or JSON file of options; command-line flags "
+                                                            "override it")
+        for field in fields:
+            _add_field(group, field, hints)
+    parser.usage = " ".join(["%(prog)s", *map(_usage_part, placed["required"]), "[options]"])
+
+
+def _usage_part(field: dataclasses.Field) -> str:
+    part = f"{_flag(field.name)} {field.name.upper()}"
+    return f"[{part}]" if field.metadata.get("required_unless") else part
+
+
+def _add_field(group: argparse._ArgumentGroup, field: dataclasses.Field, hints: dict[str, Any]) -> None:
+    flag, kwargs = _flag(field.name), _argument_kwargs(field, hints)
+    old_kwargs = {key: value for key, value in kwargs.items() if key != "action"}  # they act as `_OldSpelling`
+    deprecated = field.metadata.get("deprecated")
+    if deprecated:
+        group.add_argument(flag, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                           action=_OldSpelling, message=f"retromae: note: {deprecated}", **old_kwargs)
+        return
+    flags = [field.metadata["short"], flag] if field.metadata.get("short") else [flag]
+    group.add_argument(*flags, dest=field.name, default=argparse.SUPPRESS, help=_help_text(field), **kwargs)
+    for alias in field.metadata.get("aliases", ()):
+        group.add_argument(alias, dest=field.name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                           action=_OldSpelling, message=renamed_note(alias, flag), **old_kwargs)
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return REQUIRED
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `1e-2` and `1E5` as numbers (YAML 1.1 wants `1.0e-2`; a user means a number)
+    and refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: {key} given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+                                    list("-+0123456789."))
+
+
+def _json_mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ConfigError(f"{', '.join(twice)} given twice")
+    return dict(pairs)
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values; a key given twice is
+    refused."""
+    check_regular_file(Path(path), "config file", missing_ok=True)  # a FIFO or /dev/zero would never end
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is skipped
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+    is_json = Path(path).suffix == ".json"
+    try:
+        values = json.loads(text, object_pairs_hook=_json_mapping) if is_json else yaml.load(text, _ConfigLoader)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {error}") from error
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of option names to values")
+    return {str(key).replace("-", "_"): value for key, value in values.items()}
+
+
+def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str, Any]) -> ConfigT:
+    """Merge the options a resumed run saved (`--resume`), `--config FILE` (if given) and explicit flags, each
+    overriding the one before, into a validated `config_cls`."""
+    given = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
+    config_path = given.pop("config", None)
+    values = _new_spellings(_flat_values(load_config_file(config_path), config_cls, config_path, given),
+                            config_cls) if config_path else {}
+    known = {field.name for field in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
+    values = {**_saved_options(given, known), **values}
+    flags = _from_command_line(given, config_cls) if isinstance(args, argparse.Namespace) else given
+    values.update({key: value for key, value in flags.items() if key in known})
+    check_values(config_cls, values)  # a bad value is named even where a required option is missing too
+    missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
+               if f.name not in values and _default_of(f) is REQUIRED]
+    if missing:
+        raise ConfigError(f"missing required option(s): {', '.join(missing)}")
+    try:
+        config = config_cls(**values)
+    except TypeError as error:
+        raise ConfigError(str(error)) from error
+    if not isinstance(config, Options):  # a config class of its own (a test's): the same checks, after its own
+        check_fields(config)
+    return config
+
+
+def check_command_line(config_cls: type, args: argparse.Namespace) -> None:
+    """The command line's own values checked against their options' domains (`check_values`), as `build_config`
+    will check them, so that the command line answers a value out of its domain before any other check."""
+    given = {key: value for key, value in vars(args).items() if key != "config"}
+    check_values(config_cls, _from_command_line(given, config_cls))
+
+
+def _from_command_line(given: dict[str, Any], config_cls: type) -> dict[str, Any]:
+    """The command line's values with the text of its numbers read as numbers (`number_from_text`)."""
+    specs = _field_specs(config_cls)
+    read = {}
+    for name, value in given.items():
+        spec = specs.get(name)
+        if spec is not None and spec.scalar in (int, float) and value is not None:
+            value = ([number_from_text(name, spec.scalar, text) for text in value] if isinstance(value, list)
+                     else number_from_text(name, spec.scalar, value))
+        read[name] = value
+    return read
+
+
+def number_from_text(name: str, scalar: type, text: Any) -> Any:
+    """A number the command line gives as text: `3`, `1e-2`, `nan` (refused later by its domain); a whole number
+    may be written `1e3`. Anything else is refused naming the option and the type it takes."""
+    if not isinstance(text, str):
+        return text
+    try:
+        number = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[scalar]}, got {text!r}") from None
+    if scalar is int and math.isfinite(number):
+        if not number.is_integer():
+            raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[int]}, got {text!r}")
+        return int(text) if text.strip().lstrip("+-").isdigit() else int(number)
+    return number
+
+
+def _flat_values(values: dict[str, Any], config_cls: type, path: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """A config file's values with one section's options moved to the top level, where flat keys also name them.
+    A config class with sections names them (`option_sections()`: a section → the options it may hold, e.g. an
+    objective's) and the field that chooses one (`SECTION_FIELD`, e.g. "objective"): the chosen section applies (the
+    flag's choice, else the file's, else the default); the others are checked and left unused, so that one file can
+    hold several objectives' options."""
+    if not hasattr(config_cls, "option_sections"):
+        return values
+    sections = config_cls.option_sections()  # a section is a mapping: `seed: 42` is --seed, `seed: {...}` SEED's
+    nested = {key for key, value in values.items() if key in sections and isinstance(value, dict)}
+    flat = {key: value for key, value in values.items() if key not in nested}
+    chooser = next(field for field in dataclasses.fields(config_cls) if field.name == config_cls.SECTION_FIELD)
+    chosen = given.get(chooser.name, flat.get(chooser.name, _default_of(chooser)))
+    for name in sorted(nested):
+        options = {key.replace("-", "_"): value for key, value in values[name].items()}
+        unknown = sorted(set(options) - sections[name])
+        if unknown:
+            raise ConfigError(f"{path}: {name}: unknown option(s) {', '.join(unknown)} (it reads "
+                              f"{', '.join(sorted(sections[name])) or 'none'})")
+        if name == chosen:
+            clashes = sorted(key for key in options if key in flat and flat[key] != options[key])
+            if clashes:
+                raise ConfigError(f"{path}: {', '.join(clashes)} given twice, flat and under {name}, with "
+                                  "different values")
+            flat.update(options)
+    return flat
+
+
+def _saved_options(given: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """With `--resume --output DIR`: the options the run saved in DIR/config.json (`save_config`), so that a resume
+    needs no option repeated; nothing otherwise."""
+    if not (given.get("resume") and given.get("output") and "resume" in known):
+        return {}
+    path = Path(given["output"]) / SAVED_CONFIG
+    if not path.is_file():
+        return {}
+    saved = load_config_file(path)
+    return {key: value for key, value in saved.items() if key in known and key not in ("resume", "overwrite")}
+
+
+def _new_spellings(values: dict[str, Any], config_cls: type) -> dict[str, Any]:
+    """A config file's values with old option names renamed (a note for each), deprecated ones noted."""
+    for field in dataclasses.fields(config_cls):
+        for alias in field.metadata.get("aliases", ()):
+            key = alias.lstrip("-").replace("-", "_")
+            if key in values:
+                print(renamed_note(key, field.name), file=sys.stderr)
+                values[field.name] = values.pop(key)
+        if field.metadata.get("deprecated") and field.name in values:
+            print(f"retromae: note: {field.metadata['deprecated']}", file=sys.stderr)
+    return values
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass (paths become strings)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+
+
+def save_config(config: Any, path: Path) -> None:
+    """Write the resolved config as JSON, atomically."""
+    write_text_atomic(Path(path), json.dumps(config_to_dict(config), indent=2) + "\n")
+
+
+def require(condition: bool, field: str, message: str) -> None:
+    """Validation helper for `__post_init__`: raise ConfigError naming the field."""
+    if not condition:
+        raise ConfigError(f"{_flag(field)}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _FieldSpec:
+    """What a field's annotation says it holds: `scalar` (int, float, str, bool or Path), a list of them, or None."""
+
+    scalar: type
+    is_list: bool
+    optional: bool
+
+
+@functools.cache
+def _field_specs(config_cls: type) -> dict[str, _FieldSpec]:
+    """name → `_FieldSpec` of each field of `config_cls` whose annotation is one `check_fields` knows."""
+    hints = typing.get_type_hints(config_cls)
+    specs = {}
+    for field in dataclasses.fields(config_cls):
+        hint, optional = hints.get(field.name), False
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+            optional = len(kinds) < len(typing.get_args(hint))
+            hint = kinds[0] if len(kinds) == 1 else None
+        is_list = typing.get_origin(hint) is list
+        scalar = typing.get_args(hint)[0] if is_list else hint
+        if scalar in _TYPE_WORDS:
+            specs[field.name] = _FieldSpec(scalar, is_list, optional or field.default is None)
+    return specs
+
+
+def check_fields(config: Any) -> None:
+    """ConfigError naming the first option of the dataclass `config` whose value is not of its annotated type, not
+    among its `choices` or outside its `domain` (`option`); non-finite numbers are refused everywhere. Values are
+    normalised in place: a whole float for an int (`1e3` from YAML), an int for a float, text for a Path, one value
+    for a list of one. The one check of every option, whichever way the config was built (`Options`)."""
+    for field in dataclasses.fields(config):
+        if field.init:
+            object.__setattr__(config, field.name, _checked_value(type(config), field, getattr(config, field.name)))
+
+
+def check_values(config_cls: type, values: dict[str, Any]) -> None:
+    """`check_fields` over a mapping of some of the options of `config_cls` (those it declares), before the config
+    is built."""
+    for field in dataclasses.fields(config_cls):
+        if field.init and field.name in values:
+            _checked_value(config_cls, field, values[field.name])
+
+
+def _checked_value(config_cls: type, field: dataclasses.Field, value: Any) -> Any:
+    spec = _field_specs(config_cls).get(field.name)
+    if spec is None or (value is None and spec.optional):
+        return value
+    if spec.is_list:
+        return [_checked(field, spec.scalar, item) for item in (value if isinstance(value, list | tuple) else [value])]
+    return _checked(field, spec.scalar, value)
+
+
+def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
+    """`value` as `scalar`, within the field's choices and domain; ConfigError naming the field otherwise."""
+    flag = _flag(field.name)
+    if scalar in (int, float):
+        value = _number(flag, scalar, value, field.metadata.get("domain"))
+    elif not isinstance(value, bool if scalar is bool else str | os.PathLike):
+        raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
+    elif scalar is Path:
+        value = Path(value)
+    choices = choices_of(field)
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{flag}: must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
+    return value
+
+
+def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{flag}: must be a finite number, got {float(value)}")
+    if scalar is int:
+        if not float(value).is_integer():
+            raise ConfigError(f"{flag}: expected {_TYPE_WORDS[int]}, got {value}")
+        value = int(value)
+        if abs(value) > INT64:
+            raise ConfigError(f"{flag}: {value} is beyond what a whole-number option holds (2**63 - 1)")
+    else:
+        value = float(value)
+    if domain is not None and not domain.holds(value):
+        raise ConfigError(f"{flag}: {domain.describe()}, got {value}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A wrong value in a refusal: text quoted and called text (`"3"` is not the number 3), a list or mapping named."""
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    if isinstance(value, list | tuple | dict):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'} ({value!r})"[:120]
+    return repr(value)
+
+
+class Options:
+    """The base of every command's config dataclass: each field is checked (`check_fields`) before the class's own
+    `__post_init__` runs its cross-field checks, whichever way the config is built (the command line through
+    `build_config`, a config file, the Python API), and whether or not that `__post_init__` calls `super()`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is not None and not getattr(own, "checks_fields", False):
+            cls.__post_init__ = _checking_fields_first(own)
+
+    def __post_init__(self) -> None:
+        if type(self).__post_init__ is Options.__post_init__:  # no class of its own checks anything more
+            check_fields(self)
+
+
+def _checking_fields_first(post_init: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`post_init`, preceded by `check_fields` when it is the instance's own (outermost) `__post_init__`, so that
+    fields are checked once and before any cross-field check."""
+
+    @functools.wraps(post_init)
+    def checked(self: Any) -> None:
+        if type(self).__post_init__ is checked:
+            check_fields(self)
+        post_init(self)
+
+    checked.checks_fields = True
+    return checked

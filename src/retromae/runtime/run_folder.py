@@ -1,0 +1,399 @@
+"""One output belongs to one run: claiming output folders and files, and telling runs apart.
+
+Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity:
+the options that define its result plus fingerprints of its input files), the rule that a folder holding another
+run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the
+command itself writes, and only where a run of the same command wrote them: never another command's outputs, nor
+files no run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the
+list of options that differ between two runs; that an output never overlaps a command's inputs (`check_apart`,
+before anything is deleted); that a run which fails before its first step (`mark_started`) leaves its folder free
+for the corrected command; and that one process at a time writes an output: claiming one
+takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
+distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
+user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
+blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
+writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from retromae.runtime.errors import FileSystemError
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.options import ConfigError, Options, config_to_dict, option
+
+MARKER = "retromae-run.json"
+HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
+_HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerprint, for this process's life
+LOCK_FILE = ".retromae.lock"
+_HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, pid of the process that took it)
+REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the others
+# Options that say how long, how verbosely or where a training runs, not what it computes: a resumed run may change
+# them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length). The probes'
+# sample and metric stay part of a run, so that its probe scores (and its best probe) compare across a resume.
+RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
+                         "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
+                         "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
+# Options naming input files or folders, fingerprinted by content so that a changed file is a different run.
+INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "input", "embeddings")
+# Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
+OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
+# What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
+# may be written into an input folder beside them (a run file beside its data set), never over one of them.
+READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "queries.tsv", "qrels", "sts-*.csv", "ids.txt",
+                   "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json", "*.safetensors",
+                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
+
+
+@dataclasses.dataclass(kw_only=True)
+class OutputOptions(Options):
+    """`--overwrite`, shared by every command that writes an output folder or file."""
+
+    overwrite: bool = option(False, "replace the outputs of an earlier run of this command at --output (only the "
+                                    "files it writes; other files, another command's outputs and inputs are kept)")
+
+
+def file_fingerprint(path: Path) -> str:
+    """Size plus a sha256 of every byte, read in chunks (sha256 is the fastest hash of the standard library on CPUs
+    with SHA instructions: about 2 GB/s, docs/benchmarks.md). A file is hashed once per process while its size,
+    modification and change times and inode stay the same (any write changes the change time, which no one can set
+    back), so that a run's identity and its token store's key share one pass."""
+    path = Path(path)
+    stat = path.stat()
+    seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    if seen not in _HASHED:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+        _HASHED[seen] = f"{stat.st_size}:{digest.hexdigest()[:32]}"
+    return _HASHED[seen]
+
+
+def input_fingerprint(source: str | Path) -> str:
+    """A file's fingerprint, a folder's over its files (hidden ones and our own checkpoints skipped), or the name
+    itself for what is not on disk (a hub model, `hf:DATASET`)."""
+    if not source:
+        return ""
+    path = Path(source)
+    if path.is_file():
+        return file_fingerprint(path)
+    if not path.is_dir():
+        return str(source)
+    digest = hashlib.sha1()
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path)
+        if file.is_file() and not any(part.startswith(".") or part == "checkpoints" for part in relative.parts):
+            digest.update(f"{relative}={file_fingerprint(file)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
+    """The options of `config` that define its result, plus `NAME content` fingerprints of its input options."""
+    values = {key: resolved_paths(value) for key, value in config_to_dict(config).items() if key not in set(neutral)}
+    for name in INPUT_OPTIONS:
+        given = values.get(name)
+        if given:
+            sources = given if isinstance(given, list) else [given]
+            values[f"{name} content"] = [input_fingerprint(source) for source in sources]
+    return values
+
+
+def resolved_paths(value: Any) -> Any:
+    """`value` with every string that names an existing file or folder made absolute, so that `data/x` given from
+    the repository and `/abs/repo/data/x` given from elsewhere are the same run."""
+    if isinstance(value, list):
+        return [resolved_paths(item) for item in value]
+    if isinstance(value, str) and value and Path(value).exists():
+        return str(Path(value).resolve())
+    return value
+
+
+def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The option names whose values differ between two identities."""
+    return sorted(key for key in set(saved) | set(current) if saved.get(key) != current.get(key))
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of `folder` (command and identity), or None when there is none or it is unreadable."""
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def write_marker(folder: Path, command: str, identity: Mapping[str, Any], started: bool = True) -> None:
+    """Record the run of `command` with `identity` in `folder`; `started` False: it has done no lasting work yet
+    (`mark_started`), so that its folder is free again when it fails before then."""
+    record = {"command": command, "identity": identity, **({} if started else {"started": False})}
+    write_text_atomic(Path(folder) / MARKER, json.dumps(record, indent=2) + "\n")
+
+
+def mark_started(folder: str | Path, processes: Any = None) -> None:
+    """Record that the run claiming `folder` (with `claim_folder(..., started=False)`) began its lasting work (its
+    first training step): from now on its outputs are kept as any run's. Before, a failed run's folder is taken by
+    the next run of the same command as if empty. Only the main process of `processes` writes."""
+    marker = read_marker(Path(folder))
+    if marker is not None and not _started(marker) and (processes is None or processes.is_main_process):
+        marker.pop("started")
+        write_text_atomic(Path(folder) / MARKER, json.dumps(marker, indent=2) + "\n")
+
+
+def _read_in(relative: Path) -> bool:
+    """Whether a file at `relative` in an input folder is one its readers read (`READ_IN_FOLDERS`)."""
+    name = relative.name.removesuffix(".gz")
+    return any(Path(relative.parts[0]).match(pattern) or Path(name).match(pattern) for pattern in READ_IN_FOLDERS)
+
+
+def _started(marker: Mapping[str, Any]) -> bool:
+    return marker.get("started", True) is not False
+
+
+def input_paths(config: Any) -> list[str]:
+    """Every file or folder on disk that an option of `config` names, but those it writes (`OUTPUT_OPTIONS`)."""
+    def named(value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return [path for key, item in value.items() if key not in OUTPUT_OPTIONS for path in named(item)]
+        if isinstance(value, list):
+            return [path for item in value for path in named(item)]
+        return [value] if isinstance(value, str) and value and os.path.exists(value) else []
+
+    return named(config_to_dict(config))
+
+
+def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
+                option_name: str = "output") -> None:
+    """ConfigError when an output overlaps an input: the same path, an output folder inside an input folder (it
+    would change what the command reads), an output file over one an input folder is read by (`READ_IN_FOLDERS`),
+    or an input where the command writes (`ours`, the names it writes in an output folder: --overwrite would delete
+    it). Checked before anything is deleted or written."""
+    out = Path(os.path.realpath(output))
+    inputs = [given for given in inputs if given and os.path.exists(given)]
+    written = [out] if kind == "file" else [out / name for name in ours]
+    for given in inputs:
+        source = Path(os.path.realpath(given))
+        inside = out == source or (source in out.parents and (kind == "folder" or _read_in(out.relative_to(source))))
+        if inside or any(place == source or place in source.parents for place in written):
+            raise ConfigError(f"--{option_name.replace('_', '-')} {output}: overlaps {given}, which this command "
+                              "reads; write its outputs elsewhere (another --output)")
+
+
+def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, identity: Mapping[str, Any]) -> None:
+    """ConfigError unless `saved` (a marker) records this command with this identity; lists the differing options."""
+    if saved is None:
+        raise ConfigError(f"{where}: holds outputs with no record of the run that wrote them; cannot check it is "
+                          "the same run: use --overwrite to replace them, or another --output")
+    if saved.get("command") != command:
+        raise ConfigError(f"{where}: holds the outputs of `retromae {saved.get('command')}`, not of `retromae "
+                          f"{command}`: use --overwrite to replace them, or another --output")
+    changed = differences(saved.get("identity", {}), identity)
+    if changed:
+        raise ConfigError(f"{where}: belongs to another run ({', '.join(changed)} differ); give the same options, "
+                          "or use --overwrite to replace it, or another --output")
+
+
+def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], *,
+                 resume: bool = False, overwrite: bool = False, resumable: bool = True, processes: Any = None,
+                 inputs: Iterable[str | Path] = (), started: bool = True) -> None:
+    """Make `folder` this run's before any work: none of `ours` there (only unrelated files): take it; the same run with
+    `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) where an earlier run of this
+    command wrote them, and take it; else refuse. `inputs` (the paths the command reads) must lie apart from it
+    (`check_apart`). `started` False: the run marks itself started later (`mark_started`); until then, a failure
+    leaves the folder free for the next run of this command.
+
+    Every process checks; only the main one of `processes` (an Accelerator or PartialState) takes the folder's lock
+    (`hold`) and then writes."""
+    ours = tuple(ours)
+    check_apart(folder, inputs, ours)
+    main = processes is None or processes.is_main_process
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable) if main else None
+    if processes is not None and processes.num_processes > 1:
+        refusal = _from_main(refusal, processes)
+    if refusal is not None:
+        raise refusal
+    stale, continued = _check_folder(Path(folder), command, identity, ours, resume, overwrite, resumable)
+    if processes is not None:
+        processes.wait_for_everyone()
+    if processes is None or processes.is_main_process:
+        for path in stale:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        write_marker(folder, command, identity, started=started or continued)
+    if processes is not None:
+        processes.wait_for_everyone()
+
+
+def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], resume: bool,
+                  overwrite: bool, resumable: bool) -> tuple[list[Path], bool]:
+    """The outputs to delete before taking `folder` (none unless `overwrite`, or an earlier run of this command that
+    failed before its first step), and whether this run continues a started one; ConfigError when it is not ours."""
+    present = [folder / name for name in ours if (folder / name).exists()]
+    marker = read_marker(folder)
+    if marker is not None and marker.get("command") != command and (present or _started(marker)):
+        raise ConfigError(f"{folder}: holds the outputs of `retromae {marker.get('command')}`; `retromae {command}` "
+                          "never writes over another command's outputs (not even with --overwrite): choose another "
+                          "--output")
+    if not present:  # nothing of an earlier run (at most the marker of one that failed at once)
+        return [], False
+    if marker is None:
+        names = ", ".join(path.name for path in present[:3])
+        raise ConfigError(f"{folder}: holds {names}, which no retromae run recorded writing (not outputs of `retromae "
+                          f"{command}`), so even --overwrite keeps them: move them, or choose another --output")
+    if not _started(marker):  # an earlier run of this command failed before its first step: nothing to keep
+        same = resume and not differences(marker.get("identity", {}), identity)
+        return ([] if same else present), False
+    if overwrite:
+        return present, False
+    if resume:
+        check_same_run(folder, command, marker, identity)
+        return [], True
+    changed = differences(marker.get("identity", {}), identity)
+    # --resume is named only where it would work: the same command with the same options.
+    ways = "--resume continues it, --overwrite replaces it" if resumable and not changed else "--overwrite replaces it"
+    which = f" ({', '.join(changed)} differ)" if changed else ""
+    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {command}`{which}; {ways}, or choose "
+                      "another --output")
+
+
+def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "output",
+               inputs: Iterable[str | Path] = ()) -> None:
+    """Refuse to replace an existing output file unless `overwrite` (the write itself is atomic, `retromae.runtime.io`),
+    a folder in its place, a file another process is writing (its lock, `hold`), and a file among `inputs` (the
+    paths the command reads, `check_apart`)."""
+    if path is None:
+        return
+    check_apart(path, inputs, kind="file", option_name=option_name)
+    path, option_name = Path(path), f"--{option_name.replace('_', '-')}"
+    if path.is_dir():
+        raise FileSystemError(f"{path}: is a folder; {option_name} takes a file name")
+    refusal = hold(path, path.parent / f".{path.name}.lock", resumable=False)
+    if refusal is not None:
+        raise refusal
+    if path.exists() and not overwrite:
+        raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another {option_name}")
+
+
+def lock_folder(folder: str | Path) -> None:
+    """Take `folder` (created here) for this command alone, as `claim_folder` does, for a command that keeps no
+    record of its run there (`init-model`); ConfigError or FileSystemError when another process holds it or it
+    cannot be written."""
+    refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable=False)
+    if refusal is not None:
+        raise refusal
+
+
+def hold(output: Path, lock: Path, resumable: bool = True) -> Exception | None:
+    """Take the lock file `lock` of `output` (a folder, created here, or a file) until `release`; the error to
+    raise when another process holds it or the place cannot be written, else None (its advice names --resume only
+    for a `resumable` command). The same process may claim an output again (a library user running twice)."""
+    lock = Path(os.path.abspath(lock))
+    if lock in _HELD:
+        return None
+    try:
+        _make_folder(lock.parent)
+        descriptor = _locked(lock)
+    except FileSystemError as error:
+        return error
+    except BlockingIOError:
+        holder = _holder(lock)
+        then = "stop it, then --resume" if resumable else "stop it"
+        return ConfigError(f"{output}: in use by another retromae process{holder}; wait for it to end (or {then}), "
+                           "or choose another output")
+    except OSError as error:
+        return FileSystemError(f"{output}: cannot write here: {error.strerror or error}")
+    _HELD[lock] = (descriptor, os.getpid())
+    return None
+
+
+def _make_folder(folder: Path) -> None:
+    """Create `folder` and its parents; a file in its place (or in a parent's) is named."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        raise FileSystemError(f"{blocking}: is a file, not a folder") from None
+
+
+def _locked(lock: Path) -> int:
+    """A descriptor of `lock` holding its exclusive lock (BlockingIOError when another process holds it). Taken again
+    when the file was removed meanwhile by the process that released it (`release`), so that two processes never
+    hold locks on two different files of one name."""
+    while True:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.exists(lock) and os.path.samestat(os.fstat(descriptor), os.stat(lock)):
+                os.ftruncate(descriptor, 0)
+                os.write(descriptor, f"{os.getpid()}\n".encode())
+                return descriptor
+        except BaseException:
+            os.close(descriptor)
+            raise
+        os.close(descriptor)
+
+
+def _holder(lock: Path) -> str:
+    """" (pid N)" for the process that wrote its id into `lock`, or "" when it cannot be read."""
+    try:
+        pid = int(lock.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return ""
+    return f" (pid {pid})"
+
+
+def held_here(lock: str | Path) -> bool:
+    """Whether this process holds the lock file `lock` (it claimed the folder: its own outputs, readable)."""
+    return Path(os.path.abspath(lock)) in _HELD
+
+
+@atexit.register
+def release(keep: Collection[Path] = ()) -> None:
+    """Remove and unlock this process's lock files (but those in `keep`): when a command of the CLI or a call of the
+    Python API ends, and when the process exits (a killed process leaves its files, unlocked). Not in forked
+    children (data loader workers), whose copies of the descriptors close with them."""
+    for lock, (descriptor, pid) in list(_HELD.items()):
+        if pid == os.getpid() and lock not in keep:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            os.close(descriptor)
+            del _HELD[lock]
+
+
+@contextlib.contextmanager
+def released_after() -> Iterator[None]:
+    """The outputs claimed within the block are released when it ends (those held before stay): a call of the Python
+    API frees its outputs when it returns, as a command of the CLI does."""
+    held = set(_HELD)
+    try:
+        yield
+    finally:
+        release(keep=held)
+
+
+def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:
+    """The main process's refusal, on every process of `processes` (a collective: all call it), so that none waits
+    for a main process that stopped. Sent as the bytes of its message in a tensor (no pickle between processes)."""
+    # torch and accelerate: run_folder is read by every command's --help (OutputOptions)
+    import torch
+    from accelerate.utils import broadcast
+
+    text = "" if refusal is None else f"{type(refusal).__name__}\t{refusal}"
+    data = torch.zeros(REFUSAL_BYTES, dtype=torch.uint8, device=processes.device)
+    encoded = text.encode("utf-8")[:REFUSAL_BYTES]
+    data[:len(encoded)] = torch.frombuffer(bytearray(encoded), dtype=torch.uint8) if encoded else data[:0]
+    received = bytes(broadcast(data, from_process=0).cpu().tolist()).rstrip(b"\0").decode("utf-8", "replace")
+    if not received:
+        return None
+    kind, message = received.split("\t", 1)
+    return (FileSystemError if kind == FileSystemError.__name__ else ConfigError)(message)
