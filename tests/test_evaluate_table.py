@@ -121,7 +121,7 @@ def test_evaluations_share_a_cache_dir(tmp_path, sets, tiny_model_dir, monkeypat
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--run", "{sets}/alpha/corpus.jsonl"], "--run: applies to one data set evaluated alone, not to a table"),
-    (["--output", "{tmp}/table.json"], "goes into a folder (results.md"),
+    (["--output", "{tmp}/table.json"], "a table (2 data sets) goes into a folder (results.md"),
     (["--metrics", "ndcg"], "--metrics: 'ndcg' is not a metric"),
 ])
 def test_table_errors_are_one_line(tmp_path, sets, tiny_model_dir, capsys, extra, message):
@@ -130,6 +130,15 @@ def test_table_errors_are_one_line(tmp_path, sets, tiny_model_dir, capsys, extra
     assert cli("evaluate", *model, "--data", sets, *args) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error
+
+
+def test_a_table_error_names_what_made_the_table(tmp_path, sets, tiny_model_dir, capsys):
+    """One data set with --hybrid (or --bm25) is a table too: the refusal says so, not "several data sets"."""
+    one = ["evaluate", "--model", tiny_model_dir, "--data", sets / "alpha", "--output", tmp_path / "one.json"]
+    assert cli(*one, "--hybrid") == 2
+    assert "--output " in (error := capsys.readouterr().err) and "a table (--hybrid) goes into a folder" in error
+    assert cli(*one, "--bm25", "--per-query") == 2
+    assert "--per-query: applies to one data set evaluated alone, not to a table (--bm25)" in capsys.readouterr().err
 
 
 def test_another_evaluation_into_the_same_folder_is_refused(tmp_path, sets, tiny_model_dir, capsys):

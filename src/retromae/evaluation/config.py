@@ -149,14 +149,22 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
             raise ConfigError("--data: names a data set twice")
         return named
 
+    def table_reason(self, sets: dict[str, Path]) -> str:
+        """What makes the results a table, in the user's options, e.g. "3 data sets" or "--hybrid"."""
+        reasons = [f"{len(sets)} data sets" if len(sets) > 1 else "", f"{len(self.models)} models"
+                   if len(self.models) > 1 else "", "--bm25" if self.bm25 else "", "--hybrid" if self.hybrid else "",
+                   "--compare" if self.compare else ""]
+        return ", ".join(reason for reason in reasons if reason) or "an --output folder"
+
     def check_table(self, sets: dict[str, Path]) -> None:
-        """ConfigError for options that need exactly one data set when a table of several is asked for."""
+        """ConfigError for options that need one data set evaluated alone when a table is asked for."""
+        reason = self.table_reason(sets)
         for name in ("run", "save_run", "per_query"):
             require(getattr(self, name) in (None, False), name,
-                    f"applies to one data set evaluated alone, not to a table ({len(sets)} data sets)")
+                    f"applies to one data set evaluated alone, not to a table ({reason})")
         if self.output is not None and self.report_folder is None:
-            raise ConfigError(f"--output {self.output}: a table of several data sets goes into a folder (results.md, "
-                              ".csv, .json, .png), not a .json file")
+            raise ConfigError(f"--output {self.output}: a table ({reason}) goes into a folder (results.md, .csv, "
+                              ".json, .png), not a .json file")
 
 
 def check_not_retrieval_file(path: Path, split: str) -> None:
