@@ -148,6 +148,40 @@ def test_a_corpus_too_small_for_validation_names_the_counts(tmp_path, declared_b
         adapt(tiny_adapt(declared_base, corpus, tmp_path / "out"))
 
 
+def test_distill_is_validated_on_passages_taken_out_of_held_out_documents():
+    from retromae.adaptation.queries import validation_kind
+
+    assert validation_kind("distill") == "passage"  # it trains on keywords and on sentences left in their documents
+    assert {validation_kind(name) for name in ("cropping", "tsdae", "retromae", "mlm")} == {"keywords"}
+    documents = [Document(str(i), f"First sentence about protein{i} and cell{i} here. Second one of gene{i} and "
+                                  f"other words. Third sentence names tissue{i} too.") for i in range(300)]
+    originals = {d.text for d in documents}
+    split = split_corpus(documents, held_out=25, seed=3, where="corpus", kind="passage")
+    assert len(split.queries) == 25 and len(split.training) == 275
+    for n in range(25):
+        query, rest = split.queries[f"q{n}"], split.documents[f"d{n}"]
+        whole = next(text for text in originals if query in text and rest.split()[-1] in text)
+        assert query not in rest and len(rest.split()) + len(query.split()) == len(whole.split())
+
+
+def test_a_passage_query_leaves_enough_of_its_document():
+    from retromae.adaptation.queries import MIN_REST_WORDS, passage_query
+
+    rng = __import__("numpy").random.default_rng(0)
+    query, rest = passage_query("The first sentence has eight words in it. The second sentence has eight words "
+                                "as well.", rng)
+    assert query.startswith("The ") and query not in rest and len(rest.split()) >= MIN_REST_WORDS
+    assert passage_query("Only one sentence of seven words. Then four more words.", rng) is None  # too little left
+    window, rest = passage_query(" ".join(f"w{i}" for i in range(30)), rng)  # no sentence marks: a word window
+    assert window not in rest and len(window.split()) + len(rest.split()) == 30
+
+
+def test_a_corpus_too_short_for_passage_queries_names_what_a_document_needs():
+    documents = [Document(str(i), f"tiny doc number {i}") for i in range(300)]
+    with pytest.raises(DataError, match=r"only 0 have a sentence \(or a word window\) and 8 words besides"):
+        split_corpus(documents, held_out=25, seed=3, where="corpus", kind="passage")
+
+
 def test_a_corpus_in_another_language_names_the_unknown_share(tmp_path, declared_base):
     corpus = tmp_path / "greek.jsonl"
     lines = [json.dumps({"id": str(i), "text": "Το σύστημα ανάκτησης βρίσκει έγγραφα. Ένα δεύτερο κείμενο εδώ."})
@@ -183,11 +217,11 @@ def punctuation_free_corpus(path: Path, count: int = 220, seed: int = 0) -> Path
 
 def test_a_corpus_without_sentence_marks_is_adapted_by_either_objective(tmp_path, declared_base, capsys):
     corpus = punctuation_free_corpus(tmp_path / "c.jsonl")
-    for objective in ("cropping", "distill"):
+    for objective, kind in (("cropping", "keyword"), ("distill", "passage")):
         output = adapt(tiny_adapt(declared_base, corpus, tmp_path / objective, objective=objective,
                                   distill_queries=40, distill_candidates=8, list_size=4, validation_documents=20000))
         guard = json.loads((output / "guard.json").read_text())
-        assert len(guard["candidates"]) == 2 and guard["validation_set"].startswith("20 keyword queries")
+        assert len(guard["candidates"]) == 2 and guard["validation_set"].startswith(f"20 {kind} queries")
         assert "searched among all 220 documents" in guard["validation_set"]  # small corpus: all of it
         assert "estimated on queries made from your corpus" in capsys.readouterr().out
     assert (tmp_path / "distill" / "training" / "distilled" / "model.safetensors").is_file()
@@ -202,6 +236,36 @@ def test_distillation_without_enough_candidates_names_the_options(tmp_path, decl
                         objective="distill", distill_queries=4, distill_candidates=2, list_size=4)
     with pytest.raises(DataError, match="--list-size 4 candidates.*top 2.*--distill-candidates"):
         adapt(config)
+
+
+@pytest.mark.parametrize("requested,expected", [("bf16", torch.bfloat16), ("no", None)])
+def test_the_distillation_trains_under_the_mixed_precision_asked_for(tmp_path, declared_base, monkeypatch,
+                                                                     requested, expected):
+    import numpy as np
+
+    import retromae.adaptation.distill as distill
+    from retromae.models.encoder import Encoder
+
+    seen = []
+    real = distill.student_logits
+
+    def recording(*args):
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return real(*args)
+
+    monkeypatch.setattr(distill, "student_logits", recording)
+    encoder = Encoder.load(declared_base)
+    before = {name: tensor.clone() for name, tensor in encoder.model.state_dict().items()}
+    lists = distill.TeacherLists(["alpha beta", "gamma delta"], np.array([[0, 1], [1, 0]]),
+                                 np.array([[2.0, 0.0], [1.0, 0.5]], dtype=np.float32))
+    config = tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out", objective="distill",
+                        list_size=2, batch_size=2, max_steps=2, mixed_precision=requested)
+    assert distill.train_student(config, encoder, lists, ["alpha beta gamma", "delta epsilon"]) == 2
+    assert seen == [expected, expected]
+    changed = [name for name, tensor in encoder.model.state_dict().items()
+               if tensor.is_floating_point() and not torch.equal(tensor, before[name])]
+    assert changed and all(tensor.dtype == torch.float32 for tensor in encoder.model.state_dict().values()
+                           if tensor.is_floating_point())
 
 
 def test_sentence_queries_fall_back_to_word_windows_without_sentence_marks():

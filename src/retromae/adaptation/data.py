@@ -1,9 +1,10 @@
 """What `retromae adapt` reads and checks before it trains: the base's similarity, the corpus, the validation split.
 
 Owns: `base_pooling` (the pooling and normalisation the base declares, or the one error naming what is missing),
-`split_corpus` (documents held out of training, each turned into a keyword query, a few of its highest tf-idf words,
-searched for among the corpus: another kind of query than the pieces of one document that cropping trains on, and
-one any text gives, with or without sentence marks), the files the split leaves in the output folder
+`split_corpus` (documents held out of training, each turned into a query of the kind the objective does not train on,
+`retromae.adaptation.queries.validation_kind`: a keyword query, a few of its highest tf-idf words, the document
+searched for whole; or a passage query, a sentence or word window taken out of it, the rest searched for; both kinds
+any text gives, with or without sentence marks), the files the split leaves in the output folder
 (`OUTPUT/data/train.jsonl`, `OUTPUT/validation/` as a BEIR folder that `retromae evaluate` reads) and the input checks
 (a corpus too small to hold documents out, a corpus the tokenizer cannot read). The corpus is held in memory while it
 is split (a random sample needs every document). Does not own reading corpora (`retromae.data.corpus`), retrieval
@@ -13,12 +14,13 @@ sets (`retromae.data.retrieval_sets`) or how queries are made (`retromae.adaptat
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from retromae.adaptation.queries import KEYWORDS, KeywordQueries
+from retromae.adaptation.queries import KEYWORDS, MIN_REST_WORDS, KeywordQueries, passage_query
 from retromae.data.corpus import Document, iter_corpus
 from retromae.models.encoder import describe_folder
 from retromae.models.encoder_config import PoolingConfig
@@ -48,7 +50,8 @@ def base_pooling(model: str, pooling: str | None, normalize: bool | None) -> Poo
 
 @dataclass
 class Split:
-    """Training documents, held-out keyword queries (query id → text) and their documents (id → text, whole)."""
+    """Training documents, held-out queries (query id → text) and their targets (id → text: the document, whole for
+    a keyword query, without the query's passage for a passage query)."""
 
     training: list[Document]
     queries: dict[str, str]
@@ -60,30 +63,49 @@ def read_documents(sources: list[str]) -> list[Document]:
     return [document for document in iter_corpus(sources) if document.text.strip()]
 
 
-def split_corpus(documents: list[Document], held_out: int, seed: int, where: str) -> Split:
-    """Hold out at most `held_out` documents (and a tenth of the corpus at most) that give a keyword query (a few of
-    their highest tf-idf words); the others train. DataError naming the counts when fewer than MIN_HELD_OUT can."""
+def split_corpus(documents: list[Document], held_out: int, seed: int, where: str, kind: str = "keywords") -> Split:
+    """Hold out at most `held_out` documents (and a tenth of the corpus at most) that give a query of `kind`
+    ("keywords" or "passage"); the others train. DataError naming the counts when fewer than MIN_HELD_OUT can."""
     rng = np.random.default_rng(seed)
     room = min(held_out, len(documents) // HELD_OUT_SHARE)
-    keywords = KeywordQueries([document.text for document in documents])
+    make = held_out_query(documents, kind)
     queries: dict[str, str] = {}
+    targets: dict[str, str] = {}
     kept: list[int] = []
     for index in rng.permutation(len(documents)).tolist():
         if len(kept) == room:
             break
-        query = keywords.query(documents[index].text, rng)
-        if query is not None:
-            queries[f"q{len(kept)}"] = query
+        pair = make(documents[index].text, rng)
+        if pair is not None:
+            queries[f"q{len(kept)}"], targets[f"d{len(kept)}"] = pair
             kept.append(index)
     if len(kept) < MIN_HELD_OUT:
-        usable = "" if room < MIN_HELD_OUT else f", and only {len(kept)} have {KEYWORDS[0]} distinct content words"
+        usable = "" if room < MIN_HELD_OUT else f", and only {len(kept)} {NEEDS[kind]}"
         raise DataError(f"{where}: too small for a validation split: {len(documents):,} documents, of which at most "
                         f"{room} (one in {HELD_OUT_SHARE}) may be held out{usable}; the guard needs {MIN_HELD_OUT}; "
                         f"give a larger corpus (at least {MIN_HELD_OUT * HELD_OUT_SHARE:,} documents) or your own "
                         "labelled queries with --validation")
     held = set(kept)
-    training = [document for index, document in enumerate(documents) if index not in held]
-    return Split(training, queries, {f"d{number}": documents[index].text for number, index in enumerate(kept)})
+    return Split([document for index, document in enumerate(documents) if index not in held], queries, targets)
+
+
+# What a document needs to give a query of each kind, as the error of a corpus with too few such documents says it.
+NEEDS = {"keywords": f"have {KEYWORDS[0]} distinct content words",
+         "passage": f"have a sentence (or a word window) and {MIN_REST_WORDS} words besides"}
+
+
+def held_out_query(documents: list[Document],
+                   kind: str) -> Callable[[str, np.random.Generator], tuple[str, str] | None]:
+    """text, rng → (query, target) or None, for queries of `kind`."""
+    if kind == "passage":
+        return passage_query
+    keywords = KeywordQueries([document.text for document in documents])
+
+    def keyword_pair(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
+        query = keywords.query(text, rng)
+        return None if query is None else (query, text)
+
+    return keyword_pair
 
 
 def check_language(tokenizer, documents: list[Document], model: str, where: str) -> None:

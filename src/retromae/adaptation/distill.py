@@ -18,6 +18,7 @@ finished one is reused by --resume. Does not own the guard (`adapt.guard`) or fu
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path
 from retromae.training.checkpoint_state import MODEL_FILE
 from retromae.training.losses import listwise_kl, margin_mse
+from retromae.training.setup import resolve_mixed_precision
 
 STUDENT_TEMPERATURE = 0.05  # the cropping objective's: cosine / 0.05
 DISTILLED = "distilled"
@@ -177,25 +179,39 @@ def schedule(optimizer: torch.optim.Optimizer, steps: int, warmup_ratio: float) 
         optimizer, lambda now: min((now + 1) / warmup, max(0.0, (steps - now) / max(1, steps - warmup))))
 
 
+def autocast_dtype(requested: str) -> torch.dtype | None:
+    """The autocast dtype of --mixed-precision (`auto` resolved as every training command resolves it), or None for
+    float32."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(resolve_mixed_precision(requested))
+
+
 def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, texts: list[str]) -> int:
-    """Train `encoder` in place on the teacher's lists; returns the steps taken."""
+    """Train `encoder` in place on the teacher's lists, under --mixed-precision's autocast (fp16 with a gradient
+    scaler); returns the steps taken."""
     torch.manual_seed(config.seed)
     steps, per_step = steps_of(config, len(lists.queries)), max(1, config.batch_size // config.list_size)
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate,
                                   weight_decay=config.weight_decay)
     scheduler = schedule(optimizer, steps, config.warmup_ratio)
     order = np.random.default_rng(config.seed).permutation(len(lists.queries))
+    dtype = autocast_dtype(config.mixed_precision)
+    scaler = torch.amp.GradScaler(encoder.device.type, enabled=dtype == torch.float16)
+    precision = "" if dtype is None else f" in {'bf16' if dtype == torch.bfloat16 else 'fp16'}"
     encoder.model.train()
-    with progress(f"distilling the teacher's scores ({steps:,} steps)", steps, "step") as bar:
+    with progress(f"distilling the teacher's scores ({steps:,} steps{precision})", steps, "step") as bar:
         for now in range(steps):
             rows = np.take(order, range(now * per_step, (now + 1) * per_step), mode="wrap")
-            logits = student_logits(encoder, [lists.queries[r] for r in rows],
-                                    [texts[d] for r in rows for d in lists.documents[r]], config.max_length)
-            loss = distill_loss(config.distill_loss, logits, torch.from_numpy(lists.logits[rows]))
-            loss.backward()
+            with torch.autocast(encoder.device.type, dtype=dtype) if dtype else contextlib.nullcontext():
+                logits = student_logits(encoder, [lists.queries[r] for r in rows],
+                                        [texts[d] for r in rows for d in lists.documents[r]], config.max_length)
+            teacher = torch.from_numpy(lists.logits[rows]).to(logits.device)
+            loss = distill_loss(config.distill_loss, logits.float(), teacher)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
             if config.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.max_grad_norm)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             bar.set_postfix(loss=f"{loss.item():.4f}")

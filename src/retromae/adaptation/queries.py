@@ -4,9 +4,13 @@ Owns the kinds of query `retromae adapt` makes from a document:
 - `keywords`: a few of the document's highest tf-idf words (idf over the corpus, English stopwords and words of
   fewer than 3 characters left out), in the order they first appear: a short search such as a person types;
 - `sentence`: one of its sentences of MIN_QUERY_WORDS+ words, or, in text without sentence marks (a lower-cased,
-  unpunctuated collection), a window of WINDOW_WORDS consecutive words: a passage's worth of the document.
-The guard validates on `keywords` queries (another kind than the pieces of one document that cropping trains on);
-the distillation trains on both. Does not own the split (`retromae.adaptation.data`) or the teacher (`adapt.distill`).
+  unpunctuated collection), a window of WINDOW_WORDS consecutive words: a passage's worth of the document;
+- `passage`: such a sentence or window taken out of the document, the rest of the document its target (the inverse
+  cloze task): a query that shares no passage with what it finds.
+The distillation trains on `sentence` and `keywords` queries; the guard validates each objective on a kind it does not
+train on (`VALIDATION_KINDS`): `keywords` for the objectives that train on pieces of one document (cropping, TSDAE,
+RetroMAE, MLM), `passage` for the distillation. Does not own the split (`retromae.adaptation.data`) or the teacher
+(`adapt.distill`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ WINDOW_WORDS = (6, 12)  # the shortest and longest word window, in text without 
 KEYWORDS = (3, 6)  # the fewest and most keywords of a keyword query
 KEYWORD_POOL = 10  # keywords are drawn from the document's this many highest tf-idf words
 MIN_KEYWORD_CHARS = 3
+MIN_REST_WORDS = 8  # a passage query's target keeps at least this many words of its document
+VALIDATION_KINDS = {"distill": "passage"}  # the guard's query kind by objective; every other objective: keywords
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 WORD = re.compile(r"\w+")
 
@@ -84,3 +90,19 @@ def sentence_query(text: str, rng: np.random.Generator) -> str | None:
     length = int(rng.integers(WINDOW_WORDS[0], min(WINDOW_WORDS[1], len(words)) + 1))
     start = int(rng.integers(len(words) - length + 1))
     return " ".join(words[start:start + length])
+
+
+def passage_query(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
+    """A sentence (or word window) of `text` and `text` without it, or None when `text` gives no sentence query or
+    fewer than MIN_REST_WORDS words would be left."""
+    query = sentence_query(text, rng)
+    if query is None:
+        return None
+    start = text.find(query)
+    rest = " ".join((text[:start] + " " + text[start + len(query):]).split())
+    return (query, rest) if len(rest.split()) >= MIN_REST_WORDS else None
+
+
+def validation_kind(objective: str) -> str:
+    """The kind of query the guard validates `objective` on: one it does not train on."""
+    return VALIDATION_KINDS.get(objective, "keywords")

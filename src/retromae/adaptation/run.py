@@ -29,6 +29,7 @@ from retromae.adaptation.data import (
     write_validation,
 )
 from retromae.adaptation.guard import BOOTSTRAP_RESAMPLES, INTERVAL_LEVEL, METRIC, Candidate, run_guard, score
+from retromae.adaptation.queries import validation_kind
 from retromae.data.corpus import Document
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
@@ -48,6 +49,9 @@ from retromae.training.checkpoints import checkpoints_by_step
 GUARD_FILE = "guard.json"
 UNSEEN_FILE = "unseen-qrels.tsv"
 CARD_TITLE = "An embedder adapted to a corpus by retromae adapt"
+# How the verdict names the held-out queries of each kind (`retromae.adaptation.queries`).
+KIND_NAMES = {"keywords": "keyword queries of held-out documents",
+              "passage": "passage queries of held-out documents (a sentence taken out, the rest searched for)"}
 ENCODE_BATCH = 64  # texts per forward pass while the validation set is encoded
 OUTPUTS = ("encoder", "sentence-transformer", GUARD_FILE, UNSEEN_FILE, "data", "validation", "training", "finetuned",
            "config.json")
@@ -157,8 +161,9 @@ def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet
 
 
 def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepared:
-    """The validation set (--validation's sample, or keyword queries of held-out documents written to
-    OUTPUT/validation/) and its description, the training corpus (OUTPUT/data/train.jsonl) and its blocks."""
+    """The validation set (--validation's sample, or queries of held-out documents of a kind the objective does not
+    train on, written to OUTPUT/validation/) and its description, the training corpus (OUTPUT/data/train.jsonl) and
+    its blocks."""
     where = ", ".join(config.corpus)
     with step(f"reading {where}"):
         documents = read_documents(config.corpus)
@@ -167,11 +172,12 @@ def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepare
             validation, description = labelled_validation(config, output)
             training = documents
         else:
-            split = split_corpus(documents, config.validation_queries, config.seed, where)
+            kind = validation_kind(config.objective)
+            split = split_corpus(documents, config.validation_queries, config.seed, where, kind)
             write_validation(split, config.validation_documents, config.seed, output / "validation")
             validation = load_retrieval_set(output / "validation", "test")
             training = split.training
-            description = (f"{len(validation.queries):,} keyword queries of held-out documents, "
+            description = (f"{len(validation.queries):,} {KIND_NAMES[kind]}, "
                            f"{searched(validation, len(documents))}")
         write_training_corpus(training, output / "data" / "train.jsonl")
     description += f", at {encoder.max_length} tokens"
