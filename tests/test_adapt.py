@@ -454,3 +454,23 @@ def test_no_note_of_a_missing_mlm_head_for_an_objective_that_never_uses_one(tmp_
                      objective="tsdae"))
     notes = [record.getMessage() for record in caplog.records if record.name.startswith("retromae")]
     assert [note for note in notes if "has no masked-LM head" in note]  # tsdae trains a fresh one: said once
+
+
+def test_the_guard_kinds_recipe_rescores_a_keyword_run_on_passages_of_its_held_out_documents(tmp_path, declared_base):
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "recipes" / "guard_kinds.py"
+    spec = importlib.util.spec_from_file_location("guard_kinds", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    output = adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out"))  # keywords
+    validation = recipe.passage_set(output / "validation")
+    keyword_set = json.loads((output / "validation" / "queries.jsonl").read_text().splitlines()[0])
+    assert validation.queries and keyword_set["_id"] in validation.queries
+    for query_id, relevant in validation.qrels.items():
+        (doc_id,) = relevant
+        assert validation.queries[query_id] not in validation.corpus[doc_id].text  # taken out of its target
+    result = recipe.estimate(output, str(declared_base))
+    low, high = result["passage_interval"]
+    assert result["passage_gain"] == pytest.approx(result["passage_export"] - result["passage_base"])
+    assert low <= result["passage_gain"] <= high and result["passage_queries"] == len(validation.queries)

@@ -32,9 +32,10 @@ class AdaptConfig(TrainingConfig):
     corpus: list[str] = option(help="the corpus to adapt to (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG]); "
                                     "no labels needed")
     validation: str | None = option(None, "a BEIR (or MS MARCO) folder of your own labelled queries that the guard "
-                                          "scores candidates on; default: keyword queries of documents held out of "
-                                          "training (a few of each one's highest tf-idf words, searched for it "
-                                          "among the corpus)")
+                                          "scores candidates on; default: queries of documents held out of "
+                                          "training, of a kind the objective does not train on: keywords (a few of "
+                                          "each one's highest tf-idf words, the document searched for), or for "
+                                          "distill a passage taken out of it (the rest searched for)")
     validation_split: str = option("test", "qrels split of --validation (a test split warns: the model would then "
                                            "be chosen on the queries it is judged on)")
     validation_queries: int = option(1000, "the guard scores at most this many queries (held-out documents "
