@@ -137,3 +137,19 @@ def test_a_hub_that_never_answers_is_given_up_on_in_bounded_time(monkeypatch):
 
     monkeypatch.setattr(socket, "create_connection", hang)
     assert hub_unreachable(seconds=0.1) == "huggingface.co:443: no answer within 0.1 s"
+
+
+def test_a_bad_environment_setting_is_answered_by_every_command_before_torch():
+    """$RETROMAE_CPU_BF16 holding neither 0 nor 1: one line naming the variable, from every command, torch unloaded."""
+    code = ("import io, os, sys; from contextlib import redirect_stderr\n"
+            "from retromae.cli import discover_commands, main\n"
+            "os.environ['RETROMAE_CPU_BF16'] = 'yes'\n"
+            "for command in discover_commands():\n"
+            "    err = io.StringIO()\n"
+            "    with redirect_stderr(err): code = main([command.name])\n"
+            "    print(command.name, code, err.getvalue().strip().splitlines()[0][:41])\n"
+            f"print(sorted(set({HEAVY!r}) & set(sys.modules)))")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(lines) > 10 and lines[-1] == "[]"
+    for line in lines[:-1]:
+        assert line.split(" ", 2)[1:] == ["2", "retromae: error: $RETROMAE_CPU_BF16: must"], line

@@ -33,6 +33,7 @@ from pathlib import Path
 from retromae import commands
 from retromae.preflight import check_arguments
 from retromae.runtime.console import library_output
+from retromae.runtime.cpu_features import bf16_override
 from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line
 from retromae.runtime.options import check_command_line
 from retromae.runtime.processes import check_launch
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     verbose = args.__dict__.pop("verbose")
     configure_threads(args.__dict__.pop("threads"))
     try:
+        bf16_override()  # the environment's own setting, named before any option or path
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         if options_class is not None:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at

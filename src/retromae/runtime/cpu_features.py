@@ -49,13 +49,20 @@ def vector_extensions() -> list[str]:
     return [flag for flag in _cpuinfo_fields().get("flags", "").split() if flag.startswith(VECTOR_PREFIXES)]
 
 
-def auto_bf16() -> bool:
-    """Whether `auto` precision (--mixed-precision, --dtype) computes in bf16 autocast on this CPU: where it was
-    measured to pay (`AUTO_BF16_FLAGS`), unless $RETROMAE_CPU_BF16 says 1 (always) or 0 (never)."""
+def bf16_override() -> bool | None:
+    """What $RETROMAE_CPU_BF16 says: True (1), False (0) or None (unset); ConfigError naming the variable for any
+    other value (`retromae.cli` asks before a command imports anything heavy)."""
     chosen = os.environ.get(AUTO_BF16_VARIABLE, "").strip()
     if chosen not in ("", "0", "1"):
         raise ConfigError(f"${AUTO_BF16_VARIABLE}: must be 0 (float32) or 1 (bf16 autocast) or unset (bf16 where "
                           f"the CPU has {' or '.join(AUTO_BF16_FLAGS)}), got {chosen!r}")
-    if chosen:
-        return chosen == "1"
+    return None if not chosen else chosen == "1"
+
+
+def auto_bf16() -> bool:
+    """Whether `auto` precision (--mixed-precision, --dtype) computes in bf16 autocast on this CPU: where it was
+    measured to pay (`AUTO_BF16_FLAGS`), unless $RETROMAE_CPU_BF16 says 1 (always) or 0 (never)."""
+    chosen = bf16_override()
+    if chosen is not None:
+        return chosen
     return any(flag in AUTO_BF16_FLAGS for flag in vector_extensions())
