@@ -45,9 +45,10 @@ def declared_base(tmp_path, tiny_model_dir) -> Path:
 
 
 def tiny_adapt(base: Path, corpus: Path, output: Path, **overrides) -> AdaptConfig:
-    values = dict(model=str(base), corpus=[str(corpus)], output=str(output), max_steps=4, batch_size=4,
-                  max_length=32, checkpoints=2, validation_queries=20, validation_documents=80, log_every=1,
-                  learning_rate=1e-3, cache_dir=str(output.parent / "cache"))
+    """A tiny run of the cropping objective (the pre-training stage's options); `objective="distill"` overrides."""
+    values = dict(model=str(base), corpus=[str(corpus)], output=str(output), objective="cropping", max_steps=4,
+                  batch_size=4, max_length=32, checkpoints=2, validation_queries=20, validation_documents=80,
+                  log_every=1, learning_rate=1e-3, cache_dir=str(output.parent / "cache"))
     return AdaptConfig(**{**values, **overrides})
 
 
@@ -372,9 +373,10 @@ def test_cropping_scores_crops_by_cosine_of_the_bases_pooling(tiny_tokenizer):
     torch.testing.assert_close(losses["loss"], expected)
 
 
-def test_the_defaults_are_the_recipe_measured_on_scifact():
+def test_the_defaults_are_the_recipe_measured_on_scifact_npl_and_debian():
     config = AdaptConfig(model="m", corpus=["c.jsonl"], output="o")
-    assert (config.objective, config.batch_size, config.learning_rate, config.passes) == ("cropping", 64, 3e-5, 1.0)
+    assert (config.objective, config.batch_size, config.learning_rate, config.passes) == ("distill", 64, 3e-5, 1.0)
+    assert (config.distill_queries, config.list_size, config.distill_loss, config.teacher) == (2000, 8, "kl", None)
     assert (config.candidates, config.mix) == ("last", [0.5])  # the last checkpoint, averaged with the base
 
 

@@ -23,9 +23,8 @@ RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that re
 
 @dataclass(kw_only=True)
 class AdaptConfig(TrainingConfig):
-    """Options of `retromae adapt`; defaults are the recipe that beat the base on every seed of a search on SciFact
-    among those the literature supports (docs/RESULTS.md section 10; docs/guide.md, "Adapting an embedder to your
-    corpus")."""
+    """Options of `retromae adapt`; defaults are the recipe that gained on every collection and seed measured
+    (SciFact, NPL, Debian: docs/RESULTS.md section 10.3; docs/guide.md, "Adapting an embedder to your corpus")."""
 
     model: str = option(help="the embedder to adapt: a sentence-transformers folder, our exported encoder, or a "
                              "Hugging Face encoder (folder or hub name); its pooling and similarity are kept")
@@ -52,15 +51,15 @@ class AdaptConfig(TrainingConfig):
                                        "default: what the folder declares", choices=POOLINGS)
     normalize: bool | None = option(None, "with --pooling: whether the base's vectors are L2-normalised (compared by "
                                           "cosine); else what its folder declares")
-    objective: str = option("cropping", "adaptation objective: tsdae (denoising auto-encoder through the sentence "
-                                     "vector, GPL's +1.4), cropping (InfoNCE between two crops of a document in the "
-                                     "base's cosine similarity, COCO-DR-style), retromae (RetroMAE, its decoder "
-                                     "conditioned on the base's pooled vector), retromae+contrastive (that plus "
-                                     "InfoNCE between two spans of a document in the base's cosine similarity, the "
-                                     "unified learner's stage 2), mlm (masked language modelling) or distill "
-                                     "(pseudo-queries of the corpus, candidates from BM25 and the base, the student "
-                                     "trained on the teacher's scores: the fused hybrid, or --teacher)",
-                            choices=ADAPT_OBJECTIVES)
+    objective: str = option("distill", "adaptation objective: distill (default: pseudo-queries of the corpus, "
+                                    "candidates from BM25 and the base, the student trained on the teacher's "
+                                    "scores: the fused hybrid, or --teacher), cropping (InfoNCE between two crops "
+                                    "of a document in the base's cosine similarity, COCO-DR-style), tsdae "
+                                    "(denoising auto-encoder through the sentence vector, GPL's +1.4), retromae "
+                                    "(RetroMAE, its decoder conditioned on the base's pooled vector), "
+                                    "retromae+contrastive (that plus InfoNCE between two spans of a document in the "
+                                    "base's cosine similarity, the unified learner's stage 2) or mlm (masked "
+                                    "language modelling)", choices=ADAPT_OBJECTIVES)
     decoder_layers: int | None = option(None, "decoder layers of tsdae and the retromae objectives (default 1; "
                                               "more only with --decoding basic)", POSITIVE)
     decoding: str | None = option(None, "RetroMAE's decoding (retromae, retromae+contrastive): enhanced (default; "
