@@ -173,8 +173,12 @@ def test_a_passage_query_leaves_enough_of_its_document():
                                 "as well.", rng)
     assert query.startswith("The ") and query not in rest and len(rest.split()) >= MIN_REST_WORDS
     assert passage_query("Only one sentence of seven words. Then four more words.", rng) is None  # too little left
-    window, rest = passage_query(" ".join(f"w{i}" for i in range(30)), rng)  # no sentence marks: a word window
-    assert window not in rest and len(window.split()) + len(rest.split()) == 30
+    words = [f"w{i}" for i in range(30)]
+    for separator in (" ", "  ", "\n", " \t "):  # no sentence marks: a word window, whatever the white space
+        window, rest = passage_query(separator.join(words), rng)
+        start, length = words.index(window.split()[0]), len(window.split())
+        assert window.split() == words[start:start + length]
+        assert rest == " ".join(words[:start] + words[start + length:])
 
 
 def test_a_corpus_too_short_for_passage_queries_names_what_a_document_needs():

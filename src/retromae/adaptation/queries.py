@@ -93,13 +93,14 @@ def sentence_query(text: str, rng: np.random.Generator) -> str | None:
 
 
 def passage_query(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
-    """A sentence (or word window) of `text` and `text` without it, or None when `text` gives no sentence query or
-    fewer than MIN_REST_WORDS words would be left."""
-    query = sentence_query(text, rng)
+    """A sentence (or word window) of `text` and `text` without it, both with their white space made single
+    spaces, or None when `text` gives no sentence query or fewer than MIN_REST_WORDS words would be left."""
+    flat = " ".join(text.split())  # a word window is joined by single spaces: it is found in the flattened text
+    query = sentence_query(flat, rng)
     if query is None:
         return None
-    start = text.find(query)
-    rest = " ".join((text[:start] + " " + text[start + len(query):]).split())
+    start = flat.find(query)
+    rest = (flat[:start] + flat[start + len(query):]).strip().replace("  ", " ")
     return (query, rest) if len(rest.split()) >= MIN_REST_WORDS else None
 
 
