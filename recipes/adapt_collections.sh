@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `retromae adapt` on the development collections (issue 49's recipe search; figures: docs/RESULTS.md section 10.2).
+# `retromae adapt` on the development collections (issue 49's recipe search; figures: docs/RESULTS.md sections 10.2 and 10.3).
 # Usage: recipes/adapt_collections.sh [MODEL] [RUNS_DIR]   (run from the repository root; CPU is enough)
 # For each collection of COLLECTIONS (default "scifact npl debian", folders under $DATA/beir), each seed of SEEDS
 # (default "42 1 2") and each objective of OBJECTIVES (default "distill"): `retromae adapt` of MODEL (default
-# all-MiniLM-L6-v2) on the collection's corpus, without its labels (the guard's keyword queries), then `retromae
+# all-MiniLM-L6-v2) on the collection's corpus, without its labels (the guard's held-out queries), then `retromae
 # evaluate --hybrid` of the exported model on the collection's test split: the model alone and in the hybrid (convex,
 # w = 0.7, BM25 beside), queries at 64 tokens, passages at 256. ADAPT_OPTIONS adds options to every adapt run; TAG
 # (default: the objective) names the variant folders RUNS_DIR/COLLECTION/TAG-sSEED, each keeping adapt's guard.json
