@@ -36,11 +36,13 @@ from common import machine_header, minilm_path
 from transformers import AutoModel, AutoTokenizer, BertForMaskedLM
 from vocabulary_loss import chosen_kind, settings, text_blocks
 
+from retromae.adaptation.distill import student_logits
 from retromae.data.collate import BlockCollator
 from retromae.finetuning.model import DualEncoder, LossOptions
-from retromae.models.encoder import PoolingConfig
+from retromae.models.encoder import Encoder, PoolingConfig
 from retromae.objectives import build_objective
 from retromae.runtime.console import library_output
+from retromae.training.losses import listwise_kl
 
 LIST = 8  # passages per query in the distillation's lists (`retromae adapt --list-size`)
 RUNS = (("float32, seed 0", False, 0), ("bf16, seed 0", True, 0), ("float32, seed 1", False, 1))
@@ -116,10 +118,6 @@ def finetune_steps(args: argparse.Namespace) -> dict[str, Callable[[int], float]
 
 def distill_steps(args: argparse.Namespace) -> dict[str, Callable[[int], float]]:
     """name → step(index) → loss, for the distillation's student step in each of `RUNS` (lists of LIST passages)."""
-    from retromae.adaptation.distill import student_logits
-    from retromae.models.encoder import Encoder
-    from retromae.training.losses import listwise_kl
-
     per_step = max(1, args.batch_size // LIST)
     pairs = scifact_pairs(args.beir, args.steps * per_step + LIST)
     teacher = torch.linspace(2.0, -2.0, LIST).repeat(per_step, 1)  # (B, LIST): the first passage the teacher's best

@@ -29,7 +29,7 @@ import torch
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.queries import KeywordQueries, sentence_query
 from retromae.data.corpus import Document
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import AUTOCAST_NAMES, Encoder
 from retromae.models.encoder_config import PoolingConfig
 from retromae.retrieval.bm25 import BM25
 from retromae.retrieval.fusion import fuse_query
@@ -39,7 +39,7 @@ from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path
 from retromae.training.checkpoint_state import MODEL_FILE
 from retromae.training.losses import listwise_kl, margin_mse
-from retromae.training.setup import resolve_mixed_precision
+from retromae.training.setup import AUTOCAST_DTYPES, resolve_mixed_precision
 
 STUDENT_TEMPERATURE = 0.05  # the cropping objective's: cosine / 0.05
 DISTILLED = "distilled"
@@ -182,7 +182,7 @@ def schedule(optimizer: torch.optim.Optimizer, steps: int, warmup_ratio: float) 
 def autocast_dtype(requested: str) -> torch.dtype | None:
     """The autocast dtype of --mixed-precision (`auto` resolved as every training command resolves it), or None for
     float32."""
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(resolve_mixed_precision(requested))
+    return AUTOCAST_DTYPES.get(resolve_mixed_precision(requested))
 
 
 def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, texts: list[str]) -> int:
@@ -196,7 +196,7 @@ def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, te
     order = np.random.default_rng(config.seed).permutation(len(lists.queries))
     dtype = autocast_dtype(config.mixed_precision)
     scaler = torch.amp.GradScaler(encoder.device.type, enabled=dtype == torch.float16)
-    precision = "" if dtype is None else f" in {'bf16' if dtype == torch.bfloat16 else 'fp16'}"
+    precision = "" if dtype is None else f" in {AUTOCAST_NAMES[dtype]}"
     encoder.model.train()
     with progress(f"distilling the teacher's scores ({steps:,} steps{precision})", steps, "step") as bar:
         for now in range(steps):

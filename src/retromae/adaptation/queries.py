@@ -100,7 +100,7 @@ def passage_query(text: str, rng: np.random.Generator) -> tuple[str, str] | None
     if query is None:
         return None
     start = flat.find(query)
-    rest = (flat[:start] + flat[start + len(query):]).strip().replace("  ", " ")
+    rest = " ".join((flat[:start] + " " + flat[start + len(query):]).split())
     return (query, rest) if len(rest.split()) >= MIN_REST_WORDS else None
 
 
