@@ -36,6 +36,7 @@ def passage_set(folder: Path):
     import numpy as np
 
     from retromae.adaptation.queries import passage_query
+    from retromae.data.corpus import Document
     from retromae.data.retrieval_sets import Passage, RetrievalSet, load_retrieval_set
 
     keyword_set = load_retrieval_set(folder, "test")
@@ -43,7 +44,7 @@ def passage_set(folder: Path):
     corpus, queries, qrels = dict(keyword_set.corpus), {}, {}
     for query_id, relevant in keyword_set.qrels.items():
         (doc_id,) = relevant
-        pair = passage_query(keyword_set.corpus[doc_id].joined(), rng)
+        pair = passage_query(Document(doc_id, keyword_set.corpus[doc_id].joined()), rng)
         if pair is not None:
             queries[query_id], corpus[doc_id] = pair[0], Passage(title="", text=pair[1])
             qrels[query_id] = relevant

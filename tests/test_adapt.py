@@ -8,6 +8,7 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import WORDS, kill_after_checkpoint
@@ -168,17 +169,45 @@ def test_distill_is_validated_on_passages_taken_out_of_held_out_documents():
 def test_a_passage_query_leaves_enough_of_its_document():
     from retromae.adaptation.queries import MIN_REST_WORDS, passage_query
 
-    rng = __import__("numpy").random.default_rng(0)
-    query, rest = passage_query("The first sentence has eight words in it. The second sentence has eight words "
-                                "as well.", rng)
+    rng = np.random.default_rng(0)
+    query, rest = passage_query(Document("a", "The first sentence has eight words in it. The second sentence has "
+                                              "eight words as well."), rng)
     assert query.startswith("The ") and query not in rest and len(rest.split()) >= MIN_REST_WORDS
-    assert passage_query("Only one sentence of seven words. Then four more words.", rng) is None  # too little left
+    assert passage_query(Document("b", "Only one sentence of seven words. Then four more words."),
+                         rng) is None  # too little left
     words = [f"w{i}" for i in range(30)]
     for separator in (" ", "  ", "\n", " \t "):  # no sentence marks: a word window, whatever the white space
-        window, rest = passage_query(separator.join(words), rng)
+        window, rest = passage_query(Document("c", separator.join(words)), rng)
         start, length = words.index(window.split()[0]), len(window.split())
         assert window.split() == words[start:start + length]
         assert rest == " ".join(words[:start] + words[start + length:])
+
+
+def test_a_passage_query_comes_from_the_body_and_its_target_keeps_the_title():
+    from retromae.adaptation.queries import passage_query
+
+    title = "A title sentence of its own."
+    body = "The body has a first sentence here. The body has a second sentence too. And a third one of words."
+    for seed in range(20):
+        query, rest = passage_query(Document("a", f"{title} {body}", title), np.random.default_rng(seed))
+        assert query in body and query != title and rest.startswith(title)
+        assert len(rest.split()) + len(query.split()) == len(f"{title} {body}".split())
+
+
+def test_the_distillation_trains_on_titles_where_the_corpus_has_them():
+    from retromae.adaptation.distill import training_queries
+    from retromae.adaptation.queries import title_query, training_kinds
+
+    plain = [Document(str(i), f"First sentence about protein{i} and cell{i}. Second one of gene{i} and words.")
+             for i in range(50)]
+    titled = [Document(d.doc_id, f"Paper {d.doc_id} title {d.text}", f"Paper {d.doc_id} title") for d in plain]
+    titles = {d.title for d in titled}
+    assert training_kinds(plain) == ("sentence", "keywords")
+    assert training_kinds(titled) == ("sentence", "keywords", "title")
+    assert title_query(Document("x", "Only a title", "Only a title")) is None  # nothing besides it to find
+    queries = training_queries(titled, 300, seed=0)
+    assert len(queries) == 300 and sum(query in titles for query in queries) == 100  # every third, the others never
+    assert len(training_queries(plain, 300, seed=0)) == 300
 
 
 def test_a_corpus_too_short_for_passage_queries_names_what_a_document_needs():
@@ -246,8 +275,6 @@ def test_distillation_without_enough_candidates_names_the_options(tmp_path, decl
 @pytest.mark.parametrize("requested,expected", [("bf16", torch.bfloat16), ("no", None)])
 def test_the_distillation_trains_under_the_mixed_precision_asked_for(tmp_path, declared_base, monkeypatch,
                                                                      requested, expected):
-    import numpy as np
-
     import retromae.adaptation.distill as distill
     from retromae.models.encoder import Encoder
 
@@ -276,7 +303,7 @@ def test_the_distillation_trains_under_the_mixed_precision_asked_for(tmp_path, d
 def test_sentence_queries_fall_back_to_word_windows_without_sentence_marks():
     from retromae.adaptation.queries import WINDOW_WORDS, sentence_query
 
-    rng = __import__("numpy").random.default_rng(0)
+    rng = np.random.default_rng(0)
     text = " ".join(f"w{i}" for i in range(40))
     window = sentence_query(text, rng)
     assert WINDOW_WORDS[0] <= len(window.split()) <= WINDOW_WORDS[1] and window in text
@@ -322,8 +349,6 @@ def test_listwise_kl_and_margin_mse_on_a_hand_computed_case():
 
 
 def test_the_teachers_temperature_matches_the_students_spread():
-    import numpy as np
-
     from retromae.adaptation.distill import matched_temperature, pick_list
 
     teacher = np.array([[1.0, 0.0], [0.5, 0.5]])  # spreads 0.5 and 0: mean 0.25

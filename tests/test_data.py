@@ -88,8 +88,9 @@ def test_jsonl_with_and_without_title_and_ids(tmp_path):
     with path.open("a", encoding="utf-8") as handle:
         handle.write("\n" + json.dumps({"text": "after blank"}) + "\n")
     docs = list(iter_documents(path))
-    assert docs == [Document("d1", "Title body one"), Document("7", "body two"), Document(f"{path}:3", "body three"),
-                    Document(f"{path}:4", "only title"), Document(f"{path}:6", "after blank")]
+    assert docs == [Document("d1", "Title body one", "Title"), Document("7", "body two"),
+                    Document(f"{path}:3", "body three"), Document(f"{path}:4", "only title", "only title"),
+                    Document(f"{path}:6", "after blank")]
 
 
 def test_json_suffix_reads_json_lines(tmp_path):
@@ -104,8 +105,8 @@ def test_parquet_reads_row_groups(tmp_path):
     pq.write_table(table, path, row_group_size=2)
     assert pq.ParquetFile(path).num_row_groups == 3
     docs = list(iter_documents(path))
-    assert docs == [Document("a", "T one"), Document("b", "two"), Document("c", "three"), Document("d", "U four"),
-                    Document("e", "five")]
+    assert docs == [Document("a", "T one", "T"), Document("b", "two"), Document("c", "three"),
+                    Document("d", "U four", "U"), Document("e", "five")]
 
 
 def test_parquet_without_ids_uses_row_numbers(tmp_path):
@@ -119,7 +120,7 @@ def test_beir_folder(tmp_path):
     folder.mkdir()
     write_jsonl(folder / "corpus.jsonl", [{"_id": "x", "title": "Claim", "text": "evidence"}])
     (folder / "queries.jsonl").write_text('{"_id": "q", "text": "ignored"}\n', encoding="utf-8")
-    assert list(iter_documents(folder)) == [Document("x", "Claim evidence")]
+    assert list(iter_documents(folder)) == [Document("x", "Claim evidence", "Claim")]
 
 
 def test_hf_dataset_from_local_folder(tmp_path):

@@ -75,7 +75,7 @@ def split_corpus(documents: list[Document], held_out: int, seed: int, where: str
     for index in rng.permutation(len(documents)).tolist():
         if len(kept) == room:
             break
-        pair = make(documents[index].text, rng)
+        pair = make(documents[index], rng)
         if pair is not None:
             queries[f"q{len(kept)}"], targets[f"d{len(kept)}"] = pair
             kept.append(index)
@@ -95,15 +95,15 @@ NEEDS = {"keywords": f"have {KEYWORDS[0]} distinct content words",
 
 
 def held_out_query(documents: list[Document],
-                   kind: str) -> Callable[[str, np.random.Generator], tuple[str, str] | None]:
-    """text, rng → (query, target) or None, for queries of `kind`."""
+                   kind: str) -> Callable[[Document, np.random.Generator], tuple[str, str] | None]:
+    """document, rng → (query, target) or None, for queries of `kind`."""
     if kind == "passage":
         return passage_query
     keywords = KeywordQueries([document.text for document in documents])
 
-    def keyword_pair(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
-        query = keywords.query(text, rng)
-        return None if query is None else (query, text)
+    def keyword_pair(document: Document, rng: np.random.Generator) -> tuple[str, str] | None:
+        query = keywords.query(document.text, rng)
+        return None if query is None else (query, document.text)
 
     return keyword_pair
 

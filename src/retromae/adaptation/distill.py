@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from retromae.adaptation.config import AdaptConfig
-from retromae.adaptation.queries import KeywordQueries, sentence_query
+from retromae.adaptation.queries import KeywordQueries, sentence_query, title_query, training_kinds
 from retromae.data.corpus import Document
 from retromae.models.encoder import AUTOCAST_NAMES, Encoder
 from retromae.models.encoder_config import PoolingConfig
@@ -55,13 +55,16 @@ class TeacherLists:
 
 
 def training_queries(documents: list[Document], count: int, seed: int) -> list[str]:
-    """`count` pseudo-queries of documents drawn at random: even ones a sentence (or word window), odd ones keywords."""
+    """`count` pseudo-queries of documents drawn at random, of each of `queries.training_kinds` in turn: a sentence
+    (or word window), keywords, and a title in a corpus with titles."""
     rng = np.random.default_rng(seed)
     keywords = KeywordQueries([document.text for document in documents])
+    make = {"sentence": lambda document: sentence_query(document.text, rng),
+            "keywords": lambda document: keywords.query(document.text, rng), "title": title_query}
+    kinds = training_kinds(documents)
     queries: list[str] = []
     for number, index in enumerate(rng.choice(len(documents), size=4 * count, replace=True).tolist()):
-        text = documents[index].text
-        query = sentence_query(text, rng) if number % 2 == 0 else keywords.query(text, rng)
+        query = make[kinds[number % len(kinds)]](documents[index])
         if query is not None:
             queries.append(query)
         if len(queries) == count:

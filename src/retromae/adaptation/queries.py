@@ -5,12 +5,14 @@ Owns the kinds of query `retromae adapt` makes from a document:
   fewer than 3 characters left out), in the order they first appear: a short search such as a person types;
 - `sentence`: one of its sentences of MIN_QUERY_WORDS+ words, or, in text without sentence marks (a lower-cased,
   unpunctuated collection), a window of WINDOW_WORDS consecutive words: a passage's worth of the document;
-- `passage`: such a sentence or window taken out of the document, the rest of the document its target (the inverse
-  cloze task): a query that shares no passage with what it finds.
-The distillation trains on `sentence` and `keywords` queries; the guard validates each objective on a kind it does not
-train on (`VALIDATION_KINDS`): `keywords` for the objectives that train on pieces of one document (cropping, TSDAE,
-RetroMAE, MLM), `passage` for the distillation. Does not own the split (`retromae.adaptation.data`) or the teacher
-(`adapt.distill`).
+- `title`: the document's title, where the corpus gives one and the document has a body besides: what a paper, a
+  page or an entry says it is about, in an author's words;
+- `passage`: a sentence or window of the body (never the title) taken out of the document, the rest of the document
+  its target (the inverse cloze task): a query that shares no passage with what it finds.
+The distillation trains on `sentence`, `keywords` and, in a corpus with titles, `title` queries (`training_kinds`);
+the guard validates each objective on a kind it does not train on (`VALIDATION_KINDS`): `keywords` for the objectives
+that train on pieces of one document (cropping, TSDAE, RetroMAE, MLM), `passage` for the distillation. Does not own
+the split (`retromae.adaptation.data`) or the teacher (`adapt.distill`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+
+from retromae.data.corpus import Document
 
 MIN_QUERY_WORDS = 4  # a sentence query has at least this many words
 WINDOW_WORDS = (6, 12)  # the shortest and longest word window, in text without sentence marks
@@ -92,16 +96,31 @@ def sentence_query(text: str, rng: np.random.Generator) -> str | None:
     return " ".join(words[start:start + length])
 
 
-def passage_query(text: str, rng: np.random.Generator) -> tuple[str, str] | None:
-    """A sentence (or word window) of `text` and `text` without it, both with their white space made single
-    spaces, or None when `text` gives no sentence query or fewer than MIN_REST_WORDS words would be left."""
-    flat = " ".join(text.split())  # a word window is joined by single spaces: it is found in the flattened text
-    query = sentence_query(flat, rng)
+def title_query(document: Document) -> str | None:
+    """The document's title, or None when it has none or nothing besides it."""
+    return document.title if document.title and document.text != document.title else None
+
+
+def passage_query(document: Document, rng: np.random.Generator) -> tuple[str, str] | None:
+    """A sentence (or word window) of the document's body and the document without it (its title kept), both with
+    their white space made single spaces, or None when the body gives no sentence query or fewer than
+    MIN_REST_WORDS words would be left."""
+    title = " ".join(document.title.split())
+    flat = " ".join(document.text.split())  # a word window is joined by single spaces: it is found in the flat text
+    body = flat[len(title):].lstrip() if title else flat  # `text` is the title, a space, the body
+    query = sentence_query(body, rng)
     if query is None:
         return None
-    start = flat.find(query)
-    rest = " ".join((flat[:start] + " " + flat[start + len(query):]).split())
+    start = body.find(query)
+    rest = " ".join((title + " " + body[:start] + " " + body[start + len(query):]).split())
     return (query, rest) if len(rest.split()) >= MIN_REST_WORDS else None
+
+
+def training_kinds(documents: Sequence[Document]) -> tuple[str, ...]:
+    """The kinds of query the distillation trains on, in turn: a sentence and keywords, and titles where the corpus
+    has them."""
+    return ("sentence", "keywords", "title") if any(title_query(document) for document in documents) else \
+        ("sentence", "keywords")
 
 
 def validation_kind(objective: str) -> str:

@@ -29,10 +29,12 @@ LINE_PIECE_BYTES = 1 << 20  # a .txt line is read this much at a time by `iter_c
 
 @dataclass(frozen=True)
 class Document:
-    """One document: `text` is the title and the body joined with a space when a title exists."""
+    """One document: `text` is the title and the body joined with a space when a title exists; `title` is the title
+    alone (empty when the source gives none)."""
 
     doc_id: str
     text: str
+    title: str = ""
 
 
 def iter_corpus(sources: Sequence[str | Path]) -> Iterator[Document]:
@@ -156,10 +158,10 @@ def folder_files(folder: Path) -> list[Path]:
     return files
 
 
-def _join(title: Any, text: str) -> str:
+def _join(title: str, text: str) -> str:
     """Title and text joined with a space when there is a title."""
-    if isinstance(title, str) and title.strip():
-        return f"{title.strip()} {text}" if text else title.strip()
+    if title:
+        return f"{title} {text}" if text else title
     return text
 
 
@@ -218,7 +220,8 @@ def _record_document(record: Any, where: str, default_id: str) -> Document:
     """A Document from one JSON object or table row (`data.fields.document_fields`: typed fields, the id rule);
     `where` names the file and line (or row) for errors."""
     doc_id, title, text = document_fields(record, where, id_required=False)
-    return Document(default_id if doc_id is None else doc_id, _join(clean_text(title), clean_text(text)))
+    title = clean_text(title).strip()
+    return Document(default_id if doc_id is None else doc_id, _join(title, clean_text(text)), title)
 
 
 def _read_parquet(path: Path) -> Iterator[Document]:
