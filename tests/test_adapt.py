@@ -117,6 +117,14 @@ def test_adapting_then_fine_tuning_in_one_command(tmp_path, declared_base):
     assert 0 <= json.loads((output / "guard.json").read_text())["finetuned"] <= 1
 
 
+def test_a_bad_training_file_is_named_before_the_adaptation_starts(tmp_path, declared_base):
+    train = tmp_path / "train.jsonl"
+    train.write_text(json.dumps({"query": "q", "pos": ["p"], "neg": ["n"]}) + "\n{not json\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"{train}:2"):
+        adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out", train=str(train)))
+    assert not (tmp_path / "out" / "training").exists()  # refused before any step
+
+
 def test_the_command_with_labelled_validation_trains_on_the_whole_corpus(tmp_path, declared_base, capsys):
     from conftest import tiny_beir
 

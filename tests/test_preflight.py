@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import pytest
 
 from retromae.preflight import check_arguments, check_model, hub_cache, hub_unreachable
 from retromae.runtime.errors import DataError, ModelLoadError
+from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS
+from retromae.runtime.run_folder import OUTPUT_OPTIONS
 
 HEAVY = ("torch", "transformers", "numpy", "sentence_transformers", "faiss")
 
@@ -64,6 +67,48 @@ def test_a_missing_input_file_is_answered_before_torch(tmp_path, model_folder):
         status, message, heavy = run_cli(*argv)
         assert (status, heavy) == (2, [])
         assert message == f"retromae: error: --{argv[3][2:]} {tmp_path / 'nope.jsonl'}: no such file or folder"
+
+
+# Options whose help speaks of a file or folder but whose value names none (or, --config, that the options' own
+# reader opens before torch), and the options a command writes (`run_folder.OUTPUT_OPTIONS`).
+NOT_READ_PATHS = {"config", "distill", "k_values", "negatives", "normalize", "overwrite", "per_query", "pooling",
+                  "qrels_format", "split", "task", "train_split"} | OUTPUT_OPTIONS
+
+
+def test_every_option_that_reads_a_path_is_answered_before_torch(tmp_path):
+    """Over every command: each option naming a model or an input (`MODEL_OPTIONS`, `PATH_OPTIONS`) given a path that
+    does not exist is refused in one line naming the option and the path, torch unloaded; and every option whose
+    help speaks of a file or folder is one of those, or one known to name no path it reads."""
+    missing = str(tmp_path / "nope")
+    code = ("import argparse, importlib, io, json, sys; from contextlib import redirect_stderr\n"
+            "from retromae.cli import discover_commands, main\n"
+            "from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS\n"
+            "rows = []\n"
+            "for command in discover_commands():\n"
+            "    parser = argparse.ArgumentParser(); importlib.import_module(command.module).add_arguments(parser)\n"
+            "    for action in parser._actions:\n"
+            "        if not action.option_strings or action.help == argparse.SUPPRESS: continue\n"
+            "        status, err, flag = None, io.StringIO(), action.option_strings[0]\n"
+            "        if action.dest in PATH_OPTIONS + MODEL_OPTIONS:\n"
+            f"            with redirect_stderr(err): status = main([command.name, flag, {missing!r}])\n"
+            "        rows.append([command.name, action.dest, flag, action.help or '', status,\n"
+            "                     err.getvalue().strip()])\n"
+            "print(json.dumps(rows)); print(json.dumps(sorted({'torch', 'transformers'} & set(sys.modules))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    rows, heavy = json.loads(out[-2]), json.loads(out[-1])
+    assert heavy == []
+    checked = set()
+    for command, dest, flag, help_text, status, message in rows:
+        if dest in PATH_OPTIONS:
+            assert (status, message) == (2, f"retromae: error: {flag} {missing}: no such file or folder"), command
+        elif dest in MODEL_OPTIONS:
+            assert status == 2 and message.startswith(f"retromae: error: {flag} {missing}: no such folder;"), command
+        else:
+            assert not re.search(r"\b(files?|folders?|directory)\b", help_text) or dest in NOT_READ_PATHS, \
+                f"{command} {flag} speaks of a file or folder: name it in runtime.options.PATH_OPTIONS (or here)"
+            continue
+        checked.add(dest)
+    assert checked == set(PATH_OPTIONS + MODEL_OPTIONS) - {"input"}  # --input: hidden (deprecated), checked the same
 
 
 def test_a_missing_required_option_is_answered_before_torch(model_folder, queries):

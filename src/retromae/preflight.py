@@ -1,6 +1,7 @@
 """Checks of a command line answered before any heavy import (torch, transformers): an input path that does not
-exist, a `--model` that names no model folder, and a hub name when the Hugging Face hub cannot be reached and the
-model is not cached.
+exist (every option of `runtime.options.PATH_OPTIONS`), a model option (`MODEL_OPTIONS`: --model, --teacher,
+--tokenizer) that names no model folder, and a hub name when the Hugging Face hub cannot be reached and the model is
+not cached.
 
 Owns `check_arguments(args)`, which `retromae.cli` runs after parsing and before the command's module does any work
 (paths only, no network), `configured(cls, args)`, with which the commands build their options and then check a hub
@@ -20,19 +21,17 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from retromae.models.model_source import looks_local, resolve_model
+from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import DataError, ModelLoadError
-from retromae.runtime.options import build_config
+from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, build_config
 
 T = TypeVar("T")
 
-MODEL_OPTIONS = ("model",)  # the options that name a model to load, on every command that has them
-# The options that name input files or folders on every command that has them (`hf:NAME` is a hub data set).
-INPUT_OPTIONS = ("corpus", "queries", "data", "pairs", "run", "index", "init_from")
 PROBE_SECONDS = 3.0
 OFFLINE_VALUES = ("1", "on", "yes", "true")
 
@@ -40,14 +39,14 @@ OFFLINE_VALUES = ("1", "on", "yes", "true")
 def check_arguments(args: argparse.Namespace) -> None:
     """DataError for an input option naming a path that does not exist; ModelLoadError for a model option that
     names a missing or non-model folder (a hub name is left to `configured`)."""
-    for option in INPUT_OPTIONS:
+    for option in PATH_OPTIONS:
         for path in _values(getattr(args, option, None)):
             if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
                 raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
     for option in MODEL_OPTIONS:
         for name in _values(getattr(args, option, None)):
             if looks_local(os.path.expanduser(name)):
-                resolve_model(name, f"--{option.replace('_', '-')}")
+                resolver(option)(name, f"--{option.replace('_', '-')}")
 
 
 def configured(config_cls: type[T], args: argparse.Namespace) -> T:
@@ -56,8 +55,13 @@ def configured(config_cls: type[T], args: argparse.Namespace) -> T:
     config = build_config(config_cls, args)
     for option in MODEL_OPTIONS:
         for name in _values(getattr(config, option, None)):
-            check_model(name, f"--{option.replace('_', '-')}")
+            check_model(name, f"--{option.replace('_', '-')}", resolver(option))
     return config
+
+
+def resolver(option: str) -> Callable[[str, str], ModelSource]:
+    """What reads a model option's folder: `--tokenizer` may name a folder holding a tokenizer alone."""
+    return resolve_tokenizer if option == "tokenizer" else resolve_model
 
 
 def _values(value: object) -> list[str]:
@@ -66,10 +70,11 @@ def _values(value: object) -> list[str]:
             if isinstance(item, (str, os.PathLike)) and str(item)]
 
 
-def check_model(name: str, option: str = "--model") -> None:
-    """A local path must be a model folder (`resolve_model` says what it holds otherwise); a hub name must be
-    cached or the hub reachable: with no network, a cached model switches the process to offline mode."""
-    source = resolve_model(name, option)
+def check_model(name: str, option: str = "--model", resolve: Callable[[str, str], ModelSource] = resolve_model) -> None:
+    """A local path must be a model folder (`resolve`, `resolve_model` by default, says what it holds otherwise); a
+    hub name must be cached or the hub reachable: with no network, a cached model switches the process to offline
+    mode."""
+    source = resolve(name, option)
     if source.kind != "hub":
         return
     if offline():

@@ -33,6 +33,7 @@ from retromae.adaptation.queries import validation_kind
 from retromae.data.corpus import Document
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
+from retromae.data.training_groups import load_training_data
 from retromae.evaluation.probe import sample_retrieval_set
 from retromae.finetuning.run import FinetuneConfig, finetune
 from retromae.models.encoder import Encoder, PoolingConfig
@@ -165,6 +166,9 @@ def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepare
     train on, written to OUTPUT/validation/) and its description, the training corpus (OUTPUT/data/train.jsonl) and
     its blocks."""
     where = ", ".join(config.corpus)
+    if config.train is not None:
+        with step(f"reading {config.train} (--train), before the long stages"):
+            load_training_data(config.train, config.train_split)  # a bad file is named now, not after adapting
     with step(f"reading {where}"):
         documents = read_documents(config.corpus)
         check_language(encoder.tokenizer, documents, config.model, where)

@@ -40,6 +40,13 @@ from retromae.runtime.lines import check_regular_file
 ConfigT = TypeVar("ConfigT")
 REQUIRED = dataclasses.MISSING
 SAVED_CONFIG = "config.json"  # the resolved options a training run saves in its output folder
+# The options that name what a command reads, by name on every command that has them: a model (a local folder or a
+# hub name; `--tokenizer` may be a folder holding a tokenizer alone) and input files or folders (`hf:NAME`: a hub
+# data set). `retromae.preflight` checks each before torch is imported; `runtime.run_folder` fingerprints each into
+# a run's identity. A new option that reads a path is named here.
+MODEL_OPTIONS = ("model", "teacher", "tokenizer")
+PATH_OPTIONS = ("corpus", "queries", "data", "pairs", "run", "index", "init_from", "embeddings", "input", "train",
+                "validation", "probe", "probe_sts", "variants")
 
 
 class ConfigError(RetroMAEError, ValueError):

@@ -31,7 +31,7 @@ from typing import Any
 
 from retromae.runtime.errors import FileSystemError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.options import ConfigError, Options, config_to_dict, option
+from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, ConfigError, Options, config_to_dict, option
 
 MARKER = "retromae-run.json"
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
@@ -45,8 +45,8 @@ REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the o
 RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
                          "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
-# Options naming input files or folders, fingerprinted by content so that a changed file is a different run.
-INPUT_OPTIONS = ("model", "init_from", "corpus", "queries", "pairs", "data", "input", "embeddings")
+# Options naming a model or input files or folders, fingerprinted by content so that a changed file is a different run.
+INPUT_OPTIONS = MODEL_OPTIONS + PATH_OPTIONS
 # Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
 OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
