@@ -202,7 +202,7 @@ def test_a_passage_query_comes_from_the_body_and_its_target_keeps_the_title():
         assert len(rest.split()) + len(query.split()) == len(f"{title} {body}".split())
 
 
-def test_the_distillation_trains_on_titles_where_the_corpus_has_them():
+def test_the_distillation_asks_titles_only_when_told_and_the_corpus_has_them():
     from retromae.adaptation.distill import training_queries
     from retromae.adaptation.queries import title_query, training_kinds
 
@@ -210,12 +210,17 @@ def test_the_distillation_trains_on_titles_where_the_corpus_has_them():
              for i in range(50)]
     titled = [Document(d.doc_id, f"Paper {d.doc_id} title {d.text}", f"Paper {d.doc_id} title") for d in plain]
     titles = {d.title for d in titled}
-    assert training_kinds(plain) == ("sentence", "keywords")
-    assert training_kinds(titled) == ("sentence", "keywords", "title")
+    every = ("sentence", "keywords", "title")
+    assert AdaptConfig(model="m", corpus=["c"], output="o").distill_kinds == ["sentence", "keywords"]
+    assert training_kinds(titled, every) == every and training_kinds(plain, every) == ("sentence", "keywords")
     assert title_query(Document("x", "Only a title", "Only a title")) is None  # nothing besides it to find
-    queries = training_queries(titled, 300, seed=0)
+    with pytest.raises(DataError, match="--distill-kinds title: no document of the corpus has a title"):
+        training_kinds(plain, ["title"])
+    queries = training_queries(titled, 300, 0, every)
     assert len(queries) == 300 and sum(query in titles for query in queries) == 100  # every third, the others never
-    assert len(training_queries(plain, 300, seed=0)) == 300
+    assert not titles & set(training_queries(titled, 300, 0, ["sentence", "keywords"]))
+    with pytest.raises(ConfigError, match="distill_kinds|distill-kinds"):
+        AdaptConfig(model="m", corpus=["c"], output="o", distill_kinds=["title", "title"])
 
 
 def test_a_corpus_too_short_for_passage_queries_names_what_a_document_needs():

@@ -18,6 +18,7 @@ from retromae.training.config import TrainingConfig
 PRETRAINING_OBJECTIVES = ("tsdae", "cropping", "retromae", "retromae+contrastive", "mlm")
 ADAPT_OBJECTIVES = (*PRETRAINING_OBJECTIVES, "distill")
 DISTILL_LOSSES = ("kl", "margin-mse")
+DISTILL_KINDS = ("sentence", "keywords", "title")  # the pseudo-queries `adaptation.queries` makes for the distillation
 RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that read --decoding
 
 
@@ -69,8 +70,15 @@ class AdaptConfig(TrainingConfig):
     teacher: str | None = option(None, "distill: a cross-encoder (a `retromae train-reranker` output, or a Hugging "
                                        "Face sequence classifier) scoring the candidates; default: the hybrid, BM25 "
                                        "fused with the base (convex, the base's share 0.7)")
-    distill_queries: int = option(2000, "distill: pseudo-queries made from the training documents (half a sentence "
-                                        "or word window, half keywords)", at_least(2))
+    distill_queries: int = option(2000, "distill: pseudo-queries made from the training documents, of each of "
+                                        "--distill-kinds in turn", at_least(2))
+    distill_kinds: list[str] = option(["sentence", "keywords"], "distill: the kinds of pseudo-query: sentence (one "
+                                                                "of the document's sentences, or a 6-12-word window "
+                                                                "in text without sentence marks), keywords (3-6 of "
+                                                                "its highest tf-idf words), title (its title, where "
+                                                                "the corpus gives one; on SciFact, seed 42, adding it "
+                                                                "cost 0.019 NDCG@10: docs/RESULTS.md section 10.4)",
+                                      choices=DISTILL_KINDS)
     distill_candidates: int = option(30, "distill: documents each side (BM25, the base) retrieves per query, the "
                                          "teacher's candidates", at_least(2))
     list_size: int = option(8, "distill: documents per query in the loss: the teacher's top half, the rest drawn "
@@ -114,6 +122,8 @@ class AdaptConfig(TrainingConfig):
         require(self.validation_fraction is None or self.validation is not None, "validation_fraction",
                 "only with --validation (your labelled queries)")
         require(self.teacher is None or self.objective == "distill", "teacher", "only with --objective distill")
+        require(len(self.distill_kinds) > 0 and len(set(self.distill_kinds)) == len(self.distill_kinds),
+                "distill_kinds", "give each kind once, at least one")
         require(self.list_size <= 2 * self.distill_candidates, "list_size",
                 "must lie between 2 and twice --distill-candidates")
         require(self.normalize is None or self.pooling is not None, "normalize",

@@ -1,7 +1,8 @@
 """`retromae adapt --objective distill`: the student learns the scores of a teacher on pseudo-queries of the corpus.
 
-GPL's recipe with what a corpus alone gives: pseudo-queries of two kinds made from the training documents (a sentence,
-or a word window in text without sentence marks; a few of a document's highest tf-idf words), candidates from BM25
+GPL's recipe with what a corpus alone gives: pseudo-queries of the kinds of --distill-kinds made from the training
+documents (by default a sentence, or a word window in text without sentence marks, and a few of a document's highest
+tf-idf words; its title on request), candidates from BM25
 and from the base (each side's top --distill-candidates), scored by the teacher: the hybrid (BM25 and the base fused
 by `retrieval.fusion`'s convex rule at its default weight) or a cross-encoder (`--teacher`). Each query keeps a list
 of --list-size candidates (the teacher's top half, the rest drawn from its other candidates); the student, the base's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,14 +56,14 @@ class TeacherLists:
     logits: np.ndarray  # (Q, L) float32, the teacher's scores divided by the matched temperature
 
 
-def training_queries(documents: list[Document], count: int, seed: int) -> list[str]:
-    """`count` pseudo-queries of documents drawn at random, of each of `queries.training_kinds` in turn: a sentence
-    (or word window), keywords, and a title in a corpus with titles."""
+def training_queries(documents: list[Document], count: int, seed: int, wanted: Sequence[str]) -> list[str]:
+    """`count` pseudo-queries of documents drawn at random, of each kind of `wanted` in turn (`queries.training_kinds`:
+    a sentence or word window, keywords, a title)."""
     rng = np.random.default_rng(seed)
     keywords = KeywordQueries([document.text for document in documents])
     make = {"sentence": lambda document: sentence_query(document.text, rng),
             "keywords": lambda document: keywords.query(document.text, rng), "title": title_query}
-    kinds = training_kinds(documents)
+    kinds = training_kinds(documents, wanted)
     queries: list[str] = []
     for number, index in enumerate(rng.choice(len(documents), size=4 * count, replace=True).tolist()):
         query = make[kinds[number % len(kinds)]](documents[index])
@@ -127,7 +129,7 @@ def matched_temperature(teacher: np.ndarray, base: np.ndarray) -> float:
 def teacher_lists(config: AdaptConfig, encoder: Encoder, documents: list[Document]) -> TeacherLists:
     """The pseudo-queries, each one's list of candidates and the teacher's logits over it (matched temperature)."""
     texts = [document.text for document in documents]
-    queries = training_queries(documents, config.distill_queries, config.seed)
+    queries = training_queries(documents, config.distill_queries, config.seed, config.distill_kinds)
     lexical, dense, query_vectors, document_vectors = candidate_runs(
         encoder, texts, queries, config.distill_candidates, config.max_length, 64)
     if config.teacher is None:

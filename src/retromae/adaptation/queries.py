@@ -6,10 +6,11 @@ Owns the kinds of query `retromae adapt` makes from a document:
 - `sentence`: one of its sentences of MIN_QUERY_WORDS+ words, or, in text without sentence marks (a lower-cased,
   unpunctuated collection), a window of WINDOW_WORDS consecutive words: a passage's worth of the document;
 - `title`: the document's title, where the corpus gives one and the document has a body besides: what a paper, a
-  page or an entry says it is about, in an author's words;
+  page or an entry says it is about, in an author's words (a kind the distillation trains on only when asked: on
+  SciFact it cost more than a seed moves the gain);
 - `passage`: a sentence or window of the body (never the title) taken out of the document, the rest of the document
   its target (the inverse cloze task): a query that shares no passage with what it finds.
-The distillation trains on `sentence`, `keywords` and, in a corpus with titles, `title` queries (`training_kinds`);
+The distillation trains on the kinds of --distill-kinds (`sentence` and `keywords` by default; `training_kinds`);
 the guard validates each objective on a kind it does not train on (`VALIDATION_KINDS`): `keywords` for the objectives
 that train on pieces of one document (cropping, TSDAE, RetroMAE, MLM), `passage` for the distillation. Does not own
 the split (`retromae.adaptation.data`) or the teacher (`adapt.distill`).
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from retromae.data.corpus import Document
+from retromae.runtime.errors import DataError
 
 MIN_QUERY_WORDS = 4  # a sentence query has at least this many words
 WINDOW_WORDS = (6, 12)  # the shortest and longest word window, in text without sentence marks
@@ -116,11 +118,14 @@ def passage_query(document: Document, rng: np.random.Generator) -> tuple[str, st
     return (query, rest) if len(rest.split()) >= MIN_REST_WORDS else None
 
 
-def training_kinds(documents: Sequence[Document]) -> tuple[str, ...]:
-    """The kinds of query the distillation trains on, in turn: a sentence and keywords, and titles where the corpus
-    has them."""
-    return ("sentence", "keywords", "title") if any(title_query(document) for document in documents) else \
-        ("sentence", "keywords")
+def training_kinds(documents: Sequence[Document], wanted: Sequence[str]) -> tuple[str, ...]:
+    """The kinds of `wanted` the distillation trains on, in turn: `title` left out of a corpus without titles;
+    DataError when none is left."""
+    kinds = tuple(kind for kind in wanted if kind != "title" or any(title_query(document) for document in documents))
+    if not kinds:
+        raise DataError("--distill-kinds title: no document of the corpus has a title (and a body besides); "
+                        "add sentence or keywords")
+    return kinds
 
 
 def validation_kind(objective: str) -> str:
