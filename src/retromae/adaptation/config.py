@@ -76,8 +76,9 @@ class AdaptConfig(TrainingConfig):
                                                                 "of the document's sentences, or a 6-12-word window "
                                                                 "in text without sentence marks), keywords (3-6 of "
                                                                 "its highest tf-idf words), title (its title, where "
-                                                                "the corpus gives one; on SciFact, seed 42, adding it "
-                                                                "cost 0.019 NDCG@10: docs/RESULTS.md section 10.4)",
+                                                                "the corpus gives one; on SciFact it cost 0.019 "
+                                                                "NDCG@10 on one seed, added 0.005 on another: "
+                                                                "docs/RESULTS.md section 10.4)",
                                       choices=DISTILL_KINDS)
     distill_candidates: int = option(30, "distill: documents each side (BM25, the base) retrieves per query, the "
                                          "teacher's candidates", at_least(2))
