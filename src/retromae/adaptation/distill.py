@@ -2,9 +2,9 @@
 
 GPL's recipe with what a corpus alone gives: pseudo-queries of the kinds of --distill-kinds made from the training
 documents (by default a sentence, or a word window in text without sentence marks, and a few of a document's highest
-tf-idf words; its title on request), candidates from BM25
-and from the base (each side's top --distill-candidates), scored by the teacher: the hybrid (BM25 and the base fused
-by `retrieval.fusion`'s convex rule at its default weight) or a cross-encoder (`--teacher`). Each query keeps a list
+tf-idf words; its title on request), candidates from BM25 and from the base (each side's top --distill-candidates),
+scored by the teacher: the hybrid (BM25 and the base fused by `retrieval.fusion`'s convex rule at its default weight)
+or a cross-encoder (`--teacher`). Each query keeps a list
 of --list-size candidates (the teacher's top half, the rest drawn from its other candidates); the student, the base's
 encoder in its own pooling, is trained on the teacher's scores over that list (`losses.listwise_kl` or
 `losses.margin_mse`). The student scores by cosine (or dot product) at temperature STUDENT_TEMPERATURE; the
