@@ -17,6 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
+from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.experiments import pyplot, read_variant
 from retromae.runtime.io import write_text_atomic
 
@@ -64,6 +65,7 @@ def plot(table: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
         axis.set_yticks(range(len(names)), names)
         axis.invert_yaxis()
         axis.set(title=metric)
+        clamp_axis(axis, metric, "x")  # a fraction's axis ends at 1.0
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.experiments import pyplot
 from retromae.runtime.io import write_text_atomic
 
@@ -332,6 +333,7 @@ def plot(rows, path: Path) -> None:
         axis.set_yticks(range(len(rows)), labels if key == "stsb" else [""] * len(rows), fontsize=8)
         axis.invert_yaxis()
         axis.set(title=title, xlabel="bar: mean over seeds; dots: each seed")
+        clamp_axis(axis, "spearman" if key == "stsb" else key, "x")  # within the metric's range
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

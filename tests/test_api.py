@@ -53,7 +53,7 @@ def test_pretrain_finetune_encode_evaluate_without_the_command_line(tmp_path, ti
     assert 0 <= scores["ndcg@10"] <= 1 and set(scores) >= {"mrr@10", "recall@100"}
     table = retromae.evaluate(retromae.EvaluateConfig(model=str(tuned / "encoder"), data=[tmp_path / "beir"],
                                                       output=tmp_path / "report"))
-    assert table["sets"]["beir"]["model"]["ndcg@10"] == scores["ndcg@10"]
+    assert table["sets"]["beir"]["finetune"]["ndcg@10"] == scores["ndcg@10"]  # finetune/encoder: named finetune
     assert json.loads((tmp_path / "report" / "results.json").read_text())["average"] == table["average"]
 
 

@@ -15,9 +15,9 @@ from retromae.cli import main
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.names import default_names
 from retromae.evaluation.paired import bootstrap_interval, paired_comparison, sign_test
 from retromae.evaluation.run import model_run
-from retromae.evaluation.systems import short_names
 from retromae.evaluation.table import value_limits
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import fuse
@@ -58,13 +58,14 @@ def test_the_hybrid_row_is_fuse_of_the_model_and_bm25_runs(tmp_path, data, tiny_
     dense = model_run(config, config.load_encoder(), retrieval_set, 100)
     lexical = bm25_search(retrieval_set.corpus_texts(), retrieval_set.queries, 100)
     expected = evaluate_run(retrieval_set.qrels, fuse(dense, lexical, fusion, weight, k=100), [10, 100])
-    assert results["systems"] == ["model", "BM25", "hybrid"]
-    assert results["sets"]["alpha"]["hybrid"] == expected
+    name = tiny_model_dir.name
+    assert results["systems"] == [name, "BM25", f"{name}+BM25"]
+    assert results["sets"]["alpha"][f"{name}+BM25"] == expected
     assert results["sets"]["alpha"]["BM25"] == evaluate_run(retrieval_set.qrels, lexical, [10, 100])
-    assert results["sets"]["alpha"]["model"] == evaluate_run(retrieval_set.qrels, dense, [10, 100])
+    assert results["sets"]["alpha"][name] == evaluate_run(retrieval_set.qrels, dense, [10, 100])
     saved = json.loads((tmp_path / "report" / "results.json").read_text())
-    assert saved["sets"]["alpha"]["hybrid"] == expected and saved["fusion"]["method"] == fusion
-    assert saved["comparison"]["first"] == "model" and saved["comparison"]["second"] == "hybrid"
+    assert saved["sets"]["alpha"][f"{name}+BM25"] == expected and saved["fusion"]["method"] == fusion
+    assert saved["comparison"]["first"] == name and saved["comparison"]["second"] == f"{name}+BM25"
 
 
 def test_several_models_in_one_table_named_by_their_folders(tmp_path, data, tiny_model_dir, other_model_dir, capsys):
@@ -72,13 +73,14 @@ def test_several_models_in_one_table_named_by_their_folders(tmp_path, data, tiny
     assert cli("evaluate", "--model", tiny_model_dir, other_model_dir, *MODEL, "--data", data, "--hybrid",
                "--output", report) == 0
     printed = capsys.readouterr().out
-    first, second = short_names([str(tiny_model_dir), str(other_model_dir)])
+    first, second = default_names([str(tiny_model_dir), str(other_model_dir)])
     assert second == "second-bert"
     saved = json.loads((report / "results.json").read_text())
     assert saved["systems"] == [first, second, "BM25", f"{first}+BM25", f"{second}+BM25"]
     assert saved["labels"][second] == "second-bert"
     assert saved["labels"][f"{second}+BM25"] == "hybrid (second-bert + BM25)"
     assert saved["models"] == {first: str(tiny_model_dir), second: str(other_model_dir)}
+    assert saved["model"] == [first, second] and saved["model_path"] == [str(tiny_model_dir), str(other_model_dir)]
     for name, path in ((first, tiny_model_dir), (second, other_model_dir)):
         alone = retromae.evaluate(model=str(path), data=[data], pooling="mean", normalize=True, batch_size=8)
         assert saved["sets"]["alpha"][name]["ndcg@10"] == alone["ndcg@10"]
@@ -106,7 +108,8 @@ def test_two_systems_are_compared_query_by_query(tmp_path, data, tiny_model_dir,
                                      "sets": {"alpha": expected}}
     assert cli("evaluate", "--model", tiny_model_dir, *MODEL, "--data", data, "--bm25", "--compare", "BM25",
                "nothing") == 2
-    assert "--compare: 'nothing' is not a system of this table (model, BM25)" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert f"--compare: 'nothing' is not a system of this table ({tiny_model_dir.name}, BM25)" in error
 
 
 def test_the_paired_comparison_on_a_hand_computed_case():
@@ -128,9 +131,9 @@ def test_the_paired_comparison_on_a_hand_computed_case():
 
 
 def test_short_names_and_the_pictures_axis():
-    assert short_names(["runs/a/model", "runs/b/model", "sentence-transformers/all-MiniLM-L6-v2"]) == [
-        "a/model", "b/model", "all-MiniLM-L6-v2"]
-    assert short_names(["x/final/"]) == ["final"]
+    assert default_names(["runs/a/model", "runs/b/model", "sentence-transformers/all-MiniLM-L6-v2"]) == [
+        "a", "b", "all-MiniLM-L6-v2"]
+    assert default_names(["x/final/"]) == ["final"]
     low, high = value_limits([0.30, 0.31])
     assert 0.29 <= low < 0.30 and 0.31 < high < 0.32  # 0.30 against 0.31 is visible
     assert value_limits([0.0, 0.5]) == (0.0, pytest.approx(0.75))

@@ -6,12 +6,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 
 import pytest
 from conftest import tiny_beir
 
 import retromae.retrieval.encode
 from retromae.cli import main
+from retromae.data.retrieval_sets import read_trec_run
 from retromae.models.encoder import Encoder
 
 MODEL = ["--pooling", "mean", "--normalize", "--batch-size", "8"]
@@ -44,20 +46,30 @@ def test_the_table_rows_equal_single_set_runs_and_the_average_is_their_mean(tmp_
                "--bm25", "--output", report) == 0
     printed = capsys.readouterr().out
     table = json.loads((report / "results.json").read_text())
-    assert table["systems"] == ["model", "BM25"] and table["metrics"] == ["ndcg@10", "recall@100"]
+    model = tiny_model_dir.name  # a model is shown by its folder's name, never as "model"
+    assert table["systems"] == [model, "BM25"] and table["metrics"] == ["ndcg@10", "recall@100"]
+    assert (table["model"], table["model_path"], table["models"]) == (model, str(tiny_model_dir),
+                                                                     {model: str(tiny_model_dir)})
+    per_query = json.loads((report / "per-query.json").read_text())
     for name in ("alpha", "beta"):
         alone = single_run(tmp_path, tiny_model_dir, sets / name)
         assert cli("bm25", "--data", sets / name, "--output", tmp_path / f"{name}.trec") == 0
         bm25 = single_run(tmp_path, None, sets / name, "--run", tmp_path / f"{name}.trec")
-        for metric in ("ndcg@10", "recall@100"):
-            assert table["sets"][name]["model"][metric] == alone[metric]
-            assert table["sets"][name]["BM25"][metric] == bm25[metric]
-            assert f"{alone[metric]:.4f}" in printed
+        assert read_trec_run(report / "runs" / name / "BM25.trec") == read_trec_run(tmp_path / f"{name}.trec")
+        for system, expected in ((model, alone), ("BM25", bm25)):
+            kept = single_run(tmp_path, None, sets / name, "--run", report / "runs" / name / f"{system}.trec")
+            for metric in ("ndcg@10", "recall@100"):  # the run files kept score as the table says
+                assert table["sets"][name][system][metric] == expected[metric] == kept[metric]
+                assert math.fsum(scores[metric] for scores in per_query[name][system].values()) / 12 == \
+                    pytest.approx(expected[metric], abs=1e-12)
+        assert f"{alone['ndcg@10']:.4f}" in printed
         assert table["sets"][name]["queries"] == 12 and table["sets"][name]["documents"] == 48
-    for system in ("model", "BM25"):
+    for system in (model, "BM25"):
         mean = math.fsum(table["sets"][name][system]["ndcg@10"] for name in ("alpha", "beta")) / 2
         assert table["average"][system]["ndcg@10"] == pytest.approx(mean, abs=1e-15)
-    assert "| data set | queries | documents | model NDCG@10 | model R@100 | BM25 NDCG@10 | BM25 R@100 |" in printed
+    assert (f"| data set | queries | documents | {model} NDCG@10 | {model} R@100 | BM25 NDCG@10 | BM25 R@100 |"
+            in printed)
+    assert printed.startswith(f"\n{model} (test split)")  # the header names the model, not its path
     rows = list(csv.reader((report / "results.csv").open()))
     assert [row[0] for row in rows] == ["data set", "alpha", "beta", "average"]
     assert (report / "results.md").read_text() in printed and (report / "results.png").stat().st_size > 0
@@ -66,10 +78,12 @@ def test_the_table_rows_equal_single_set_runs_and_the_average_is_their_mean(tmp_
 def test_a_folder_of_sets_and_any_metric(tmp_path, sets, tiny_model_dir, capsys):
     assert cli("evaluate", "--model", tiny_model_dir, *MODEL, "--data", sets, "--metrics", "mrr@5", "map@20") == 0
     printed = capsys.readouterr().out
-    assert "| data set | queries | documents | model MRR@5 | model MAP@20 |" in printed
+    model = tiny_model_dir.name
+    assert f"| data set | queries | documents | {model} MRR@5 | {model} MAP@20 |" in printed
     assert "| alpha |" in printed and "| beta |" in printed and "| average |" in printed
     assert cli("evaluate", "--model", tiny_model_dir, *MODEL, "--data", sets / "alpha", "--bm25") == 0
-    assert "| data set | queries | documents | model NDCG@10 | model R@100 | BM25 NDCG@10 |" in capsys.readouterr().out
+    assert f"| data set | queries | documents | {model} NDCG@10 | {model} R@100 | BM25 NDCG@10 |" in \
+        capsys.readouterr().out
     assert cli("evaluate", "--model", tiny_model_dir, "--data", sets / "alpha", "--metrics", "mrr@5") == 2
     assert "--metrics: chooses a table's columns" in capsys.readouterr().err
 
@@ -115,8 +129,25 @@ def test_evaluations_share_a_cache_dir(tmp_path, sets, tiny_model_dir, monkeypat
     assert cli(*shared, "--data", sets / "alpha", sets / "beta", "--output", tmp_path / "two") == 0
     assert len(second) == 1  # beta only: alpha's vectors came from the shared cache
     one, two = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("one", "two"))
-    assert one["sets"]["alpha"]["model"] == two["sets"]["alpha"]["model"]
+    model = tiny_model_dir.name
+    assert one["sets"]["alpha"][model] == two["sets"]["alpha"][model]
     assert not (tmp_path / "two" / "embeddings").exists()
+
+
+def test_the_cache_is_keyed_by_the_models_content_not_its_name(tmp_path, sets, tiny_model_dir, monkeypatch):
+    """A link to the model, or a copy of it, under another name, reads the vectors its first evaluation cached."""
+    (tmp_path / "minilm").symlink_to(tiny_model_dir, target_is_directory=True)
+    shutil.copytree(tiny_model_dir, tmp_path / "copied")
+    shared = [*MODEL, "--cache-dir", tmp_path / "cache", "--data", sets / "alpha", "--bm25"]
+    first = count_encoded_batches(monkeypatch)
+    assert cli("evaluate", "--model", tiny_model_dir, *shared, "--output", tmp_path / "one") == 0 and first
+    for number, model in enumerate((tmp_path / "minilm", tmp_path / "copied")):
+        again = count_encoded_batches(monkeypatch)
+        assert cli("evaluate", "--model", model, *shared, "--output", tmp_path / f"again{number}") == 0
+        assert again == []  # before: the link, named otherwise, was encoded again
+    linked = json.loads((tmp_path / "again0" / "results.json").read_text())
+    assert linked["systems"] == ["minilm", "BM25"] and linked["model_path"] == str(tmp_path / "minilm")
+    assert len(list((tmp_path / "cache").iterdir())) == 1
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -138,7 +169,8 @@ def test_a_table_error_names_what_made_the_table(tmp_path, sets, tiny_model_dir,
     assert cli(*one, "--hybrid") == 2
     assert "--output " in (error := capsys.readouterr().err) and "a table (--hybrid) goes into a folder" in error
     assert cli(*one, "--bm25", "--per-query") == 2
-    assert "--per-query: applies to one data set evaluated alone, not to a table (--bm25)" in capsys.readouterr().err
+    assert ("--per-query: applies to one data set evaluated alone; a table (--bm25) keeps every query's scores as "
+            "per-query.json in its --output folder") in capsys.readouterr().err
 
 
 def test_another_evaluation_into_the_same_folder_is_refused(tmp_path, sets, tiny_model_dir, capsys):

@@ -99,8 +99,9 @@ def test_evaluate_prints_saves_and_tabulates_a_registered_metric(with_success, t
                tmp_path / "sets", "--metrics", "success@5", "ndcg@10", "--output", tmp_path / "table") == 0
     printed = capsys.readouterr().out
     table = json.loads((tmp_path / "table" / "results.json").read_text())
-    assert "| data set | queries | documents | model S@5 | model NDCG@10 |" in printed
-    assert f"| average |  |  | {table['average']['model']['success@5']:.4f} |" in printed
+    name = tiny_model_dir.name
+    assert f"| data set | queries | documents | {name} S@5 | {name} NDCG@10 |" in printed
+    assert f"| average |  |  | {table['average'][name]['success@5']:.4f} |" in printed
     assert cli("evaluate", "--run", tmp_path / "alpha.trec", "--data", alpha, "--data", tmp_path / "sets" / "beta",
                "--metrics", "succes@5") == 2
     assert "--metrics: 'succes@5' is not a metric; use NAME@K with NAME one of ndcg, mrr, recall, map, p, success" \

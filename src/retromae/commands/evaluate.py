@@ -31,11 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from retromae.evaluation.run import evaluate
 
     results = evaluate(config)
-    source = ", ".join(config.models) or str(config.run)
+    source = config.source()  # the models' names (`evaluation.names`), not their paths
     if "table" in results:
         print(f"\n{source} ({config.split} split)\n\n{results['table']}", end="")
         if config.report_folder is not None:
-            print(f"\nresults.md, results.csv, results.json, results.png: {config.report_folder}")
+            print(f"\nresults.md, results.csv, results.json, results.png, per-query.json, runs/SET/SYSTEM.trec: "
+                  f"{config.report_folder}")
         return 0
     shown = {key: value for key, value in results.items() if key != "per_query"}
     print_results(shown, title=f"{source} on {config.data[0]} ({config.split})")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retromae.evaluation.metric_registry import RANKING, metrics
+from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.models.encoder_config import EncoderOptions
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
@@ -38,8 +39,11 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
-                                           "encoder); several: one table, a column group each, named by its folder",
+                                           "encoder); several: one table, a column group each",
                                      required_unless="--run")
+    name: list[str] = option([], "a name per --model, in the same order, shown in the header, the table, the picture "
+                                 "and the run files; default: the model's folder (its parent's when the folder is "
+                                 "named model, encoder or sentence-transformer; a hub name's last part)")
     run: Path | None = option(None, "TREC run file to evaluate instead of a model (one retrieval set only)",
                               required_unless="--model")
     data: list[Path] = option(help="one or more BEIR / MS MARCO folders, or a folder holding such folders (a row "
@@ -65,14 +69,17 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     k_values: list[int] = option([10, 100], f"one data set without a report folder: the cut-offs k of its "
                                             f"{RANKING_TITLES}", TOP_K)
     top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed", TOP_K)
-    per_query: bool = option(False, "also report every query's scores (in the --output JSON file)")
+    per_query: bool = option(False, "also report every query's scores (in the --output JSON file; a table "
+                                          "writes them to its --output folder's per-query.json)")
     output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "
                                        "several: results.md, .csv, .json, .png, and embeddings/ caching each data "
                                        "set's corpus vectors (the same command started again resumes)")
     cache_dir: Path | None = option(None, "a table's corpus vectors cache, a folder per model (and its encoding "
                                           "options) and data set, which evaluations may share; default: "
                                           "OUTPUT/embeddings with an --output folder, else none")
-    save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set)")
+    save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set alone; a "
+                                         "table writes every system's run into its --output folder: runs/SET/"
+                                         "SYSTEM.trec)")
     query_prefix: str = option("", "text put before every query, e.g. 'query: '")
     passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
@@ -95,12 +102,22 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         require(self.run is None or not self.hybrid, "hybrid", "fuses BM25 with a model, not with a run")
         resolved = [str(Path(name).resolve()) if Path(name).exists() else name for name in self.models]
         require(len(set(resolved)) == len(resolved), "model", "names a model twice")
+        if self.name:
+            check_names(self.name, self.models)
         require(len(self.compare) in (0, 2), "compare", "names two systems of the table")
 
     @property
     def models(self) -> list[str]:
         """The models evaluated (none with --run)."""
         return list(self.model or [])
+
+    def model_names(self) -> list[str]:
+        """The name each model is shown by (`evaluation.names`: --name, else made from its folder)."""
+        return model_names(self.name, self.models)
+
+    def source(self) -> str:
+        """What is evaluated, as the header names it: the models' names, or the run file."""
+        return ", ".join(self.model_names()) or str(self.run)
 
     def load_model(self, name: str, device: str | torch.device | None = None) -> Encoder:
         """The encoder of one of the models, with the encoding options shared by all."""
@@ -159,9 +176,12 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     def check_table(self, sets: dict[str, Path]) -> None:
         """ConfigError for options that need one data set evaluated alone when a table is asked for."""
         reason = self.table_reason(sets)
-        for name in ("run", "save_run", "per_query"):
+        require(self.run is None, "run", f"applies to one data set evaluated alone, not to a table ({reason})")
+        for name, kept in (("save_run", "each system's run as runs/SET/SYSTEM.trec"),
+                           ("per_query", "every query's scores as per-query.json")):
             require(getattr(self, name) in (None, False), name,
-                    f"applies to one data set evaluated alone, not to a table ({reason})")
+                    f"applies to one data set evaluated alone; a table ({reason}) keeps {kept} in its --output "
+                    "folder: give --output DIR")
         if self.output is not None and self.report_folder is None:
             raise ConfigError(f"--output {self.output}: a table ({reason}) goes into a folder (results.md, .csv, "
                               ".json, .png), not a .json file")

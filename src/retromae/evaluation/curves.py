@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from retromae.evaluation.axes import clamp_axis
+
 PROBE_PREFIX = "probe_"
 NOT_SCORES = ("probe_seconds",)
 
@@ -114,6 +116,8 @@ def plot_probe_curves(curves: dict[str, list[ProbePoint]], path: Path, pyplot: C
             if counted:
                 row[1].plot([p.tokens for p in counted], [p.scores[key] for p in counted], marker=".", label=name)
         row[0].set(xlabel="step", ylabel=key)
+        clamp_axis(row[0], key)  # a fraction's axis stays within [0, 1]
+        clamp_axis(row[1], key)
         row[1].set(xlabel="tokens", ylabel=key)
         row[1].ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         row[0].legend(fontsize=8)

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.objectives.summary import describe_pretraining
@@ -210,6 +211,7 @@ def metric_bars(axis: Any, names: list[str], values: list[float], title: str) ->
     low, high = min(0.0, *values), max(0.0, *values)
     span = (high - low) or 1.0
     axis.set_xlim(low - 0.3 * span if low < 0 else 0.0, high + 0.2 * span)
+    clamp_axis(axis, title, "x")  # a fraction's axis ends at 1.0
     axis.invert_yaxis()
     axis.set(title=title)
 

@@ -60,6 +60,7 @@ class Metric:
     quickstart's table (Recall@100); `spec` formats its values."""
 
     kind: ClassVar[str]  # RANKING or CORRELATION
+    values: ClassVar[tuple[float, float]]  # the range every value lies in (a plot's axis never leaves it)
     name: str
     title: str
     long_title: str
@@ -89,6 +90,7 @@ class RankingMetric(Metric):
     run misses scores on an empty ranking); `reported_at`: its cut-offs among the reported keys."""
 
     kind: ClassVar[str] = RANKING
+    values: ClassVar[tuple[float, float]] = (0.0, 1.0)  # fractions
     compute: Callable[[JudgedRanking, int], float] = field(kw_only=True)
     reported_at: tuple[int, ...] = field(default=(), kw_only=True)
 
@@ -102,6 +104,7 @@ class CorrelationMetric(Metric):
     `reported`: whether it is among the reported keys."""
 
     kind: ClassVar[str] = CORRELATION
+    values: ClassVar[tuple[float, float]] = (-1.0, 1.0)
     compute: Callable[[Sequence[float], Sequence[float]], float] = field(kw_only=True)
     reported: bool = field(default=False, kw_only=True)
 

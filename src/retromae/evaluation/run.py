@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,9 +28,10 @@ from retromae.data.retrieval_sets import (
 )
 from retromae.evaluation.config import EvaluateConfig, check_not_retrieval_file
 from retromae.evaluation.metrics import empty_queries, evaluate_run
+from retromae.evaluation.names import file_name, model_path
 from retromae.evaluation.report import save_results
 from retromae.evaluation.systems import BM25, Systems
-from retromae.evaluation.table import REPORT_FILES, SetRow, Table, write_report
+from retromae.evaluation.table import REPORT_FILES, RUNS_DIR, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import RRF_K, fuse
 from retromae.runtime.console import Stages
@@ -88,8 +88,9 @@ def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
         results, per_query = evaluate_retrieval(config, data)
     extra = {"per_query": per_query} if per_query is not None else {}
     if config.output is not None:
-        source = config.models[0] if config.models else str(config.run)
-        save_results({**results, "source": source, "data": str(data), "split": config.split, **extra}, config.output)
+        path = {"model_path": model_path(config.models[0])} if config.models else {}
+        save_results({**results, "source": config.source(), **path, "data": str(data), "split": config.split,
+                      **extra}, config.output)
     return {**results, **extra}
 
 
@@ -110,7 +111,7 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
     else:
         run = model_run(config, config.load_encoder(), data, config.top_k or max(config.k_values))
     empty = EmptyResults()
-    empty.count(config.models[0] if config.models else str(config.run), path.name, data.qrels, run)
+    empty.count(config.source(), path.name, data.qrels, run)
     empty.warn()
     if config.save_run is not None:
         write_trec_run(run, config.save_run)
@@ -163,17 +164,38 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
     caches = {name: root / cache_key(config, path, encoders[name]) if root is not None else None
               for name, path in systems.models.items()}
     stages, empty = Stages(len(sets)), EmptyResults()
-    rows = [table_row(config, systems, encoders, name, path, caches, stages, empty) for name, path in sets.items()]
+    rows = []
+    for name, path in sets.items():
+        row, runs = table_row(config, systems, encoders, name, path, caches, stages, empty)
+        if folder is not None:
+            write_runs(folder, name, runs)
+        rows.append(row)
     empty.warn()
     table = Table(systems.names(), list(config.metrics), rows, labels=systems.labels())
     pair = systems.compared(config.compare)
     if pair is not None:
         table.compare(*pair)
     if folder is not None:
-        write_report(table, folder, {"model": config.models[0] if len(config.models) == 1 else config.models,
-                                     "models": systems.models, "split": config.split,
+        write_report(table, folder, {**models_about(systems), "split": config.split,
                                      "data": {name: str(path) for name, path in sets.items()}, **hybrid_about(config)})
     return table
+
+
+def models_about(systems: Systems) -> dict[str, Any]:
+    """The models for results.json: "model", their names (one, or a list); "model_path", their full paths alike;
+    "models", name → full path."""
+    paths = {name: model_path(model) for name, model in systems.models.items()}
+    one = len(paths) == 1
+    return {"model": next(iter(paths)) if one else list(paths),
+            "model_path": next(iter(paths.values())) if one else list(paths.values()), "models": paths}
+
+
+def write_runs(folder: Path, data_set: str, runs: dict[str, Run]) -> None:
+    """Each system's run on one data set as a TREC run file, OUTPUT/runs/SET/SYSTEM.trec (tagged with the system's
+    name), the files BEIR's and Pyserini's tools read."""
+    for system, run in runs.items():
+        write_trec_run(run, folder / RUNS_DIR / file_name(data_set) / f"{file_name(system)}.trec",
+                       tag=file_name(system))
 
 
 class EmptyResults:
@@ -206,8 +228,8 @@ def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:
 
 
 def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Encoder], name: str, path: Path,
-              caches: dict[str, Path | None], stages: Stages, empty: EmptyResults) -> SetRow:
-    """One data set's row: each system's metrics at the table's cut-offs (and per query, for a comparison)."""
+              caches: dict[str, Path | None], stages: Stages, empty: EmptyResults) -> tuple[SetRow, dict[str, Run]]:
+    """One data set's row (each system's metrics at the table's cut-offs, and per query) and each system's run."""
     data = load_retrieval_set(path, config.split, config.qrels_format)
     stages.start(f"{name}: {len(data.queries):,} queries over {len(data.corpus):,} documents")
     ks = config.table_ks()
@@ -226,13 +248,12 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
         empty.count(system, name, data.qrels, runs[system])
         row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True)
         row.per_query[system] = per_query
-    return row
+    return row, runs
 def cache_key(config: EvaluateConfig, model: str, encoder: Encoder) -> str:
-    """The cache folder name of one model's corpus vectors: its folder's name and a hash of what makes its vectors
-    (the model's files, pooling, passage prefix and length, batch size, precision)."""
+    """The cache folder name of one model's corpus vectors: a hash of what makes its vectors (the model's files, by
+    content, so that a link to the model or a copy of it finds the same vectors; pooling, passage prefix and length,
+    batch size, precision), never of the name it was given by."""
     made_by = {"model": input_fingerprint(model), "pooling": encoder.pooling, "normalize": encoder.normalize,
                "prefix": config.passage_prefix, "max_length": config.passage_max_length,
                "batch_size": config.batch_size, "dtype": str(encoder.amp_dtype)}
-    digest = hashlib.sha1(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:10]
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name)[:40] or "model"
-    return f"{slug}-{digest}"
+    return hashlib.sha1(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:16]

@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from retromae.evaluation.axes import clamp
 from retromae.evaluation.metric_registry import RANKING, metrics, parse_key, reported_keys, show, title
 from retromae.runtime.io import atomic_path, write_text_atomic
 from retromae.runtime.options import ConfigError
 
 DEFAULT_METRICS = tuple(reported_keys(RANKING))
 AVERAGE = "average"
-REPORT_FILES = ("results.md", "results.csv", "results.json", "results.png")
+RUNS_DIR, PER_QUERY_FILE = "runs", "per-query.json"  # every system's run files; every query's scores
+REPORT_FILES = ("results.md", "results.csv", "results.json", "results.png", PER_QUERY_FILE, RUNS_DIR)
 
 
 def metric_k(metric: str) -> int:
@@ -138,17 +140,21 @@ class Table:
 
 
 def write_report(table: Table, folder: Path, about: dict) -> None:
-    """results.md, results.csv, results.json (with `about`: model, split, data paths) and results.png in `folder`."""
+    """results.md, results.csv, results.json (with `about`: model, split, data paths), per-query.json (data set →
+    system → query → metric → value) and results.png in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "results.md", table.text())
     write_text_atomic(folder / "results.csv", table.csv())
     write_text_atomic(folder / "results.json", json.dumps({**about, **table.as_dict()}, indent=2) + "\n")
+    per_query = {row.name: row.per_query for row in table.rows}
+    write_text_atomic(folder / PER_QUERY_FILE, json.dumps(per_query, indent=1) + "\n")
     plot_table(table, folder / "results.png")
 
 
 def plot_table(table: Table, path: Path) -> None:
     """One panel per metric shown: a group of bars per data set (and the average, with several), a bar per system
-    labelled by its name, each bar with its value, the axis scaled to the values shown (`value_limits`)."""
+    labelled by its name, each bar with its value, the axis scaled to the values shown (`value_limits`) and never
+    past the metric's range (`evaluation.axes.clamp`: Recall@100 stops at 1.0)."""
     from retromae.evaluation.experiments import pyplot  # matplotlib: only when a table is plotted
 
     plt = pyplot()
@@ -167,7 +173,7 @@ def plot_table(table: Table, path: Path) -> None:
             axis.bar_label(drawn, fmt="%.4f", padding=2, fontsize=7, rotation=90 if len(table.systems) > 2 else 0)
         axis.set_xticks([i + width * (len(table.systems) - 1) / 2 for i in range(len(groups))],
                         [name for name, _ in groups], rotation=15)
-        axis.set(title=title(metric), ylim=value_limits(shown))
+        axis.set(title=title(metric), ylim=clamp(value_limits(shown), metric))
     figure.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=min(len(table.systems), 4),
                   fontsize=8)
     figure.tight_layout(rect=(0, 0.06 * math.ceil(len(table.systems) / 4), 1, 1))

@@ -193,7 +193,9 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     state = process_state()
     model_name = model_name or encoder.source
     info = {**encoder_info(encoder, model_name, prefix, max_length), **source_info(source)}
-    manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
+    # the model by its content (model_fingerprint), not its path: a link to it or a copy of it makes the same vectors
+    by_content = {key: value for key, value in info.items() if key != "model"}
+    manifest = {**by_content, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
     if _finished(output_dir, manifest):

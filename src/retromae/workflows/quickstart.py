@@ -27,6 +27,7 @@ from retromae.data.corpus import HF_PREFIX, iter_corpus, iter_documents
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.evaluation import evaluate_run
+from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.evaluation.metric_registry import cutoffs, long_title, primary_key
 from retromae.finetuning.run import FinetuneConfig, finetune
@@ -240,6 +241,7 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
                    fmt="%.3f")
     bars.set_xticks(range(len(names)), names, rotation=15)
     bars.set(title="test queries", ylabel=long_title(primary_key()))
+    clamp_axis(bars, primary_key())  # a fraction's axis ends at 1.0
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
