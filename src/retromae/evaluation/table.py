@@ -173,7 +173,10 @@ def plot_table(table: Table, path: Path) -> None:
             axis.bar_label(drawn, fmt="%.4f", padding=2, fontsize=7, rotation=90 if len(table.systems) > 2 else 0)
         axis.set_xticks([i + width * (len(table.systems) - 1) / 2 for i in range(len(groups))],
                         [name for name, _ in groups], rotation=15)
-        axis.set(title=title(metric), ylim=clamp(value_limits(shown), metric))
+        limits = clamp(value_limits(shown), metric)
+        axis.set_ylim(*limits)
+        # an axis cut at the metric's top leaves the labels of its highest bars above it: the title goes above them
+        axis.set_title(title(metric), pad=6 + (36 if limits[1] < value_limits(shown)[1] else 0))
     figure.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=min(len(table.systems), 4),
                   fontsize=8)
     figure.tight_layout(rect=(0, 0.06 * math.ceil(len(table.systems) / 4), 1, 1))
