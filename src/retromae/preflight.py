@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+from retromae.data.held_out import check_held_out
 from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import DataError, ModelLoadError
 from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, build_config
@@ -51,11 +52,13 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def configured(config_cls: type[T], args: argparse.Namespace) -> T:
     """The command's options (`retromae.runtime.options.build_config`: a missing or invalid option named first), then
-    each hub model they name checked (`check_model`): all before the command imports torch."""
+    each hub model they name checked (`check_model`), then a held-out set against what the command trains on
+    (`data.held_out.check_held_out`): all before the command imports torch."""
     config = build_config(config_cls, args)
     for option in MODEL_OPTIONS:
         for name in _values(getattr(config, option, None)):
             check_model(name, f"--{option.replace('_', '-')}", resolver(option))
+    check_held_out(config)  # what a command holds out is not what it trains on, said before torch
     return config
 
 

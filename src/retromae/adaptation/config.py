@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from retromae.data.held_out import HeldOut, Queries
 from retromae.models.encoder_config import POOLINGS
 from retromae.runtime.options import FRACTION, OPEN_UNIT, POSITIVE, Domain, at_least, option, require
 from retromae.training.config import TrainingConfig
@@ -113,6 +114,10 @@ class AdaptConfig(TrainingConfig):
                                      "finetune`'s defaults, into OUTPUT/finetuned/")
     train_split: str = option("train", "qrels split of a --train folder")
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
+    # --validation (the guard's queries and the unseen ones) is never what --train fine-tunes on (`data.held_out`)
+    HELD_OUT: ClassVar[tuple[HeldOut, ...]] = (
+        HeldOut(Queries("validation", "validation_split"), Queries("train", "train_split"),
+                "the validation queries (the guard's, and the unseen ones of --validation-fraction)"),)
     # Set from --checkpoints, so not options of this command (ClassVar drops the inherited fields).
     save_every: ClassVar[int] = 0
     keep_checkpoints: ClassVar[int] = 1

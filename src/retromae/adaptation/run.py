@@ -31,6 +31,7 @@ from retromae.adaptation.data import (
 from retromae.adaptation.guard import BOOTSTRAP_RESAMPLES, INTERVAL_LEVEL, METRIC, Candidate, run_guard, score
 from retromae.adaptation.queries import validation_kind
 from retromae.data.corpus import Document
+from retromae.data.held_out import check_held_out
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
 from retromae.data.training_groups import load_training_data
@@ -85,6 +86,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     """Adapt `config.model` to `config.corpus` as `config` (or `AdaptConfig(**options)`) says; returns the output
     folder, whose encoder/ is the base or the adapted candidate that beat it on the validation set."""
     config = config if config is not None else AdaptConfig(**options)
+    check_held_out(config)  # --validation is never trained on (the command line checked it before torch)
     output = Path(config.output)
     pooling = base_pooling(config.model, config.pooling, config.normalize)
     claim_folder(output, "adapt", run_identity(config), OUTPUTS, resume=config.resume, overwrite=config.overwrite,

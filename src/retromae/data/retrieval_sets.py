@@ -259,6 +259,24 @@ def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict
     logger.warning("%s: dropped them: %s", paths["qrels"], "; ".join(parts))
 
 
+def split_files(folder: Path, split: str) -> dict[str, Path]:
+    """The queries and qrels files of one split of a BEIR or MS MARCO folder (`load_retrieval_set` names them)."""
+    return {"queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
+                                      "queries.tsv"], "queries"),
+            "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
+                                    "qrels.tsv"], f"qrels (split {split!r})")}
+
+
+def judged_queries(folder: Path, split: str) -> tuple[dict[str, str], Path]:
+    """The queries of one split that judge a document relevant (id → text), without reading the corpus, and the
+    qrels file that says so."""
+    paths = split_files(Path(folder), split)
+    qrels = load_qrels(paths["qrels"])
+    queries = load_queries(paths["queries"])
+    return {qid: text for qid, text in queries.items()
+            if any(grade > 0 for grade in qrels.get(qid, {}).values())}, paths["qrels"]
+
+
 def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "auto") -> RetrievalSet:
     """A BEIR folder or an MS MARCO folder, restricted to the queries judged in `split`.
 
@@ -272,10 +290,7 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
         raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
     paths = {
         "corpus": _find(folder, ["corpus.jsonl", "collection.tsv", "corpus.tsv"], "corpus"),
-        "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
-                                  "queries.tsv"], "queries"),
-        "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
-                                "qrels.tsv"], f"qrels (split {split!r})"),
+        **split_files(folder, split),
     }
     qrels = load_qrels(paths["qrels"], qrels_format)
     all_queries = load_queries(paths["queries"])

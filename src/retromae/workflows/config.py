@@ -9,8 +9,10 @@ the pipeline (`retromae.workflows.quickstart`).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from retromae.backbones.families import architecture_names, tokenizer_kinds_help
+from retromae.data.held_out import HeldOut, Queries
 from retromae.runtime.options import POSITIVE, SEED, at_least, option, require
 from retromae.runtime.run_folder import OutputOptions
 
@@ -66,6 +68,9 @@ def choose_preset(device: str) -> str:
 class QuickstartConfig(OutputOptions):
     """Options of `retromae quickstart`; sizes left unset come from the preset."""
 
+    # the test queries it reports, never among the train ones it fine-tunes on (`data.held_out`)
+    HELD_OUT: ClassVar[tuple[HeldOut, ...]] = (
+        HeldOut(Queries("data", "test", fixed=True), Queries("data", "train", fixed=True), "the test queries"),)
     output: str = option("runs/quickstart", "output folder")
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
                                     "(default: the Python standard library's docstrings, built offline)")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from retromae.data.corpus import HF_PREFIX, iter_corpus, iter_documents
+from retromae.data.held_out import check_held_out
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.evaluation import evaluate_run
@@ -261,6 +262,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     """Run the whole comparison; returns the test metrics (and minutes) per model."""
     started = time.perf_counter()
     require_text(config.corpus or [], "--corpus")
+    check_held_out(config)  # the test queries are not trained on (the command line checked them before torch)
     output = Path(config.output)
     device = detect_device()
     preset, budget = config.budget(device)
