@@ -42,8 +42,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
                                            "encoder); several: one table, a column group each",
                                      required_unless="--run")
     name: list[str] = option([], "a name per --model, in the same order, shown in the header, the table, the picture "
-                                 "and the run files; default: the model's folder (its parent's when the folder is "
-                                 "named model, encoder or sentence-transformer; a hub name's last part)")
+                                 "and the saved runs; default: the last part of its path (the part before it when "
+                                 "that is model, encoder or sentence-transformer), a hub name's last part")
     run: Path | None = option(None, "TREC run file to evaluate instead of a model (one retrieval set only)",
                               required_unless="--model")
     data: list[Path] = option(help="one or more BEIR / MS MARCO folders, or a folder holding such folders (a row "
