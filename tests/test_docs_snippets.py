@@ -153,6 +153,25 @@ class Snippet:
     shrink: dict[str, str] = field(default_factory=dict)
 
 
+def test_the_readmes_first_evaluation_writes_the_report_folder(data, tiny_model_dir, capsys):
+    """Issue 61, item 8: the README's `evaluate` line (an embedder, a BEIR folder) writes the report folder the docs
+    describe, run as written with a tiny model and data set in place of MiniLM and `my_beir_folder`."""
+    readme = next(block for block in code_blocks("bash")
+                  if block.path.name == "README.md" and "retromae evaluate" in block.text)
+    line = next(tokens for tokens in shell_lines(readme.text, {}) if tokens[1:2] == ["evaluate"])
+    arguments = [{"sentence-transformers/all-MiniLM-L6-v2": str(tiny_model_dir), "my_beir_folder": "beir"}.get(
+        token, token) for token in retromae_arguments(line)]
+    assert main(arguments) == 0, f"{readme.where}: retromae {shlex.join(arguments)}"
+    folder = Path(arguments[arguments.index("--output") + 1])
+    written = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
+                     and "embeddings" not in path.parts and not path.name.startswith("."))
+    name = tiny_model_dir.name
+    assert written == ["per-query.json", "results.csv", "results.json", "results.md", "results.png",
+                       "retromae-run.json", "runs/beir/BM25.trec", f"runs/beir/{name}+BM25.trec",
+                       f"runs/beir/{name}.trec"]
+    assert f"{name}+BM25 NDCG@10" in capsys.readouterr().out
+
+
 def encoder_inputs(paths: dict[str, Any]) -> dict[str, Any]:
     """The free names of the guide's retrieval API block: texts, ids, token ids, query vectors, id → text maps."""
     from transformers import AutoConfig, AutoTokenizer
