@@ -96,6 +96,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
             metric_k(metric)
         if isinstance(self.model, str):
             self.model = [self.model]
+        if isinstance(self.name, str):
+            self.name = [self.name]
         if (not self.model) == (self.run is None):
             raise ConfigError("--model: give either --model or --run")
         require(self.run is None or not self.bm25, "bm25", "compares BM25 with a model, not with a run")
