@@ -3,7 +3,8 @@
 Thin: parse → `EvaluateConfig` → `evaluation.run.evaluate`. One data set: a console table of every metric and,
 with --output FILE.json, a JSON file with keys such as ndcg@10, mrr@10, recall@100, spearman. Several data sets or
 models, --bm25, --hybrid (or an --output folder): one Markdown table, a row per data set and their average, a column
-group per system, then the paired comparison of two systems, with results.md/.csv/.json/.png in the folder.
+group per system (each model under its name, `evaluation.names`), then the paired comparison of two systems, with
+results.md/.csv/.json/.png, per-query.json and every system's run (runs/SET/SYSTEM.trec) in the folder.
 """
 
 from __future__ import annotations

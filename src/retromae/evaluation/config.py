@@ -72,8 +72,9 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     per_query: bool = option(False, "also report every query's scores (in the --output JSON file; a table "
                                           "writes them to its --output folder's per-query.json)")
     output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "
-                                       "several: results.md, .csv, .json, .png, and embeddings/ caching each data "
-                                       "set's corpus vectors (the same command started again resumes)")
+                                       "several: results.md, .csv, .json, .png, per-query.json, runs/ (every "
+                                       "system's run), and embeddings/ caching each data set's corpus vectors (the "
+                                       "same command started again resumes)")
     cache_dir: Path | None = option(None, "a table's corpus vectors cache, a folder per model (and its encoding "
                                           "options) and data set, which evaluations may share; default: "
                                           "OUTPUT/embeddings with an --output folder, else none")

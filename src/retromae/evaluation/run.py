@@ -2,7 +2,8 @@
 
 Owns: `evaluate(config)`: one data set (every metric at --k-values, or STS correlations; optionally into a JSON
 file), or the table of many (`evaluation.table`: a row per data set, the average, BM25 beside the model) with its
-report folder, where each data set's corpus vectors are cached per model (`retrieval.encode.encode_cached`), so
+report folder, which keeps every system's run on every data set (`runs/SET/SYSTEM.trec`) and where each data set's
+corpus vectors are cached per model, by the model's content (`retrieval.encode.encode_cached`, `cache_key`), so
 that the same evaluation started again after a kill resumes, and its figures equal the single-set runs'. Does not
 own the options (`evaluation.config`), the metrics, the search or the file formats.
 
