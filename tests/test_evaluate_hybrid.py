@@ -203,6 +203,7 @@ def test_default_names_say_which_model_not_what_its_folder_holds(tmp_path):
     assert default_names(["a/ft/encoder", "b/ft/encoder"]) == ["a/ft", "b/ft"]
     assert default_names(["sentence-transformers/all-MiniLM-L6-v2"]) == ["all-MiniLM-L6-v2"]
     assert default_names(["x/my model|v2"]) == ["my-model-v2"]  # a name is a column and a file name
+    assert default_names(["runs/bm25/encoder"]) == ["runs/bm25"]  # never the name of the BM25 column
 
 
 @pytest.mark.parametrize(("names", "message"), [

@@ -56,19 +56,24 @@ def _meaningful(parts: list[str]) -> list[str]:
     return parts[:end]
 
 
+def _taken(name: str, names: list[str]) -> bool:
+    """Whether `name` is another model's too, or another system's (BM25)."""
+    return names.count(name) > 1 or name.casefold() in (reserved.casefold() for reserved in RESERVED)
+
+
 def default_names(models: list[str]) -> list[str]:
     """A short, distinct name per model (the rule above): its last meaningful part, with as many parent parts as make
-    two names differ, and `#N` appended where even the whole paths clash."""
+    it differ from the others' (and from BM25's), and `#N` appended where even the whole paths clash."""
     parts = [_meaningful(_parts(model)) for model in models]
     depths = [1] * len(models)
     while True:
         names = ["/".join(p[-d:]) for p, d in zip(parts, depths, strict=True)]
-        clashing = [i for i, name in enumerate(names) if names.count(name) > 1 and depths[i] < len(parts[i])]
+        clashing = [i for i, name in enumerate(names) if _taken(name, names) and depths[i] < len(parts[i])]
         if not clashing:
             break
         for i in clashing:
             depths[i] += 1
-    if len(set(names)) == len(names):
+    if not any(_taken(name, names) for name in names):
         return names
     return [f"{name}#{number}" for number, name in enumerate(names, start=1)]
 
