@@ -1,10 +1,13 @@
 """Readers and writers for retrieval sets, TREC runs and STS pairs.
 
 Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
-(`collection.tsv`, `queries*.tsv`, `qrels*.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS
-Benchmark file layout; checking them (malformed lines, ids by the one id rule of `data.fields`, fields of the wrong
-JSON type, duplicate ids, dangling judgments, non-finite scores, queries without text, queries judged without a
-relevant document).
+(`collection.tsv`, `queries*.tsv`, `qrels*.tsv`; a .tsv corpus or queries file may start with a header row naming its
+columns, `data.fields.tsv_columns`), a corpus argument read by the one rule of `data.corpus.corpus_files` (a
+folder stands for its corpus file), a queries argument (a file, or a folder holding `queries.jsonl` or
+`queries.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS Benchmark file layout; checking them
+(malformed lines, ids by the one id rule of `data.fields`, fields of the wrong JSON type, repeated ids named with
+both lines, dangling judgments, non-finite scores, queries without text, queries judged without a relevant
+document).
 Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
 """
 
@@ -18,7 +21,18 @@ from pathlib import Path
 
 import numpy as np
 
-from retromae.data.fields import check_id, document_fields, id_problem, record_id, string_field
+from retromae.data.corpus import CORPUS_NAMES, corpus_files, corpus_format, empty_corpus
+from retromae.data.fields import (
+    QUERY_LAYOUT,
+    check_id,
+    document_fields,
+    id_problem,
+    record_id,
+    repeated_id,
+    string_field,
+    tsv_columns,
+    tsv_fields,
+)
 from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
@@ -26,6 +40,7 @@ from retromae.runtime.options import require
 
 logger = logging.getLogger(__name__)
 MAX_IDS_SHOWN = 5
+QUERIES_NAMES = ("queries.jsonl", "queries.tsv")  # a queries argument naming a folder reads one of these (or .gz)
 QRELS_FORMATS = ("auto", "beir", "trec")
 BEIR_COLUMNS = ("query-id", "corpus-id", "score")
 TREC_ITERATIONS = ("0", "Q0")
@@ -68,68 +83,117 @@ def _format(path: Path) -> str:
     raise DataError(f"{path}: unknown format; expected .jsonl (BEIR) or .tsv (MS MARCO)")
 
 
-def _read_table(path: Path, parse: Callable[[int, str], tuple[str, object]]) -> dict:
-    """Read every line of `path` through `parse(number, line) -> (id, value)`; ids must keep the id rule
-    (`data.fields.check_id`) and be unique."""
+Parse = Callable[[int, str], tuple[str, object] | None]
+
+
+def _read_table(paths: list[Path], parser: Callable[[Path], Parse], limit: int | None = None) -> dict:
+    """Read every line of `paths` (the first `limit` of each, when given) through `parser(path)(number, line) -> (id,
+    value)` (None: a header row); ids must keep the id rule (`data.fields.check_id`) and be unique: a repeated one
+    is refused naming the file and line of both occurrences."""
     table: dict = {}
-    duplicates: dict[str, int] = {}
-    for number, line in numbered_lines(path):
-        key, value = parse(number, line)
-        check_id(key, f"{path}:{number}")
-        if key in table:
-            duplicates.setdefault(key, number)
-        else:
+    for path in paths:
+        parse = parser(path)
+        for number, line in numbered_lines(path, limit=limit):
+            parsed = parse(number, line)
+            if parsed is None:
+                continue
+            key, value = parsed
+            check_id(key, f"{path}:{number}")
+            if key in table:
+                raise repeated_id(key, f"{path}:{number}", _first_place(paths, parser, key))
             table[key] = value
-    if duplicates:
-        shown = ", ".join(f"{key!r} (line {line})" for key, line in list(duplicates.items())[:MAX_IDS_SHOWN])
-        raise DataError(f"{path}: {len(duplicates)} duplicate ids: {shown}")
     return table
 
 
-def load_corpus(path: Path) -> dict[str, Passage]:
-    """A corpus: BEIR `corpus.jsonl` (`_id`, `title`, `text`) or MS MARCO `collection.tsv` (pid, [title,] text)."""
+def _first_place(paths: list[Path], parser: Callable[[Path], Parse], key: str) -> str:
+    """FILE:LINE of the first line of `paths` giving id `key` (read again: a repeated id is rare, and keeping every
+    id's line would cost memory on every read)."""
+    for path in paths:
+        parse = parser(path)
+        for number, line in numbered_lines(path):
+            parsed = parse(number, line)
+            if parsed is not None and parsed[0] == key:
+                return f"{path}:{number}"
+    return "?"
+
+
+def _tsv_parser(kind: str) -> Callable[[Path], Parse]:
+    """A .tsv corpus's or queries file's line reader: its layout from its first line (`data.fields.tsv_columns`),
+    a header row skipped."""
+    def parser(path: Path) -> Parse:
+        layout: list[dict[str, int]] = []
+
+        def parse(number: int, line: str) -> tuple[str, object] | None:
+            if not layout:
+                columns, header = tsv_columns(path, number, line, kind)
+                layout.append(columns)
+                if header:
+                    return None
+            doc_id, title, text = tsv_fields(path, number, line, layout[0], kind)
+            return doc_id, Passage(title, text) if kind == "corpus" else text
+        return parse
+    return parser
+
+
+def _corpus_parser(path: Path) -> Parse:
+    if corpus_format(path) == "tsv":
+        return _tsv_parser("corpus")(path)
+    if corpus_format(path) != "jsonl":
+        raise DataError(f"{path}: a .{corpus_format(path)} corpus is read by pre-training only; retrieval names "
+                        "documents by id and reads JSON lines ('_id' or 'id', 'text' or 'contents', optional 'title') "
+                        "or .tsv ('id<TAB>[title<TAB>]text'), or a folder holding one")
+
+    def parse(number: int, line: str) -> tuple[str, Passage]:
+        doc_id, title, text = document_fields(json_object_line(path, number, line), f"{path}:{number}",
+                                              id_required=True)
+        return doc_id, Passage(title, text)
+    return parse
+
+
+def load_corpus(path: Path, limit: int | None = None) -> dict[str, Passage]:
+    """A corpus: a file or a folder by the one rule of `data.corpus.corpus_files` (a BEIR or MS MARCO folder stands
+    for its corpus file), each file JSON lines (`_id`/`id`, `title`, `text`, or Pyserini's `id`, `contents`) or
+    .tsv (MS MARCO: pid, [title,] text; an optional header row). `limit`: the first lines of each file only (the
+    check before the heavy work, `retromae.preflight`)."""
     path = Path(path)
-    if _format(path) == "jsonl":
-        def parse(number: int, line: str) -> tuple[str, Passage]:
-            doc_id, title, text = document_fields(json_object_line(path, number, line), f"{path}:{number}",
-                                                  id_required=True)
-            return doc_id, Passage(title, text)
-    else:
-        def parse(number: int, line: str) -> tuple[str, Passage]:
-            fields = line.split("\t")
-            if len(fields) == 2:
-                return fields[0].strip(), Passage("", fields[1])
-            if len(fields) == 3:
-                return fields[0].strip(), Passage(fields[1], fields[2])
-            raise DataError(f"{path}:{number}: expected 'id<TAB>text' or 'id<TAB>title<TAB>text', "
-                            f"found {len(fields)} tab-separated fields")
-    corpus = _read_table(path, parse)
+    corpus = _read_table(corpus_files(path), _corpus_parser, limit)
     if not corpus:
-        raise DataError(f"{path}: the corpus is empty")
+        raise empty_corpus(path)
     return corpus
 
 
-def load_queries(path: Path) -> dict[str, str]:
-    """Queries: BEIR `queries.jsonl` (`_id`, `text`) or MS MARCO `queries.tsv` (qid, text)."""
+def queries_file(path: Path) -> Path:
+    """The file a queries argument names: itself, or the queries file of a folder (`QUERIES_NAMES`, or .gz)."""
     path = Path(path)
-    if _format(path) == "jsonl":
-        def parse(number: int, line: str) -> tuple[str, str]:
-            record, where = json_object_line(path, number, line), f"{path}:{number}"
-            return record_id(record, where, required=True), string_field(record, "text", where)
-    else:
-        def parse(number: int, line: str) -> tuple[str, str]:
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise DataError(f"{path}:{number}: expected 'id<TAB>text', found {len(fields)} tab-separated fields")
-            return fields[0].strip(), fields[1]
+    if not path.is_dir():
+        return path
+    return _find(path, list(QUERIES_NAMES), "queries")
+
+
+def _queries_parser(path: Path) -> Parse:
+    if _format(path) == "tsv":
+        return _tsv_parser("queries")(path)
+
+    def parse(number: int, line: str) -> tuple[str, str]:
+        record, where = json_object_line(path, number, line), f"{path}:{number}"
+        return (record_id(record, where, required=True, layout=QUERY_LAYOUT),
+                string_field(record, "text", where, layout=QUERY_LAYOUT))
+    return parse
+
+
+def load_queries(path: Path, limit: int | None = None) -> dict[str, str]:
+    """Queries: BEIR `queries.jsonl` (`_id`, `text`) or MS MARCO `queries.tsv` (qid, text; an optional header row),
+    or a folder holding one (`queries_file`). `limit`: the first lines only (as `load_corpus`)."""
+    path = queries_file(path)
+    parse = _queries_parser(path)
     empty: dict[str, int] = {}  # id → line of each query without text
 
-    def parse_checked(number: int, line: str) -> tuple[str, str]:
-        query_id, text = parse(number, line)
-        if not text.strip():
-            empty.setdefault(query_id, number)
-        return query_id, text
-    queries = _read_table(path, parse_checked)
+    def parse_checked(number: int, line: str) -> tuple[str, str] | None:
+        parsed = parse(number, line)
+        if parsed is not None and not parsed[1].strip():
+            empty.setdefault(parsed[0], number)
+        return parsed
+    queries = _read_table([path], lambda _: parse_checked, limit)
     if not queries:
         raise DataError(f"{path}: no queries")
     if empty:
@@ -271,12 +335,13 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
         kind = file_kind(folder)
         raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
     paths = {
-        "corpus": _find(folder, ["corpus.jsonl", "collection.tsv", "corpus.tsv"], "corpus"),
+        "corpus": _find(folder, list(CORPUS_NAMES), "corpus"),
         "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
                                   "queries.tsv"], "queries"),
         "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
                                 "qrels.tsv"], f"qrels (split {split!r})"),
     }
+    corpus_files(folder)  # the one rule: a folder holding two corpus files is refused, naming them
     qrels = load_qrels(paths["qrels"], qrels_format)
     all_queries = load_queries(paths["queries"])
     corpus = load_corpus(paths["corpus"])
