@@ -26,6 +26,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retromae.data.collate import Block, BlockCollator
+from retromae.data.fields import missing_field
 from retromae.data.token_store import TokenStore, plain_backend, word_starts_of
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import check_regular_file, numbered_lines, parse_json_line
@@ -146,9 +147,15 @@ def iter_pairs(path: Path, negatives: bool = False) -> Iterator[tuple[str, list[
         yield query, positives, _check_negatives(record, where) if negatives else [], where
 
 
+PAIR_LAYOUT = 'a pair is a JSON object {"query": str, "pos": str or [str, ...]} (optional: "neg")'
+
+
 def _check_pair(record: object, where: str) -> tuple[str, list[str]]:
-    if not isinstance(record, dict) or "query" not in record or "pos" not in record:
-        raise DataError(f"{where}: expected a JSON object with fields 'query' and 'pos'")
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object with fields 'query' and 'pos'; {PAIR_LAYOUT}")
+    missing = tuple(name for name in ("query", "pos") if name not in record)
+    if missing:
+        raise missing_field(record, where, missing, PAIR_LAYOUT)
     query = record["query"]
     if not isinstance(query, str) or not query.strip():
         raise DataError(f"{where}: field 'query' must be a non-empty string")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,12 @@ LINE_PIECE_BYTES = 1 << 20  # a .txt line is read this much at a time by `iter_c
 @dataclass(frozen=True)
 class Document:
     """One document: `text` is the title and the body joined with a space when a title exists; `title` is the title
-    alone (empty when the source gives none)."""
+    alone (empty when the source gives none); `where` the file and line (or row) it was read from."""
 
     doc_id: str
     text: str
     title: str = ""
+    where: str = field(default="", compare=False)
 
 
 def iter_corpus(sources: Sequence[str | Path]) -> Iterator[Document]:
@@ -280,7 +281,7 @@ def _record_document(record: Any, where: str, default_id: str) -> Document:
     `where` names the file and line (or row) for errors."""
     doc_id, title, text = document_fields(record, where, id_required=False)
     title = clean_text(title).strip()
-    return Document(default_id if doc_id is None else doc_id, _join(title, clean_text(text)), title)
+    return Document(default_id if doc_id is None else doc_id, _join(title, clean_text(text)), title, where)
 
 
 def _read_parquet(path: Path) -> Iterator[Document]:
