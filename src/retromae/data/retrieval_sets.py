@@ -236,16 +236,17 @@ def _qrel_fields(path: Path, number: int, line: str, positions: tuple[int, int, 
     return tuple(fields[i] for i in positions)
 
 
-def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, int]]:
+def load_qrels(path: Path, qrels_format: str = "auto", limit: int | None = None) -> dict[str, dict[str, int]]:
     """Relevance judgments: BEIR tsv (a header naming `query-id`, `corpus-id`, `score`, in any order, among its
     columns) or TREC qrels (`qid 0 docid rel`). `qrels_format` "beir" or "trec" declares a header-less file's
-    layout; "auto" reads a header-less file of 3 fields as BEIR and of 4 as TREC only when its second field is 0."""
+    layout; "auto" reads a header-less file of 3 fields as BEIR and of 4 as TREC only when its second field is 0.
+    `limit`: the first lines only, their layout and values checked (as `load_corpus`)."""
     path = Path(path)
     require(qrels_format in QRELS_FORMATS, "qrels_format", f"must be one of {', '.join(QRELS_FORMATS)}")
     qrels: dict[str, dict[str, int]] = {}
     first_lines: dict[str, int] = {}  # query id → the line of its first judgment
     layout, first_number = None, 0
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         if layout is None:
             first_number = number
             header, *layout = _qrels_layout(path, line, qrels_format)
@@ -267,7 +268,7 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
             raise DataError(f"{path}:{number}: query {qid!r} judges document {docid!r} twice ({previous}, {value})")
     if not qrels:
         raise DataError(f"{path}: no relevance judgments")
-    return _without_unanswerable(qrels, path, first_lines)
+    return qrels if limit is not None else _without_unanswerable(qrels, path, first_lines)
 
 
 def _without_unanswerable(qrels: dict[str, dict[str, int]], path: Path,
@@ -330,18 +331,7 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     `queries.{split}.tsv` (or `queries.{split}.small.tsv`, `queries.tsv`), `qrels.{split}.tsv`
     (or `qrels.{split}.small.tsv`, `qrels.tsv`). `qrels_format` as in `load_qrels`.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        kind = file_kind(folder)
-        raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
-    paths = {
-        "corpus": _find(folder, list(CORPUS_NAMES), "corpus"),
-        "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
-                                  "queries.tsv"], "queries"),
-        "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
-                                "qrels.tsv"], f"qrels (split {split!r})"),
-    }
-    corpus_files(folder)  # the one rule: a folder holding two corpus files is refused, naming them
+    paths = _set_paths(Path(folder), split)
     qrels = load_qrels(paths["qrels"], qrels_format)
     all_queries = load_queries(paths["queries"])
     corpus = load_corpus(paths["corpus"])
@@ -353,11 +343,37 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     return RetrievalSet(corpus=corpus, queries=queries, qrels={qid: qrels[qid] for qid in queries})
 
 
-def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
-    """A TREC run file (`qid Q0 docid rank score tag`, whitespace-separated) as qid → docid → score."""
+def _set_paths(folder: Path, split: str) -> dict[str, Path]:
+    """The corpus, queries and qrels files of a retrieval set's folder (`load_retrieval_set`)."""
+    if not folder.is_dir():
+        kind = file_kind(folder)
+        raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
+    paths = {
+        "corpus": _find(folder, list(CORPUS_NAMES), "corpus"),
+        "queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
+                                  "queries.tsv"], "queries"),
+        "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
+                                "qrels.tsv"], f"qrels (split {split!r})"),
+    }
+    corpus_files(folder)  # the one rule: a folder holding two corpus files is refused, naming them
+    return paths
+
+
+def check_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "auto", limit: int = 1000) -> None:
+    """The layout of a retrieval set's folder and the first `limit` lines of each of its files, read as
+    `load_retrieval_set` reads them (the check before the heavy work, `retromae.preflight`)."""
+    paths = _set_paths(Path(folder), split)
+    load_qrels(paths["qrels"], qrels_format, limit)
+    load_queries(paths["queries"], limit)
+    load_corpus(paths["corpus"], limit)
+
+
+def read_trec_run(path: Path, limit: int | None = None) -> dict[str, dict[str, float]]:
+    """A TREC run file (`qid Q0 docid rank score tag`, whitespace-separated) as qid → docid → score (`limit`: the
+    first lines only)."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         fields = line.split()
         if len(fields) != 6:
             raise DataError(f"{path}:{number}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
@@ -402,12 +418,12 @@ def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "ret
     write_text_atomic(Path(path), "".join(lines))
 
 
-def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+def load_sts_pairs(path: Path, limit: int | None = None) -> tuple[list[str], list[str], np.ndarray]:
     """STS Benchmark layout (tab-separated genre, file, year, id, score, sentence 1, sentence 2, [extra columns]):
-    the two sentence lists and the gold scores, shape (N,)."""
+    the two sentence lists and the gold scores, shape (N,) (`limit`: the first lines only)."""
     path = Path(path)
     first, second, scores = [], [], []
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         fields = line.split("\t")
         if len(fields) < 7:
             raise DataError(f"{path}:{number}: expected at least 7 tab-separated fields "

@@ -108,13 +108,13 @@ def _what_data_takes(path: Path, line: str) -> str:
             f'"neg": [str, ...]}}), or a BEIR / MS MARCO folder and --split{instead}')
 
 
-def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every line of a training file, checked: `query` a string, `pos` a non-empty
-    list of strings, `neg` a list of strings, score lists as long as the passage lists they score, ids (when
-    given) by the id rule."""
+def read_training_records(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every line of a training file (the first `limit` only, when given), checked: `query`
+    a string, `pos` a non-empty list of strings, `neg` a list of strings, score lists as long as the passage lists
+    they score, ids (when given) by the id rule, a `query_id` given once."""
     path = Path(path)
     query_ids = UniqueIds("query id")
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         try:
             record = json_object_line(path, number, line)
         except DataError as error:

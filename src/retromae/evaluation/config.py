@@ -36,6 +36,8 @@ RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKIN
 @dataclasses.dataclass(kw_only=True)
 class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("retrieval sets", "split"), "run": "run"}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each, named by its folder",

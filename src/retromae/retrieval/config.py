@@ -35,6 +35,8 @@ METRICS = ("ip", "l2")  # the similarities an index offers
 
 @dataclasses.dataclass(kw_only=True)
 class EncodeConfig(OutputOptions, EncoderOptions):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
     corpus: Path | None = option(None, "corpus file to encode: BEIR corpus.jsonl or MS MARCO collection.tsv, "
                                        "optionally .gz (a document is its title and text joined)",
                                  required_unless="--queries")
@@ -101,6 +103,7 @@ class BM25Params(Options):
 
 @dataclasses.dataclass(kw_only=True)
 class IndexConfig(OutputOptions, BM25Params):
+    INPUT_FORMATS = {"corpus": "corpus"}  # the format each input option is read in (`retromae.data.inputs`)
     embeddings: Path = option(help="embeddings folder written by `retromae encode`")
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
                                "with --hybrid)")
@@ -127,6 +130,8 @@ SHOWN_K, RUN_K = 10, 100
 
 @dataclasses.dataclass(kw_only=True)
 class SearchConfig(OutputOptions, EncoderOptions):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
     model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
     index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
     query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
@@ -159,6 +164,8 @@ class SearchConfig(OutputOptions, EncoderOptions):
 
 @dataclasses.dataclass(kw_only=True)
 class BM25Config(OutputOptions, BM25Params):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("retrieval set", "split"), "corpus": "corpus", "queries": "queries"}
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
@@ -178,6 +185,8 @@ class BM25Config(OutputOptions, BM25Params):
 
 @dataclasses.dataclass(kw_only=True)
 class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("training data", "split")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")

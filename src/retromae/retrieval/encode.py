@@ -79,10 +79,10 @@ def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | Non
 
 
 def source_info(path: str | Path | None) -> dict[str, Any]:
-    """Where the encoded texts came from: the input file's absolute path and fingerprint (empty without a file)."""
+    """Where the encoded texts came from: the input file (or folder) and its fingerprint (empty without one)."""
     if path is None:
         return {}
-    return {"source": {"path": absolute(path), "fingerprint": file_fingerprint(Path(path))}}
+    return {"source": {"path": absolute(path), "fingerprint": input_fingerprint(path)}}
 
 
 def _save_array(array: np.ndarray, path: Path) -> None:

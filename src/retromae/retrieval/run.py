@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
+from retromae.data.corpus import corpus_files
+from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, queries_file, write_trec_run
 from retromae.data.training_groups import load_training_data, write_training_file
 from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
 from retromae.retrieval.config import RUN_K, SHOWN_K, BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
@@ -61,7 +62,16 @@ def encode(config: EncodeConfig) -> Path:
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,
                          description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
-                         source=config.corpus or config.queries)
+                         source=read_from(config))
+
+
+def read_from(config: EncodeConfig) -> Path:
+    """The file the texts are read from (a folder stands for its corpus or queries file, by the rules of
+    `data.corpus.corpus_files` and `data.retrieval_sets.queries_file`), or the folder of several corpus files."""
+    if config.queries is not None:
+        return queries_file(config.queries)
+    files = corpus_files(config.corpus)
+    return files[0] if len(files) == 1 else Path(config.corpus)
 
 
 def index(config: IndexConfig) -> Path:

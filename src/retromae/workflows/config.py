@@ -65,6 +65,8 @@ def choose_preset(device: str) -> str:
 @dataclasses.dataclass(kw_only=True)
 class QuickstartConfig(OutputOptions):
     """Options of `retromae quickstart`; sizes left unset come from the preset."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": "retrieval set", "corpus": "documents"}
 
     output: str = option("runs/quickstart", "output folder")
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
