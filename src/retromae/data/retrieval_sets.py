@@ -18,8 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from retromae.data.corpus import CORPUS_NAMES, corpus_files, corpus_format, empty_corpus
 from retromae.data.fields import (
@@ -37,6 +36,9 @@ from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
 from retromae.runtime.options import require
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 MAX_IDS_SHOWN = 5
@@ -433,4 +435,6 @@ def load_sts_pairs(path: Path, limit: int | None = None) -> tuple[list[str], lis
         second.append(fields[6])
     if not scores:
         raise DataError(f"{path}: no sentence pairs")
+    import numpy as np  # numpy: only for the gold scores' array (the readers stay light for the checks before work)
+
     return first, second, np.asarray(scores, dtype=np.float64)
