@@ -35,7 +35,7 @@ from retromae.retrieval.top_k import capped_top_k
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import process_state
-from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, run_identity
+from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, mark_started, run_identity
 
 if TYPE_CHECKING:
     from retromae.retrieval.searcher import Hit, Run, Searcher
@@ -81,7 +81,7 @@ def index(config: IndexConfig) -> Path:
 
     claim_folder(config.output, "index", run_identity(config),
                  (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, LEXICAL_DIR), overwrite=config.overwrite,
-                 resumable=False, inputs=input_paths(config))
+                 resumable=False, inputs=input_paths(config), started=False)  # kept only whole (mark_started)
     with reading(config.embeddings):  # the vectors are read (memory-mapped) while the index is built
         ids, vectors, encoding = load_embeddings(config.embeddings)
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
@@ -91,6 +91,7 @@ def index(config: IndexConfig) -> Path:
     info = {"factory": config.factory, "params": config.params, "encoder": encoding,
             "embeddings_generation": encoding.get("generation"), "corpus": corpus}
     save_index(built, config.output, ids, info, lexical)
+    mark_started(config.output)
     sides = f"{config.factory}, {config.metric}" + (", with BM25" if lexical is not None else "")
     print(f"indexed {len(ids)} vectors into {config.output} ({sides})")
     return Path(config.output)
