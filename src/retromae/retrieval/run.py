@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retromae.data.corpus import corpus_files
+from retromae.data.inputs import EMBEDDINGS_INFO
 from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, queries_file, write_trec_run
 from retromae.data.training_groups import load_training_data, write_training_file
 from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
@@ -154,9 +155,9 @@ def load_searcher(config: SearchConfig) -> Searcher:
 
 
 def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
-    """The run of a queries file (encoded here) or of an embeddings folder's query vectors."""
+    """The run of a queries file or folder (encoded here) or of an embeddings folder's query vectors."""
 
-    if not Path(config.queries).is_dir():
+    if not (Path(config.queries) / EMBEDDINGS_INFO).is_file():
         return searcher.run(load_queries(config.queries), k, show_progress=True)
     ids, vectors, texts = query_vectors(config, searcher)
     return searcher.run_vectors(ids, vectors, k, texts, show_progress=True)

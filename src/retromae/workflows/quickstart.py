@@ -273,7 +273,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     if config.data is None:
         stages.next()
     data = prepare_data(config, output)
-    corpus = config.corpus or [str(data / "corpus.jsonl")]
+    corpus = config.corpus or [str(data)]  # the folder stands for its corpus file (`data.corpus.corpus_files`)
     stages.next()
     initial = initial_model(corpus, budget, output / "initial-model", config.seed, config.architecture)
     entropy = unigram_entropy(corpus, initial)
