@@ -329,3 +329,14 @@ def test_a_failed_index_hands_its_folder_back_and_the_same_command_then_runs(fil
     assert not output.exists()
     monkeypatch.setattr(index_module, "write_text_atomic", real)
     assert main(["index", "--embeddings", str(embeddings), "--output", str(output)]) == 0
+
+
+def test_the_names_of_the_rule_are_the_readers_names():
+    from retromae.data.corpus import CORPUS_NAMES
+    from retromae.data.inputs import EMBEDDINGS_INFO
+    from retromae.evaluation.config import CORPUS_FILES
+    from retromae.retrieval.encode import INFO_FILE
+    from retromae.runtime.run_folder import READ_IN_FOLDERS
+
+    assert EMBEDDINGS_INFO == INFO_FILE and CORPUS_FILES == CORPUS_NAMES
+    assert set(CORPUS_NAMES) <= set(READ_IN_FOLDERS)  # an output never goes over a corpus file an input folder holds

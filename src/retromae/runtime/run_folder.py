@@ -56,8 +56,8 @@ OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
 # may be written into an input folder beside them (a run file beside its data set), never over one of them.
 READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "corpus.tsv", "queries.tsv", "qrels",
-                   "sts-*.csv", "ids.txt", "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json", "*.safetensors",
-                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
+                   "sts-*.csv", "ids.txt", "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json",
+                   "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
 
 
 @dataclasses.dataclass(kw_only=True)
