@@ -340,3 +340,26 @@ def test_the_names_of_the_rule_are_the_readers_names():
 
     assert EMBEDDINGS_INFO == INFO_FILE and CORPUS_FILES == CORPUS_NAMES
     assert set(CORPUS_NAMES) <= set(READ_IN_FOLDERS)  # an output never goes over a corpus file an input folder holds
+
+
+def test_a_pretraining_failing_before_its_first_step_hands_its_folder_back(tiny_model_dir, tiny_corpus, tmp_path,
+                                                                          monkeypatch, capsys):
+    """The disk fills when `pretrain` writes its config.json (after it claimed the folder, before its first step):
+    nothing of it is left (marker, lock, config, the folder it made), and the same command then runs."""
+    import retromae.pretraining.run as pretraining
+
+    output = tmp_path / "run"
+    argv = ["pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus), "--output", str(output),
+            "--max-length", "32", "--batch-size", "4", "--max-steps", "1", "--save-every", "0", "--cache-dir",
+            str(tmp_path / "cache")]
+
+    def full_disk(config, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(pretraining, "save_config", full_disk)
+    assert main(argv) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (f"retromae: error: {output / 'config.json'}: No "
+                                                                "space left on device")
+    assert not output.exists()
+    monkeypatch.undo()
+    assert main(argv) == 0
