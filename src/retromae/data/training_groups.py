@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from retromae.data.corpus import CORPUS_NAMES
 from retromae.data.fields import UniqueIds, check_id, missing_field
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.runtime.errors import DataError
@@ -103,7 +104,7 @@ def _what_data_takes(path: Path, line: str) -> str:
              if len(columns) > 1 else "")
     folder, split = path.parent.parent, path.name.removesuffix(".gz").removesuffix(".tsv")
     instead = (f" (here: --data {folder} --split {split})"
-               if path.parent.name == "qrels" and (folder / "corpus.jsonl").is_file() else "")
+               if path.parent.name == "qrels" and any((folder / name).is_file() for name in CORPUS_NAMES) else "")
     return (f'{looks}--data takes a training file of JSON lines, one query a line ({{"query": str, "pos": [str, ...], '
             f'"neg": [str, ...]}}), or a BEIR / MS MARCO folder and --split{instead}')
 

@@ -37,10 +37,12 @@ METRICS = ("ip", "l2")  # the similarities an index offers
 class EncodeConfig(OutputOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
-    corpus: Path | None = option(None, "corpus file to encode: BEIR corpus.jsonl or MS MARCO collection.tsv, "
-                                       "optionally .gz (a document is its title and text joined)",
+    corpus: Path | None = option(None, "corpus to encode: a .jsonl or .tsv file (BEIR corpus.jsonl, MS MARCO "
+                                       "collection.tsv, optionally .gz) or a folder holding one (a document is its "
+                                       "title and text joined)",
                                  required_unless="--queries")
-    queries: Path | None = option(None, "queries file to encode: queries.jsonl or queries.tsv, optionally .gz",
+    queries: Path | None = option(None, "queries to encode: queries.jsonl or queries.tsv (optionally .gz), or a "
+                                        "folder holding one",
                                   required_unless="--corpus")
     output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
                                "with the same model and input continues")
@@ -169,9 +171,10 @@ class BM25Config(OutputOptions, BM25Params):
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
-    corpus: Path | None = option(None, "corpus file (with --queries): corpus.jsonl or collection.tsv",
+    corpus: Path | None = option(None, "corpus (with --queries): a .jsonl or .tsv file or a folder holding one",
                                  required_unless="--data")
-    queries: Path | None = option(None, "queries file (with --corpus): queries.jsonl or queries.tsv",
+    queries: Path | None = option(None, "queries (with --corpus): queries.jsonl or queries.tsv, or a folder "
+                                        "holding one",
                                   required_unless="--data")
     output: Path = option(help="TREC run file to write")
     top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
