@@ -105,7 +105,8 @@ def corpus_files(source: str | Path) -> list[Path]:
 
 
 def iter_documents(source: str | Path) -> Iterator[Document]:
-    """The documents of one source: a file (.txt, .jsonl/.json, .parquet), a BEIR folder, or `hf:NAME[:CONFIG]`."""
+    """The documents of one source: a file (.txt, .jsonl/.json, .tsv, .parquet), a folder (`corpus_files`), or
+    `hf:NAME[:CONFIG]`."""
     if isinstance(source, str) and source.startswith(HF_PREFIX):
         return _read_hf(source)
     files = corpus_files(source)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from retromae.data.corpus import HF_PREFIX, iter_corpus, iter_documents
+from retromae.data.corpus import iter_corpus
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.evaluation import evaluate_run
@@ -37,7 +37,6 @@ from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.runtime.console import NOT_LOSSES, Stages
-from retromae.runtime.errors import DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import save_config
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -245,20 +244,9 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
     plt.close(figure)
 
 
-def require_text(sources: list[str], option: str) -> None:
-    """DataError naming the source when one of `sources` (files or folders; `hf:` data sets are read later) holds no
-    document with text: checked before any stage, since a tokenizer trained on nothing fails only at pre-training."""
-    for source in sources:
-        if str(source).startswith(HF_PREFIX):
-            continue
-        if not any(document.text.strip() for document in iter_documents(source)):
-            raise DataError(f"{option} {source}: holds no document with text")
-
-
 def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     """Run the whole comparison; returns the test metrics (and minutes) per model."""
     started = time.perf_counter()
-    require_text(config.corpus or [], "--corpus")
     output = Path(config.output)
     device = detect_device()
     preset, budget = config.budget(device)
