@@ -349,6 +349,9 @@ def _set_paths(folder: Path, split: str) -> dict[str, Path]:
     """The corpus, queries and qrels files of a retrieval set's folder (`load_retrieval_set`)."""
     if not folder.is_dir():
         kind = file_kind(folder)
+        if kind is None and folder.name.removesuffix(".gz") in (*CORPUS_NAMES, *QUERIES_NAMES):
+            raise DataError(f"{folder}: a file of a retrieval set, which is given as its folder ({folder.parent}: its "
+                            "corpus, queries and qrels)")
         raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
     paths = {
         "corpus": _find(folder, list(CORPUS_NAMES), "corpus"),
