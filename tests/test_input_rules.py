@@ -363,3 +363,16 @@ def test_a_pretraining_failing_before_its_first_step_hands_its_folder_back(tiny_
     assert not output.exists()
     monkeypatch.undo()
     assert main(argv) == 0
+
+
+# Inputs that are folders retromae wrote (an encoding, an index, a run, report variants) and that their own readers
+# check when they open them; `--input`, the old spelling of --corpus/--queries (deprecated).
+OWN_FOLDERS = {"embeddings", "index", "init_from", "variants", "input"}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_input_option_declares_the_format_it_is_read_in(name):
+    options = {field.name for field in dataclasses.fields(COMMANDS[name]) if field.name in PATH_OPTIONS}
+    undeclared = options - set(declared_formats(COMMANDS[name])) - OWN_FOLDERS
+    assert not undeclared, f"{name}: declare the format of {undeclared} in its config class's INPUT_FORMATS"
+    assert {kind for kind, _ in declared_formats(COMMANDS[name]).values()} <= set(CHECKS)
