@@ -116,7 +116,7 @@ def test_pairs_dataset_tokenises_and_draws_one_positive(tmp_path, tiny_tokenizer
 
 @pytest.mark.parametrize("line,message", [
     ('{"query": "a", "pos": ', "malformed JSON"),
-    ('{"query": "a"}', "fields 'query' and 'pos'"),
+    ('{"query": "a"}', "missing field 'pos'; a pair is a JSON object"),
     ('["a", "b"]', "fields 'query' and 'pos'"),
     ('{"query": "", "pos": "b"}', "'query' must be a non-empty string"),
     ('{"query": "a", "pos": []}', "'pos' must be a string or a non-empty list"),

@@ -190,7 +190,7 @@ def test_missing_unknown_and_non_beir_sources(tmp_path):
     (tmp_path / "c.csv").write_text("text\nx\n", encoding="utf-8")
     with pytest.raises(DataError, match=rf"{tmp_path / 'c.csv'}: unknown corpus format '.csv'"):
         list(iter_documents(tmp_path / "c.csv"))
-    with pytest.raises(DataError, match=rf"{tmp_path}: no corpus.jsonl \(BEIR layout\) and no .txt"):
+    with pytest.raises(DataError, match=rf"{tmp_path}: no corpus file: a corpus folder holds one of"):
         list(iter_documents(tmp_path))
     with pytest.raises(DataError, match="hf:.*cannot load the dataset"):
         list(iter_documents(f"hf:{tmp_path / 'no-such-folder'}/"))

@@ -151,12 +151,13 @@ def test_the_cache_is_keyed_by_the_models_content_not_its_name(tmp_path, sets, t
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--run", "{sets}/alpha/corpus.jsonl"], "--run: applies to one data set evaluated alone, not to a table"),
+    (["--run", "{tmp}/run.trec"], "--run: applies to one data set evaluated alone, not to a table"),
     (["--output", "{tmp}/table.json"], "a table (2 data sets) goes into a folder (results.md"),
     (["--metrics", "ndcg"], "--metrics: 'ndcg' is not a metric"),
 ])
 def test_table_errors_are_one_line(tmp_path, sets, tiny_model_dir, capsys, extra, message):
     model = [] if "--run" in extra else ["--model", tiny_model_dir]
+    (tmp_path / "run.trec").write_text("q1 Q0 d1 1 1.0 x\n")  # a run file, so that the table is what is refused
     args = [arg.format(sets=sets, tmp=tmp_path) for arg in extra]
     assert cli("evaluate", *model, "--data", sets, *args) == 2
     error = capsys.readouterr().err.strip()

@@ -281,7 +281,8 @@ def test_an_empty_quickstart_corpus_is_refused_before_the_tokenizer(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty.txt").write_text("\n  \n")
     assert main(["quickstart", "--corpus", "empty.txt", "--output", "run"]) == 2
-    assert capsys.readouterr().err == "retromae: error: --corpus empty.txt: holds no document with text\n"
+    assert capsys.readouterr().err == ("retromae: error: empty.txt: empty corpus: no document holds any text; give a "
+                                       "corpus with documents\n")  # the one refusal (data.corpus.empty_corpus)
     assert not (tmp_path / "run").exists()
 
 

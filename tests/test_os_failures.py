@@ -300,7 +300,8 @@ def test_a_best_probe_export_cut_short_names_it_and_leaves_no_staging(tiny_model
                "--keep-best-probe"]
     assert main([*pretrain_options(tiny_model_dir, tiny_corpus, run, tmp_path), *probing]) == 1
     assert one_line(capsys) == f"retromae: error: {run / 'best-probe'}: cannot write: No space left on device"
-    assert sorted(path.name for path in run.iterdir() if "best-probe" in path.name) == []
+    assert sorted(path.name for path in run.glob("*") if "best-probe" in path.name) == []  # (the probe of step 0
+    # fails before the first step: the whole folder is handed back, `run_folder.abandon`)
 
 
 def corpus_of(path: Path, count: int) -> Path:

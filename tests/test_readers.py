@@ -437,7 +437,7 @@ def test_dev_zero_as_a_corpus_or_a_config_file_is_refused_at_once(tmp_path):
     errors = done.stderr.strip().splitlines()
     assert errors == [f"retromae: error: {link}: is a character device, not a regular corpus file",
                       "retromae: error: /dev/zero: is a character device, not a regular config file",
-                      "retromae: error: /dev/zero: is a character device, not a regular file"]
+                      "retromae: error: /dev/zero: is a character device, not a regular corpus file"]
 
 
 def test_a_special_file_inside_a_corpus_folder_is_named_not_skipped(tmp_path):

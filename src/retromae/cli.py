@@ -6,7 +6,8 @@ torch), turning library errors into a one-line message and exit code 2, failures
 naming the path and the cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
 `kill`) into the same line (exit code 143), refusing a multi-process launch that started one process
 (`retromae.runtime.processes`), and running the checks that need no heavy import before the command
-(`retromae.preflight`: a missing input path or `--model` folder). Each command module defines `HELP` (one line),
+(`retromae.preflight`: a missing input path or `--model` folder), and handing a failed command's outputs back
+(`retromae.runtime.run_folder.abandon`). Each command module defines `HELP` (one line),
 `add_arguments(parser)` and `run(args) -> int`; a command that splits its work over a multi-process launch says so with
 `PROCESSES = "several"`; this file knows none of them by name. A command's `-h` comes last, after its required inputs
 and options.
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     name = args.__dict__.pop("command")
     verbose = args.__dict__.pop("verbose")
     configure_threads(args.__dict__.pop("threads"))
+    succeeded = False
     try:
         bf16_override()  # the environment's own setting, named before any option or path
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
@@ -158,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
         check_arguments(args)  # a missing input path or --model folder, answered before torch is imported
         with sigterm_as_interrupt(), library_output(verbose):
-            return handler(args) or 0
+            status = handler(args) or 0
+        succeeded = status == 0
+        return status
     except FileSystemError as error:
         print(f"retromae: error: {error}", file=sys.stderr)
         return 1
@@ -176,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if (claims := sys.modules.get("retromae.runtime.run_folder")) is not None:
-            claims.release()  # the command's outputs are free for the next one (without importing it for --help)
+            # the command's outputs are free for the next one (without importing it for --help); a failed run's, as
+            # it found them, unless its lasting work began (checkpoints, shards)
+            claims.release() if succeeded else claims.abandon()
 
 
 if __name__ == "__main__":

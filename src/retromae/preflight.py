@@ -1,16 +1,18 @@
-"""Checks of a command line answered before any heavy import (torch, transformers): an input path that does not
-exist (every option of `runtime.options.PATH_OPTIONS`), a model option (`MODEL_OPTIONS`: --model, --teacher,
---tokenizer) that names no model folder, and a hub name when the Hugging Face hub cannot be reached and the model is
-not cached.
+"""Checks of a command's options answered before any heavy import (torch, transformers): an input path that does
+not exist (every option of `runtime.options.PATH_OPTIONS`), an input whose format is not the one the command reads
+(the head of each file read by the command's own reader, `retromae.data.inputs`), a model option (`MODEL_OPTIONS`:
+--model, --teacher, --tokenizer) that names no model folder, and a hub name when the Hugging Face hub cannot be
+reached and the model is not cached. The same checks run on options from the command line, a `--config` file and
+the Python API (`check_config`, which `retromae.api` runs on every call).
 
 Owns `check_arguments(args)`, which `retromae.cli` runs after parsing and before the command's module does any work
-(paths only, no network), `configured(cls, args)`, with which the commands build their options and then check a hub
-model (after the options, so that a bad option is named first), the hub's reachability (`hub_unreachable`: one TCP
-connection to the hub's endpoint, bounded by `PROBE_SECONDS`, DNS included), and whether a hub model is in the
-local cache (`cached_on_disk`, read from the cache's folders without importing huggingface_hub). With no network,
-a cached model runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders read the cache at once instead of
-retrying the hub for half a minute; an uncached one is refused in one line that says the hub was unreachable; with
-`HF_HUB_OFFLINE` set, the hub is not tried at all.
+(paths only, no network), `configured(cls, args)`, with which every command builds its options and then checks them
+(`check_config`: after the options, so that a bad option is named first), the hub's reachability
+(`hub_unreachable`: one TCP connection to the hub's endpoint, bounded by `PROBE_SECONDS`, DNS included), and whether
+a hub model is in the local cache (`cached_on_disk`, read from the cache's folders without importing
+huggingface_hub). With no network, a cached model runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders
+read the cache at once instead of retrying the hub for half a minute; an uncached one is refused in one line that
+says the hub was unreachable; with `HF_HUB_OFFLINE` set, the hub is not tried at all.
 Does not own what a folder holds (`retromae.models.model_source.resolve_model`, which this calls) nor loading a model.
 """
 
@@ -27,6 +29,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from retromae.data.held_out import check_held_out
+from retromae.data.inputs import check_format, declared_formats
 from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import DataError, ModelLoadError
 from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, build_config
@@ -40,26 +43,50 @@ OFFLINE_VALUES = ("1", "on", "yes", "true")
 def check_arguments(args: argparse.Namespace) -> None:
     """DataError for an input option naming a path that does not exist; ModelLoadError for a model option that
     names a missing or non-model folder (a hub name is left to `configured`)."""
-    for option in PATH_OPTIONS:
-        for path in _values(getattr(args, option, None)):
-            if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
-                raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
+    check_paths(args)
     for option in MODEL_OPTIONS:
         for name in _values(getattr(args, option, None)):
             if looks_local(os.path.expanduser(name)):
                 resolver(option)(name, f"--{option.replace('_', '-')}")
 
 
+def check_paths(options: object) -> None:
+    """DataError for an input option of `options` (parsed arguments or a config) naming a path that does not
+    exist (`hf:NAME` aside)."""
+    for option in PATH_OPTIONS:
+        for path in _values(getattr(options, option, None)):
+            if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
+                raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
+
+
 def configured(config_cls: type[T], args: argparse.Namespace) -> T:
     """The command's options (`retromae.runtime.options.build_config`: a missing or invalid option named first), then
-    each hub model they name checked (`check_model`), then a held-out set against what the command trains on
-    (`data.held_out.check_held_out`): all before the command imports torch."""
-    config = build_config(config_cls, args)
+    checked by `check_config`: all before the command imports torch."""
+    return check_config(build_config(config_cls, args))
+
+
+def check_config(config: T) -> T:
+    """`config` once its inputs exist and their heads are of the formats its command reads (`check_inputs`) and each
+    model it names is a model folder or a reachable (or cached) hub name (`check_model`): the one check before the
+    work of the command line, a `--config` file and the Python API alike; then a held-out set against what the
+    command trains on (`data.held_out.check_held_out`)."""
+    check_inputs(config)
     for option in MODEL_OPTIONS:
         for name in _values(getattr(config, option, None)):
             check_model(name, f"--{option.replace('_', '-')}", resolver(option))
     check_held_out(config)  # what a command holds out is not what it trains on, said before torch
     return config
+
+
+def check_inputs(config: object) -> None:
+    """Every input option of `config` names an existing path (`check_paths`), read as far as its head in the format
+    its command declares for it (`INPUT_FORMATS`, `retromae.data.inputs.check_format`)."""
+    check_paths(config)
+    for option, (kind, split) in declared_formats(type(config)).items():
+        value = getattr(config, option, None)
+        if _values(value):
+            check_format(kind, value, getattr(config, split) if split else "test",
+                         getattr(config, "qrels_format", "auto"))
 
 
 def resolver(option: str) -> Callable[[str, str], ModelSource]:

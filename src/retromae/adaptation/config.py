@@ -27,6 +27,9 @@ RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that re
 class AdaptConfig(TrainingConfig):
     """Options of `retromae adapt`; defaults are the recipe that gained on every collection and seed measured
     (SciFact, NPL, Debian: docs/RESULTS.md section 10.3; docs/guide.md, "Adapting an embedder to your corpus")."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"corpus": "documents", "validation": ("retrieval set", "validation_split"),
+                     "train": ("retrieval set", "train_split")}
 
     model: str = option(help="the embedder to adapt: a sentence-transformers folder, our exported encoder, or a "
                              "Hugging Face encoder (folder or hub name); its pooling and similarity are kept")

@@ -22,6 +22,7 @@ import numpy as np
 
 from retromae.adaptation.queries import KEYWORDS, MIN_REST_WORDS, KeywordQueries, passage_query
 from retromae.data.corpus import Document, iter_corpus
+from retromae.data.fields import UniqueIds
 from retromae.models.encoder import describe_folder
 from retromae.models.encoder_config import PoolingConfig
 from retromae.models.model_source import ENCODER_FILE, check_unknown_share, resolve_model
@@ -59,8 +60,15 @@ class Split:
 
 
 def read_documents(sources: list[str]) -> list[Document]:
-    """Every non-empty document of the corpus, in order."""
-    return [document for document in iter_corpus(sources) if document.text.strip()]
+    """Every non-empty document of the corpus, in order; an id given twice is refused naming both places
+    (`data.fields.UniqueIds`)."""
+    seen = UniqueIds()
+    documents = []
+    for document in iter_corpus(sources):
+        seen.add(document.doc_id, document.where or document.doc_id)
+        if document.text.strip():
+            documents.append(document)
+    return documents
 
 
 def split_corpus(documents: list[Document], held_out: int, seed: int, where: str, kind: str = "keywords") -> Split:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.preflight import configured
 from retromae.retrieval.config import BM25Config
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.runtime.options import add_config_arguments
 
 HELP = "BM25 retrieval with bm25s over a BEIR/MS MARCO folder (or corpus + queries files) → TREC run"
 
@@ -19,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(BM25Config, args)  # first: a wrong option, file or hub name answered before torch
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import bm25
 
-    bm25(build_config(BM25Config, args))
+    bm25(config)
     return 0

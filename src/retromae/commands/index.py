@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.preflight import configured
 from retromae.retrieval.config import IndexConfig
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.runtime.options import add_config_arguments
 
 HELP = "build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder, with --hybrid BM25"
 
@@ -19,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(IndexConfig, args)  # first: a wrong option, file or hub name answered before torch
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import index
 
-    index(build_config(IndexConfig, args))
+    index(config)
     return 0

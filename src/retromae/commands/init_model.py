@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.preflight import configured
 from retromae.pretraining.config import InitModelConfig
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.runtime.options import add_config_arguments
 
 # A literal string, so that `retromae --help` lists the commands without importing them; the families it builds
 # are listed by `init-model --help` (--architecture), from the family table.
@@ -24,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(InitModelConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.pretraining.scratch import init_model
 
-    init_model(build_config(InitModelConfig, args))
+    init_model(config)
     return 0

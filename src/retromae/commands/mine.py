@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.preflight import configured
 from retromae.retrieval.config import MineConfig
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.runtime.options import add_config_arguments
 
 HELP = "mine hard negatives (BM25 or a dense model) for a BEIR split or a training file; writes training JSON lines"
 
@@ -18,8 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(MineConfig, args)  # first: a wrong option, file or hub name answered before torch
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import mine
 
-    mine(build_config(MineConfig, args))
+    mine(config)
     return 0

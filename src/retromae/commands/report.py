@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 
 from retromae.evaluation.config import ReportConfig
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.preflight import configured
+from retromae.runtime.options import add_config_arguments
 
 HELP = ("gather experiment runs (VARIANT/pretrain, finetune, eval/*.json, times.txt) into report.md, report.json, "
         "pretrain-loss.png, metrics.png and, for runs that probed retrieval while pre-training, probe-curves.png")
@@ -19,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(ReportConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch and matplotlib: only when the command runs, so --help stays instant
     from retromae.evaluation.experiments import report
 
-    report(build_config(ReportConfig, args))
+    report(config)
     return 0

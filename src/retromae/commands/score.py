@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.preflight import configured
 from retromae.reranking.config import ScoreConfig
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.runtime.options import add_config_arguments
 
 HELP = "add teacher scores (pos_scores, neg_scores) from a cross-encoder to a training file, for finetune --distill"
 
@@ -18,8 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(ScoreConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.reranking.run import score
 
-    score(build_config(ScoreConfig, args))
+    score(config)
     return 0

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.preflight import configured
 from retromae.retrieval.config import SearchConfig
-from retromae.runtime.options import add_config_arguments, build_config
+from retromae.runtime.options import add_config_arguments
 
 HELP = "search an index by text (--query, printed) or with a queries file / query vectors (a TREC run file)"
 SHOWN_K, RUN_K = 10, 100
@@ -20,8 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = configured(SearchConfig, args)  # first: a wrong option, file or hub name answered before torch
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import search
 
-    search(build_config(SearchConfig, args))
+    search(config)
     return 0

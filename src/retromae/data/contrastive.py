@@ -3,8 +3,8 @@
 Owns: `SpanPairDataset` (coCondenser-style positives: two random spans of the same document of a `TokenStore`),
 `CropPairDataset` (Contriever's positives: two independent random crops of one block of a document, each with
 random token deletion), `PairsDataset` (given pairs from `{"query": str, "pos": str | [str]}` JSON lines, e.g.
-NLI entailment pairs, and with `"neg"` hard negatives, triples for supervised SimCSE), reading and checking those
-files (errors name file and line), the check that enough documents are long enough for two views, and
+NLI entailment pairs, and with `"neg"` hard negatives, triples for supervised SimCSE; the files are read by
+`data.pairs`), the check that enough documents are long enough for two views, and
 `PairCollator` (tuples of blocks → one padded batch of 2B or 3B rows: the B first views, then the B second views,
 then any third views, in the same order).
 
@@ -18,7 +18,7 @@ lands in another batch). No model code and no masking.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +26,10 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retromae.data.collate import Block, BlockCollator
+from retromae.data.pairs import iter_pairs
 from retromae.data.token_store import TokenStore, plain_backend, word_starts_of
 from retromae.runtime.errors import DataError
-from retromae.runtime.lines import check_regular_file, numbered_lines, parse_json_line
+from retromae.runtime.lines import check_regular_file
 
 SUBSPAN_SHARE = (0.25, 0.5)
 CROP_SHARE = (0.1, 0.5)  # Contriever's ratio_min, ratio_max
@@ -136,34 +137,6 @@ class CropPairDataset(SpanPairDataset):
         return random_crop(block, rng), random_crop(block, rng)
 
 
-def iter_pairs(path: Path, negatives: bool = False) -> Iterator[tuple[str, list[str], list[str], str]]:
-    """(query, positives, hard negatives, "file:line") for each line of a pairs file; the negatives ("neg") are
-    read, and required, only with `negatives`; other fields are ignored."""
-    for number, line in numbered_lines(Path(path)):
-        where = f"{path}:{number}"
-        record = parse_json_line(path, number, line)
-        query, positives = _check_pair(record, where)
-        yield query, positives, _check_negatives(record, where) if negatives else [], where
-
-
-def _check_pair(record: object, where: str) -> tuple[str, list[str]]:
-    if not isinstance(record, dict) or "query" not in record or "pos" not in record:
-        raise DataError(f"{where}: expected a JSON object with fields 'query' and 'pos'")
-    query = record["query"]
-    if not isinstance(query, str) or not query.strip():
-        raise DataError(f"{where}: field 'query' must be a non-empty string")
-    return query, _texts(record["pos"], "pos", where)
-
-
-def _check_negatives(record: dict, where: str) -> list[str]:
-    """The hard negatives of a line: "neg" must be there; an empty list says this query has none."""
-    if "neg" not in record:
-        raise DataError(f"{where}: supervised SimCSE needs hard negatives: add a field 'neg' (a string or a list "
-                        "of strings, e.g. the NLI contradictions; [] for a query without one), or train on "
-                        "--corpus (unsupervised)")
-    return [] if record["neg"] == [] else _texts(record["neg"], "neg", where)
-
-
 def _with_negatives(pairs: list, path: str | Path) -> list:
     """The pairs whose query has a hard negative; the others are left out, with a warning saying how many."""
     kept = [pair for pair in pairs if pair[2]]
@@ -174,16 +147,6 @@ def _with_negatives(pairs: list, path: str | Path) -> list:
         logger.warning("%s: %d of %d queries have no hard negative ('neg': []) and are left out", path,
                        len(pairs) - len(kept), len(pairs))
     return kept
-
-
-def _texts(value: object, field: str, where: str) -> list[str]:
-    """A field holding a string or a non-empty list of non-empty strings, as a list."""
-    texts = [value] if isinstance(value, str) else value
-    if not isinstance(texts, list) or not texts:
-        raise DataError(f"{where}: field '{field}' must be a string or a non-empty list of strings")
-    if not all(isinstance(text, str) and text.strip() for text in texts):
-        raise DataError(f"{where}: every entry of '{field}' must be a non-empty string")
-    return texts
 
 
 class PairsDataset(_BatchSeeded):

@@ -1,7 +1,10 @@
 """Reading pre-training corpora as a stream of documents.
 
-Owns: the corpus formats (.txt, JSON lines, .parquet, a BEIR folder, a Hugging Face dataset) and their errors,
-each naming the file and line (or row). Does not own tokenisation (see `token_store`) and never imports torch.
+Owns: the corpus formats (.txt, JSON lines, .tsv, .parquet, a folder, a Hugging Face dataset) and their errors,
+each naming the file and line (or row); the one rule of what a corpus argument may name, for every command
+(`corpus_files`: a file, or a folder holding one corpus file by name, `CORPUS_NAMES`, or else corpus files), read
+alike by the retrieval readers (`retrieval_sets.load_corpus`); and the refusal of a corpus without a document
+(`empty_corpus`). Does not own tokenisation (see `token_store`) and never imports torch.
 Every reader streams: memory does not grow with the size of the file. `iter_corpus_pieces` gives the same
 documents as text pieces of a bounded size, and reads a `.txt` file of one document per line in pieces too, so
 that memory does not grow with the length of one document either (the token store reads through it).
@@ -11,18 +14,22 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retromae.data.fields import document_fields
+from retromae.data.fields import document_fields, tsv_columns, tsv_fields
 from retromae.data.long_texts import last_cut
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import check_regular_file, clean_text, numbered_line_pieces, numbered_lines, parse_json_line
 
 HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
-CORPUS_SUFFIXES = (".txt", *JSON_SUFFIXES, ".parquet")
+CORPUS_SUFFIXES = (".txt", *JSON_SUFFIXES, ".tsv", ".parquet")
+# The corpus file of a retrieval set's folder (BEIR; MS MARCO; a .tsv one of ours), each also gzip-compressed: a
+# folder holding one of them stands for it (its queries and qrels are never read as documents).
+CORPUS_NAMES = ("corpus.jsonl", "collection.tsv", "corpus.tsv")
+RETRIEVAL_SET_FILES = ("queries.jsonl", "queries.tsv", "qrels")  # beside a corpus file: a retrieval set's folder
 PARQUET_BATCH_ROWS = 1024
 LINE_PIECE_BYTES = 1 << 20  # a .txt line is read this much at a time by `iter_corpus_pieces`
 
@@ -30,42 +37,83 @@ LINE_PIECE_BYTES = 1 << 20  # a .txt line is read this much at a time by `iter_c
 @dataclass(frozen=True)
 class Document:
     """One document: `text` is the title and the body joined with a space when a title exists; `title` is the title
-    alone (empty when the source gives none)."""
+    alone (empty when the source gives none); `where` the file and line (or row) it was read from."""
 
     doc_id: str
     text: str
     title: str = ""
+    where: str = field(default="", compare=False)
 
 
 def iter_corpus(sources: Sequence[str | Path]) -> Iterator[Document]:
-    """The documents of several sources, one source after the other, in order."""
+    """The documents of several sources, one source after the other, in order; `empty_corpus` when none has text."""
     if isinstance(sources, (str, Path)):
         sources = [sources]
     if not sources:
         raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+    found = False
     for source in sources:
-        yield from iter_documents(source)
+        for document in iter_documents(source):
+            found = found or bool(document.text.strip())
+            yield document
+    if not found:
+        raise empty_corpus(sources)
 
 
-def iter_documents(source: str | Path) -> Iterator[Document]:
-    """The documents of one source: a file (.txt, .jsonl/.json, .parquet), a BEIR folder, or `hf:NAME[:CONFIG]`."""
-    if isinstance(source, str) and source.startswith(HF_PREFIX):
-        return _read_hf(source)
+def empty_corpus(sources: Sequence[str | Path] | str | Path) -> DataError:
+    """The one refusal of a corpus without a document holding text, for every reader."""
+    names = ", ".join(map(str, sources)) if isinstance(sources, list | tuple) else str(sources)
+    return DataError(f"{names}: empty corpus: no document holds any text; give a corpus with documents")
+
+
+def corpus_format(path: Path) -> str:
+    """The format of a corpus file by its name (a trailing .gz ignored for JSON lines and .tsv): txt, jsonl, tsv or
+    parquet; DataError naming the formats read otherwise."""
+    name = path.name.lower()
+    for suffix, kind in ((".txt", "txt"), (".jsonl", "jsonl"), (".json", "jsonl"), (".tsv", "tsv"),
+                         (".parquet", "parquet")):
+        if name.endswith(suffix) or (kind in ("jsonl", "tsv") and name.endswith(f"{suffix}.gz")):
+            return kind
+    raise DataError(f"{path}: unknown corpus format {path.suffix or '(no extension)'!r}; use .txt, .jsonl, .json, "
+                    ".tsv, .parquet (.jsonl and .tsv also .gz), a folder holding them, or hf:NAME")
+
+
+def corpus_files(source: str | Path) -> list[Path]:
+    """The files a corpus argument names, by one rule for every command: a file is itself; a folder holding a
+    retrieval set's corpus file (`CORPUS_NAMES`, or its .gz) stands for that file, and must hold only one; any other
+    folder stands for its corpus files (`CORPUS_SUFFIXES`, in name order), unless it holds a retrieval set's other
+    files (then its corpus file is missing). What is not a regular file is named, never skipped or opened."""
     path = Path(source)
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")
-    if path.is_dir():
-        return itertools.chain.from_iterable(iter_documents(file) for file in folder_files(path))
-    check_regular_file(path, "corpus file")
-    suffix = path.suffix.lower()
-    if suffix == ".txt":
-        return _read_txt(path)
-    if suffix in JSON_SUFFIXES:
-        return _read_jsonl(path)
-    if suffix == ".parquet":
-        return _read_parquet(path)
-    raise DataError(f"{path}: unknown corpus format {suffix or '(no extension)'!r}; use .txt, .jsonl, .json, "
-                    ".parquet, a folder of such files, a BEIR folder or hf:NAME")
+    if not path.is_dir():
+        check_regular_file(path, "corpus file")
+        corpus_format(path)
+        return [path]
+    named = [path / f"{name}{gz}" for name in CORPUS_NAMES for gz in ("", ".gz") if (path / f"{name}{gz}").exists()]
+    if len(named) > 1:
+        raise DataError(f"{path}: holds {' and '.join(file.name for file in named)}; a corpus folder holds one corpus "
+                        f"file ({', '.join(CORPUS_NAMES)}): name the file to read, e.g. {named[0]}")
+    if named:
+        check_regular_file(named[0], "corpus file")
+        return named
+    beside = [name for name in RETRIEVAL_SET_FILES if (path / name).exists()]
+    if beside:
+        raise DataError(f"{path}: holds {', '.join(beside)} but no corpus file: a retrieval set's folder holds one of "
+                        f"{', '.join(CORPUS_NAMES)} (also .gz)")
+    return folder_files(path)
+
+
+def iter_documents(source: str | Path) -> Iterator[Document]:
+    """The documents of one source: a file (.txt, .jsonl/.json, .tsv, .parquet), a folder (`corpus_files`), or
+    `hf:NAME[:CONFIG]`."""
+    if isinstance(source, str) and source.startswith(HF_PREFIX):
+        return _read_hf(source)
+    files = corpus_files(source)
+    if len(files) > 1 or files[0] != Path(source):
+        return itertools.chain.from_iterable(iter_documents(file) for file in files)
+    readers = {"txt": _read_txt, "jsonl": _read_jsonl, "tsv": _read_tsv, "parquet": _read_parquet}
+    return readers[corpus_format(files[0])](files[0])
 
 
 def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) -> Iterator[tuple[str, bool]]:
@@ -78,18 +126,20 @@ def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) ->
         sources = [sources]
     if not sources:
         raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+    found = False
     for source in sources:
-        path = Path(source)
-        if isinstance(source, Path) or not str(source).startswith(HF_PREFIX):
-            files = folder_files(path) if path.is_dir() else [path]
-        else:
-            files = [source]
+        files = [source] if isinstance(source, str) and source.startswith(HF_PREFIX) else corpus_files(source)
         for file in files:
             if isinstance(file, Path) and file.suffix.lower() == ".txt" and file.is_file() \
                     and not _has_paragraph_break(file):
-                yield from cut_pieces(_txt_line_fragments(file), size, splits)
+                fragments = _txt_line_fragments(file)
             else:
-                yield from cut_pieces(((document.text, True) for document in iter_documents(file)), size, splits)
+                fragments = ((document.text, True) for document in iter_documents(file))
+            for text, ends in cut_pieces(fragments, size, splits):
+                found = found or bool(text.strip())
+                yield text, ends
+    if not found:
+        raise empty_corpus(sources)
 
 
 def cut_pieces(fragments: Iterable[tuple[str, bool]], size: int, splits: str) -> Iterator[tuple[str, bool]]:
@@ -144,17 +194,15 @@ def parse_hf_source(source: str) -> tuple[str, str | None]:
 
 
 def folder_files(folder: Path) -> list[Path]:
-    """The corpus files of a folder: a BEIR folder's corpus.jsonl, else every .txt/.jsonl/.json/.parquet in it; one
-    of these names that is not a regular file (a FIFO, a device) is an error naming it, never skipped in silence."""
-    beir = folder / "corpus.jsonl"
-    if beir.exists():
-        check_regular_file(beir, "corpus file")
-        return [beir]
+    """The corpus files of a folder without a retrieval set's corpus file (`corpus_files`): every
+    .txt/.jsonl/.json/.tsv/.parquet in it; one of these names that is not a regular file (a FIFO, a device) is an
+    error naming it, never skipped in silence."""
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in CORPUS_SUFFIXES and not p.is_dir())
     for file in files:
         check_regular_file(file, "corpus file")
     if not files:
-        raise DataError(f"{folder}: no corpus.jsonl (BEIR layout) and no {', '.join(CORPUS_SUFFIXES)} files")
+        raise DataError(f"{folder}: no corpus file: a corpus folder holds one of {', '.join(CORPUS_NAMES)} (a "
+                        f"retrieval set's), or corpus files ({', '.join(CORPUS_SUFFIXES)})")
     return files
 
 
@@ -216,12 +264,25 @@ def _read_jsonl(path: Path) -> Iterator[Document]:
         yield _record_document(parse_json_line(path, number, line), where, default_id=where)
 
 
+def _read_tsv(path: Path) -> Iterator[Document]:
+    """A .tsv corpus: 'id<TAB>text' or 'id<TAB>title<TAB>text' lines, after an optional header row
+    (`data.fields.tsv_columns`)."""
+    columns = None
+    for number, line in numbered_lines(path):
+        if columns is None:
+            columns, header = tsv_columns(path, number, line, "corpus")
+            if header:
+                continue
+        doc_id, title, text = tsv_fields(path, number, line, columns, "corpus")
+        yield _record_document({"_id": doc_id, "title": title, "text": text}, f"{path}:{number}", "")
+
+
 def _record_document(record: Any, where: str, default_id: str) -> Document:
     """A Document from one JSON object or table row (`data.fields.document_fields`: typed fields, the id rule);
     `where` names the file and line (or row) for errors."""
     doc_id, title, text = document_fields(record, where, id_required=False)
     title = clean_text(title).strip()
-    return Document(default_id if doc_id is None else doc_id, _join(title, clean_text(text)), title)
+    return Document(default_id if doc_id is None else doc_id, _join(title, clean_text(text)), title, where)
 
 
 def _read_parquet(path: Path) -> Iterator[Document]:

@@ -1,10 +1,13 @@
 """Readers and writers for retrieval sets, TREC runs and STS pairs.
 
 Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
-(`collection.tsv`, `queries*.tsv`, `qrels*.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS
-Benchmark file layout; checking them (malformed lines, ids by the one id rule of `data.fields`, fields of the wrong
-JSON type, duplicate ids, dangling judgments, non-finite scores, queries without text, queries judged without a
-relevant document).
+(`collection.tsv`, `queries*.tsv`, `qrels*.tsv`; a .tsv corpus or queries file may start with a header row naming its
+columns, `data.fields.tsv_columns`), a corpus argument read by the one rule of `data.corpus.corpus_files` (a
+folder stands for its corpus file), a queries argument (a file, or a folder holding `queries.jsonl` or
+`queries.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS Benchmark file layout; checking them
+(malformed lines, ids by the one id rule of `data.fields`, fields of the wrong JSON type, repeated ids named with
+both lines, dangling judgments, non-finite scores, queries without text, queries judged without a relevant
+document).
 Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
 """
 
@@ -15,17 +18,31 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from retromae.data.fields import check_id, document_fields, id_problem, record_id, string_field
+from retromae.data.corpus import CORPUS_NAMES, corpus_files, corpus_format, empty_corpus
+from retromae.data.fields import (
+    QUERY_LAYOUT,
+    check_id,
+    document_fields,
+    id_problem,
+    record_id,
+    repeated_id,
+    string_field,
+    tsv_columns,
+    tsv_fields,
+)
 from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
 from retromae.runtime.options import require
 
+if TYPE_CHECKING:
+    import numpy as np
+
 logger = logging.getLogger(__name__)
 MAX_IDS_SHOWN = 5
+QUERIES_NAMES = ("queries.jsonl", "queries.tsv")  # a queries argument naming a folder reads one of these (or .gz)
 QRELS_FORMATS = ("auto", "beir", "trec")
 BEIR_COLUMNS = ("query-id", "corpus-id", "score")
 TREC_ITERATIONS = ("0", "Q0")
@@ -68,68 +85,117 @@ def _format(path: Path) -> str:
     raise DataError(f"{path}: unknown format; expected .jsonl (BEIR) or .tsv (MS MARCO)")
 
 
-def _read_table(path: Path, parse: Callable[[int, str], tuple[str, object]]) -> dict:
-    """Read every line of `path` through `parse(number, line) -> (id, value)`; ids must keep the id rule
-    (`data.fields.check_id`) and be unique."""
+Parse = Callable[[int, str], tuple[str, object] | None]
+
+
+def _read_table(paths: list[Path], parser: Callable[[Path], Parse], limit: int | None = None) -> dict:
+    """Read every line of `paths` (the first `limit` of each, when given) through `parser(path)(number, line) -> (id,
+    value)` (None: a header row); ids must keep the id rule (`data.fields.check_id`) and be unique: a repeated one
+    is refused naming the file and line of both occurrences."""
     table: dict = {}
-    duplicates: dict[str, int] = {}
-    for number, line in numbered_lines(path):
-        key, value = parse(number, line)
-        check_id(key, f"{path}:{number}")
-        if key in table:
-            duplicates.setdefault(key, number)
-        else:
+    for path in paths:
+        parse = parser(path)
+        for number, line in numbered_lines(path, limit=limit):
+            parsed = parse(number, line)
+            if parsed is None:
+                continue
+            key, value = parsed
+            check_id(key, f"{path}:{number}")
+            if key in table:
+                raise repeated_id(key, f"{path}:{number}", _first_place(paths, parser, key))
             table[key] = value
-    if duplicates:
-        shown = ", ".join(f"{key!r} (line {line})" for key, line in list(duplicates.items())[:MAX_IDS_SHOWN])
-        raise DataError(f"{path}: {len(duplicates)} duplicate ids: {shown}")
     return table
 
 
-def load_corpus(path: Path) -> dict[str, Passage]:
-    """A corpus: BEIR `corpus.jsonl` (`_id`, `title`, `text`) or MS MARCO `collection.tsv` (pid, [title,] text)."""
+def _first_place(paths: list[Path], parser: Callable[[Path], Parse], key: str) -> str:
+    """FILE:LINE of the first line of `paths` giving id `key` (read again: a repeated id is rare, and keeping every
+    id's line would cost memory on every read)."""
+    for path in paths:
+        parse = parser(path)
+        for number, line in numbered_lines(path):
+            parsed = parse(number, line)
+            if parsed is not None and parsed[0] == key:
+                return f"{path}:{number}"
+    return "?"
+
+
+def _tsv_parser(kind: str) -> Callable[[Path], Parse]:
+    """A .tsv corpus's or queries file's line reader: its layout from its first line (`data.fields.tsv_columns`),
+    a header row skipped."""
+    def parser(path: Path) -> Parse:
+        layout: list[dict[str, int]] = []
+
+        def parse(number: int, line: str) -> tuple[str, object] | None:
+            if not layout:
+                columns, header = tsv_columns(path, number, line, kind)
+                layout.append(columns)
+                if header:
+                    return None
+            doc_id, title, text = tsv_fields(path, number, line, layout[0], kind)
+            return doc_id, Passage(title, text) if kind == "corpus" else text
+        return parse
+    return parser
+
+
+def _corpus_parser(path: Path) -> Parse:
+    if corpus_format(path) == "tsv":
+        return _tsv_parser("corpus")(path)
+    if corpus_format(path) != "jsonl":
+        raise DataError(f"{path}: a .{corpus_format(path)} corpus is read by pre-training only; retrieval names "
+                        "documents by id and reads JSON lines ('_id' or 'id', 'text' or 'contents', optional 'title') "
+                        "or .tsv ('id<TAB>[title<TAB>]text'), or a folder holding one")
+
+    def parse(number: int, line: str) -> tuple[str, Passage]:
+        doc_id, title, text = document_fields(json_object_line(path, number, line), f"{path}:{number}",
+                                              id_required=True)
+        return doc_id, Passage(title, text)
+    return parse
+
+
+def load_corpus(path: Path, limit: int | None = None) -> dict[str, Passage]:
+    """A corpus: a file or a folder by the one rule of `data.corpus.corpus_files` (a BEIR or MS MARCO folder stands
+    for its corpus file), each file JSON lines (`_id`/`id`, `title`, `text`, or Pyserini's `id`, `contents`) or
+    .tsv (MS MARCO: pid, [title,] text; an optional header row). `limit`: the first lines of each file only (the
+    check before the heavy work, `retromae.preflight`)."""
     path = Path(path)
-    if _format(path) == "jsonl":
-        def parse(number: int, line: str) -> tuple[str, Passage]:
-            doc_id, title, text = document_fields(json_object_line(path, number, line), f"{path}:{number}",
-                                                  id_required=True)
-            return doc_id, Passage(title, text)
-    else:
-        def parse(number: int, line: str) -> tuple[str, Passage]:
-            fields = line.split("\t")
-            if len(fields) == 2:
-                return fields[0].strip(), Passage("", fields[1])
-            if len(fields) == 3:
-                return fields[0].strip(), Passage(fields[1], fields[2])
-            raise DataError(f"{path}:{number}: expected 'id<TAB>text' or 'id<TAB>title<TAB>text', "
-                            f"found {len(fields)} tab-separated fields")
-    corpus = _read_table(path, parse)
+    corpus = _read_table(corpus_files(path), _corpus_parser, limit)
     if not corpus:
-        raise DataError(f"{path}: the corpus is empty")
+        raise empty_corpus(path)
     return corpus
 
 
-def load_queries(path: Path) -> dict[str, str]:
-    """Queries: BEIR `queries.jsonl` (`_id`, `text`) or MS MARCO `queries.tsv` (qid, text)."""
+def queries_file(path: Path) -> Path:
+    """The file a queries argument names: itself, or the queries file of a folder (`QUERIES_NAMES`, or .gz)."""
     path = Path(path)
-    if _format(path) == "jsonl":
-        def parse(number: int, line: str) -> tuple[str, str]:
-            record, where = json_object_line(path, number, line), f"{path}:{number}"
-            return record_id(record, where, required=True), string_field(record, "text", where)
-    else:
-        def parse(number: int, line: str) -> tuple[str, str]:
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise DataError(f"{path}:{number}: expected 'id<TAB>text', found {len(fields)} tab-separated fields")
-            return fields[0].strip(), fields[1]
+    if not path.is_dir():
+        return path
+    return _find(path, list(QUERIES_NAMES), "queries")
+
+
+def _queries_parser(path: Path) -> Parse:
+    if _format(path) == "tsv":
+        return _tsv_parser("queries")(path)
+
+    def parse(number: int, line: str) -> tuple[str, str]:
+        record, where = json_object_line(path, number, line), f"{path}:{number}"
+        return (record_id(record, where, required=True, layout=QUERY_LAYOUT),
+                string_field(record, "text", where, layout=QUERY_LAYOUT))
+    return parse
+
+
+def load_queries(path: Path, limit: int | None = None) -> dict[str, str]:
+    """Queries: BEIR `queries.jsonl` (`_id`, `text`) or MS MARCO `queries.tsv` (qid, text; an optional header row),
+    or a folder holding one (`queries_file`). `limit`: the first lines only (as `load_corpus`)."""
+    path = queries_file(path)
+    parse = _queries_parser(path)
     empty: dict[str, int] = {}  # id → line of each query without text
 
-    def parse_checked(number: int, line: str) -> tuple[str, str]:
-        query_id, text = parse(number, line)
-        if not text.strip():
-            empty.setdefault(query_id, number)
-        return query_id, text
-    queries = _read_table(path, parse_checked)
+    def parse_checked(number: int, line: str) -> tuple[str, str] | None:
+        parsed = parse(number, line)
+        if parsed is not None and not parsed[1].strip():
+            empty.setdefault(parsed[0], number)
+        return parsed
+    queries = _read_table([path], lambda _: parse_checked, limit)
     if not queries:
         raise DataError(f"{path}: no queries")
     if empty:
@@ -172,16 +238,17 @@ def _qrel_fields(path: Path, number: int, line: str, positions: tuple[int, int, 
     return tuple(fields[i] for i in positions)
 
 
-def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, int]]:
+def load_qrels(path: Path, qrels_format: str = "auto", limit: int | None = None) -> dict[str, dict[str, int]]:
     """Relevance judgments: BEIR tsv (a header naming `query-id`, `corpus-id`, `score`, in any order, among its
     columns) or TREC qrels (`qid 0 docid rel`). `qrels_format` "beir" or "trec" declares a header-less file's
-    layout; "auto" reads a header-less file of 3 fields as BEIR and of 4 as TREC only when its second field is 0."""
+    layout; "auto" reads a header-less file of 3 fields as BEIR and of 4 as TREC only when its second field is 0.
+    `limit`: the first lines only, their layout and values checked (as `load_corpus`)."""
     path = Path(path)
     require(qrels_format in QRELS_FORMATS, "qrels_format", f"must be one of {', '.join(QRELS_FORMATS)}")
     qrels: dict[str, dict[str, int]] = {}
     first_lines: dict[str, int] = {}  # query id → the line of its first judgment
     layout, first_number = None, 0
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         if layout is None:
             first_number = number
             header, *layout = _qrels_layout(path, line, qrels_format)
@@ -203,7 +270,7 @@ def load_qrels(path: Path, qrels_format: str = "auto") -> dict[str, dict[str, in
             raise DataError(f"{path}:{number}: query {qid!r} judges document {docid!r} twice ({previous}, {value})")
     if not qrels:
         raise DataError(f"{path}: no relevance judgments")
-    return _without_unanswerable(qrels, path, first_lines)
+    return qrels if limit is not None else _without_unanswerable(qrels, path, first_lines)
 
 
 def _without_unanswerable(qrels: dict[str, dict[str, int]], path: Path,
@@ -284,14 +351,7 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     `queries.{split}.tsv` (or `queries.{split}.small.tsv`, `queries.tsv`), `qrels.{split}.tsv`
     (or `qrels.{split}.small.tsv`, `qrels.tsv`). `qrels_format` as in `load_qrels`.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        kind = file_kind(folder)
-        raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
-    paths = {
-        "corpus": _find(folder, ["corpus.jsonl", "collection.tsv", "corpus.tsv"], "corpus"),
-        **split_files(folder, split),
-    }
+    paths = _set_paths(Path(folder), split)
     qrels = load_qrels(paths["qrels"], qrels_format)
     all_queries = load_queries(paths["queries"])
     corpus = load_corpus(paths["corpus"])
@@ -303,11 +363,34 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
     return RetrievalSet(corpus=corpus, queries=queries, qrels={qid: qrels[qid] for qid in queries})
 
 
-def read_trec_run(path: Path) -> dict[str, dict[str, float]]:
-    """A TREC run file (`qid Q0 docid rank score tag`, whitespace-separated) as qid → docid → score."""
+def _set_paths(folder: Path, split: str) -> dict[str, Path]:
+    """The corpus, queries and qrels files of a retrieval set's folder (`load_retrieval_set`)."""
+    if not folder.is_dir():
+        kind = file_kind(folder)
+        if kind is None and folder.name.removesuffix(".gz") in (*CORPUS_NAMES, *QUERIES_NAMES):
+            raise DataError(f"{folder}: a file of a retrieval set, which is given as its folder ({folder.parent}: its "
+                            "corpus, queries and qrels)")
+        raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
+    paths = {"corpus": _find(folder, list(CORPUS_NAMES), "corpus"), **split_files(folder, split)}
+    corpus_files(folder)  # the one rule: a folder holding two corpus files is refused, naming them
+    return paths
+
+
+def check_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "auto", limit: int = 1000) -> None:
+    """The layout of a retrieval set's folder and the first `limit` lines of each of its files, read as
+    `load_retrieval_set` reads them (the check before the heavy work, `retromae.preflight`)."""
+    paths = _set_paths(Path(folder), split)
+    load_qrels(paths["qrels"], qrels_format, limit)
+    load_queries(paths["queries"], limit)
+    load_corpus(paths["corpus"], limit)
+
+
+def read_trec_run(path: Path, limit: int | None = None) -> dict[str, dict[str, float]]:
+    """A TREC run file (`qid Q0 docid rank score tag`, whitespace-separated) as qid → docid → score (`limit`: the
+    first lines only)."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         fields = line.split()
         if len(fields) != 6:
             raise DataError(f"{path}:{number}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
@@ -352,12 +435,12 @@ def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "ret
     write_text_atomic(Path(path), "".join(lines))
 
 
-def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+def load_sts_pairs(path: Path, limit: int | None = None) -> tuple[list[str], list[str], np.ndarray]:
     """STS Benchmark layout (tab-separated genre, file, year, id, score, sentence 1, sentence 2, [extra columns]):
-    the two sentence lists and the gold scores, shape (N,)."""
+    the two sentence lists and the gold scores, shape (N,) (`limit`: the first lines only)."""
     path = Path(path)
     first, second, scores = [], [], []
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, limit=limit):
         fields = line.split("\t")
         if len(fields) < 7:
             raise DataError(f"{path}:{number}: expected at least 7 tab-separated fields "
@@ -367,4 +450,6 @@ def load_sts_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:
         second.append(fields[6])
     if not scores:
         raise DataError(f"{path}: no sentence pairs")
+    import numpy as np  # numpy: only for the gold scores' array (the readers stay light for the checks before work)
+
     return first, second, np.asarray(scores, dtype=np.float64)

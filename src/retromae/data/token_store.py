@@ -39,7 +39,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from retromae.data.corpus import HF_PREFIX, folder_files, iter_corpus_pieces, parse_hf_source
+from retromae.data.corpus import HF_PREFIX, corpus_files, iter_corpus_pieces, parse_hf_source
 from retromae.data.long_texts import split_characters
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError, FileSystemError
@@ -116,7 +116,7 @@ def source_fingerprint(source: str | Path) -> list[Any]:
         raise DataError(f"{path}: corpus file or folder not found")
     if not path.is_dir():
         check_regular_file(path, "corpus file")  # /dev/zero would be hashed forever
-    return _files_fingerprint(folder_files(path) if path.is_dir() else [path])
+    return _files_fingerprint(corpus_files(path))
 
 
 def _files_fingerprint(paths: Iterable[Path]) -> list[Any]:

@@ -19,11 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retromae.data.fields import check_id
+from retromae.data.corpus import CORPUS_NAMES
+from retromae.data.fields import UniqueIds, check_id, missing_field
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path
 from retromae.runtime.lines import finite_number, json_object_line, numbered_lines
+
+TRAINING_LAYOUT = ('a training line is a JSON object {"query": str, "pos": [str, ...], "neg": [str, ...]} (optional: '
+                   '"pos_scores", "neg_scores", "query_id", "pos_ids", "neg_ids")')
 
 
 @dataclass
@@ -54,7 +58,7 @@ class TrainingSet:
 def _string_list(path: Path, number: int, record: dict, name: str, required: bool) -> list[str]:
     if name not in record:
         if required:
-            raise DataError(f"{path}:{number}: missing field {name!r}")
+            raise missing_field(record, f"{path}:{number}", (name,), TRAINING_LAYOUT)
         return []
     value = record[name]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
@@ -100,24 +104,25 @@ def _what_data_takes(path: Path, line: str) -> str:
              if len(columns) > 1 else "")
     folder, split = path.parent.parent, path.name.removesuffix(".gz").removesuffix(".tsv")
     instead = (f" (here: --data {folder} --split {split})"
-               if path.parent.name == "qrels" and (folder / "corpus.jsonl").is_file() else "")
+               if path.parent.name == "qrels" and any((folder / name).is_file() for name in CORPUS_NAMES) else "")
     return (f'{looks}--data takes a training file of JSON lines, one query a line ({{"query": str, "pos": [str, ...], '
             f'"neg": [str, ...]}}), or a BEIR / MS MARCO folder and --split{instead}')
 
 
-def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every line of a training file, checked: `query` a string, `pos` a non-empty
-    list of strings, `neg` a list of strings, score lists as long as the passage lists they score, ids (when
-    given) by the id rule."""
+def read_training_records(path: str | Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every line of a training file (the first `limit` only, when given), checked: `query`
+    a string, `pos` a non-empty list of strings, `neg` a list of strings, score lists as long as the passage lists
+    they score, ids (when given) by the id rule, a `query_id` given once."""
     path = Path(path)
-    for number, line in numbered_lines(path):
+    query_ids = UniqueIds("query id")
+    for number, line in numbered_lines(path, limit=limit):
         try:
             record = json_object_line(path, number, line)
         except DataError as error:
             raise DataError(f"{error}; {_what_data_takes(path, line)}") from None
         if not isinstance(record.get("query"), str):
-            raise DataError(f"{path}:{number}: missing field 'query'" if "query" not in record
-                            else f"{path}:{number}: field 'query' must be a string")
+            raise (missing_field(record, f"{path}:{number}", ("query",), TRAINING_LAYOUT) if "query" not in record
+                   else DataError(f"{path}:{number}: field 'query' must be a string"))
         if not record["query"].strip():
             raise DataError(f"{path}:{number}: 'query' is empty; every example needs a query text")
         positives = _string_list(path, number, record, "pos", required=True)
@@ -125,6 +130,8 @@ def read_training_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any
             raise DataError(f"{path}:{number}: 'pos' is empty; every query needs at least one positive passage")
         negatives = _string_list(path, number, record, "neg", required=False)
         _check_ids(path, number, record, positives, negatives)
+        if record.get("query_id") is not None:
+            query_ids.add(record["query_id"], f"{path}:{number}")
         pos_scores = _score_list(path, number, record, "pos_scores", len(positives))
         neg_scores = _score_list(path, number, record, "neg_scores", len(negatives))
         if (pos_scores is None) != (neg_scores is None) and negatives:

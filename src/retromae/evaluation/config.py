@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retromae.data.corpus import CORPUS_NAMES
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 TASKS = ("auto", "retrieval", "sts")
 QRELS_FORMATS = ("auto", "beir", "trec")  # as `data.retrieval_sets.load_qrels` reads them (no numpy import here)
-CORPUS_FILES = ("corpus.jsonl", "collection.tsv", "corpus.tsv")
+CORPUS_FILES = CORPUS_NAMES  # a data set's folder holds one of them (`data.corpus.corpus_files`, the one rule)
 RANKING_NAMES = ", ".join(metric.name for metric in metrics(RANKING))  # ndcg, mrr, recall, map, p
 RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKING))  # NDCG@k, MRR@k, Recall@k, ...
 
@@ -37,6 +38,8 @@ RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKIN
 @dataclasses.dataclass(kw_only=True)
 class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("retrieval sets", "split"), "run": "run"}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each",

@@ -33,7 +33,7 @@ from retromae.objectives.summary import describe_pretraining
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import appended_records, numbered_lines, read_json_file
-from retromae.runtime.run_folder import claim_folder, input_paths, run_identity
+from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 if TYPE_CHECKING:
     from retromae.evaluation.config import ReportConfig
@@ -238,7 +238,8 @@ def report(config: ReportConfig) -> Path:
     """Gather variant folders into a report as `config` says; returns the report
     folder (`retromae.report(...)`)."""
     claim_folder(config.output, "report", run_identity(config), REPORT_FILES, overwrite=config.overwrite,
-                 inputs=input_paths(config), resumable=False)
+                 inputs=input_paths(config), resumable=False, started=False)  # kept only whole (mark_started)
     print(write_report(config.variants, config.output, config.title))
+    mark_started(config.output)
     print(f"report: {config.output / 'report.md'}")
     return Path(config.output)

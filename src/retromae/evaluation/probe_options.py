@@ -56,6 +56,8 @@ RETRIEVAL_HELP, STS_HELP = _probe_help(RANKING), _probe_help(CORRELATION)
 @dataclass(kw_only=True)
 class ProbeOptions(Options):
     """Options of the retrieval probes run while pre-training (a mixin of `PretrainConfig`)."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"probe": ("retrieval set", "probe_split"), "probe_sts": "sts"}
 
     probe: str | None = option(None, "probe retrieval while training: a BEIR (or MS MARCO) folder whose --probe-split "
                                      "queries are searched zero-shot with the encoder's vector (the objective's "

@@ -19,6 +19,8 @@ NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
 @dataclass(kw_only=True)
 class FinetuneConfig(MiningOptions, TrainingConfig):
     """Options of `retromae finetune`."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("training data", "split")}
 
     model: str = option(help="encoder to start from: a `retromae pretrain`/`finetune` output's encoder/ (or the "
                              "output folder itself), a sentence-transformers folder, or any Hugging Face encoder")

@@ -46,6 +46,8 @@ ObjectiveOptionFields = dataclasses.make_dataclass("ObjectiveOptionFields", flat
 @dataclass(kw_only=True)
 class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
     """Options of `retromae pretrain`; the papers' defaults where they give them."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"corpus": "documents", "pairs": "pairs"}
 
     SECTION_FIELD = "objective"  # a config file's section of that name holds the objective's options
 
@@ -131,6 +133,7 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
 
 @dataclasses.dataclass(kw_only=True)
 class InitModelConfig(Options):
+    INPUT_FORMATS = {"corpus": "documents"}  # the format each input option is read in (`retromae.data.inputs`)
     output: Path = option(help="folder to write the model and tokenizer to")
     architecture: str = option("bert", f"model family to build, with its kind of tokenizer ({tokenizer_kinds_help()})",
                                choices=architecture_names)

@@ -18,6 +18,8 @@ from retromae.training.config import HeadTrainingConfig
 @dataclass(kw_only=True)
 class RerankerConfig(MiningOptions, HeadTrainingConfig):
     """Options of `retromae train-reranker`."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("training data", "split")}
 
     model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
                              "encoder, a sentence-transformers folder, or a pre-training output")
@@ -38,6 +40,7 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
 
 @dataclass(kw_only=True)
 class ScoreConfig(OutputOptions):
+    INPUT_FORMATS = {"data": "training file"}  # the format each input option is read in (`retromae.data.inputs`)
     model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`")
     data: Path = option(help="training file (JSON lines: query, pos, neg)")
     output: Path = option(help="training file to write: the input with pos_scores and neg_scores")

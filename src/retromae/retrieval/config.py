@@ -35,10 +35,14 @@ METRICS = ("ip", "l2")  # the similarities an index offers
 
 @dataclasses.dataclass(kw_only=True)
 class EncodeConfig(OutputOptions, EncoderOptions):
-    corpus: Path | None = option(None, "corpus file to encode: BEIR corpus.jsonl or MS MARCO collection.tsv, "
-                                       "optionally .gz (a document is its title and text joined)",
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
+    corpus: Path | None = option(None, "corpus to encode: a .jsonl or .tsv file (BEIR corpus.jsonl, MS MARCO "
+                                       "collection.tsv, optionally .gz) or a folder holding one (a document is its "
+                                       "title and text joined)",
                                  required_unless="--queries")
-    queries: Path | None = option(None, "queries file to encode: queries.jsonl or queries.tsv, optionally .gz",
+    queries: Path | None = option(None, "queries to encode: queries.jsonl or queries.tsv (optionally .gz), or a "
+                                        "folder holding one",
                                   required_unless="--corpus")
     output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
                                "with the same model and input continues")
@@ -101,6 +105,7 @@ class BM25Params(Options):
 
 @dataclasses.dataclass(kw_only=True)
 class IndexConfig(OutputOptions, BM25Params):
+    INPUT_FORMATS = {"corpus": "corpus"}  # the format each input option is read in (`retromae.data.inputs`)
     embeddings: Path = option(help="embeddings folder written by `retromae encode`")
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
                                "with --hybrid)")
@@ -127,6 +132,8 @@ SHOWN_K, RUN_K = 10, 100
 
 @dataclasses.dataclass(kw_only=True)
 class SearchConfig(OutputOptions, EncoderOptions):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
     model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
     index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
     query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
@@ -159,12 +166,15 @@ class SearchConfig(OutputOptions, EncoderOptions):
 
 @dataclasses.dataclass(kw_only=True)
 class BM25Config(OutputOptions, BM25Params):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("retrieval set", "split"), "corpus": "corpus", "queries": "queries"}
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
-    corpus: Path | None = option(None, "corpus file (with --queries): corpus.jsonl or collection.tsv",
+    corpus: Path | None = option(None, "corpus (with --queries): a .jsonl or .tsv file or a folder holding one",
                                  required_unless="--data")
-    queries: Path | None = option(None, "queries file (with --corpus): queries.jsonl or queries.tsv",
+    queries: Path | None = option(None, "queries (with --corpus): queries.jsonl or queries.tsv, or a folder "
+                                        "holding one",
                                   required_unless="--data")
     output: Path = option(help="TREC run file to write")
     top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
@@ -178,6 +188,8 @@ class BM25Config(OutputOptions, BM25Params):
 
 @dataclasses.dataclass(kw_only=True)
 class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": ("training data", "split")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from retromae.data.fields import id_problem, json_type, read_id_lines
+from retromae.data.fields import UniqueIds, id_problem, json_type, read_id_lines
 from retromae.models.encoder import Encoder
 from retromae.models.finite import check_vectors
 from retromae.runtime.console import progress
@@ -79,10 +79,10 @@ def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | Non
 
 
 def source_info(path: str | Path | None) -> dict[str, Any]:
-    """Where the encoded texts came from: the input file's absolute path and fingerprint (empty without a file)."""
+    """Where the encoded texts came from: the input file (or folder) and its fingerprint (empty without one)."""
     if path is None:
         return {}
-    return {"source": {"path": absolute(path), "fingerprint": file_fingerprint(Path(path))}}
+    return {"source": {"path": absolute(path), "fingerprint": input_fingerprint(path)}}
 
 
 def _save_array(array: np.ndarray, path: Path) -> None:
@@ -152,6 +152,10 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
         problem = id_problem(doc_id) if isinstance(doc_id, str) else f"is {json_type(doc_id)}, not a string"
         if problem is not None:
             raise DataError(f"id {doc_id!r} (row {row}) cannot be written one per line to {IDS_FILE}: it {problem}")
+    if len(set(ids)) != len(ids):  # rare: name the rows of the first repeated id
+        seen = UniqueIds()
+        for row, doc_id in enumerate(ids):
+            seen.add(doc_id, f"row {row} of the ids")
 
 
 def _checked_shards(output_dir: Path, manifest: dict[str, Any], count: int, dimension: int, state: Any) -> Path:

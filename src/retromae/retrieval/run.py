@@ -15,7 +15,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, write_trec_run
+from retromae.data.corpus import corpus_files
+from retromae.data.inputs import EMBEDDINGS_INFO
+from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, queries_file, write_trec_run
 from retromae.data.training_groups import load_training_data, write_training_file
 from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
 from retromae.retrieval.config import RUN_K, SHOWN_K, BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
@@ -34,7 +36,7 @@ from retromae.retrieval.top_k import capped_top_k
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import process_state
-from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, run_identity
+from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, mark_started, run_identity
 
 if TYPE_CHECKING:
     from retromae.retrieval.searcher import Hit, Run, Searcher
@@ -61,7 +63,16 @@ def encode(config: EncodeConfig) -> Path:
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,
                          description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
-                         source=config.corpus or config.queries)
+                         source=read_from(config))
+
+
+def read_from(config: EncodeConfig) -> Path:
+    """The file the texts are read from (a folder stands for its corpus or queries file, by the rules of
+    `data.corpus.corpus_files` and `data.retrieval_sets.queries_file`), or the folder of several corpus files."""
+    if config.queries is not None:
+        return queries_file(config.queries)
+    files = corpus_files(config.corpus)
+    return files[0] if len(files) == 1 else Path(config.corpus)
 
 
 def index(config: IndexConfig) -> Path:
@@ -71,7 +82,7 @@ def index(config: IndexConfig) -> Path:
 
     claim_folder(config.output, "index", run_identity(config),
                  (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, LEXICAL_DIR), overwrite=config.overwrite,
-                 resumable=False, inputs=input_paths(config))
+                 resumable=False, inputs=input_paths(config), started=False)  # kept only whole (mark_started)
     with reading(config.embeddings):  # the vectors are read (memory-mapped) while the index is built
         ids, vectors, encoding = load_embeddings(config.embeddings)
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
@@ -81,6 +92,7 @@ def index(config: IndexConfig) -> Path:
     info = {"factory": config.factory, "params": config.params, "encoder": encoding,
             "embeddings_generation": encoding.get("generation"), "corpus": corpus}
     save_index(built, config.output, ids, info, lexical)
+    mark_started(config.output)
     sides = f"{config.factory}, {config.metric}" + (", with BM25" if lexical is not None else "")
     print(f"indexed {len(ids)} vectors into {config.output} ({sides})")
     return Path(config.output)
@@ -143,9 +155,9 @@ def load_searcher(config: SearchConfig) -> Searcher:
 
 
 def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
-    """The run of a queries file (encoded here) or of an embeddings folder's query vectors."""
+    """The run of a queries file or folder (encoded here) or of an embeddings folder's query vectors."""
 
-    if not Path(config.queries).is_dir():
+    if not (Path(config.queries) / EMBEDDINGS_INFO).is_file():
         return searcher.run(load_queries(config.queries), k, show_progress=True)
     ids, vectors, texts = query_vectors(config, searcher)
     return searcher.run_vectors(ids, vectors, k, texts, show_progress=True)

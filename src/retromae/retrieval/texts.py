@@ -16,7 +16,7 @@ from typing import Any
 
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
-from retromae.runtime.run_folder import file_fingerprint
+from retromae.runtime.run_folder import input_fingerprint
 
 
 def recorded_path(record: Any) -> Path | None:
@@ -30,9 +30,9 @@ def change(record: Any) -> str | None:
     path = recorded_path(record)
     if path is None:
         return "is not recorded"
-    if not path.is_file():
+    if not path.exists():
         return f"({path}) is not there any more (moved or deleted)"
-    if file_fingerprint(path) != record.get("fingerprint"):
+    if input_fingerprint(path) != record.get("fingerprint"):
         return f"({path}) changed since it was recorded"
     return None
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import itertools
 import json
 import math
 import os
@@ -81,15 +82,16 @@ def _clean_value(value: Any) -> Any:
     return value
 
 
-def numbered_lines(path: Path, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
-    """(1-based line number, cleaned line without its end-of-line) per line; blank lines only with `keep_blank`."""
+def numbered_lines(path: Path, *, keep_blank: bool = False, limit: int | None = None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, cleaned line without its end-of-line) per line; blank lines only with `keep_blank`;
+    the first `limit` lines only when given (a check of a file's head before the work)."""
     path = Path(path)
     check_regular_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     number = 0
     try:
         with opener(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(itertools.islice(handle, limit), start=1):
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as err:

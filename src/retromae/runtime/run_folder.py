@@ -6,8 +6,11 @@ run's outputs is refused unless `--resume` continues that same run or `--overwri
 command itself writes, and only where a run of the same command wrote them: never another command's outputs, nor
 files no run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the
 list of options that differ between two runs; that an output never overlaps a command's inputs (`check_apart`,
-before anything is deleted); that a run which fails before its first step (`mark_started`) leaves its folder free
-for the corrected command; and that one process at a time writes an output: claiming one
+before anything is deleted); that a run which fails before its lasting work began (`mark_started`: a training's
+first step; the whole of a command whose outputs are kept only whole, such as `index` and `report`) leaves its folder
+as it found it for the corrected command: what it wrote there removed and its claim taken back (`abandon`, which the
+CLI and the Python API run when a command fails; a killed run's leftovers are cleared by the next run of the
+command); and that one process at a time writes an output: claiming one
 takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
 distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
 user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
@@ -38,6 +41,7 @@ HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat 
 _HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerprint, for this process's life
 LOCK_FILE = ".retromae.lock"
 _HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, pid of the process that took it)
+_CLAIMED: dict[Path, tuple[tuple[str, ...], bool]] = {}  # folder claimed here -> (names it writes, made by the claim)
 REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the others
 # Options that say how long, how verbosely or where a training runs, not what it computes: a resumed run may change
 # them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length). The probes'
@@ -51,9 +55,9 @@ INPUT_OPTIONS = MODEL_OPTIONS + PATH_OPTIONS
 OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
 # may be written into an input folder beside them (a run file beside its data set), never over one of them.
-READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "queries.tsv", "qrels", "sts-*.csv", "ids.txt",
-                   "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json", "*.safetensors",
-                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
+READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "corpus.tsv", "queries.tsv", "qrels",
+                   "sts-*.csv", "ids.txt", "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json",
+                   "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -217,6 +221,7 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
     (`hold`) and then writes."""
     ours = tuple(ours)
     check_apart(folder, inputs, ours)
+    made = not os.path.exists(folder)
     main = processes is None or processes.is_main_process
     refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable) if main else None
     if processes is not None and processes.num_processes > 1:
@@ -227,11 +232,37 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
     if processes is not None:
         processes.wait_for_everyone()
     if processes is None or processes.is_main_process:
-        for path in stale:
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        _remove(stale)
         write_marker(folder, command, identity, started=started or continued)
+        _CLAIMED[Path(os.path.abspath(folder))] = (ours, made)
     if processes is not None:
         processes.wait_for_everyone()
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def abandon(keep: Collection[Path] = ()) -> None:
+    """After a command failed: each folder this process claimed whose run had not begun its lasting work (its marker
+    says not started, `mark_started`) is left as the command found it for the next run: the names its command writes
+    there (`ours`) removed, its marker too, and the folder when the claim made it and it is left empty; a started
+    run's folder (checkpoints to resume, finished shards) is kept.
+    Then the claims are released (`release`); those whose lock files are in `keep` (held before a call of the Python
+    API) are left alone. Run by the CLI and the Python API when a command raises."""
+    unstarted = []
+    for folder, (ours, made) in list(_CLAIMED.items()):
+        marker = read_marker(folder)
+        if folder / LOCK_FILE not in keep and marker is not None and not _started(marker):
+            with contextlib.suppress(OSError):  # the failure being reported may be the disk's: say that one
+                _remove(folder / name for name in ours if (folder / name).exists() or (folder / name).is_symlink())
+                (folder / MARKER).unlink()
+            unstarted += [folder] if made else []
+    release(keep)
+    for folder in unstarted:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
 
 
 def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], resume: bool,
@@ -368,15 +399,20 @@ def release(keep: Collection[Path] = ()) -> None:
                 lock.unlink()
             os.close(descriptor)
             del _HELD[lock]
+            _CLAIMED.pop(lock.parent, None)
 
 
 @contextlib.contextmanager
 def released_after() -> Iterator[None]:
     """The outputs claimed within the block are released when it ends (those held before stay): a call of the Python
-    API frees its outputs when it returns, as a command of the CLI does."""
+    API frees its outputs when it returns, as a command of the CLI does; when it raises, what it wrote before its
+    lasting work began is removed first (`abandon`)."""
     held = set(_HELD)
     try:
         yield
+    except BaseException:
+        abandon(keep=held)
+        raise
     finally:
         release(keep=held)
 

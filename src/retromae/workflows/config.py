@@ -67,6 +67,8 @@ def choose_preset(device: str) -> str:
 @dataclasses.dataclass(kw_only=True)
 class QuickstartConfig(OutputOptions):
     """Options of `retromae quickstart`; sizes left unset come from the preset."""
+    # The format each input option is read in (`retromae.data.inputs`).
+    INPUT_FORMATS = {"data": "retrieval set", "corpus": "documents"}
 
     # the test queries it reports, never among the train ones it fine-tunes on (`data.held_out`)
     HELD_OUT: ClassVar[tuple[HeldOut, ...]] = (

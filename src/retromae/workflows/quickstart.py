@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from retromae.data.corpus import HF_PREFIX, iter_corpus, iter_documents
+from retromae.data.corpus import iter_corpus
 from retromae.data.held_out import check_held_out
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
@@ -39,7 +39,6 @@ from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.runtime.console import NOT_LOSSES, Stages
-from retromae.runtime.errors import DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import save_config
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -248,20 +247,9 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
     plt.close(figure)
 
 
-def require_text(sources: list[str], option: str) -> None:
-    """DataError naming the source when one of `sources` (files or folders; `hf:` data sets are read later) holds no
-    document with text: checked before any stage, since a tokenizer trained on nothing fails only at pre-training."""
-    for source in sources:
-        if str(source).startswith(HF_PREFIX):
-            continue
-        if not any(document.text.strip() for document in iter_documents(source)):
-            raise DataError(f"{option} {source}: holds no document with text")
-
-
 def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     """Run the whole comparison; returns the test metrics (and minutes) per model."""
     started = time.perf_counter()
-    require_text(config.corpus or [], "--corpus")
     check_held_out(config)  # the test queries are not trained on (the command line checked them before torch)
     output = Path(config.output)
     device = detect_device()
@@ -277,7 +265,7 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
     if config.data is None:
         stages.next()
     data = prepare_data(config, output)
-    corpus = config.corpus or [str(data / "corpus.jsonl")]
+    corpus = config.corpus or [str(data)]  # the folder stands for its corpus file (`data.corpus.corpus_files`)
     stages.next()
     initial = initial_model(corpus, budget, output / "initial-model", config.seed, config.architecture)
     entropy = unigram_entropy(corpus, initial)
