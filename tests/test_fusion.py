@@ -14,7 +14,7 @@ LEXICAL = {"q": {"b": 12.0, "d": 4.0}}  # normalised: b 1, d 0
 def test_convex_fusion_normalises_each_list_and_gives_zero_to_a_missing_side():
     fused = fuse(DENSE, LEXICAL, "convex", weight=0.7)["q"]
     assert fused == pytest.approx({"a": 0.7, "b": 0.7 * 0.5 + 0.3 * 1.0, "c": 0.0, "d": 0.0})
-    assert list(fused) == ["a", "b", "c", "d"]  # a (0.7) before b (0.65); c and d tie at 0: by id
+    assert list(fused) == ["a", "b", "d", "c"]  # a (0.7) before b (0.65); c and d tie at 0: by id, descending
 
 
 def test_rrf_sums_reciprocal_ranks_over_the_lists_holding_the_document():
@@ -24,7 +24,7 @@ def test_rrf_sums_reciprocal_ranks_over_the_lists_holding_the_document():
 
 
 def test_ties_within_a_list_are_ranked_by_document_id_and_equal_scores_normalise_to_one():
-    assert fuse_query({"y": 2.0, "x": 2.0}, {}, "rrf") == pytest.approx({"x": 1 / 61, "y": 1 / 62})
+    assert fuse_query({"x": 2.0, "y": 2.0}, {}, "rrf") == pytest.approx({"y": 1 / 61, "x": 1 / 62})  # trec_eval's
     assert fuse_query({"y": 2.0, "x": 2.0}, {}, "convex", weight=0.5) == {"x": 0.5, "y": 0.5}
 
 

@@ -79,13 +79,13 @@ def test_hybrid_search_fuses_both_sides(tmp_path, beir, hybrid_index):
     assert cli("search", "--index", hybrid_index, "--queries", queries, "--output", tmp_path / "fused.trec",
                "--top-k", 5) == 0
     assert cli("search", "--index", hybrid_index, "--queries", queries, "--output", tmp_path / "dense.trec",
-               "--top-k", 5, "--dense-only") == 0
+               "--top-k", 100, "--dense-only") == 0  # each side's candidates: the fusion's depth, not the 5 shown
     assert cli("search", "--index", hybrid_index, "--queries", queries, "--output", tmp_path / "rrf.trec",
                "--top-k", 5, "--fusion", "rrf") == 0
     texts = load_queries(queries)
     corpus = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
     lexical = BM25().index([d["_id"] for d in corpus], [d["text"] for d in corpus], show_progress=False)
-    bm25_run = lexical.search(texts, 5, show_progress=False)
+    bm25_run = lexical.search(texts, 100, show_progress=False)
     dense = read_trec_run(tmp_path / "dense.trec")
     for name, method in (("fused", "convex"), ("rrf", "rrf")):
         expected = fuse(dense, bm25_run, method, k=5)

@@ -2,7 +2,8 @@
 texts) and loads the query encoder once; `.search("text", k=10)` returns `Hit`s (rank, id, score, text).
 
 An index built with `retromae index --hybrid` is searched on both sides and fused (`retrieval.fusion`: the
-candidates are the union of both top-k lists); one without its lexical side, by the model alone. Owns the query
+candidates are the union of each side's best `fusion.DEPTH` documents, or best k when more hits are asked for, so
+that the first n hits never depend on k); one without its lexical side, by the model alone. Owns the query
 encoder's choice (the model, pooling and normalisation index.json records, unless overridden; every error about a
 recorded path names index.json and the option that overrides it), the check that query vectors come from the
 index's encoder, and `run`/`run_vectors` (runs for `retromae search`). Does not own the index folder
@@ -16,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, check_fusion, fuse
+from retromae.data.ranking import ranked
+from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.options import ConfigError, require
 
@@ -137,7 +139,7 @@ class Searcher:
         if self._rows is None:
             self._rows = {doc_id: n for n, doc_id in enumerate(self.ids)}
         row = self._rows
-        ordered = sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))
+        ordered = ranked(scores)
         return [Hit(rank, doc_id, scores[doc_id], self.texts[row[doc_id]] if self.texts is not None else None)
                 for rank, doc_id in enumerate(ordered, start=1)]
 
@@ -163,15 +165,16 @@ class Searcher:
         if vectors.shape[1] != self.index.d:
             raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {self.index.d}-"
                               "dimensional index")
+        if self.lexical is not None and queries is None:
+            raise ConfigError("--queries: a hybrid index needs the query texts for BM25; give a queries file, or "
+                              "--dense-only")
         k = min(k, len(self.ids))
-        scores, rows = search(self.index, vectors, k, show_progress=show_progress)  # (Q, k) each
+        depth = k if self.lexical is None else candidate_depth(k)  # each side's candidates: the fusion's depth
+        scores, rows = search(self.index, vectors, depth, ids=self.ids, show_progress=show_progress)  # (Q, depth)
         dense = results_to_run(query_ids, self.ids, scores, rows)
         if self.lexical is None:
             return dense
-        if queries is None:
-            raise ConfigError("--queries: a hybrid index needs the query texts for BM25; give a queries file, or "
-                              "--dense-only")
-        lexical = self.lexical.search({q: queries[q] for q in query_ids}, k, show_progress=False)
+        lexical = self.lexical.search({q: queries[q] for q in query_ids}, depth, show_progress=False)
         empty_results(lexical, "BM25 (the lexical side)")
         return fuse(dense, lexical, self.fusion.method, self.fusion.weight, k=k)
 
