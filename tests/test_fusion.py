@@ -1,12 +1,15 @@
 """Hybrid fusion on hand-computed cases: convex (min-max per query) and RRF, ties, one-sided documents."""
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 
-from retromae.retrieval.fusion import fuse, fuse_query
+from retromae.retrieval.fusion import DEPTH, candidate_depth, fuse, fuse_query
 from retromae.runtime.errors import RetroMAEError
 
+SRC = Path(__file__).resolve().parents[1] / "src" / "retromae"
 DENSE = {"q": {"a": 0.9, "b": 0.5, "c": 0.1}}  # normalised: a 1, b 0.5, c 0
 LEXICAL = {"q": {"b": 12.0, "d": 4.0}}  # normalised: b 1, d 0
 
@@ -37,3 +40,22 @@ def test_a_query_in_one_run_only_and_a_cut_to_k():
 def test_a_wrong_method_or_weight_is_refused(method, weight):
     with pytest.raises(RetroMAEError):
         fuse(DENSE, LEXICAL, method, weight)
+
+
+def test_the_depth_is_the_fusions_and_grows_to_k():
+    assert candidate_depth(None) == candidate_depth(1) == candidate_depth(100) == DEPTH == 100
+    assert candidate_depth(250) == 250
+    deep = {"q": {f"d{n:03d}": float(n) for n in range(300)}}  # each side's best 100 are fused, not all 300
+    assert set(fuse(deep, {}, "convex", weight=1.0, k=10)["q"]) == {f"d{n:03d}" for n in range(290, 300)}
+    assert fuse(deep, {}, "convex", weight=1.0, k=10)["q"]["d299"] == 1.0
+    assert fuse(deep, {}, "convex", weight=1.0, k=10)["q"]["d298"] == pytest.approx(98 / 99)  # normalised over 100
+
+
+def test_every_module_that_fuses_searches_each_side_at_the_fusions_depth():
+    """Generated over the package: a module calling `fuse` or `fuse_query` also asks `candidate_depth` how deep to
+    search each side (before issue 61, `search` fused each side's top k, k the hits shown)."""
+    fusing = [path for path in sorted(SRC.rglob("*.py")) if path.name != "fusion.py"
+              and any(isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("fuse", "fuse_query")
+                      for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
+    assert len(fusing) >= 3  # the Searcher, evaluate, adapt's teacher
+    assert [path.name for path in fusing if "candidate_depth(" not in path.read_text(encoding="utf-8")] == []

@@ -12,6 +12,7 @@ from conftest import make_sentences, tiny_beir
 
 import retromae
 from retromae.cli import main
+from retromae.data.ranking import ranked
 from retromae.data.retrieval_sets import load_queries, read_trec_run
 from retromae.retrieval.bm25 import BM25, BM25Params
 from retromae.retrieval.fusion import fuse
@@ -220,3 +221,51 @@ def test_bm25_counts_queries_without_results(tmp_path, beir, capsys):
     assert cli("bm25", "--data", beir, "--output", tmp_path / "bm25.trec") == 0
     err = capsys.readouterr().err
     assert "BM25: 1 of 1 queries got no results" in err and "'q36'" in err
+
+
+SHOWN = (1, 3, 10)  # the issue's n: the first n hits of a search for n equal the first n of a search for 100
+
+
+def _hits_of(run: dict[str, float]) -> list[tuple[str, float]]:
+    return [(doc_id, run[doc_id]) for doc_id in ranked(run)]
+
+
+def _by_cli_run_file(index, queries, tmp_path, fusion, k):
+    output = tmp_path / f"{fusion}-{k}.trec"
+    assert cli("search", "--index", index, "--queries", queries, "--output", output, "--top-k", k,
+               "--fusion", fusion) == 0
+    return {query_id: _hits_of(run) for query_id, run in read_trec_run(output).items()}
+
+
+def _by_cli_query(index, queries, tmp_path, fusion, k):
+    texts = load_queries(queries)
+    hits = retromae.search(index=index, query=list(texts.values()), top_k=k, fusion=fusion)
+    return {query_id: [(hit.id, hit.score) for hit in found] for query_id, found in zip(texts, hits, strict=True)}
+
+
+def _by_searcher(index, queries, tmp_path, fusion, k):
+    texts = load_queries(queries)
+    found = retromae.Searcher.load(index, fusion=fusion).search(list(texts.values()), k=k)
+    return {query_id: [(hit.id, hit.score) for hit in hits] for query_id, hits in zip(texts, found, strict=True)}
+
+
+@pytest.mark.parametrize("fusion", ["convex", "rrf"])
+@pytest.mark.parametrize("way", [_by_cli_run_file, _by_cli_query, _by_searcher], ids=lambda way: way.__name__[4:])
+def test_the_first_hits_of_a_hybrid_search_do_not_depend_on_how_many_are_asked_for(tmp_path, beir, hybrid_index,
+                                                                                      fusion, way):
+    """Issue 61: `search` fused each side's top k, k the hits shown, so the hybrid at --top-k 10 was not the first
+    10 of the hybrid at 100 (nor evaluate's). Now each side contributes the fusion's depth whatever k is."""
+    queries = beir / "queries.jsonl"
+    deep = way(hybrid_index, queries, tmp_path, fusion, 100)
+    for k in SHOWN:
+        shown = way(hybrid_index, queries, tmp_path, fusion, k)
+        assert shown.keys() == deep.keys()
+        assert all(shown[query_id] == deep[query_id][:k] for query_id in deep)  # same ids, order and scores
+
+
+def test_evaluate_fuses_at_the_depth_search_fuses_at_whatever_its_metrics(tmp_path, beir, tiny_model_dir):
+    """`evaluate --metrics ndcg@10 --hybrid` retrieved and fused only each side's top 10 before."""
+    options = {"model": str(tiny_model_dir), "data": [beir], "hybrid": True, "pooling": "mean", "normalize": True}
+    default = retromae.evaluate(**options)["sets"]["beir"]["hybrid"]
+    shallow = retromae.evaluate(**options, metrics=["ndcg@10", "mrr@10"])["sets"]["beir"]["hybrid"]
+    assert shallow["ndcg@10"] == default["ndcg@10"] and shallow["mrr@10"] == default["mrr@10"]
