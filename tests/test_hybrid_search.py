@@ -202,10 +202,10 @@ def test_resumed_encode_checks_every_shard(tmp_path, beir, tiny_model_dir, capsy
         (tmp_path / "docs" / name).unlink()
     shards = tmp_path / "docs" / "shards"
     shards.mkdir()
-    from retromae.retrieval.encode import _fingerprint  # the manifest a killed run leaves
+    from retromae.retrieval.lineage import texts_fingerprint  # the manifest a killed run leaves
     info = json.loads(json.dumps(manifest["identity"]))
     corpus = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
-    assert info["fingerprint"] == _fingerprint([d["_id"] for d in corpus], [d["text"] for d in corpus])
+    assert info["fingerprint"] == texts_fingerprint([d["_id"] for d in corpus], [d["text"] for d in corpus])
     (shards / "manifest.json").write_text(json.dumps({k: v for k, v in info.items() if k != "model content"}))
     for bad, words in ((np.zeros((10, width), dtype=np.int64), "holds int64"),
                        (np.full((10, width), np.nan, dtype=np.float32), "NaN"),
@@ -269,3 +269,42 @@ def test_evaluate_fuses_at_the_depth_search_fuses_at_whatever_its_metrics(tmp_pa
     default = retromae.evaluate(**options)["sets"]["beir"]["hybrid"]
     shallow = retromae.evaluate(**options, metrics=["ndcg@10", "mrr@10"])["sets"]["beir"]["hybrid"]
     assert shallow["ndcg@10"] == default["ndcg@10"] and shallow["mrr@10"] == default["mrr@10"]
+
+
+def _other_texts(beir, tmp_path):
+    """The corpus with the same ids and one document's text changed."""
+    lines = (beir / "corpus.jsonl").read_text().splitlines()
+    record = json.loads(lines[5])
+    lines[5] = json.dumps({**record, "text": record["text"] + " changed"})
+    (tmp_path / "other.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path / "other.jsonl"
+
+
+# Every way a corpus is named beside vectors that record the texts they encoded (issue 63, item 4).
+DERIVED = {
+    "index --hybrid --corpus": lambda docs, index, other, out: cli(
+        "index", "--embeddings", docs, "--output", out, "--hybrid", "--corpus", other),
+    "retromae.index(corpus=)": lambda docs, index, other, out: retromae.index(
+        embeddings=docs, output=out, hybrid=True, corpus=other),
+    "search --query --corpus": lambda docs, index, other, out: cli(
+        "search", "--index", index, "--query", "model", "--corpus", other),
+    "Searcher.load(corpus=)": lambda docs, index, other, out: retromae.Searcher.load(index, corpus=other),
+}
+
+
+@pytest.mark.parametrize("way", DERIVED)
+def test_texts_beside_vectors_must_be_the_texts_encoded(tmp_path, beir, hybrid_index, way, capsys):
+    other = _other_texts(beir, tmp_path)
+    try:
+        code = DERIVED[way](tmp_path / "docs", hybrid_index, other, tmp_path / "again")
+    except DataError as error:
+        code, err = 2, str(error)
+    else:
+        err = capsys.readouterr().err
+    assert code == 2 and f"{other}: its texts of the 48 encoded ids are not the texts that were encoded" in err
+    assert "recorded in" in err and "--corpus" in err
+    assert not (tmp_path / "again" / "index.json").exists()
+    same = tmp_path / "same.jsonl"
+    shutil.copyfile(beir / "corpus.jsonl", same)  # another file with the same texts: accepted
+    done = DERIVED[way](tmp_path / "docs", hybrid_index, same, tmp_path / "again")
+    assert done == 0 or not isinstance(done, int)  # an exit code 0, or the index folder, or the Searcher

@@ -29,6 +29,7 @@ from retromae.retrieval.index import (
     reading,
     save_index,
 )
+from retromae.retrieval.lineage import check_texts
 from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
 from retromae.runtime.errors import DataError
@@ -77,7 +78,7 @@ def index(config: IndexConfig) -> Path:
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                             seed=config.seed)
     corpus = corpus_record(config, encoding)
-    lexical = lexical_index(config, ids, corpus) if config.hybrid else None
+    lexical = lexical_index(config, ids, corpus, encoding) if config.hybrid else None
     info = {"factory": config.factory, "params": config.params, "encoder": encoding,
             "embeddings_generation": encoding.get("generation"), "corpus": corpus}
     save_index(built, config.output, ids, info, lexical)
@@ -96,17 +97,21 @@ def corpus_record(config: IndexConfig, encoding: dict[str, Any]) -> dict[str, An
     return source if isinstance(source, dict) else None
 
 
-def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | None) -> BM25:
-    """A BM25 index over the texts of `ids`, read from the corpus file (every id must be there)."""
-
-    path = config.corpus or corpus_path(corpus, f"{Path(config.embeddings) / 'encode.json'}", "--corpus")
+def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | None,
+                  encoding: dict[str, Any]) -> BM25:
+    """A BM25 index over the texts of `ids`, read from the corpus file (every id must be there), checked to be the
+    texts encoded (`encoding`, encode.json's record)."""
+    where = f"{Path(config.embeddings) / 'encode.json'}"
+    path = config.corpus or corpus_path(corpus, where, "--corpus")
     passages = load_corpus(path)
     missing = [doc_id for doc_id in ids if doc_id not in passages]
     if missing:
         raise DataError(f"{path}: lacks {len(missing)} of the {len(ids)} ids of {config.embeddings} (e.g. "
                         f"{missing[0]!r}); give the corpus they were encoded from with --corpus")
+    texts = [passages[doc_id].joined() for doc_id in ids]
+    check_texts(ids, texts, encoding, path, where, "give the corpus they were encoded from with --corpus")
     params = BM25Params(**{f.name: getattr(config, f.name) for f in dataclasses.fields(BM25Params)})
-    return BM25(params).index(ids, [passages[doc_id].joined() for doc_id in ids])
+    return BM25(params).index(ids, texts)
 
 
 def search(config: SearchConfig) -> Path | list[list[Hit]]:
@@ -157,7 +162,7 @@ def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], 
     import numpy as np
 
     from retromae.retrieval.encode import INFO_FILE, load_embeddings
-    from retromae.retrieval.searcher import check_query_vectors
+    from retromae.retrieval.lineage import check_query_vectors
 
     with reading(config.queries):
         ids, vectors, info = load_embeddings(config.queries)

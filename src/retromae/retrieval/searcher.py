@@ -103,7 +103,8 @@ class Searcher:
                               "--hybrid ...`, or search without --hybrid, --fusion and --hybrid-weight")
         set_search_params(built, info.get("params", "") if params is None else params)
         where = f"{folder / 'index.json'}"
-        shown = document_texts(ids, info.get("corpus"), where, "--corpus", corpus) if texts else None
+        recorded = info.get("corpus"), info.get("encoder")
+        shown = document_texts(ids, recorded[0], where, "--corpus", corpus, recorded[1]) if texts else None
         query_side = encoding or QueryEncoding()
         if model is not None:
             query_side = dataclasses.replace(query_side, model=model)
@@ -194,17 +195,13 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
     index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
     from retromae.models.encoder import Encoder
     from retromae.models.masked_lm import check_max_length
-    from retromae.runtime.run_folder import input_fingerprint
+    from retromae.retrieval.lineage import check_model
 
     where = folder / "index.json"
     model = options.model or recorded.get("model")
     if not model:
         raise ConfigError(f"--model: {where} records no model; name the one that encoded the corpus")
-    fingerprint = recorded.get("model_fingerprint")
-    if fingerprint and input_fingerprint(model) != fingerprint:
-        said = "--model" if options.model else f"the model recorded in {where}"
-        raise ConfigError(f"{said} ({model}) is not the model the index was encoded with (its files differ from "
-                          f"those fingerprinted in {where}); --model names the model to use")
+    check_model(model, recorded, where, given=options.model is not None)
     pooling = options.pooling or recorded.get("pooling")
     normalize = recorded.get("normalize") if options.normalize is None else options.normalize
     try:
@@ -216,15 +213,3 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
         raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
     check_max_length(encoder.model.config, options.max_length, "query_max_length", encoder.tokenizer)
     return encoder
-
-
-def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path) -> None:
-    """ConfigError when query vectors (encode.json of `queries`) were made otherwise than the index's documents:
-    another model (by fingerprint, else by path), pooling, normalisation or width."""
-    by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
-    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
-    differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
-    if differ:
-        shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
-        raise ConfigError(f"--queries: {queries} was encoded otherwise than the documents of {index} ({shown}); "
-                          "encode the queries with the index's model, or give a queries file")
