@@ -44,7 +44,9 @@ def ranked_top_k(backend: Backend, queries: int, k: int, ids: Sequence[str]) -> 
     while len(pending):
         found_scores, found_rows = backend(pending, depth)  # (W, depth) each
         done = _settled(found_scores, found_rows, k, depth == total)  # (W,)
-        for n in np.flatnonzero(done):
+        plain = done & _untied(found_scores, found_rows, k)  # (W,): the backend's first k are the rule's
+        scores[pending[plain]], rows[pending[plain]] = found_scores[plain, :k], found_rows[plain, :k]
+        for n in np.flatnonzero(done & ~plain):
             scores[pending[n]], rows[pending[n]] = _first(found_scores[n], found_rows[n], k, ids)
         pending, depth = pending[~done], min(2 * depth, total)
     return scores, rows
@@ -58,21 +60,18 @@ def _settled(scores: np.ndarray, rows: np.ndarray, k: int, everything: bool) -> 
     return (rows[:, -1] < 0) | (scores[:, -1] < scores[:, k - 1])
 
 
+def _untied(scores: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Per query `(W,)`: whether no two of its first k + 1 results tie (a missing result ties nothing)."""
+    with np.errstate(invalid="ignore"):  # -inf - -inf between two missing results: NaN, and no tie
+        falls = np.diff(scores[:, :k + 1], axis=1) < 0  # (W, k)
+    return (falls | (rows[:, 1:k + 1] < 0)).all(axis=1)
+
+
 def _first(scores: np.ndarray, rows: np.ndarray, k: int, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """One query's first k `(scores, rows)` of its results `(depth,)`, by `data.ranking`'s order, padded with -inf
+    """One query's first k `(scores, rows)` of its results `(depth,)` by `data.ranking`'s order, padded with -inf
     and -1."""
-    valid = rows >= 0
-    scores, rows = scores[valid], rows[valid]
-    if len(rows) <= k or scores[k] < scores[k - 1]:
-        scores, rows = scores[:k], rows[:k]
-        if (np.diff(scores) < 0).all():  # no tie among them: the backend's order is the rule's
-            return _padded(scores, rows, k)
-    by_row = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+    by_row = {row: score for row, score in zip(rows.tolist(), scores.tolist(), strict=True) if row >= 0}
     best = ranked(by_row, k, ids)
-    return _padded(np.array([by_row[row] for row in best], dtype=np.float32), np.array(best, dtype=np.int64), k)
-
-
-def _padded(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """`(k,)` scores and rows, the missing places -inf and -1."""
-    return (np.pad(scores.astype(np.float32), (0, k - len(scores)), constant_values=-np.inf),
-            np.pad(rows.astype(np.int64), (0, k - len(rows)), constant_values=-1))
+    return (np.pad(np.array([by_row[row] for row in best], dtype=np.float32), (0, k - len(best)),
+                   constant_values=-np.inf),
+            np.pad(np.array(best, dtype=np.int64), (0, k - len(best)), constant_values=-1))
