@@ -59,3 +59,21 @@ def test_every_module_that_fuses_searches_each_side_at_the_fusions_depth():
                       for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))]
     assert len(fusing) >= 3  # the Searcher, evaluate, adapt's teacher
     assert [path.name for path in fusing if "candidate_depth(" not in path.read_text(encoding="utf-8")] == []
+
+
+def test_adapts_hybrid_teacher_scores_at_the_fusions_depth_whatever_its_candidates():
+    """`adapt --objective distill`: the teacher's score of a candidate is the one `search` gives it, the same for
+    every --distill-candidates up to the depth (before, each side's top --distill-candidates were fused)."""
+    from types import SimpleNamespace
+
+    from retromae.adaptation.distill import teacher_scores
+
+    dense = [{row: 1.0 - row / 300 for row in range(150)}]
+    lexical = [{row: float((row * 7) % 150) for row in range(150)}]
+    options = {count: SimpleNamespace(distill_candidates=count, teacher=None) for count in (5, 30, 100)}
+    scored = {count: teacher_scores(config, ["q"], [], lexical, dense)[0] for count, config in options.items()}
+    expected = fuse({"q": {str(r): s for r, s in dense[0].items()}},
+                    {"q": {str(r): s for r, s in lexical[0].items()}})["q"]  # each side's best 100, all kept
+    for count, scores in scored.items():
+        assert count <= len(scores) <= 2 * count and all(scores[row] == expected[str(row)] for row in scores)
+    assert set(scored[5]) <= set(scored[30]) <= set(scored[100])

@@ -237,6 +237,18 @@ def _by_cli_run_file(index, queries, tmp_path, fusion, k):
     return {query_id: _hits_of(run) for query_id, run in read_trec_run(output).items()}
 
 
+def _by_cli_query_vectors(index, queries, tmp_path, fusion, k):
+    vectors = tmp_path / "query-vectors"
+    if not vectors.is_dir():
+        info = json.loads((index / "index.json").read_text())["encoder"]
+        assert cli("encode", "--model", info["model"], "--pooling", info["pooling"], "--normalize", "--no-progress",
+                   "--queries", queries, "--output", vectors) == 0
+    output = tmp_path / f"vectors-{fusion}-{k}.trec"
+    assert cli("search", "--index", index, "--queries", vectors, "--output", output, "--top-k", k,
+               "--fusion", fusion) == 0
+    return {query_id: _hits_of(run) for query_id, run in read_trec_run(output).items()}
+
+
 def _by_cli_query(index, queries, tmp_path, fusion, k):
     texts = load_queries(queries)
     hits = retromae.search(index=index, query=list(texts.values()), top_k=k, fusion=fusion)
@@ -250,7 +262,8 @@ def _by_searcher(index, queries, tmp_path, fusion, k):
 
 
 @pytest.mark.parametrize("fusion", ["convex", "rrf"])
-@pytest.mark.parametrize("way", [_by_cli_run_file, _by_cli_query, _by_searcher], ids=lambda way: way.__name__[4:])
+@pytest.mark.parametrize("way", [_by_cli_run_file, _by_cli_query_vectors, _by_cli_query, _by_searcher],
+                         ids=lambda way: way.__name__[4:])
 def test_the_first_hits_of_a_hybrid_search_do_not_depend_on_how_many_are_asked_for(tmp_path, beir, hybrid_index,
                                                                                       fusion, way):
     """Issue 61: `search` fused each side's top k, k the hits shown, so the hybrid at --top-k 10 was not the first
