@@ -19,6 +19,7 @@ from retromae.data.retrieval_sets import load_corpus, load_queries, load_retriev
 from retromae.data.training_groups import load_training_data, write_training_file
 from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
 from retromae.retrieval.config import RUN_K, SHOWN_K, BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
+from retromae.retrieval.fusion import candidate_depth
 from retromae.retrieval.index import (
     FAISS_FILE,
     IDS_FILE,
@@ -124,14 +125,14 @@ def search(config: SearchConfig) -> Path | list[list[Hit]]:
         queries = {str(n): text for n, text in enumerate(config.query, start=1)}
         run = searcher.run(queries, k)
         hits = [searcher.hits(run[query_id]) for query_id in queries]
-        print_hits(searcher, list(queries.values()), hits)
+        print_hits(searcher, list(queries.values()), hits, k)
     else:
         run = queries_run(config, searcher, k)
     if config.output is not None:
         write_trec_run(run, config.output, tag=config.tag)
     if config.query is not None:
         return hits
-    sides = "the model and BM25, fused" if searcher.hybrid else "the model"
+    sides = f"the model and BM25, fused ({fused_depth(searcher, k)})" if searcher.hybrid else "the model"
     print(f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; top-{k} run in "
           f"{config.output}")
     return Path(config.output)
@@ -182,12 +183,17 @@ def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], 
     return ids, vectors, {query_id: texts[query_id] for query_id in ids}
 
 
-def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]]) -> None:
+def fused_depth(searcher: Searcher, k: int) -> str:
+    """How many documents each side of a hybrid search contributed, in words (`fusion.candidate_depth`)."""
+    return f"each side's best {min(candidate_depth(k), len(searcher.ids)):,}"
+
+
+def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]], k: int) -> None:
     """Each query, then one line per hit: rank, score, id and the start of the document (standard output)."""
     width = max(60, shutil.get_terminal_size((100, 20)).columns)
     method = searcher.fusion.method + (f", weight {searcher.fusion.weight:g}" if searcher.fusion.method == "convex"
                                        else "")
-    how = f"hybrid: model + BM25, {method}" if searcher.hybrid else "model"
+    how = f"hybrid: model + BM25, {method}, {fused_depth(searcher, k)}" if searcher.hybrid else "model"
     for text, query_hits in zip(queries, hits, strict=True):
         print(f"query: {text}  ({how}; {len(query_hits)} hits)")
         id_width = max((len(hit.id) for hit in query_hits), default=2)
