@@ -145,8 +145,8 @@ def dense_side(ids: list[str], queries: dict[str, str], folder: Path) -> dict[st
     loaded = {"disk_mb": folder_mb(folder / "dense"), "loaded_rss_mb": loaded_rss_mb("dense", folder)}
     query_vectors = rng.standard_normal((len(queries), DIM), dtype=np.float32)
     rows = {query_id: n for n, query_id in enumerate(queries)}
-    timing = latencies(lambda q: search(index, query_vectors[rows[q]:rows[q] + 1], 100),
-                       lambda: search(index, query_vectors, 100), queries)
+    timing = latencies(lambda q: search(index, query_vectors[rows[q]:rows[q] + 1], 100, ids=ids),
+                       lambda: search(index, query_vectors, 100, ids=ids), queries)
     return {**loaded, **timing}
 
 

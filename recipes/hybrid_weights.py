@@ -76,17 +76,13 @@ def collection_runs(args: argparse.Namespace, encoder, data_dir: Path) -> tuple[
     return data.qrels, read_trec_run(dense_file), read_trec_run(lexical_file), minutes
 
 
-def cut(run: dict, depth: int) -> dict:
-    """Each query's best `depth` documents of a run."""
-    return {q: dict(sorted(hits.items(), key=lambda item: (-item[1], item[0]))[:depth]) for q, hits in run.items()}
-
-
 def collection_rows(args: argparse.Namespace, qrels: dict, dense: dict, lexical: dict, depth: int) -> dict:
     """System name → metrics on one collection, the candidates of each fusion being both top-`depth` lists."""
+    from retromae.data.ranking import cut_run
     from retromae.evaluation.metrics import evaluate_run
     from retromae.retrieval.fusion import fuse
 
-    dense, lexical = cut(dense, depth), cut(lexical, depth)
+    dense, lexical = cut_run(dense, depth), cut_run(lexical, depth)
     systems = {"BM25": lexical, "model": dense, "RRF": fuse(dense, lexical, "rrf", k=depth)}
     for weight in args.weights:
         systems[f"convex {weight:g}"] = fuse(dense, lexical, "convex", weight, k=depth)

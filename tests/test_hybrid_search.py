@@ -12,6 +12,7 @@ from conftest import make_sentences, tiny_beir
 
 import retromae
 from retromae.cli import main
+from retromae.data.ranking import ranked
 from retromae.data.retrieval_sets import load_queries, read_trec_run
 from retromae.retrieval.bm25 import BM25, BM25Params
 from retromae.retrieval.fusion import fuse
@@ -79,13 +80,13 @@ def test_hybrid_search_fuses_both_sides(tmp_path, beir, hybrid_index):
     assert cli("search", "--index", hybrid_index, "--queries", queries, "--output", tmp_path / "fused.trec",
                "--top-k", 5) == 0
     assert cli("search", "--index", hybrid_index, "--queries", queries, "--output", tmp_path / "dense.trec",
-               "--top-k", 5, "--dense-only") == 0
+               "--top-k", 100, "--dense-only") == 0  # each side's candidates: the fusion's depth, not the 5 shown
     assert cli("search", "--index", hybrid_index, "--queries", queries, "--output", tmp_path / "rrf.trec",
                "--top-k", 5, "--fusion", "rrf") == 0
     texts = load_queries(queries)
     corpus = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
     lexical = BM25().index([d["_id"] for d in corpus], [d["text"] for d in corpus], show_progress=False)
-    bm25_run = lexical.search(texts, 5, show_progress=False)
+    bm25_run = lexical.search(texts, 100, show_progress=False)
     dense = read_trec_run(tmp_path / "dense.trec")
     for name, method in (("fused", "convex"), ("rrf", "rrf")):
         expected = fuse(dense, bm25_run, method, k=5)
@@ -201,10 +202,10 @@ def test_resumed_encode_checks_every_shard(tmp_path, beir, tiny_model_dir, capsy
         (tmp_path / "docs" / name).unlink()
     shards = tmp_path / "docs" / "shards"
     shards.mkdir()
-    from retromae.retrieval.encode import _fingerprint  # the manifest a killed run leaves
+    from retromae.retrieval.lineage import texts_fingerprint  # the manifest a killed run leaves
     info = json.loads(json.dumps(manifest["identity"]))
     corpus = [json.loads(line) for line in (beir / "corpus.jsonl").read_text().splitlines()]
-    assert info["fingerprint"] == _fingerprint([d["_id"] for d in corpus], [d["text"] for d in corpus])
+    assert info["fingerprint"] == texts_fingerprint([d["_id"] for d in corpus], [d["text"] for d in corpus])
     (shards / "manifest.json").write_text(json.dumps({k: v for k, v in info.items() if k != "model content"}))
     for bad, words in ((np.zeros((10, width), dtype=np.int64), "holds int64"),
                        (np.full((10, width), np.nan, dtype=np.float32), "NaN"),
@@ -220,3 +221,103 @@ def test_bm25_counts_queries_without_results(tmp_path, beir, capsys):
     assert cli("bm25", "--data", beir, "--output", tmp_path / "bm25.trec") == 0
     err = capsys.readouterr().err
     assert "BM25: 1 of 1 queries got no results" in err and "'q36'" in err
+
+
+SHOWN = (1, 3, 10)  # the issue's n: the first n hits of a search for n equal the first n of a search for 100
+
+
+def _hits_of(run: dict[str, float]) -> list[tuple[str, float]]:
+    return [(doc_id, run[doc_id]) for doc_id in ranked(run)]
+
+
+def _by_cli_run_file(index, queries, tmp_path, fusion, k):
+    output = tmp_path / f"{fusion}-{k}.trec"
+    assert cli("search", "--index", index, "--queries", queries, "--output", output, "--top-k", k,
+               "--fusion", fusion) == 0
+    return {query_id: _hits_of(run) for query_id, run in read_trec_run(output).items()}
+
+
+def _by_cli_query_vectors(index, queries, tmp_path, fusion, k):
+    vectors = tmp_path / "query-vectors"
+    if not vectors.is_dir():
+        info = json.loads((index / "index.json").read_text())["encoder"]
+        assert cli("encode", "--model", info["model"], "--pooling", info["pooling"], "--normalize", "--no-progress",
+                   "--queries", queries, "--output", vectors) == 0
+    output = tmp_path / f"vectors-{fusion}-{k}.trec"
+    assert cli("search", "--index", index, "--queries", vectors, "--output", output, "--top-k", k,
+               "--fusion", fusion) == 0
+    return {query_id: _hits_of(run) for query_id, run in read_trec_run(output).items()}
+
+
+def _by_cli_query(index, queries, tmp_path, fusion, k):
+    texts = load_queries(queries)
+    hits = retromae.search(index=index, query=list(texts.values()), top_k=k, fusion=fusion)
+    return {query_id: [(hit.id, hit.score) for hit in found] for query_id, found in zip(texts, hits, strict=True)}
+
+
+def _by_searcher(index, queries, tmp_path, fusion, k):
+    texts = load_queries(queries)
+    found = retromae.Searcher.load(index, fusion=fusion).search(list(texts.values()), k=k)
+    return {query_id: [(hit.id, hit.score) for hit in hits] for query_id, hits in zip(texts, found, strict=True)}
+
+
+@pytest.mark.parametrize("fusion", ["convex", "rrf"])
+@pytest.mark.parametrize("way", [_by_cli_run_file, _by_cli_query_vectors, _by_cli_query, _by_searcher],
+                         ids=lambda way: way.__name__[4:])
+def test_the_first_hits_of_a_hybrid_search_do_not_depend_on_how_many_are_asked_for(tmp_path, beir, hybrid_index,
+                                                                                      fusion, way):
+    """Issue 61: `search` fused each side's top k, k the hits shown, so the hybrid at --top-k 10 was not the first
+    10 of the hybrid at 100 (nor evaluate's). Now each side contributes the fusion's depth whatever k is."""
+    queries = beir / "queries.jsonl"
+    deep = way(hybrid_index, queries, tmp_path, fusion, 100)
+    for k in SHOWN:
+        shown = way(hybrid_index, queries, tmp_path, fusion, k)
+        assert shown.keys() == deep.keys()
+        assert all(shown[query_id] == deep[query_id][:k] for query_id in deep)  # same ids, order and scores
+
+
+def test_evaluate_fuses_at_the_depth_search_fuses_at_whatever_its_metrics(tmp_path, beir, tiny_model_dir):
+    """`evaluate --metrics ndcg@10 --hybrid` retrieved and fused only each side's top 10 before."""
+    options = {"model": str(tiny_model_dir), "data": [beir], "hybrid": True, "pooling": "mean", "normalize": True}
+    default = retromae.evaluate(**options)["sets"]["beir"]["hybrid"]
+    shallow = retromae.evaluate(**options, metrics=["ndcg@10", "mrr@10"])["sets"]["beir"]["hybrid"]
+    assert shallow["ndcg@10"] == default["ndcg@10"] and shallow["mrr@10"] == default["mrr@10"]
+
+
+def _other_texts(beir, tmp_path):
+    """The corpus with the same ids and one document's text changed."""
+    lines = (beir / "corpus.jsonl").read_text().splitlines()
+    record = json.loads(lines[5])
+    lines[5] = json.dumps({**record, "text": record["text"] + " changed"})
+    (tmp_path / "other.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path / "other.jsonl"
+
+
+# Every way a corpus is named beside vectors that record the texts they encoded (issue 63, item 4).
+DERIVED = {
+    "index --hybrid --corpus": lambda docs, index, other, out: cli(
+        "index", "--embeddings", docs, "--output", out, "--hybrid", "--corpus", other),
+    "retromae.index(corpus=)": lambda docs, index, other, out: retromae.index(
+        embeddings=docs, output=out, hybrid=True, corpus=other),
+    "search --query --corpus": lambda docs, index, other, out: cli(
+        "search", "--index", index, "--query", "model", "--corpus", other),
+    "Searcher.load(corpus=)": lambda docs, index, other, out: retromae.Searcher.load(index, corpus=other),
+}
+
+
+@pytest.mark.parametrize("way", DERIVED)
+def test_texts_beside_vectors_must_be_the_texts_encoded(tmp_path, beir, hybrid_index, way, capsys):
+    other = _other_texts(beir, tmp_path)
+    try:
+        code = DERIVED[way](tmp_path / "docs", hybrid_index, other, tmp_path / "again")
+    except DataError as error:
+        code, err = 2, str(error)
+    else:
+        err = capsys.readouterr().err
+    assert code == 2 and f"{other}: its texts of the 48 encoded ids are not the texts that were encoded" in err
+    assert "recorded in" in err and "--corpus" in err
+    assert not (tmp_path / "again" / "index.json").exists()
+    same = tmp_path / "same.jsonl"
+    shutil.copyfile(beir / "corpus.jsonl", same)  # another file with the same texts: accepted
+    done = DERIVED[way](tmp_path / "docs", hybrid_index, same, tmp_path / "again")
+    assert done == 0 or not isinstance(done, int)  # an exit code 0, or the index folder, or the Searcher

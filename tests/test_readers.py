@@ -470,11 +470,12 @@ def test_a_top_k_far_beyond_the_corpus_allocates_only_the_corpus(tmp_path):
     rng = np.random.default_rng(0)
     corpus, queries = rng.standard_normal((150, 8)).astype(np.float32), rng.standard_normal((7, 8)).astype(np.float32)
     index = build_index(corpus, "Flat")
-    scores, rows = search(index, queries, 3_000_000)
+    ids = [str(row) for row in range(150)]
+    scores, rows = search(index, queries, 3_000_000, ids=ids)
     assert scores.shape == rows.shape == (7, 150)
-    full_scores, full_rows = search(index, queries, 150)
+    full_scores, full_rows = search(index, queries, 150, ids=ids)
     np.testing.assert_array_equal(rows, full_rows)
-    assert search(ExactIndex(8, "ip"), queries, 5)[0].shape == (7, 0)  # an empty index: nothing, no error
+    assert search(ExactIndex(8, "ip"), queries, 5, ids=[])[0].shape == (7, 0)  # an empty index: nothing, no error
     engine = BM25().index(["a", "b"], ["red apple", "green apple"])
     assert engine.search({"q": "apple"}, k=3_000_000) == engine.search({"q": "apple"}, k=2)
 

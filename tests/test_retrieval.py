@@ -94,13 +94,18 @@ def test_encode_to_dir_rejects_bad_ids(tmp_path, encoder):
 @pytest.mark.parametrize("metric", ["ip", "l2"])
 def test_flat_index_equals_exact_numpy_search(vectors, metric):
     corpus, queries = vectors
-    flat_scores, flat_rows = search(build_index(corpus, "Flat", metric), queries, 10)
-    exact_scores, exact_rows = search(_exact(corpus, metric), queries, 10)
+    ids = _ids(corpus)
+    flat_scores, flat_rows = search(build_index(corpus, "Flat", metric), queries, 10, ids=ids)
+    exact_scores, exact_rows = search(_exact(corpus, metric), queries, 10, ids=ids)
     np.testing.assert_array_equal(flat_rows, exact_rows)
     np.testing.assert_allclose(flat_scores, exact_scores, rtol=1e-4, atol=1e-3)
     assert np.all(np.diff(flat_scores, axis=1) <= 1e-6)  # best first, higher is better for both metrics
     brute = queries @ corpus.T if metric == "ip" else -((queries[:, None] - corpus[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(exact_rows, np.argsort(-brute, axis=1)[:, :10])
+
+
+def _ids(corpus: np.ndarray) -> list[str]:
+    return [f"d{row:05d}" for row in range(len(corpus))]
 
 
 def _exact(corpus: np.ndarray, metric: str) -> ExactIndex:
@@ -113,8 +118,8 @@ def _exact(corpus: np.ndarray, metric: str) -> ExactIndex:
                                                          ("IVF16,PQ4x4", "nprobe=4", 0.1)])
 def test_approximate_index_recall_against_flat(vectors, factory, params, floor):
     corpus, queries = vectors
-    _, exact = search(build_index(corpus, "Flat"), queries, 10)
-    _, approximate = search(build_index(corpus, factory, params=params), queries, 10)
+    _, exact = search(build_index(corpus, "Flat"), queries, 10, ids=_ids(corpus))
+    _, approximate = search(build_index(corpus, factory, params=params), queries, 10, ids=_ids(corpus))
     recall = recall_against(exact, approximate)
     print(f"{factory} ({params}) recall@10 against Flat on 3000 random 32-d vectors: {recall:.3f}")
     assert recall >= floor
@@ -127,7 +132,7 @@ def test_save_load_round_trip_and_short_results(tmp_path, vectors):
     save_index(index, tmp_path / "idx", ids, {"factory": "HNSW32"})
     loaded, loaded_ids, info = load_index(tmp_path / "idx")
     assert loaded_ids == ids and info["factory"] == "HNSW32" and info["backend"] == "faiss"
-    scores, rows = search(loaded, queries[:2], 8)
+    scores, rows = search(loaded, queries[:2], 8, ids=ids)
     np.testing.assert_array_equal(rows[:, 5:], -1)
     run = results_to_run(["q0", "q1"], ids, scores, rows)
     assert all(len(docs) == 5 for docs in run.values())
@@ -136,16 +141,16 @@ def test_save_load_round_trip_and_short_results(tmp_path, vectors):
 def test_numpy_fallback_without_faiss(tmp_path, vectors, monkeypatch):
     corpus, queries = vectors
     save_index(build_index(corpus, "Flat"), tmp_path / "faiss-index", [str(i) for i in range(len(corpus))])
-    expected = search(build_index(corpus, "Flat"), queries, 10)
+    expected = search(build_index(corpus, "Flat"), queries, 10, ids=_ids(corpus))
     monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` now raises ImportError
     assert index_module.import_faiss() is None
     index = build_index(corpus, "Flat")
     assert isinstance(index, ExactIndex)
-    np.testing.assert_array_equal(search(index, queries, 10)[1], expected[1])
+    np.testing.assert_array_equal(search(index, queries, 10, ids=_ids(corpus))[1], expected[1])
     save_index(index, tmp_path / "numpy-index", [str(i) for i in range(len(corpus))])
     loaded, _, info = load_index(tmp_path / "numpy-index")
     assert info["backend"] == "numpy"
-    np.testing.assert_array_equal(search(loaded, queries, 10)[1], expected[1])
+    np.testing.assert_array_equal(search(loaded, queries, 10, ids=_ids(corpus))[1], expected[1])
     with pytest.raises(ConfigError, match="needs faiss"):
         build_index(corpus, "HNSW32")
     with pytest.raises(ConfigError, match="install faiss"):

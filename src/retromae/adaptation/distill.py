@@ -3,8 +3,9 @@
 GPL's recipe with what a corpus alone gives: pseudo-queries of the kinds of --distill-kinds made from the training
 documents (by default a sentence, or a word window in text without sentence marks, and a few of a document's highest
 tf-idf words; its title on request), candidates from BM25 and from the base (each side's top --distill-candidates),
-scored by the teacher: the hybrid (BM25 and the base fused by `retrieval.fusion`'s convex rule at its default weight)
-or a cross-encoder (`--teacher`). Each query keeps a list
+scored by the teacher: the hybrid (BM25 and the base fused by `retrieval.fusion`'s convex rule at its default weight
+and its depth, each side's best 100 or --distill-candidates when more: the scores `retromae search` gives) or a
+cross-encoder (`--teacher`). Each query keeps a list
 of --list-size candidates (the teacher's top half, the rest drawn from its other candidates); the student, the base's
 encoder in its own pooling, is trained on the teacher's scores over that list (`losses.listwise_kl` or
 `losses.margin_mse`). The student scores by cosine (or dot product) at temperature STUDENT_TEMPERATURE; the
@@ -31,10 +32,11 @@ import torch
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.queries import KeywordQueries, sentence_query, title_query, training_kinds
 from retromae.data.corpus import Document
+from retromae.data.ranking import ranked
 from retromae.models.encoder import AUTOCAST_NAMES, Encoder
 from retromae.models.encoder_config import PoolingConfig
 from retromae.retrieval.bm25 import BM25
-from retromae.retrieval.fusion import fuse_query
+from retromae.retrieval.fusion import DEPTH, candidate_depth, fuse_query
 from retromae.retrieval.index import build_index, search
 from retromae.runtime.console import progress, step
 from retromae.runtime.errors import DataError
@@ -83,16 +85,39 @@ def candidate_runs(encoder: Encoder, texts: list[str], queries: list[str], depth
         lexical = BM25().index(ids, texts).search({str(n): query for n, query in enumerate(queries)}, k=depth)
     documents = encoder.encode(texts, batch_size, max_length, description=f"encoding {len(texts):,} documents")
     vectors = encoder.encode(queries, batch_size, max_length, description=f"encoding {len(queries):,} queries")
-    scores, rows = search(build_index(documents), vectors, depth)  # (Q, depth) each
+    scores, rows = search(build_index(documents), vectors, depth, ids=ids)  # (Q, depth) each
     dense = [{int(row): float(value) for row, value in zip(rows[n], scores[n], strict=True) if row >= 0}
              for n in range(len(queries))]
     lexical_runs = [{int(doc): value for doc, value in lexical.get(str(n), {}).items()} for n in range(len(queries))]
     return lexical_runs, dense, vectors, documents
 
 
-def hybrid_teacher(lexical: dict[int, float], dense: dict[int, float]) -> dict[int, float]:
-    """The fused score (convex, the default weight) of each candidate of one query."""
-    return fuse_query(dense, lexical)
+def hybrid_teacher(lexical: dict[int, float], dense: dict[int, float], depth: int = DEPTH) -> dict[int, float]:
+    """The fused score (convex, the default weight, each side's best `depth`) of each candidate of one query: the
+    score `retromae search` gives it on a hybrid index."""
+    return fuse_query(dense, lexical, depth=depth)
+
+
+def candidates(lexical: dict[int, float], dense: dict[int, float], count: int) -> list[int]:
+    """One query's candidates: the union of each side's best `count` (`data.ranking`'s order, ids the rows')."""
+    return sorted({*ranked(lexical, count, _row_ids(lexical)), *ranked(dense, count, _row_ids(dense))})
+
+
+def _row_ids(scores: dict[int, float]) -> dict[int, str]:
+    """The id of each document row, as BM25 and the index know it (its row number)."""
+    return {row: str(row) for row in scores}
+
+
+def teacher_scores(config: AdaptConfig, queries: list[str], texts: list[str], lexical: list[dict[int, float]],
+                   dense: list[dict[int, float]]) -> list[dict[int, float]]:
+    """Per query, the teacher's score of each of its candidates (`candidates`, --distill-candidates a side): the
+    hybrid's, fused over each side's full lists, or the cross-encoder's (--teacher)."""
+    pools = [candidates(lex, den, config.distill_candidates) for lex, den in zip(lexical, dense, strict=True)]
+    if config.teacher is not None:
+        return cross_encoder_teacher(config.teacher, queries, texts, pools)
+    depth = candidate_depth(config.distill_candidates)
+    fused = [hybrid_teacher(lex, den, depth) for lex, den in zip(lexical, dense, strict=True)]
+    return [{doc: scores[doc] for doc in pool} for pool, scores in zip(pools, fused, strict=True)]
 
 
 def cross_encoder_teacher(teacher: str, queries: list[str], texts: list[str],
@@ -113,10 +138,10 @@ def pick_list(scores: dict[int, float], size: int, rng: np.random.Generator) -> 
     """The teacher's top size//2 candidates and size − size//2 drawn from the rest, or None with too few."""
     if len(scores) < size:
         return None
-    ranked = sorted(scores, key=lambda doc: (-scores[doc], doc))
+    order = ranked(scores, ids=_row_ids(scores))
     top = size // 2
-    drawn = rng.choice(len(ranked) - top, size=size - top, replace=False) + top
-    return ranked[:top] + [ranked[i] for i in sorted(drawn.tolist())]
+    drawn = rng.choice(len(order) - top, size=size - top, replace=False) + top
+    return order[:top] + [order[i] for i in sorted(drawn.tolist())]
 
 
 def matched_temperature(teacher: np.ndarray, base: np.ndarray) -> float:
@@ -130,13 +155,10 @@ def teacher_lists(config: AdaptConfig, encoder: Encoder, documents: list[Documen
     """The pseudo-queries, each one's list of candidates and the teacher's logits over it (matched temperature)."""
     texts = [document.text for document in documents]
     queries = training_queries(documents, config.distill_queries, config.seed, config.distill_kinds)
+    depth = candidate_depth(config.distill_candidates)  # the hybrid teacher fuses at the fusion's depth
     lexical, dense, query_vectors, document_vectors = candidate_runs(
-        encoder, texts, queries, config.distill_candidates, config.max_length, 64)
-    if config.teacher is None:
-        teacher = [hybrid_teacher(lex, den) for lex, den in zip(lexical, dense, strict=True)]
-    else:
-        union = [sorted({*lex, *den}) for lex, den in zip(lexical, dense, strict=True)]
-        teacher = cross_encoder_teacher(config.teacher, queries, texts, union)
+        encoder, texts, queries, depth, config.max_length, 64)
+    teacher = teacher_scores(config, queries, texts, lexical, dense)
     rng = np.random.default_rng(config.seed + 1)
     kept, lists = [], []
     for n, scores in enumerate(teacher):

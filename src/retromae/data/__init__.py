@@ -1,10 +1,10 @@
 """Pre-training data: read corpora, tokenise them once into a memory-mapped token store, collate blocks.
 
 Owns: `corpus` (formats → documents), `token_store` (documents → packed, cached blocks), `collate`
-(blocks → padded tensors), `long_texts` (what a tokenizer reads of a text a model truncates), and the readers of
-retrieval sets and training files. Reading lines and JSON files with errors that name them is
-`retromae.runtime.lines`. No model code and no masking. Names are imported lazily, so that
-`retromae.data.corpus` can be used without importing torch or transformers.
+(blocks → padded tensors), `long_texts` (what a tokenizer reads of a text a model truncates), `ranking` (the one
+order of a ranking: score, then document id, as trec_eval), and the readers of retrieval sets and training files.
+Reading lines and JSON files with errors that name them is `retromae.runtime.lines`. No model code and no masking.
+Names are imported lazily, so that `retromae.data.corpus` can be used without importing torch or transformers.
 """
 
 from __future__ import annotations

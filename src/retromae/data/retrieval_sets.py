@@ -32,6 +32,7 @@ from retromae.data.fields import (
     tsv_columns,
     tsv_fields,
 )
+from retromae.data.ranking import ranked
 from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
@@ -419,14 +420,15 @@ def _check_token(value: str, what: str) -> None:
 
 
 def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "retromae") -> None:
-    """Write `run` as a TREC run file, atomically; per query by score descending (ties: doc id descending,
-    the order trec_eval ranks them in). Scores are written with full precision so that a re-read run ranks alike."""
+    """Write `run` as a TREC run file, atomically; per query in `data.ranking`'s order (score descending, ties by
+    doc id descending: the order trec_eval ranks them in). Scores are written with full precision so that a re-read
+    run ranks alike."""
     _check_token(tag, "tag")
     lines = []
     for qid, docs in run.items():
         _check_token(qid, "query id")
-        ranked = sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)
-        for rank, (docid, score) in enumerate(ranked, start=1):
+        for rank, docid in enumerate(ranked(docs), start=1):
+            score = docs[docid]
             _check_token(docid, "document id")
             if not math.isfinite(score):
                 raise NonFiniteError(f"{path}: not written: the score of document {docid!r} for query {qid!r} is "

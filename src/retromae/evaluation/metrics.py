@@ -2,7 +2,7 @@
 
 Owns: ranking a run's documents and averaging every registered ranking metric (`evaluation.metric_registry`:
 NDCG@k, MRR@k, Recall@k, MAP@k, P@k with trec_eval's definitions) over the queries. Ties in score are broken as
-trec_eval does: the larger document id (in code-point order) ranks first.
+trec_eval does, by `data.ranking`'s one rule: the larger document id (in code-point order) ranks first.
 Does not own the metrics' definitions (`evaluation.metric_registry`), models, torch, reading files (see
 `retromae.data.retrieval_sets`).
 """
@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from retromae.data.ranking import ranked
 from retromae.evaluation.metric_registry import RANKING, JudgedRanking, metrics
 
 
 def rank_documents(scores: dict[str, float], k: int | None = None) -> list[str]:
     """Document ids by score descending, ties by document id descending (trec_eval's order), cut at `k`."""
-    return sorted(scores, key=lambda docid: (scores[docid], docid), reverse=True)[:k]
+    return ranked(scores, k)
 
 
 def query_metrics(judged: dict[str, int], ranking: list[str], k_values: Sequence[int]) -> dict[str, float]:

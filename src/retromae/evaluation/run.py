@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retromae.data.ranking import cut_run
 from retromae.data.retrieval_sets import (
     RetrievalSet,
     load_retrieval_set,
@@ -34,7 +35,7 @@ from retromae.evaluation.report import save_results
 from retromae.evaluation.systems import BM25, Systems
 from retromae.evaluation.table import REPORT_FILES, RUNS_DIR, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
-from retromae.retrieval.fusion import RRF_K, fuse
+from retromae.retrieval.fusion import RRF_K, candidate_depth, fuse
 from retromae.runtime.console import Stages
 from retromae.runtime.options import require
 from retromae.runtime.run_folder import (
@@ -225,7 +226,8 @@ def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:
     if not config.hybrid:
         return {}
     return {"fusion": {"method": config.fusion, "weight": config.hybrid_weight if config.fusion == "convex" else None,
-                       "rrf_k": RRF_K if config.fusion == "rrf" else None}}
+                       "rrf_k": RRF_K if config.fusion == "rrf" else None,
+                       "depth": candidate_depth(config.top_k or max(config.table_ks()))}}
 
 
 def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Encoder], name: str, path: Path,
@@ -235,15 +237,17 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
     stages.start(f"{name}: {len(data.queries):,} queries over {len(data.corpus):,} documents")
     ks = config.table_ks()
     k = config.top_k or max(ks)
+    depth = candidate_depth(k) if systems.hybrids else k  # a hybrid fuses each side's best `depth`, as `search` does
     runs: dict[str, Run] = {}
     for model, encoder in encoders.items():
         cache = caches[model]
         folder = cache / name.replace("/", "--") if cache is not None else None
-        runs[model] = model_run(config, encoder, data, k, folder, f"{name} corpus", systems.models[model])
+        runs[model] = model_run(config, encoder, data, depth, folder, f"{name} corpus", systems.models[model])
     if systems.bm25:
-        runs[BM25] = bm25_search(data.corpus_texts(), data.queries, k, warn_empty=False)  # EmptyResults says it
+        runs[BM25] = bm25_search(data.corpus_texts(), data.queries, depth, warn_empty=False)  # EmptyResults says it
     for model, hybrid in systems.hybrids.items():
         runs[hybrid] = fuse(runs[model], runs[BM25], config.fusion, config.hybrid_weight, k=k)
+    runs = {system: cut_run(run, k) if depth > k else run for system, run in runs.items()}
     row = SetRow(name, len(data.queries), len(data.corpus))
     for system in systems.names():
         empty.count(system, name, data.qrels, runs[system])

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from retromae.retrieval.config import BM25Params
-from retromae.retrieval.top_k import capped_top_k
+from retromae.retrieval.top_k import capped_top_k, ranked_top_k
 from retromae.runtime.console import step, verbose
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
@@ -96,16 +96,24 @@ class BM25:
 
     def search(self, queries: Mapping[str, str], k: int = 100, show_progress: bool | None = None,
                threads: int = 0) -> dict[str, dict[str, float]]:
-        """Run `{query_id: {doc_id: score}}` of the top-k documents that share a term with each query."""
-        k = capped_top_k(k, len(self.ids))
+        """Run `{query_id: {doc_id: score}}` of the top-k documents that share a term with each query (score > 0),
+        ties by document id (`top_k.ranked_top_k`: the first n never depend on k)."""
+        capped_top_k(k, len(self.ids))
         query_ids = list(queries)
         if not self.searchable:  # no document has a term a query could share
             return {query_id: {} for query_id in query_ids}
         tokens = self._tokens([queries[query_id] for query_id in query_ids], show_progress)
-        rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=_bars(show_progress),
-                                               n_threads=threads)  # (Q, k) each
-        return {query_id: _hits(self.ids, rows[n], scores[n]) for n, query_id in enumerate(query_ids)}
 
+        def top(positions: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+            rows, scores = self.retriever.retrieve([tokens[n] for n in positions], k=depth,
+                                                   show_progress=_bars(show_progress), n_threads=threads)  # (W, depth)
+            rows, scores = np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float32)
+            shares_nothing = scores <= 0  # a document without a query term is no hit
+            return np.where(shares_nothing, -np.inf, scores), np.where(shares_nothing, -1, rows)
+
+        scores, rows = ranked_top_k(top, len(query_ids), k, self.ids)  # (Q, k) each
+        return {query_id: {self.ids[row]: float(score) for row, score in zip(rows[n], scores[n], strict=True)
+                           if row >= 0} for n, query_id in enumerate(query_ids)}
 
     def save(self, folder: str | Path) -> None:
         """Write the lexical folder (layout above) of this index."""
@@ -228,10 +236,6 @@ def empty_results(run: Mapping[str, Mapping[str, float]], what: str = "BM25") ->
 def _bars(show_progress: bool | None) -> bool:
     """bm25s draws several anonymous bars per call: off inside a quiet command unless asked for."""
     return verbose() if show_progress is None else show_progress
-
-
-def _hits(ids: list[str], rows: np.ndarray, scores: np.ndarray) -> dict[str, float]:
-    return {ids[row]: float(score) for row, score in zip(rows, scores, strict=True) if score > 0}
 
 
 def bm25_search(corpus: Mapping[str, str], queries: Mapping[str, str], k: int = 100,

@@ -28,7 +28,6 @@ Does not own reading input files (`retromae.data.retrieval_sets`) or the model (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import uuid
@@ -41,6 +40,7 @@ import numpy as np
 from retromae.data.fields import UniqueIds, id_problem, json_type, read_id_lines
 from retromae.models.encoder import Encoder
 from retromae.models.finite import check_vectors
+from retromae.retrieval.lineage import texts_fingerprint
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
@@ -56,14 +56,6 @@ SHARDS_DIR = "shards"
 MANIFEST_FILE = "manifest.json"
 OUTPUTS = (EMBEDDINGS_FILE, IDS_FILE, INFO_FILE, SHARDS_DIR)
 CACHE_SHARD_TEXTS = 10_000  # about this many texts per shard of `encode_cached` (rounded to whole batches)
-
-
-def _fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
-    """A hash of ids and texts, so shards of one input are never mixed with another's."""
-    digest = hashlib.sha1()
-    for doc_id, text in zip(ids, texts, strict=True):
-        digest.update(doc_id.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
-    return digest.hexdigest()
 
 
 def absolute(name: str | Path) -> str:
@@ -199,7 +191,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     info = {**encoder_info(encoder, model_name, prefix, max_length), **source_info(source)}
     # the model by its content (model_fingerprint), not its path: a link to it or a copy of it makes the same vectors
     by_content = {key: value for key, value in info.items() if key != "model"}
-    manifest = {**by_content, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
+    manifest = {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
     if _finished(output_dir, manifest):

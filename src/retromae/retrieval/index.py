@@ -23,7 +23,7 @@ import fcntl
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ import numpy as np
 from retromae.data.fields import read_id_lines
 from retromae.models.finite import check_vectors
 from retromae.retrieval.config import METRICS
-from retromae.retrieval.top_k import capped_top_k
+from retromae.retrieval.top_k import capped_top_k, ranked_top_k
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
@@ -162,12 +162,13 @@ def set_search_params(index: Any, params: str) -> None:
                           f"{str(error).strip().splitlines()[-1]}") from error
 
 
-def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096,
+def search(index: Any, queries: np.ndarray, k: int, *, ids: Sequence[str], batch_size: int = 4096,
            show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k `(scores, indices)`, each `(Q, min(k, index.ntotal))` (`capped_top_k`), best first; scores are
-    higher-is-better, indices -1 where an approximate index finds fewer."""
+    """Top-k `(scores, indices)`, each `(Q, min(k, index.ntotal))` (`capped_top_k`), best first with ties by the
+    rows' `ids` (`top_k.ranked_top_k`: the first n never depend on k); scores are higher-is-better, indices -1
+    (scores -inf) where an approximate index finds fewer."""
+    require(len(ids) == index.ntotal, "ids", f"{len(ids)} ids for an index of {index.ntotal} vectors")
     k = capped_top_k(k, index.ntotal)
-    l2 = _is_l2(index)
     scores = np.empty((len(queries), k), dtype=np.float32)  # (Q, k)
     indices = np.empty((len(queries), k), dtype=np.int64)  # (Q, k)
     if k == 0:  # an empty index has nothing to find
@@ -175,11 +176,23 @@ def search(index: Any, queries: np.ndarray, k: int, batch_size: int = 4096,
     with progress(f"searching {len(queries):,} queries", len(queries), "query", enabled=show_progress) as bar:
         for start in range(0, len(queries), batch_size):
             block = np.ascontiguousarray(queries[start:start + batch_size], dtype=np.float32)
-            distances, rows = index.search(block, k)
-            scores[start:start + len(block)] = -distances if l2 else distances
-            indices[start:start + len(block)] = rows
+            found = ranked_top_k(_backend(index, block), len(block), k, ids)
+            scores[start:start + len(block)], indices[start:start + len(block)] = found
             bar.update(len(block))
     return scores, indices
+
+
+def _backend(index: Any, block: np.ndarray) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """`index`'s top-`depth` of the queries of `block` at `positions`: higher-is-better scores, -inf where none."""
+    l2 = _is_l2(index)
+
+    def top(positions: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        distances, rows = index.search(np.ascontiguousarray(block[positions]), depth)  # (W, depth) each
+        scores = (-distances if l2 else distances).astype(np.float32)
+        scores[rows < 0] = -np.inf
+        return scores, rows
+
+    return top
 
 
 def _is_l2(index: Any) -> bool:

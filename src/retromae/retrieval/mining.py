@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from retromae.data.ranking import ranked
 from retromae.data.training_groups import TrainingSet
 from retromae.models.encoder import Encoder
 from retromae.retrieval.bm25 import BM25
@@ -42,25 +43,26 @@ def choose_negatives(data: TrainingSet, rankings: list[list[int]], options: Mini
 
 
 def bm25_rankings(data: TrainingSet, depth: int, show_progress: bool = True) -> list[list[int]]:
-    """Per example, passage rows ranked by BM25 (bm25s), best first, at most `depth`; one status line."""
+    """Per example, passage rows ranked by BM25 (bm25s), best first (ties by passage id, `data.ranking`), at most
+    `depth`; one status line."""
     queries = {str(n): example.query for n, example in enumerate(data.examples)}
     with step(f"mining: BM25 over {len(data.texts):,} passages for {len(queries):,} queries", show_progress):
-        engine = BM25().index([str(row) for row in range(len(data.texts))], data.texts)
+        engine = BM25().index(data.ids, data.texts)
         run = engine.search(queries, k=depth)
-    return [[int(row) for row in sorted(run[str(n)], key=run[str(n)].get, reverse=True)]
-            for n in range(len(data.examples))]
+    rows = {doc_id: row for row, doc_id in enumerate(data.ids)}
+    return [[rows[doc_id] for doc_id in ranked(run[str(n)])] for n in range(len(data.examples))]
 
 
 def dense_rankings(encoder: Encoder, data: TrainingSet, depth: int, batch_size: int = 64,
                    query_max_length: int | None = None, passage_max_length: int | None = None,
                    show_progress: bool = True, query_encoder: Encoder | None = None) -> list[list[int]]:
-    """Per example, passage rows ranked by inner product (exact search), best first, at most `depth`; queries go
-    through `query_encoder` when the towers are separate."""
+    """Per example, passage rows ranked by inner product (exact search), best first (ties by passage id), at most
+    `depth`; queries go through `query_encoder` when the towers are separate."""
     passages = encoder.encode(data.texts, batch_size=batch_size, max_length=passage_max_length,
                               show_progress=show_progress,
                               description=f"mining: encoding passages ({len(data.texts):,} texts)")  # (N, D)
     queries = (query_encoder or encoder).encode(
         [example.query for example in data.examples], batch_size=batch_size, max_length=query_max_length,
         show_progress=show_progress, description=f"mining: encoding queries ({len(data.examples):,} texts)")  # (Q, D)
-    _, rows = search(build_index(passages, "Flat"), queries, depth)  # (Q, k), k capped at the passages
+    _, rows = search(build_index(passages, "Flat"), queries, depth, ids=data.ids)  # (Q, k), k capped at N
     return [[int(row) for row in ranked if row >= 0] for ranked in rows]

@@ -21,6 +21,7 @@ from retromae.data.retrieval_sets import load_corpus, load_queries, load_retriev
 from retromae.data.training_groups import load_training_data, write_training_file
 from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
 from retromae.retrieval.config import RUN_K, SHOWN_K, BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
+from retromae.retrieval.fusion import candidate_depth
 from retromae.retrieval.index import (
     FAISS_FILE,
     IDS_FILE,
@@ -31,6 +32,7 @@ from retromae.retrieval.index import (
     reading,
     save_index,
 )
+from retromae.retrieval.lineage import check_texts
 from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
 from retromae.runtime.errors import DataError
@@ -88,7 +90,7 @@ def index(config: IndexConfig) -> Path:
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                             seed=config.seed)
     corpus = corpus_record(config, encoding)
-    lexical = lexical_index(config, ids, corpus) if config.hybrid else None
+    lexical = lexical_index(config, ids, corpus, encoding) if config.hybrid else None
     info = {"factory": config.factory, "params": config.params, "encoder": encoding,
             "embeddings_generation": encoding.get("generation"), "corpus": corpus}
     save_index(built, config.output, ids, info, lexical)
@@ -108,17 +110,21 @@ def corpus_record(config: IndexConfig, encoding: dict[str, Any]) -> dict[str, An
     return source if isinstance(source, dict) else None
 
 
-def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | None) -> BM25:
-    """A BM25 index over the texts of `ids`, read from the corpus file (every id must be there)."""
-
-    path = config.corpus or corpus_path(corpus, f"{Path(config.embeddings) / 'encode.json'}", "--corpus")
+def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | None,
+                  encoding: dict[str, Any]) -> BM25:
+    """A BM25 index over the texts of `ids`, read from the corpus file (every id must be there), checked to be the
+    texts encoded (`encoding`, encode.json's record)."""
+    where = f"{Path(config.embeddings) / 'encode.json'}"
+    path = config.corpus or corpus_path(corpus, where, "--corpus")
     passages = load_corpus(path)
     missing = [doc_id for doc_id in ids if doc_id not in passages]
     if missing:
         raise DataError(f"{path}: lacks {len(missing)} of the {len(ids)} ids of {config.embeddings} (e.g. "
                         f"{missing[0]!r}); give the corpus they were encoded from with --corpus")
+    texts = [passages[doc_id].joined() for doc_id in ids]
+    check_texts(ids, texts, encoding, path, where, "give the corpus they were encoded from with --corpus")
     params = BM25Params(**{f.name: getattr(config, f.name) for f in dataclasses.fields(BM25Params)})
-    return BM25(params).index(ids, [passages[doc_id].joined() for doc_id in ids])
+    return BM25(params).index(ids, texts)
 
 
 def search(config: SearchConfig) -> Path | list[list[Hit]]:
@@ -131,14 +137,14 @@ def search(config: SearchConfig) -> Path | list[list[Hit]]:
         queries = {str(n): text for n, text in enumerate(config.query, start=1)}
         run = searcher.run(queries, k)
         hits = [searcher.hits(run[query_id]) for query_id in queries]
-        print_hits(searcher, list(queries.values()), hits)
+        print_hits(searcher, list(queries.values()), hits, k)
     else:
         run = queries_run(config, searcher, k)
     if config.output is not None:
         write_trec_run(run, config.output, tag=config.tag)
     if config.query is not None:
         return hits
-    sides = "the model and BM25, fused" if searcher.hybrid else "the model"
+    sides = f"the model and BM25, fused ({fused_depth(searcher, k)})" if searcher.hybrid else "the model"
     print(f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; top-{k} run in "
           f"{config.output}")
     return Path(config.output)
@@ -169,7 +175,7 @@ def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], 
     import numpy as np
 
     from retromae.retrieval.encode import INFO_FILE, load_embeddings
-    from retromae.retrieval.searcher import check_query_vectors
+    from retromae.retrieval.lineage import check_query_vectors
 
     with reading(config.queries):
         ids, vectors, info = load_embeddings(config.queries)
@@ -189,12 +195,17 @@ def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], 
     return ids, vectors, {query_id: texts[query_id] for query_id in ids}
 
 
-def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]]) -> None:
+def fused_depth(searcher: Searcher, k: int) -> str:
+    """How many documents each side of a hybrid search contributed, in words (`fusion.candidate_depth`)."""
+    return f"each side's best {min(candidate_depth(k), len(searcher.ids)):,}"
+
+
+def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]], k: int) -> None:
     """Each query, then one line per hit: rank, score, id and the start of the document (standard output)."""
     width = max(60, shutil.get_terminal_size((100, 20)).columns)
     method = searcher.fusion.method + (f", weight {searcher.fusion.weight:g}" if searcher.fusion.method == "convex"
                                        else "")
-    how = f"hybrid: model + BM25, {method}" if searcher.hybrid else "model"
+    how = f"hybrid: model + BM25, {method}, {fused_depth(searcher, k)}" if searcher.hybrid else "model"
     for text, query_hits in zip(queries, hits, strict=True):
         print(f"query: {text}  ({how}; {len(query_hits)} hits)")
         id_width = max((len(hit.id) for hit in query_hits), default=2)

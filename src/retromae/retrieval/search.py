@@ -58,5 +58,5 @@ def vector_search(doc_ids: Sequence[str], doc_vectors: np.ndarray, query_ids: Se
                   query_vectors: np.ndarray, k: int = 100, *, factory: str = "Flat", params: str = "") -> Run:
     """Index passage vectors `(N, D)`, search query vectors `(Q, D)` and return the top-k run."""
     index = build_index(doc_vectors, factory=factory, params=params)
-    scores, indices = search(index, query_vectors, k)  # (Q, k) each
+    scores, indices = search(index, query_vectors, k, ids=doc_ids)  # (Q, k) each
     return results_to_run(query_ids, doc_ids, scores, indices)

@@ -2,7 +2,8 @@
 texts) and loads the query encoder once; `.search("text", k=10)` returns `Hit`s (rank, id, score, text).
 
 An index built with `retromae index --hybrid` is searched on both sides and fused (`retrieval.fusion`: the
-candidates are the union of both top-k lists); one without its lexical side, by the model alone. Owns the query
+candidates are the union of each side's best `fusion.DEPTH` documents, or best k when more hits are asked for, so
+that the first n hits never depend on k); one without its lexical side, by the model alone. Owns the query
 encoder's choice (the model, pooling and normalisation index.json records, unless overridden; every error about a
 recorded path names index.json and the option that overrides it), the check that query vectors come from the
 index's encoder, and `run`/`run_vectors` (runs for `retromae search`). Does not own the index folder
@@ -16,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, check_fusion, fuse
+from retromae.data.ranking import ranked
+from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.options import ConfigError, require
 
@@ -101,7 +103,8 @@ class Searcher:
                               "--hybrid ...`, or search without --hybrid, --fusion and --hybrid-weight")
         set_search_params(built, info.get("params", "") if params is None else params)
         where = f"{folder / 'index.json'}"
-        shown = document_texts(ids, info.get("corpus"), where, "--corpus", corpus) if texts else None
+        recorded = info.get("corpus"), info.get("encoder")
+        shown = document_texts(ids, recorded[0], where, "--corpus", corpus, recorded[1]) if texts else None
         query_side = encoding or QueryEncoding()
         if model is not None:
             query_side = dataclasses.replace(query_side, model=model)
@@ -137,7 +140,7 @@ class Searcher:
         if self._rows is None:
             self._rows = {doc_id: n for n, doc_id in enumerate(self.ids)}
         row = self._rows
-        ordered = sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))
+        ordered = ranked(scores)
         return [Hit(rank, doc_id, scores[doc_id], self.texts[row[doc_id]] if self.texts is not None else None)
                 for rank, doc_id in enumerate(ordered, start=1)]
 
@@ -163,15 +166,16 @@ class Searcher:
         if vectors.shape[1] != self.index.d:
             raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {self.index.d}-"
                               "dimensional index")
+        if self.lexical is not None and queries is None:
+            raise ConfigError("--queries: a hybrid index needs the query texts for BM25; give a queries file, or "
+                              "--dense-only")
         k = min(k, len(self.ids))
-        scores, rows = search(self.index, vectors, k, show_progress=show_progress)  # (Q, k) each
+        depth = k if self.lexical is None else candidate_depth(k)  # each side's candidates: the fusion's depth
+        scores, rows = search(self.index, vectors, depth, ids=self.ids, show_progress=show_progress)  # (Q, depth)
         dense = results_to_run(query_ids, self.ids, scores, rows)
         if self.lexical is None:
             return dense
-        if queries is None:
-            raise ConfigError("--queries: a hybrid index needs the query texts for BM25; give a queries file, or "
-                              "--dense-only")
-        lexical = self.lexical.search({q: queries[q] for q in query_ids}, k, show_progress=False)
+        lexical = self.lexical.search({q: queries[q] for q in query_ids}, depth, show_progress=False)
         empty_results(lexical, "BM25 (the lexical side)")
         return fuse(dense, lexical, self.fusion.method, self.fusion.weight, k=k)
 
@@ -191,17 +195,13 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
     index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
     from retromae.models.encoder import Encoder
     from retromae.models.masked_lm import check_max_length
-    from retromae.runtime.run_folder import input_fingerprint
+    from retromae.retrieval.lineage import check_model
 
     where = folder / "index.json"
     model = options.model or recorded.get("model")
     if not model:
         raise ConfigError(f"--model: {where} records no model; name the one that encoded the corpus")
-    fingerprint = recorded.get("model_fingerprint")
-    if fingerprint and input_fingerprint(model) != fingerprint:
-        said = "--model" if options.model else f"the model recorded in {where}"
-        raise ConfigError(f"{said} ({model}) is not the model the index was encoded with (its files differ from "
-                          f"those fingerprinted in {where}); --model names the model to use")
+    check_model(model, recorded, where, given=options.model is not None)
     pooling = options.pooling or recorded.get("pooling")
     normalize = recorded.get("normalize") if options.normalize is None else options.normalize
     try:
@@ -213,15 +213,3 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
         raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
     check_max_length(encoder.model.config, options.max_length, "query_max_length", encoder.tokenizer)
     return encoder
-
-
-def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path) -> None:
-    """ConfigError when query vectors (encode.json of `queries`) were made otherwise than the index's documents:
-    another model (by fingerprint, else by path), pooling, normalisation or width."""
-    by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
-    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
-    differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
-    if differ:
-        shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
-        raise ConfigError(f"--queries: {queries} was encoded otherwise than the documents of {index} ({shown}); "
-                          "encode the queries with the index's model, or give a queries file")

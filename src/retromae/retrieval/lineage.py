@@ -1,0 +1,89 @@
+"""What is derived agrees with what it came from: each check of an artefact against a fingerprint its record holds.
+
+The records and what they fingerprint: an embeddings folder's encode.json (copied into index.json under "encoder")
+holds the model's files (`model_fingerprint`), the ids and texts encoded (`fingerprint`) and the input file
+(`source`: its path and file fingerprint); index.json holds the corpus its texts come from (`corpus`, likewise).
+Whatever a command derives from, or shows beside, such a record is checked here against it:
+
+- `check_texts`: texts read for the ids of vectors, against the ids and texts encoded: the BM25 side of `index
+  --hybrid` (from `--corpus` or the recorded corpus), the documents `search --query` shows (`--corpus`, or the
+  recorded corpus). (The query texts BM25 searches for an embeddings folder of queries come from the file its
+  encode.json records, unchanged by `file_change`.) Before, `index --hybrid --corpus other.jsonl` (same ids,
+  other texts) built a BM25 side over texts the vectors never saw;
+- `check_model`: the query encoder against the model the documents were encoded with;
+- `check_query_vectors`: query vectors against the documents' encoding (model, pooling, normalisation, width);
+- `file_change`: a recorded file (a corpus) against its file fingerprint: moved, deleted or changed since.
+
+A record written before a fingerprint was kept has none, and is read as it is. The files of one folder are checked
+against its own record where the folder is read (`index.check_generation`, `encode.load_embeddings`; the BM25 side's
+ids in `bm25.BM25.load`). Does not own writing the records (`retrieval.encode`, `retrieval.index`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from retromae.runtime.errors import DataError
+from retromae.runtime.options import ConfigError
+from retromae.runtime.run_folder import input_fingerprint
+
+
+def texts_fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
+    """A hash of ids and texts in order (encode.json's `fingerprint`), so that texts are known to be those encoded."""
+    digest = hashlib.sha1()
+    for doc_id, text in zip(ids, texts, strict=True):
+        digest.update(doc_id.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
+    return digest.hexdigest()
+
+
+def check_texts(ids: Sequence[str], texts: Sequence[str], record: dict[str, Any], source: str | Path, where: str,
+                remedy: str) -> None:
+    """DataError when `texts` (of `ids`, in the order encoded, read from `source`) are not the texts the record at
+    `where` says were encoded; `remedy` says what to give instead."""
+    recorded = record.get("fingerprint")
+    if isinstance(recorded, str) and texts_fingerprint(ids, texts) != recorded:
+        raise DataError(f"{source}: its texts of the {len(ids):,} encoded ids are not the texts that were encoded "
+                        f"(the fingerprint of ids and texts recorded in {where} differs); {remedy}")
+
+
+def check_model(model: str, record: dict[str, Any], where: Path, given: bool) -> None:
+    """ConfigError when `model` is not the model whose files the record at `where` fingerprinted; `given`: named
+    by --model (else the record's own path)."""
+    recorded = record.get("model_fingerprint")
+    if recorded and input_fingerprint(model) != recorded:
+        said = "--model" if given else f"the model recorded in {where}"
+        raise ConfigError(f"{said} ({model}) is not the model the index was encoded with (its files differ from "
+                          f"those fingerprinted in {where}); --model names the model to use")
+
+
+def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path) -> None:
+    """ConfigError when query vectors (encode.json of `queries`) were made otherwise than the index's documents:
+    another model (by fingerprint, else by path), pooling, normalisation or width."""
+    by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
+    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
+    differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
+    if differ:
+        shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
+        raise ConfigError(f"--queries: {queries} was encoded otherwise than the documents of {index} ({shown}); "
+                          "encode the queries with the index's model, or give a queries file")
+
+
+def recorded_path(record: Any) -> Path | None:
+    """The path a file record (`{"path": ..., "fingerprint": ...}`) names, or None when there is no record."""
+    path = record.get("path") if isinstance(record, dict) else None
+    return Path(path) if isinstance(path, str) and path else None
+
+
+def file_change(record: Any) -> str | None:
+    """Why the recorded file cannot be read as it was (not recorded, missing, changed since), or None when it can."""
+    path = recorded_path(record)
+    if path is None:
+        return "is not recorded"
+    if not path.exists():
+        return f"({path}) is not there any more (moved or deleted)"
+    if input_fingerprint(path) != record.get("fingerprint"):
+        return f"({path}) changed since it was recorded"
+    return None
