@@ -278,9 +278,10 @@ def test_the_first_hits_of_a_hybrid_search_do_not_depend_on_how_many_are_asked_f
 
 def test_evaluate_fuses_at_the_depth_search_fuses_at_whatever_its_metrics(tmp_path, beir, tiny_model_dir):
     """`evaluate --metrics ndcg@10 --hybrid` retrieved and fused only each side's top 10 before."""
-    options = {"model": str(tiny_model_dir), "data": [beir], "hybrid": True, "pooling": "mean", "normalize": True}
-    default = retromae.evaluate(**options)["sets"]["beir"]["hybrid"]
-    shallow = retromae.evaluate(**options, metrics=["ndcg@10", "mrr@10"])["sets"]["beir"]["hybrid"]
+    options = {"model": str(tiny_model_dir), "name": ["tiny"], "data": [beir], "hybrid": True, "pooling": "mean",
+               "normalize": True}
+    default = retromae.evaluate(**options)["sets"]["beir"]["tiny+BM25"]
+    shallow = retromae.evaluate(**options, metrics=["ndcg@10", "mrr@10"])["sets"]["beir"]["tiny+BM25"]
     assert shallow["ndcg@10"] == default["ndcg@10"] and shallow["mrr@10"] == default["mrr@10"]
 
 
