@@ -195,7 +195,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     info = {**encoder_info(encoder, model_name, prefix, max_length), **source_info(source)}
     manifest = {**info, "fingerprint": _fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
-                 resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
+                 resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name, source or ""))
     if _finished(output_dir, manifest):
         return output_dir
     shards = _checked_shards(output_dir, manifest, len(ids), encoder.dimension, state)

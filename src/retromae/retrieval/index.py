@@ -208,8 +208,7 @@ def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, A
     written = [name, IDS_FILE]
     if lexical is not None:
         require(lexical.ids == list(ids), "lexical", "the BM25 index must hold the same ids, in the same order")
-        lexical.save(folder / LEXICAL_DIR)
-        written += sorted(str(path.relative_to(folder)) for path in (folder / LEXICAL_DIR).iterdir())
+        written += [f"{LEXICAL_DIR}/{name}" for name in lexical.save(folder / LEXICAL_DIR)]
     record = {**(info or {}), "backend": backend, "metric": metric, "count": len(ids), "dim": int(index.d),
               "lexical": LEXICAL_DIR if lexical is not None else None, "generation": uuid.uuid4().hex,
               "files": {file: file_fingerprint(folder / file) for file in written}}
