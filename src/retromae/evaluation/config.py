@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.models.encoder_config import EncoderOptions
+from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, ConfigError, option, require
@@ -77,8 +78,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
-    factory: str = option("Flat", "faiss index factory string for the dense search")
-    params: str = option("", "faiss search parameters, e.g. efSearch=128")
+    factory: str = option("Flat", "faiss index factory string for the dense search", check=check_factory)
+    params: str = option("", "faiss search parameters, e.g. efSearch=128", check=check_search_params)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -27,11 +27,25 @@ from typing import Any
 
 from retromae.models.model_source import check_safetensors, read_json
 from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.options import PROBABILITY, Domain, between
 
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index", "tf_model.h5",
                   "flax_model.msgpack", "pytorch_model.pt", "model.pt")
 SHOWN = 3  # names shown of a longer list
 NO_CODE = "retromae never runs a model folder's own code"
+# The sizes and rates of a config.json that transformers builds a model's tensors from, with what each may be: the
+# sizes whole numbers (bounded so that a typo cannot ask for all the memory there is), the rates numbers.
+CONFIG_NUMBERS = {
+    **{name: (int, between(1, 1 << 16)) for name in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+                                                     "head_dim", "embedding_size")},
+    "num_hidden_layers": (int, between(1, 1024)), "intermediate_size": (int, between(1, 1 << 18)),
+    "vocab_size": (int, between(1, 1 << 24)), "max_position_embeddings": (int, between(1, 1 << 20)),
+    "type_vocab_size": (int, between(0, 1 << 16)),
+    **{name: (float, Domain(0, 1, low_open=True)) for name in ("layer_norm_eps", "norm_eps", "rms_norm_eps")},
+    **{name: (float, PROBABILITY) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                                               "attention_dropout", "mlp_dropout", "embedding_dropout",
+                                               "classifier_dropout")},
+}
 
 
 def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
@@ -110,6 +124,7 @@ def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool
             raise ModelLoadError(f"{what}: its {name} asks to run the folder's own code ({', '.join(code)}); "
                                  f"{NO_CODE}: use a model of a family transformers knows (BERT, RoBERTa, ...)")
     _check_model_type(path, what)
+    _check_config_numbers(path / "config.json")
     if weights:
         _check_weight_files(path, what)
 
@@ -132,6 +147,24 @@ def _check_model_type(path: Path, what: str) -> None:
     if kind is not None and kind not in CONFIG_MAPPING:
         raise ModelLoadError(f"{what}: its config.json names model_type {kind!r}, which transformers does not know; "
                              "use a model of a family it knows (BERT, RoBERTa, ModernBERT, DeBERTa-v2, ...)")
+
+
+def _check_config_numbers(path: Path) -> None:
+    """ModelLoadError naming config.json and the first of its sizes and rates (`CONFIG_NUMBERS`) that is not a number
+    of the kind and range the model's tensors can be built from (transformers checks none: `hidden_size: 0` builds
+    an empty model, `1e12` asks for more memory than any machine has, `"64"` fails deep inside torch)."""
+    config = read_json(path)
+    if not isinstance(config, dict):
+        return
+    for name, (kind, domain) in CONFIG_NUMBERS.items():
+        value = config.get(name)
+        if value is None:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and kind is float)
+        if isinstance(value, bool) or not whole or not domain.holds(value):
+            said = "a whole number" if kind is int else "a number"
+            raise ModelLoadError(f"{path}: {name} is {value!r}; it {domain.describe()} and be {said} (no model can "
+                                 "be built from it)")
 
 
 def _check_weight_files(path: Path, what: str) -> None:

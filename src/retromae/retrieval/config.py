@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from retromae.models.encoder_config import EncoderOptions
+from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import METHODS
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
@@ -30,6 +31,11 @@ from retromae.runtime.run_folder import OutputOptions
 KINDS = ("auto", "corpus", "queries")
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 STEMMERS = ("none", "english")
+# The stopword lists bm25s knows (`bm25s.tokenization._infer_stopwords`), by code and by name, and none.
+STOPWORD_LANGUAGES = {"en": "english", "en_plus": "english_plus", "de": "german", "nl": "dutch", "fr": "french",
+                      "es": "spanish", "pt": "portuguese", "it": "italian", "ru": "russian", "sv": "swedish",
+                      "no": "norwegian", "zh": "chinese", "tr": "turkish", "ko": "korean", "da": "danish"}
+STOPWORDS = (*STOPWORD_LANGUAGES, *STOPWORD_LANGUAGES.values(), "none")
 METRICS = ("ip", "l2")  # the similarities an index offers
 
 
@@ -95,7 +101,8 @@ class BM25Params(Options):
     k1: float = option(1.2, "BM25 term-frequency saturation", NON_NEGATIVE)
     b: float = option(0.75, "BM25 length normalisation", PROBABILITY)
     variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
-    stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
+    stopwords: str = option("en", "stopword list of bm25s: a language (en, en_plus, de, nl, fr, es, pt, it, ru, sv, "
+                                  "no, zh, tr, ko, da, or its English name), or none", choices=STOPWORDS)
     stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
 
 
@@ -105,10 +112,11 @@ class IndexConfig(OutputOptions, BM25Params):
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
                                "with --hybrid)")
     factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
-                                  "(without faiss only Flat: exact numpy search)")
+                                  "(without faiss only Flat: exact numpy search)", check=check_factory)
     metric: str = option("ip", "similarity: ip (inner product; cosine on normalised vectors) or l2",
                          choices=METRICS)
-    params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32")
+    params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32",
+                         check=check_search_params)
     seed: int = option(0, "seed of the training sample for IVF/PQ indexes", SEED)
     hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
                                  "fuses BM25 with the model")
@@ -145,7 +153,8 @@ class SearchConfig(OutputOptions, EncoderOptions):
                                       "scores, weighted) or rrf (reciprocal ranks); default convex", choices=METHODS)
     hybrid_weight: float | None = option(None, "the model's share under convex fusion, in [0, 1] (BM25 gets the "
                                                "rest); default 0.7", PROBABILITY)
-    params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
+    params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index",
+                                check=check_search_params)
     query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column")

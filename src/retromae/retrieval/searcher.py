@@ -99,8 +99,8 @@ class Searcher:
         if asked and lexical is None:
             raise ConfigError(f"--hybrid: {folder} has no lexical (BM25) side; build it with `retromae index "
                               "--hybrid ...`, or search without --hybrid, --fusion and --hybrid-weight")
-        set_search_params(built, info.get("params", "") if params is None else params)
         where = f"{folder / 'index.json'}"
+        set_search_params(built, *((info.get("params", ""), f"{where}: params") if params is None else (params,)))
         shown = document_texts(ids, info.get("corpus"), where, "--corpus", corpus) if texts else None
         query_side = encoding or QueryEncoding()
         if model is not None:

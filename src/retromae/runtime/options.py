@@ -123,7 +123,7 @@ def choices_of(field: dataclasses.Field) -> tuple | None:
 def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *,
            choices: tuple | Callable[[], tuple] | None = None,
            short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
-           deprecated: str | None = None) -> Any:
+           deprecated: str | None = None, check: Callable[[Any], None] | None = None) -> Any:
     """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
 
     `domain`: the numbers a numeric option accepts (e.g. `POSITIVE`, `between(1, 100)`); without one, any finite
@@ -131,9 +131,11 @@ def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None
     `aliases`: old spellings (e.g. `("--k",)`) accepted, hidden from `--help`, with a note naming the new flag.
     `required_unless`: the option(s) that can stand in for this one (listed with the required inputs).
     `deprecated`: a field kept for one release only, hidden from `--help`; using it prints this message.
+    `check`: for a value a library parses itself (a faiss factory string): raises ValueError saying what is wrong
+    with it, refused as a ConfigError naming the option, by `check_fields` like the domain.
     """
     metadata = {"help": help, "domain": domain, "choices": choices, "short": short, "aliases": tuple(aliases),
-                "required_unless": required_unless, "deprecated": deprecated}
+                "required_unless": required_unless, "deprecated": deprecated, "check": check}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -518,6 +520,11 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
     choices = choices_of(field)
     if choices is not None and value not in choices:
         raise ConfigError(f"{flag}: must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
+    if field.metadata.get("check") is not None:
+        try:
+            field.metadata["check"](value)
+        except ValueError as error:
+            raise ConfigError(f"{flag}: {error}") from None
     return value
 
 
