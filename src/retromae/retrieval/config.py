@@ -133,12 +133,19 @@ class IndexConfig(OutputOptions, BM25Params):
 SHOWN_K, RUN_K = 10, 100
 
 
+def non_blank(text: str) -> None:
+    """ValueError for a query of no text (spaces only): it would match every document alike."""
+    if not text.strip():
+        raise ValueError("must not be empty")
+
+
 @dataclasses.dataclass(kw_only=True)
 class SearchConfig(OutputOptions, EncoderOptions):
     model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
     index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
     query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
-                                           "start of each document are printed", required_unless="--queries")
+                                           "start of each document are printed", required_unless="--queries",
+                                     check=non_blank)
     queries: Path | None = option(None, "queries: a queries file (queries.jsonl, queries.tsv) to encode here, or an "
                                         "embeddings folder of query vectors from `retromae encode`",
                                   required_unless="--query")
@@ -163,7 +170,6 @@ class SearchConfig(OutputOptions, EncoderOptions):
         super().__post_init__()
         require((self.query is None) != (self.queries is None), "query", "give either --query TEXT or --queries")
         require(self.queries is None or self.output is not None, "output", "is required with --queries")
-        require(self.query is None or all(text.strip() for text in self.query), "query", "must not be empty")
 
 
 @dataclasses.dataclass(kw_only=True)

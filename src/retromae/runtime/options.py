@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import numbers
@@ -553,6 +554,45 @@ def _shown(value: Any) -> str:
     if isinstance(value, list | tuple | dict):
         return f"a {'mapping' if isinstance(value, dict) else 'list'} ({value!r})"[:120]
     return repr(value)
+
+
+def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (),
+                      **options: str | tuple[str, Callable[[Any], Any]]) -> Callable[[Callable], Callable]:
+    """A method of the Python API whose arguments are options of a command: `argument="option"` (or `(option, how
+    to read the argument's values)`), each given argument checked by the one check of that option (`check_values`
+    against `config_cls`) before the method runs, and refused naming the argument and the option, in one line, as
+    the command line would be (`Searcher.search("x", k="3")`: `k: expected a whole number, got the text '3' (as
+    --top-k)`). None is refused where the argument's default is not None. `unchecked`: the arguments that are no
+    option (vectors, a progress bar); the decorated method records them (`checked_options`, `unchecked`,
+    `config_class`) and its check alone (`check`)."""
+    def decorate(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+
+        def check(*args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(*args, **kwargs)
+            for argument, spec in options.items():
+                if argument not in bound.arguments:
+                    continue
+                name, read = (spec, None) if isinstance(spec, str) else spec
+                value = bound.arguments[argument]
+                if value is None and signature.parameters[argument].default is not None:
+                    raise ConfigError(f"{argument}: must be given, got None (as {_flag(name)})")
+                try:
+                    check_values(config_cls, {name: read(value) if read is not None and value is not None else value})
+                except ConfigError as error:
+                    said = str(error).removeprefix(f"{_flag(name)}: ")
+                    raise ConfigError(f"{argument}: {said} (as {_flag(name)})") from None
+
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            check(*args, **kwargs)
+            return function(*args, **kwargs)
+
+        checked.checked_options, checked.unchecked, checked.check = dict(options), tuple(unchecked), check
+        checked.config_class = config_cls
+        return checked
+
+    return decorate
 
 
 class Options:
