@@ -19,7 +19,7 @@ from retromae.models.encoder_config import EncoderOptions
 from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
-from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, ConfigError, option, require
+from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, Acts, ConfigError, acts_with, option, require
 from retromae.runtime.run_folder import OutputOptions
 
 if TYPE_CHECKING:
@@ -37,6 +37,13 @@ RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKIN
 @dataclasses.dataclass(kw_only=True)
 class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
+
+    ACTS = {"hybrid_weight": acts_with("hybrid") & acts_with("fusion", "convex", off="rrf"),
+            "fusion": acts_with("hybrid"),
+            **{name: Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
+                          {"model": ["x"]}, ({"model": None, "run": "x"},))
+               for name in ("pooling", "normalize", "dtype", "device", "batch_size", "query_prefix", "passage_prefix",
+                            "query_max_length", "passage_max_length", "factory", "params")}}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each, named by its folder",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from retromae.models.encoder_config import POOLINGS
 from retromae.retrieval.mining_options import MiningOptions
-from retromae.runtime.options import NON_NEGATIVE, POSITIVE, at_least, option, require
+from retromae.runtime.options import NON_NEGATIVE, POSITIVE, Acts, at_least, option, require
 from retromae.training.config import TrainingConfig
 
 NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
@@ -19,6 +19,11 @@ NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
 @dataclass(kw_only=True)
 class FinetuneConfig(MiningOptions, TrainingConfig):
     """Options of `retromae finetune`."""
+
+    # The rank window acts only on mined negatives (with --negatives none or file, nothing is mined).
+    ACTS = {name: Acts(lambda config: config.negatives not in ("none", "file"), "with mined negatives (--negatives "
+                       "bm25, model or auto)", {"negatives": "bm25"}, ({"negatives": "file"},))
+            for name in ("rank_start", "rank_end", "negatives_per_query")}
 
     model: str = option(help="encoder to start from: a `retromae pretrain`/`finetune` output's encoder/ (or the "
                              "output folder itself), a sentence-transformers folder, or any Hugging Face encoder")

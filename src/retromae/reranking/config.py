@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae.retrieval.mining_options import MiningOptions
-from retromae.runtime.options import POSITIVE, at_least, option
+from retromae.runtime.options import POSITIVE, Acts, at_least, option
 from retromae.runtime.run_folder import OutputOptions
 from retromae.training.config import HeadTrainingConfig
 
@@ -18,6 +18,11 @@ from retromae.training.config import HeadTrainingConfig
 @dataclass(kw_only=True)
 class RerankerConfig(MiningOptions, HeadTrainingConfig):
     """Options of `retromae train-reranker`."""
+
+    # The rank window acts only on mined negatives (with --negatives none or file, nothing is mined).
+    ACTS = {name: Acts(lambda config: config.negatives not in ("none", "file"), "with mined negatives (--negatives "
+                       "bm25, model or auto)", {"negatives": "bm25"}, ({"negatives": "file"},))
+            for name in ("rank_start", "rank_end", "negatives_per_query")}
 
     model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
                              "encoder, a sentence-transformers folder, or a pre-training output")

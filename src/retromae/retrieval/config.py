@@ -21,8 +21,10 @@ from retromae.runtime.options import (
     PROBABILITY,
     SEED,
     TOP_K,
+    Acts,
     ConfigError,
     Options,
+    acts_with,
     option,
     require,
 )
@@ -39,8 +41,16 @@ STOPWORDS = (*STOPWORD_LANGUAGES, *STOPWORD_LANGUAGES.values(), "none")
 METRICS = ("ip", "l2")  # the similarities an index offers
 
 
+WITH_CORPUS = Acts(lambda config: config.corpus is not None, "with --corpus", {"corpus": "x"},
+                   ({"corpus": None, "queries": "x"},))
+WITH_QUERIES = Acts(lambda config: config.queries is not None, "with --queries", {"queries": "x"},
+                    ({"queries": None, "corpus": "x"},))
+
+
 @dataclasses.dataclass(kw_only=True)
 class EncodeConfig(OutputOptions, EncoderOptions):
+    ACTS = {"passage_prefix": WITH_CORPUS, "passage_max_length": WITH_CORPUS, "query_prefix": WITH_QUERIES,
+            "query_max_length": WITH_QUERIES}
     corpus: Path | None = option(None, "corpus file to encode: BEIR corpus.jsonl or MS MARCO collection.tsv, "
                                        "optionally .gz (a document is its title and text joined)",
                                  required_unless="--queries")
@@ -69,9 +79,6 @@ class EncodeConfig(OutputOptions, EncoderOptions):
         super().__post_init__()
         self._apply_old_spellings()
         require((self.corpus is None) != (self.queries is None), "corpus", "give either --corpus or --queries")
-        other, other_input = ("query", "--queries") if self.corpus is not None else ("passage", "--corpus")
-        for name in (f"{other}_prefix", f"{other}_max_length"):
-            require(getattr(self, name) in ("", None), name, f"applies to {other_input} only")
 
     def _apply_old_spellings(self) -> None:
         """--input/--kind/--prefix/--max-length (until the next release) onto the options that replace them."""
@@ -108,6 +115,7 @@ class BM25Params(Options):
 
 @dataclasses.dataclass(kw_only=True)
 class IndexConfig(OutputOptions, BM25Params):
+    ACTS = {name: acts_with("hybrid") for name in (*(f.name for f in dataclasses.fields(BM25Params)), "corpus")}
     embeddings: Path = option(help="embeddings folder written by `retromae encode`")
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
                                "with --hybrid)")
@@ -123,12 +131,6 @@ class IndexConfig(OutputOptions, BM25Params):
     corpus: Path | None = option(None, "corpus file whose texts --hybrid indexes; default: the one the embeddings "
                                        "folder records (encode.json)")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.hybrid:
-            changed = [f.name for f in dataclasses.fields(BM25Params) if getattr(self, f.name) != f.default]
-            require(not changed and self.corpus is None, (changed or ["corpus"])[0], "applies with --hybrid only")
-
 
 SHOWN_K, RUN_K = 10, 100
 
@@ -139,8 +141,23 @@ def non_blank(text: str) -> None:
         raise ValueError("must not be empty")
 
 
+# `search`'s options that act only where it encodes queries itself: with --queries an embeddings folder the vectors
+# are made already (their model, pooling and length recorded in its encode.json).
+ENCODES_QUERIES = Acts(lambda config: config.query is not None or (config.queries is not None
+                                                                   and not Path(config.queries).is_dir()),
+                       "where queries are encoded (--query, or --queries a queries file, not an embeddings folder)",
+                       {"query": ["x"]}, ({"query": None, "queries": ".", "output": "run.trec"},))
+
+
 @dataclasses.dataclass(kw_only=True)
 class SearchConfig(OutputOptions, EncoderOptions):
+    ACTS = {**{name: ENCODES_QUERIES for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size",
+                                                  "query_prefix", "query_max_length")},
+            "corpus": Acts(lambda config: config.query is not None, "with --query (the texts it shows)",
+                           {"query": ["x"]}, ({"query": None, "queries": "x", "output": "run.trec"},)),
+            "tag": acts_with("output", on="run.trec", off=None),
+            "hybrid_weight": Acts(lambda config: config.fusion != "rrf", "with --fusion convex (rrf fuses ranks, "
+                                  "without weights)", {"fusion": "convex"}, ({"fusion": "rrf"},))}
     model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
     index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
     query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
@@ -174,6 +191,8 @@ class SearchConfig(OutputOptions, EncoderOptions):
 
 @dataclasses.dataclass(kw_only=True)
 class BM25Config(OutputOptions, BM25Params):
+    ACTS = {"split": Acts(lambda config: config.data is not None, "with --data", {"data": "x"},
+                          ({"data": None, "corpus": "x", "queries": "x"},))}
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
@@ -193,6 +212,9 @@ class BM25Config(OutputOptions, BM25Params):
 
 @dataclasses.dataclass(kw_only=True)
 class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
+    ACTS = {name: acts_with("negatives", "model", off="bm25")
+            for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size", "query_max_length",
+                         "passage_max_length")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")

@@ -28,7 +28,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,10 +121,40 @@ def choices_of(field: dataclasses.Field) -> tuple | None:
     return choices() if callable(choices) else choices
 
 
+@dataclasses.dataclass(frozen=True)
+class Acts:
+    """When an option has an effect, declared once with it: `holds(config)` says whether it does under the other
+    options of `config`; `says` is the condition in words ("with --hybrid"); `on` holds option values under which
+    it does, `off` one mapping of values per way it does not (a generated test builds its cases from them).
+    Declared on the option's field (`option(..., acts=...)`) or, for a field a shared group declares, in the
+    command's class (`ACTS = {"k1": ...}`); `check_acts` refuses an option given where its condition fails."""
+
+    holds: Callable[[Any], bool]
+    says: str
+    on: Mapping[str, Any]
+    off: tuple[Mapping[str, Any], ...]
+
+    def __and__(self, other: Acts) -> Acts:
+        """Both conditions: off when either is (the other one on)."""
+        return Acts(lambda config: self.holds(config) and other.holds(config), f"{self.says} and {other.says}",
+                    {**self.on, **other.on}, (*self.off, *({**self.on, **off} for off in other.off)))
+
+
+def acts_with(name: str, *values: Any, on: Any = True, off: Any = False) -> Acts:
+    """The option acts only when option `name` is one of `values`, or, without values, when it is set (a switch on,
+    a path given): `on` and `off` are a value of each kind (a choice outside `values` for `off`)."""
+    if values:
+        return Acts(lambda config: getattr(config, name) in values, f"with {_flag(name)} {' or '.join(values)}",
+                    {name: values[0]}, ({name: off},))
+    return Acts(lambda config: getattr(config, name) not in (None, False, "", []), f"with {_flag(name)}",
+                {name: on}, ({name: off},))
+
+
 def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *,
            choices: tuple | Callable[[], tuple] | None = None,
            short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
-           deprecated: str | None = None, check: Callable[[Any], None] | None = None) -> Any:
+           deprecated: str | None = None, check: Callable[[Any], None] | None = None,
+           acts: Acts | None = None) -> Any:
     """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
 
     `domain`: the numbers a numeric option accepts (e.g. `POSITIVE`, `between(1, 100)`); without one, any finite
@@ -134,9 +164,10 @@ def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None
     `deprecated`: a field kept for one release only, hidden from `--help`; using it prints this message.
     `check`: for a value a library parses itself (a faiss factory string): raises ValueError saying what is wrong
     with it, refused as a ConfigError naming the option, by `check_fields` like the domain.
+    `acts`: when the option has an effect (`Acts`); given where it has none, it is refused (`check_acts`).
     """
     metadata = {"help": help, "domain": domain, "choices": choices, "short": short, "aliases": tuple(aliases),
-                "required_unless": required_unless, "deprecated": deprecated, "check": check}
+                "required_unless": required_unless, "deprecated": deprecated, "check": check, "acts": acts}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -347,6 +378,7 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         raise ConfigError(str(error)) from error
     if not isinstance(config, Options):  # a config class of its own (a test's): the same checks, after its own
         check_fields(config)
+        check_acts(config)
     return config
 
 
@@ -500,6 +532,27 @@ def check_values(config_cls: type, values: dict[str, Any]) -> None:
             _checked_value(config_cls, field, values[field.name])
 
 
+def conditions(config_cls: type) -> dict[str, Acts]:
+    """Each option of `config_cls` that acts only under a condition, with it: declared on its field (`option(...,
+    acts=)`) or, for a field of a shared group, in the `ACTS` of a class of the command (the most derived wins)."""
+    found = {field.name: field.metadata["acts"] for field in dataclasses.fields(config_cls)
+             if field.metadata.get("acts") is not None}
+    for cls in reversed(config_cls.__mro__):
+        found.update(cls.__dict__.get("ACTS", {}))
+    return found
+
+
+def check_acts(config: Any) -> None:
+    """ConfigError naming the first option of `config` that is given (not at its default) where its condition
+    (`conditions`) says it has no effect: an option either acts or is refused. The one check, for every source."""
+    fields = {field.name: field for field in dataclasses.fields(config)}
+    for name, acts in conditions(type(config)).items():
+        value = getattr(config, name)
+        if value not in (None, _default_of(fields[name])) and not acts.holds(config):
+            raise ConfigError(f"{_flag(name)}: acts only {acts.says}; here it would change nothing: drop it (or "
+                              f"give what it needs)")
+
+
 def _checked_value(config_cls: type, field: dataclasses.Field, value: Any) -> Any:
     spec = _field_specs(config_cls).get(field.name)
     if spec is None or (value is None and spec.optional):
@@ -609,17 +662,21 @@ class Options:
     def __post_init__(self) -> None:
         if type(self).__post_init__ is Options.__post_init__:  # no class of its own checks anything more
             check_fields(self)
+            check_acts(self)
 
 
 def _checking_fields_first(post_init: Callable[[Any], None]) -> Callable[[Any], None]:
-    """`post_init`, preceded by `check_fields` when it is the instance's own (outermost) `__post_init__`, so that
-    fields are checked once and before any cross-field check."""
+    """`post_init`, preceded by `check_fields` and followed by `check_acts` when it is the instance's own (outermost)
+    `__post_init__`, so that fields are checked once and before any cross-field check."""
 
     @functools.wraps(post_init)
     def checked(self: Any) -> None:
-        if type(self).__post_init__ is checked:
+        outermost = type(self).__post_init__ is checked
+        if outermost:
             check_fields(self)
         post_init(self)
+        if outermost:
+            check_acts(self)
 
     checked.checks_fields = True
     return checked
