@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retromae.models.encoder_config import POOLINGS
-from retromae.runtime.options import FRACTION, OPEN_UNIT, POSITIVE, Domain, acts_with, at_least, option, require
+from retromae.runtime.options import (
+    FRACTION,
+    OPEN_UNIT,
+    POSITIVE,
+    Domain,
+    acts_with,
+    acts_with_folder,
+    at_least,
+    option,
+    require,
+)
 from retromae.training.config import TrainingConfig
 
 # Objectives `adapt` trains with; each trains the encoder under the base's pooling (mlm: no sentence vector at all).
@@ -118,7 +128,7 @@ class AdaptConfig(TrainingConfig):
                for name in ("teacher", "distill_queries", "distill_kinds", "distill_candidates", "list_size",
                             "distill_loss")},
             **{name: acts_with("validation", on="x", off=None) for name in ("validation_split", "validation_fraction")},
-            "train_split": acts_with("train", on="x", off=None)}
+            "train_split": acts_with_folder("train")}
     # Set from --checkpoints, so not options of this command (ClassVar drops the inherited fields).
     save_every: ClassVar[int] = 0
     keep_checkpoints: ClassVar[int] = 1

@@ -25,6 +25,7 @@ from retromae.runtime.options import (
     ConfigError,
     Options,
     acts_with,
+    acts_with_folder,
     option,
     require,
 )
@@ -212,9 +213,10 @@ class BM25Config(OutputOptions, BM25Params):
 
 @dataclasses.dataclass(kw_only=True)
 class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
-    ACTS = {name: acts_with("negatives", "model", off="bm25")
-            for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size", "query_max_length",
-                         "passage_max_length")}
+    ACTS = {**{name: acts_with("negatives", "model", off="bm25")
+               for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size", "query_max_length",
+                            "passage_max_length")},
+            "split": acts_with_folder("data")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")

@@ -150,6 +150,12 @@ def acts_with(name: str, *values: Any, on: Any = True, off: Any = False) -> Acts
                 {name: on}, ({name: off},))
 
 
+def acts_with_folder(name: str) -> Acts:
+    """The option acts only when option `name` names a folder (a split of a BEIR folder; a training file has none)."""
+    return Acts(lambda config: getattr(config, name) is not None and Path(getattr(config, name)).is_dir(),
+                f"with a {_flag(name)} folder", {name: "."}, ({name: "train.jsonl"},))
+
+
 def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *,
            choices: tuple | Callable[[], tuple] | None = None,
            short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
