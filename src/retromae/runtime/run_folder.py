@@ -214,8 +214,17 @@ def recorded_inputs(inputs: Iterable[str | Path]) -> list[tuple[str, Path | None
         found.append((path, record))
         if os.path.isdir(path):
             for name in RECORDS:
-                queue += [(named, Path(path) / name) for named in _named_paths(_read_record(Path(path) / name))]
+                queue += [(named, Path(path) / name) for named in _named_paths(_recorded(Path(path) / name))]
     return found
+
+
+def _recorded(path: Path) -> Any:
+    """What of a record names inputs: all of an index's or an encoding's description, the input options of a run's
+    marker (its other options are no paths, though a value such as a split may read as one)."""
+    record = _read_record(path)
+    if path.name != MARKER or not isinstance(record, dict) or not isinstance(record.get("identity"), dict):
+        return None if path.name == MARKER else record
+    return {name: value for name, value in record["identity"].items() if name in INPUT_OPTIONS}
 
 
 def _read_record(path: Path) -> Any:
