@@ -149,3 +149,13 @@ def test_the_audit_s_cases_through_the_command_line(tiny_model_dir, tmp_path, ca
     assert main(["encode", "--model", str(bad), "--corpus", str(corpus), "--output", str(tmp_path / "e2")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "config.json: hidden_size is 0" in err[0], err
+
+
+def test_a_k1_that_would_shrink_every_bm25_score_to_nothing_is_refused():
+    """bm25s scores in float32: `k1 1e38` gave every query no result, exit 0."""
+    from retromae.retrieval.bm25 import BM25Params
+
+    BM25Params(k1=1000)
+    for k1 in (1000.5, 1e38, 1e300):
+        with pytest.raises(ConfigError, match=r"^--k1: must lie in \[0, 1000\]"):
+            BM25Params(k1=k1)

@@ -16,7 +16,6 @@ from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import METHODS
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
-    NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
     SEED,
@@ -26,6 +25,7 @@ from retromae.runtime.options import (
     Options,
     acts_with,
     acts_with_folder,
+    between,
     option,
     require,
 )
@@ -106,7 +106,8 @@ class BM25Params(Options):
     """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
 
     OPTION_GROUP = "BM25 scoring"
-    k1: float = option(1.2, "BM25 term-frequency saturation", NON_NEGATIVE)
+    # bm25s scores in float32: a k1 far above any in use (0.5-3) shrinks every score to 0, i.e. no result at all.
+    k1: float = option(1.2, "BM25 term-frequency saturation", between(0, 1000))
     b: float = option(0.75, "BM25 length normalisation", PROBABILITY)
     variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
     stopwords: str = option("en", "stopword list of bm25s: a language (en, en_plus, de, nl, fr, es, pt, it, ru, sv, "
