@@ -53,8 +53,8 @@ OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # may be written into an input folder beside them (a run file beside its data set), never over one of them.
 READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "queries.tsv", "qrels", "sts-*.csv", "ids.txt",
                    "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json", "*.safetensors",
-                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", "index.npy", "bm25",
-                   MARKER)
+                   "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", "*.npy", "params.json",
+                   "vocab.json", MARKER)  # *.npy, params.json, vocab.json: an index's and its bm25/ folder's
 # The records an input folder may hold that name further inputs by absolute path: an index's and an encoding's
 # description (written by `retrieval.index` and `retrieval.encode`: the model, the corpus or queries file) and a
 # run's marker (its identity's inputs). What a command reads through them is an input as much as what it names.
