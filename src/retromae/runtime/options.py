@@ -3,16 +3,16 @@
 Owns: declaring a documented field (`option`) with its domain (`Domain`: the numbers it accepts; the named ones
 `POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `FINITE`, and
 `at_least`/`between`), the one check of every field against its type, choices, domain and own `check` (`check_fields`,
-run by `Options` before a config's own cross-field checks, so the command line, config files and the Python API meet
-it alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would change nothing),
-the same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config dataclass into argparse options (required inputs first, then the command's own options,
-then one group per shared config class that names itself in `OPTION_GROUP`, or that a field's `group` names; each
-default printed once), old spellings of renamed options (hidden aliases that still work for one release, with a note
-saying the new name), merging a YAML/JSON config file (its options flat, or nested in the sections the config class
-names: `option_sections`) with command-line flags (flags win; YAML numbers such as `1e-2` read as numbers, a key
-given twice refused) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON
-beside the outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the
-names follow is in docs/cli.md.
+run by `Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
+alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would change nothing), the
+same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config dataclass into
+argparse options (required inputs first, then the command's own options, then one group per shared config class that
+names itself in `OPTION_GROUP`, or that a field's `group` names; each default printed once), old spellings of renamed
+options (hidden aliases that still work for one release, with a note saying the new name), merging a YAML/JSON config
+file (its options flat, or nested in the sections the config class names: `option_sections`) with command-line flags
+(flags win; YAML numbers such as `1e-2` read as numbers, a key given twice refused) and, for `--resume`, with the
+options the run saved, and saving a resolved config as JSON beside the outputs. Does not own any command's fields: each
+command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
 """
 
 from __future__ import annotations

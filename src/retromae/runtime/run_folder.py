@@ -1,18 +1,18 @@
 """One output belongs to one run: claiming output folders and files, and telling runs apart.
 
-Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity:
-the options that define its result plus fingerprints of its input files), the rule that a folder holding another
-run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the
-command itself writes, and only where a run of the same command wrote them: never another command's outputs, nor
-files no run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the
-list of options that differ between two runs; that an output never overlaps a command's inputs, given or named by
-the records of an input folder (`check_apart`, `recorded_inputs`; before anything is deleted); that a run which fails before its first step (`mark_started`) leaves its folder free
-for the corrected command; and that one process at a time writes an output: claiming one
-takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
-distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
-user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
-blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
-writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
+Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity: the
+options that define its result plus fingerprints of its input files), the rule that a folder holding another run's
+outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the command
+itself writes, and only where a run of the same command wrote them: never another command's outputs, nor files no run
+recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the list of options that
+differ between two runs; that an output never overlaps a command's inputs, given or named by the records of an input
+folder (`check_apart`, `recorded_inputs`; before anything is deleted); that a run which fails before its first step
+(`mark_started`) leaves its folder free for the corrected command; and that one process at a time writes an output:
+claiming one takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file;
+in a distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library user);
+the system releases it when the process dies, however it dies, so a killed run's `--resume` is never blocked. Claiming
+also checks first that the output can be written (a folder where a folder should be, writable). Does not own what the
+outputs hold, nor checkpoints (`train.py`).
 """
 
 from __future__ import annotations
