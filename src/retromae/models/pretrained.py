@@ -1,12 +1,13 @@
 """The one place transformers reads a model folder: configs, tokenizers and weights, loaded whole or not at all.
 
-Owns: every `from_pretrained` call of the package, each with `trust_remote_code=False` (transformers then never
-asks on standard input whether to run a folder's code) and `use_safetensors=True` (never a pickle); the refusals,
-in our words, of a folder that asks to run its own Python code (`auto_map`), of a folder whose weights are pickles
-only (`pytorch_model.bin`), of a `model_type` transformers does not know and of a tokenizer whose declared max length
-is no positive number; and the rule that weights load whole: after loading, every weight the checkpoint lacks, every
-tensor it holds that the model has no place for and every tensor of another shape is refused, naming a few and the
-count (transformers would start them from random weights and go on), but for these, the only legitimate ones:
+Owns: every `from_pretrained` call of the package, each with `trust_remote_code=False` (transformers then never asks
+on standard input whether to run a folder's code) and `use_safetensors=True` (never a pickle); the refusals, in our
+words, of a folder that asks to run its own Python code (`auto_map`), of a folder whose weights are pickles only
+(`pytorch_model.bin`), of a `model_type` transformers does not know, of a config.json size or rate no model can be
+built from (`CONFIG_NUMBERS`) and of a tokenizer whose declared max length is no positive number; and the rule that
+weights load whole: after loading, every weight the checkpoint lacks, every tensor it holds that the model has no
+place for and every tensor of another shape is refused, naming a few and the count (transformers would start them
+from random weights and go on), but for these, the only legitimate ones:
 
 - a task head the checkpoint lacks, where the caller says it may start fresh (`fresh_head`): the masked-LM head
   of a sentence encoder about to be pre-trained, the classifier of a reranker about to be trained, the pooler of an
