@@ -90,3 +90,64 @@ def test_parser_without_argv_knows_every_command_option():
 def test_every_objective_of_the_table_loads_with_the_table_s_options():
     for name in OBJECTIVES:  # `ObjectiveEntry.load` refuses a class whose options are not the table's
         assert OBJECTIVES[name].options is OBJECTIVES.entry(name).options and OBJECTIVES[name].title
+
+
+def _flags(name: str) -> list[str]:
+    """The long options `retromae NAME --help` shows (hidden old spellings left out)."""
+    parser = build_parser([name])
+    sub = next(action for action in parser._actions if action.dest == "command").choices[name]
+    return [flag for action in sub._actions if action.help != "==SUPPRESS==" for flag in action.option_strings
+            if flag.startswith("--")]
+
+
+def _mistyped(flag: str) -> list[str]:
+    """Ways a flag is mistyped: underscores for hyphens (or its last letter doubled), two letters swapped, a letter
+    doubled."""
+    word = flag[2:]
+    wrong = [f"--{word.replace('-', '_')}" if "-" in word else f"--{word}{word[-1]}"]
+    if len(word) > 3:
+        wrong += [f"--{word[0]}{word[2]}{word[1]}{word[3:]}", f"--{word[:2]}{word[1]}{word[2:]}"]
+    return wrong
+
+
+def test_every_command_answers_a_mistyped_option_with_its_usage_and_the_nearest_option(capsys):
+    """Issue 61, item 6: `--hybird`, `--top_k`, `--querry` printed the top-level usage and no suggestion. For every
+    option of every command, three misspellings: the command's own usage line, exit code 2, and "did you mean"
+    naming an option of the command (the one mistyped, where it is the nearest). Parse only, in-process."""
+    from retromae.cli import main
+
+    cases = named_itself = 0
+    for command in discover_commands():
+        flags = _flags(command.name)
+        for flag in flags:
+            for wrong in _mistyped(flag):
+                if wrong in flags or any(other.startswith(wrong) for other in flags):
+                    continue  # the misspelling is an option (or an abbreviation of one) itself
+                try:
+                    main([command.name, wrong])
+                except SystemExit as stopped:
+                    assert stopped.code == 2
+                err = capsys.readouterr().err.strip().splitlines()
+                assert err[0].startswith(f"usage: retromae {command.name} "), (command.name, wrong, err)
+                assert err[-1].startswith(f"retromae {command.name}: error: unrecognized arguments: {wrong}"), err
+                assert "did you mean --" in err[-1] and err[-1].split("did you mean ")[1][:-2] in flags, err
+                cases += 1
+                named_itself += f"did you mean {flag}?" in err[-1]
+    assert cases > 1000 and named_itself / cases > 0.9, (cases, named_itself)
+    for command, wrong, meant in (("evaluate", "--hybird", "--hybrid"), ("search", "--top_k", "--top-k"),
+                                  ("search", "--querry", "--query")):
+        try:
+            main([command, wrong])
+        except SystemExit:
+            pass
+        assert f"did you mean {meant}?" in capsys.readouterr().err
+
+
+def test_version_prints_the_package_s_version_without_importing_the_library():
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "retromae", "--version"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == f"retromae {version('retromae')}"
+    modules = imported_modules(help_script(["--version"]))
+    assert not modules & {"torch", "transformers", "accelerate", "numpy", *OPTIONAL}

@@ -129,7 +129,7 @@ def test_encode_old_input_kind_prefix_and_max_length(old, corpus, queries, prefi
 
 
 def test_encode_new_names_check_which_text_they_apply_to(capsys):
-    with pytest.raises(ConfigError, match="--query-prefix: applies to --queries only"):
+    with pytest.raises(ConfigError, match="--query-prefix: acts only with --queries"):
         build_config(EncodeConfig, parse(["encode", "--model", "m", "--output", "o", "--corpus", "c.jsonl",
                                           "--query-prefix", "query: "]))
     with pytest.raises(ConfigError, match="either --corpus or --queries"):

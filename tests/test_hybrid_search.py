@@ -120,7 +120,7 @@ def test_hybrid_refused_on_a_dense_only_index(tmp_path, beir, tiny_model_dir, ca
         err = capsys.readouterr().err
         assert f"{tmp_path / 'dense'} has no lexical (BM25) side" in err and "`retromae index --hybrid" in err
     assert cli("index", "--embeddings", tmp_path / "docs", "--output", tmp_path / "x", "--k1", "2") == 2
-    assert "--k1: applies with --hybrid only" in capsys.readouterr().err
+    assert "--k1: acts only with --hybrid" in capsys.readouterr().err
 
 
 def test_an_index_works_from_another_folder_and_names_its_records(tmp_path, beir, tiny_model_dir, monkeypatch,

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import difflib
 import importlib
+import importlib.metadata
 import pkgutil
 import signal
 import sys
@@ -120,6 +122,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="retromae",
         description="Pre-train, fine-tune, index, search and evaluate retrieval encoders (RetroMAE and peers).",
     )
+    parser.add_argument("-V", "--version", action="version", version=f"retromae {version()}",
+                        help="print the version and exit")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--threads", type=_positive, metavar="N", help=THREADS_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -137,16 +141,47 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def version() -> str:
+    """The installed package's version (its metadata: no module of the package is imported for it)."""
+    try:
+        return importlib.metadata.version("retromae")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        from retromae import __version__
+
+        return __version__
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return int(text)
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; an option the command does not know is refused with the command's own usage and
+    the nearest option it has (`--hybird`: "did you mean --hybrid?"), not the top level's usage."""
+    parser = build_parser(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = _subparsers(parser)[args.command]
+        flags = [flag for action in sub._actions if action.help != argparse.SUPPRESS for flag in action.option_strings
+                 if flag.startswith("--")]
+        shown = " ".join(unknown)
+        mistyped = next((word.split("=")[0] for word in unknown if word.startswith("-")), None)
+        near = difflib.get_close_matches(mistyped.replace("_", "-"), flags, n=1, cutoff=0.6) if mistyped else []
+        hint = f" (did you mean {near[0]}?)" if near else f"; `retromae {args.command} --help` lists its options"
+        sub.error(f"unrecognized arguments: {shown}{hint}")
+    return args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(action for action in parser._actions if action.dest == "command").choices
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
+    args = parse(argv)
     handler = args.__dict__.pop("handler")
     options_class = args.__dict__.pop("options_class")
     name = args.__dict__.pop("command")

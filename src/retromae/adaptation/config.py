@@ -12,7 +12,17 @@ from typing import ClassVar
 
 from retromae.data.held_out import HeldOut, Queries
 from retromae.models.encoder_config import POOLINGS
-from retromae.runtime.options import FRACTION, OPEN_UNIT, POSITIVE, Domain, at_least, option, require
+from retromae.runtime.options import (
+    FRACTION,
+    OPEN_UNIT,
+    POSITIVE,
+    Domain,
+    acts_with,
+    acts_with_folder,
+    at_least,
+    option,
+    require,
+)
 from retromae.training.config import TrainingConfig
 
 # Objectives `adapt` trains with; each trains the encoder under the base's pooling (mlm: no sentence vector at all).
@@ -121,6 +131,12 @@ class AdaptConfig(TrainingConfig):
     HELD_OUT: ClassVar[tuple[HeldOut, ...]] = (
         HeldOut(Queries("validation", "validation_split"), Queries("train", "train_split"),
                 "the validation queries (the guard's, and the unseen ones of --validation-fraction)"),)
+    # Each option that acts only with another: the distillation's with its objective, a split with its folder.
+    ACTS = {**{name: acts_with("objective", "distill", off="cropping")
+               for name in ("teacher", "distill_queries", "distill_kinds", "distill_candidates", "list_size",
+                            "distill_loss")},
+            **{name: acts_with("validation", on="x", off=None) for name in ("validation_split", "validation_fraction")},
+            "train_split": acts_with_folder("train")}
     # Set from --checkpoints, so not options of this command (ClassVar drops the inherited fields).
     save_every: ClassVar[int] = 0
     keep_checkpoints: ClassVar[int] = 1
@@ -128,9 +144,6 @@ class AdaptConfig(TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(len(self.corpus) > 0, "corpus", "give at least one corpus file")
-        require(self.validation_fraction is None or self.validation is not None, "validation_fraction",
-                "only with --validation (your labelled queries)")
-        require(self.teacher is None or self.objective == "distill", "teacher", "only with --objective distill")
         require(len(self.distill_kinds) > 0 and len(set(self.distill_kinds)) == len(self.distill_kinds),
                 "distill_kinds", "give each kind once, at least one")
         require(self.list_size <= 2 * self.distill_candidates, "list_size",

@@ -18,9 +18,10 @@ from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.models.encoder_config import EncoderOptions
+from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
-from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, ConfigError, option, require
+from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, Acts, ConfigError, acts_with, option, require
 from retromae.runtime.run_folder import OutputOptions
 
 if TYPE_CHECKING:
@@ -40,6 +41,13 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("retrieval sets", "split"), "run": "run"}
+
+    ACTS = {"hybrid_weight": acts_with("hybrid") & acts_with("fusion", "convex", off="rrf"),
+            "fusion": acts_with("hybrid"),
+            **{name: Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
+                          {"model": ["x"]}, ({"model": None, "run": "x"},))
+               for name in ("pooling", "normalize", "dtype", "device", "batch_size", "query_prefix", "passage_prefix",
+                            "query_max_length", "passage_max_length", "factory", "params")}}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each",
@@ -88,8 +96,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
-    factory: str = option("Flat", "faiss index factory string for the dense search")
-    params: str = option("", "faiss search parameters, e.g. efSearch=128")
+    factory: str = option("Flat", "faiss index factory string for the dense search", check=check_factory)
+    params: str = option("", "faiss search parameters, e.g. efSearch=128", check=check_search_params)
 
     def __post_init__(self) -> None:
         super().__post_init__()

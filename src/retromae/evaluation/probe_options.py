@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, Metric, long_title, parse_key, reported_keys
-from retromae.runtime.options import POSITIVE, SEED, Options, option, require
+from retromae.runtime.options import POSITIVE, SEED, Acts, Options, acts_with, option, require
 
 BEST_PROBE_DIR = "best-probe"  # where --keep-best-probe exports (`retromae.evaluation.probe`)
 
@@ -58,6 +58,11 @@ class ProbeOptions(Options):
     """Options of the retrieval probes run while pre-training (a mixin of `PretrainConfig`)."""
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"probe": ("retrieval set", "probe_split"), "probe_sts": "sts"}
+
+    ACTS = {**{name: acts_with("probe", on="x", off=None) for name in ("probe_split", "probe_queries",
+                                                                       "probe_documents", "probe_seed")},
+            **{name: Acts(lambda config: config.probing, "with --probe or --probe-sts", {"probe": "x"},
+                          ({"probe": None, "probe_sts": None},)) for name in ("probe_every", "probe_batch_size")}}
 
     probe: str | None = option(None, "probe retrieval while training: a BEIR (or MS MARCO) folder whose --probe-split "
                                      "queries are searched zero-shot with the encoder's vector (the objective's "

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 
 from retromae.models.encoder_config import POOLINGS
 from retromae.retrieval.mining_options import MiningOptions
-from retromae.runtime.options import NON_NEGATIVE, POSITIVE, at_least, option, require
+from retromae.runtime.options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Acts,
+    acts_with,
+    acts_with_folder,
+    at_least,
+    option,
+    require,
+)
 from retromae.training.config import TrainingConfig
 
 NEGATIVE_SOURCES = ("auto", "none", "file", "bm25", "model")
@@ -21,6 +30,17 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
     """Options of `retromae finetune`."""
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("training data", "split")}
+
+    # The rank window acts only on mined negatives (--negatives auto mines none), the mining batch only where a model
+    # mines; a split only of a folder.
+    ACTS = {**{name: Acts(lambda config: config.negatives in ("bm25", "model") or config.refresh_negatives_every > 0,
+                          "with mined negatives (--negatives bm25 or model, or --refresh-negatives-every)",
+                          {"negatives": "bm25"}, ({"negatives": "file"},))
+               for name in ("rank_start", "rank_end", "negatives_per_query")},
+            "encode_batch_size": Acts(lambda config: config.negatives == "model" or config.refresh_negatives_every > 0,
+                                      "with --negatives model or --refresh-negatives-every", {"negatives": "model"},
+                                      ({"negatives": "bm25"},)),
+            "distill_temperature": acts_with("distill"), "split": acts_with_folder("data")}
 
     model: str = option(help="encoder to start from: a `retromae pretrain`/`finetune` output's encoder/ (or the "
                              "output folder itself), a sentence-transformers folder, or any Hugging Face encoder")

@@ -27,7 +27,14 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.data.long_texts import clip_texts
-from retromae.models.encoder_config import DTYPE_NAMES, POOLINGS, PoolingConfig
+from retromae.models.encoder_config import (
+    DTYPE_NAMES,
+    POOLINGS,
+    EncoderArguments,
+    PoolingConfig,
+    device_name,
+    dtype_name,
+)
 from retromae.models.finite import check_vectors, check_weights
 from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
@@ -38,7 +45,7 @@ from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import atomic_directory, write_text_atomic
-from retromae.runtime.options import require
+from retromae.runtime.options import checked_arguments, require
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
@@ -211,6 +218,8 @@ class Encoder:
 
     @classmethod
     @quiet_by_default
+    @checked_arguments(EncoderArguments, name_or_path="model", pooling="pooling", normalize="normalize",
+                       device=("device", device_name), dtype=("dtype", dtype_name), max_length="max_length")
     def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
              max_length: int | None = None) -> Encoder:
@@ -253,6 +262,7 @@ class Encoder:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
         return pool(hidden, attention_mask, self.config)
 
+    @checked_arguments(EncoderArguments, unchecked=("texts",), max_length="max_length", prefix="prefix")
     def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
         """Token ids of each text (prefix prepended), truncated, unpadded; a long text is read only as far as its
         first tokens (`retromae.data.long_texts`)."""
@@ -273,13 +283,14 @@ class Encoder:
         return torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
 
     @torch.inference_mode()
+    @checked_arguments(EncoderArguments, unchecked=("texts", "show_progress", "description", "bar"),
+                       batch_size="batch_size", max_length="max_length", prefix="prefix")
     def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
                show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:
         """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length.
 
         The progress bar is named `description` (default "encoding N texts"), with " in bf16" (or fp16) under
         autocast; a caller with a larger job passes its own `bar` instead, which is advanced here and left open."""
-        require(batch_size > 0, "batch_size", "must be positive")
         if bar is not None:
             return self._encode(texts, batch_size, max_length, prefix, bar)
         label = description or f"encoding {len(texts):,} texts"

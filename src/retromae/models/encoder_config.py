@@ -9,7 +9,7 @@ re-exports `PoolingConfig`, `POOLINGS` and `EncoderOptions`. Does not own the mo
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retromae.runtime.options import POSITIVE, Options, option, require
 
@@ -59,3 +59,23 @@ class EncoderOptions(Options):
                                device=self.device or device, dtype=self.dtype)
         encoder.check_lengths(self)
         return encoder
+
+
+@dataclasses.dataclass(kw_only=True)
+class EncoderArguments(EncoderOptions):
+    """The arguments of `Encoder.load`, `.encode` and `.tokenize` (the Python API), declared as the commands declare
+    theirs (`--passage-max-length`, `--passage-prefix`), so that one check (`checked_arguments`) serves both."""
+
+    max_length: int | None = option(None, "max tokens per text; default: the model's own", POSITIVE)
+    prefix: str = option("", "text put before every text")
+
+
+def dtype_name(dtype: Any) -> Any:
+    """A torch dtype as the name `--dtype` takes (`torch.float16` → "float16"); anything else as it is."""
+    return dtype if isinstance(dtype, str) or dtype is None or not hasattr(dtype, "is_floating_point") else (
+        str(dtype).removeprefix("torch."))
+
+
+def device_name(device: Any) -> Any:
+    """A torch device as the text `--device` takes; anything else as it is."""
+    return str(device) if type(device).__name__ == "device" else device

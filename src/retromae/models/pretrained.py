@@ -1,12 +1,13 @@
 """The one place transformers reads a model folder: configs, tokenizers and weights, loaded whole or not at all.
 
-Owns: every `from_pretrained` call of the package, each with `trust_remote_code=False` (transformers then never
-asks on standard input whether to run a folder's code) and `use_safetensors=True` (never a pickle); the refusals,
-in our words, of a folder that asks to run its own Python code (`auto_map`), of a folder whose weights are pickles
-only (`pytorch_model.bin`), of a `model_type` transformers does not know and of a tokenizer whose declared max length
-is no positive number; and the rule that weights load whole: after loading, every weight the checkpoint lacks, every
-tensor it holds that the model has no place for and every tensor of another shape is refused, naming a few and the
-count (transformers would start them from random weights and go on), but for these, the only legitimate ones:
+Owns: every `from_pretrained` call of the package, each with `trust_remote_code=False` (transformers then never asks
+on standard input whether to run a folder's code) and `use_safetensors=True` (never a pickle); the refusals, in our
+words, of a folder that asks to run its own Python code (`auto_map`), of a folder whose weights are pickles only
+(`pytorch_model.bin`), of a `model_type` transformers does not know, of a config.json size or rate no model can be
+built from (`CONFIG_NUMBERS`) and of a tokenizer whose declared max length is no positive number; and the rule that
+weights load whole: after loading, every weight the checkpoint lacks, every tensor it holds that the model has no
+place for and every tensor of another shape is refused, naming a few and the count (transformers would start them
+from random weights and go on), but for these, the only legitimate ones:
 
 - a task head the checkpoint lacks, where the caller says it may start fresh (`fresh_head`): the masked-LM head
   of a sentence encoder about to be pre-trained, the classifier of a reranker about to be trained, the pooler of an
@@ -27,11 +28,25 @@ from typing import Any
 
 from retromae.models.model_source import check_safetensors, read_json
 from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.options import PROBABILITY, Domain, between
 
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index", "tf_model.h5",
                   "flax_model.msgpack", "pytorch_model.pt", "model.pt")
 SHOWN = 3  # names shown of a longer list
 NO_CODE = "retromae never runs a model folder's own code"
+# The sizes and rates of a config.json that transformers builds a model's tensors from, with what each may be: the
+# sizes whole numbers (bounded so that a typo cannot ask for all the memory there is), the rates numbers.
+CONFIG_NUMBERS = {
+    **{name: (int, between(1, 1 << 16)) for name in ("hidden_size", "num_attention_heads", "num_key_value_heads",
+                                                     "head_dim", "embedding_size")},
+    "num_hidden_layers": (int, between(1, 1024)), "intermediate_size": (int, between(1, 1 << 18)),
+    "vocab_size": (int, between(1, 1 << 24)), "max_position_embeddings": (int, between(1, 1 << 20)),
+    "type_vocab_size": (int, between(0, 1 << 16)),
+    **{name: (float, Domain(0, 1, low_open=True)) for name in ("layer_norm_eps", "norm_eps", "rms_norm_eps")},
+    **{name: (float, PROBABILITY) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob",
+                                               "attention_dropout", "mlp_dropout", "embedding_dropout",
+                                               "classifier_dropout")},
+}
 
 
 def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
@@ -110,6 +125,7 @@ def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool
             raise ModelLoadError(f"{what}: its {name} asks to run the folder's own code ({', '.join(code)}); "
                                  f"{NO_CODE}: use a model of a family transformers knows (BERT, RoBERTa, ...)")
     _check_model_type(path, what)
+    _check_config_numbers(path / "config.json")
     if weights:
         _check_weight_files(path, what)
 
@@ -132,6 +148,24 @@ def _check_model_type(path: Path, what: str) -> None:
     if kind is not None and kind not in CONFIG_MAPPING:
         raise ModelLoadError(f"{what}: its config.json names model_type {kind!r}, which transformers does not know; "
                              "use a model of a family it knows (BERT, RoBERTa, ModernBERT, DeBERTa-v2, ...)")
+
+
+def _check_config_numbers(path: Path) -> None:
+    """ModelLoadError naming config.json and the first of its sizes and rates (`CONFIG_NUMBERS`) that is not a number
+    of the kind and range the model's tensors can be built from (transformers checks none: `hidden_size: 0` builds
+    an empty model, `1e12` asks for more memory than any machine has, `"64"` fails deep inside torch)."""
+    config = read_json(path)
+    if not isinstance(config, dict):
+        return
+    for name, (kind, domain) in CONFIG_NUMBERS.items():
+        value = config.get(name)
+        if value is None:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and kind is float)
+        if isinstance(value, bool) or not whole or not domain.holds(value):
+            said = "a whole number" if kind is int else "a number"
+            raise ModelLoadError(f"{path}: {name} is {value!r}; it {domain.describe()} and be {said} (no model can "
+                                 "be built from it)")
 
 
 def _check_weight_files(path: Path, what: str) -> None:

@@ -33,6 +33,7 @@ from retromae.runtime.options import (
     SEED,
     ConfigError,
     Options,
+    acts_with,
     at_least,
     option,
     require,
@@ -141,7 +142,8 @@ class InitModelConfig(Options):
                                    required_unless="--corpus")
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
                                       "`retromae pretrain --corpus` source)", required_unless="--tokenizer")
-    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus", at_least(100))
+    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus", at_least(100),
+                             acts=acts_with("corpus", on=["x"], off=None))
     hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)", POSITIVE)
     layers: int = option(4, "transformer layers", POSITIVE)
     max_positions: int | None = option(None, f"longest input ({max_positions_help()})", at_least(8))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae.retrieval.mining_options import MiningOptions
-from retromae.runtime.options import POSITIVE, at_least, option
+from retromae.runtime.options import POSITIVE, Acts, acts_with_folder, at_least, option
 from retromae.runtime.run_folder import OutputOptions
 from retromae.training.config import HeadTrainingConfig
 
@@ -20,6 +20,14 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
     """Options of `retromae train-reranker`."""
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("training data", "split")}
+
+    # The rank window acts only on mined negatives (--negatives auto mines BM25's for a folder); a split only of one.
+    ACTS = {**{name: Acts(lambda config: config.negatives in ("bm25", "model") or (
+                              config.negatives == "auto" and Path(config.data).is_dir()),
+                          "with mined negatives (--negatives bm25 or model, or auto with a --data folder)",
+                          {"negatives": "bm25"}, ({"negatives": "file"},))
+               for name in ("rank_start", "rank_end", "negatives_per_query")},
+            "split": acts_with_folder("data")}
 
     model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
                              "encoder, a sentence-transformers folder, or a pre-training output")

@@ -45,6 +45,7 @@ PARAMS_FILE = "params.json"
 VOCAB_FILE = "vocab.json"
 ARRAYS = ("data", "indices", "indptr")
 NONOCCURRENCE = "nonoccurrence"
+FILES = (PARAMS_FILE, VOCAB_FILE, *(f"{name}.npy" for name in (*ARRAYS, NONOCCURRENCE)))  # every file `save` writes
 
 
 def _stemmer(name: str) -> Any:
@@ -115,8 +116,9 @@ class BM25:
         return {query_id: {self.ids[row]: float(score) for row, score in zip(rows[n], scores[n], strict=True)
                            if row >= 0} for n, query_id in enumerate(query_ids)}
 
-    def save(self, folder: str | Path) -> None:
-        """Write the lexical folder (layout above) of this index."""
+    def save(self, folder: str | Path) -> list[str]:
+        """Write the lexical folder (layout above) of this index; returns the names of the files written (other
+        files there are left as they are)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         arrays = {}
@@ -133,6 +135,7 @@ class BM25:
         record = {**dataclasses.asdict(self.params), "delta": float(self.retriever.delta),
                   "count": len(self.ids), "ids": ids_fingerprint(self.ids), "searchable": self.searchable}
         write_text_atomic(folder / PARAMS_FILE, json.dumps(record, indent=2) + "\n")
+        return sorted([*(f"{name}.npy" for name in arrays), VOCAB_FILE, PARAMS_FILE])
 
     @classmethod
     def load(cls, folder: str | Path, ids: Sequence[str]) -> BM25:

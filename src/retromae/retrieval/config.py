@@ -12,16 +12,20 @@ import dataclasses
 from pathlib import Path
 
 from retromae.models.encoder_config import EncoderOptions
+from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import METHODS
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
-    NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
     SEED,
     TOP_K,
+    Acts,
     ConfigError,
     Options,
+    acts_with,
+    acts_with_folder,
+    between,
     option,
     require,
 )
@@ -30,13 +34,26 @@ from retromae.runtime.run_folder import OutputOptions
 KINDS = ("auto", "corpus", "queries")
 VARIANTS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 STEMMERS = ("none", "english")
+# The stopword lists bm25s knows (`bm25s.tokenization._infer_stopwords`), by code and by name, and none.
+STOPWORD_LANGUAGES = {"en": "english", "en_plus": "english_plus", "de": "german", "nl": "dutch", "fr": "french",
+                      "es": "spanish", "pt": "portuguese", "it": "italian", "ru": "russian", "sv": "swedish",
+                      "no": "norwegian", "zh": "chinese", "tr": "turkish", "ko": "korean", "da": "danish"}
+STOPWORDS = (*STOPWORD_LANGUAGES, *STOPWORD_LANGUAGES.values(), "none")
 METRICS = ("ip", "l2")  # the similarities an index offers
+
+
+WITH_CORPUS = Acts(lambda config: config.corpus is not None, "with --corpus", {"corpus": "x"},
+                   ({"corpus": None, "queries": "x"},))
+WITH_QUERIES = Acts(lambda config: config.queries is not None, "with --queries", {"queries": "x"},
+                    ({"queries": None, "corpus": "x"},))
 
 
 @dataclasses.dataclass(kw_only=True)
 class EncodeConfig(OutputOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
+    ACTS = {"passage_prefix": WITH_CORPUS, "passage_max_length": WITH_CORPUS, "query_prefix": WITH_QUERIES,
+            "query_max_length": WITH_QUERIES}
     corpus: Path | None = option(None, "corpus to encode: a .jsonl or .tsv file (BEIR corpus.jsonl, MS MARCO "
                                        "collection.tsv, optionally .gz) or a folder holding one (a document is its "
                                        "title and text joined)",
@@ -67,9 +84,6 @@ class EncodeConfig(OutputOptions, EncoderOptions):
         super().__post_init__()
         self._apply_old_spellings()
         require((self.corpus is None) != (self.queries is None), "corpus", "give either --corpus or --queries")
-        other, other_input = ("query", "--queries") if self.corpus is not None else ("passage", "--corpus")
-        for name in (f"{other}_prefix", f"{other}_max_length"):
-            require(getattr(self, name) in ("", None), name, f"applies to {other_input} only")
 
     def _apply_old_spellings(self) -> None:
         """--input/--kind/--prefix/--max-length (until the next release) onto the options that replace them."""
@@ -96,48 +110,68 @@ class BM25Params(Options):
     """BM25 scoring (k1, b, variant) and tokenisation (stopwords, stemmer) settings."""
 
     OPTION_GROUP = "BM25 scoring"
-    k1: float = option(1.2, "BM25 term-frequency saturation", NON_NEGATIVE)
+    # bm25s scores in float32: a k1 far above any in use (0.5-3) shrinks every score to 0, i.e. no result at all.
+    k1: float = option(1.2, "BM25 term-frequency saturation", between(0, 1000))
     b: float = option(0.75, "BM25 length normalisation", PROBABILITY)
     variant: str = option("lucene", "BM25 variant (bm25s)", choices=VARIANTS, aliases=("--method",))
-    stopwords: str = option("en", "stopword list passed to bm25s (en, or none)")
+    stopwords: str = option("en", "stopword list of bm25s: a language (en, en_plus, de, nl, fr, es, pt, it, ru, sv, "
+                                  "no, zh, tr, ko, da, or its English name), or none", choices=STOPWORDS)
     stemmer: str = option("none", "stemmer: none, or english (Snowball, needs PyStemmer)", choices=STEMMERS)
 
 
 @dataclasses.dataclass(kw_only=True)
 class IndexConfig(OutputOptions, BM25Params):
     INPUT_FORMATS = {"corpus": "corpus"}  # the format each input option is read in (`retromae.data.inputs`)
+    ACTS = {name: acts_with("hybrid") for name in (*(f.name for f in dataclasses.fields(BM25Params)), "corpus")}
     embeddings: Path = option(help="embeddings folder written by `retromae encode`")
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
                                "with --hybrid)")
     factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
-                                  "(without faiss only Flat: exact numpy search)")
+                                  "(without faiss only Flat: exact numpy search)", check=check_factory)
     metric: str = option("ip", "similarity: ip (inner product; cosine on normalised vectors) or l2",
                          choices=METRICS)
-    params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32")
+    params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32",
+                         check=check_search_params)
     seed: int = option(0, "seed of the training sample for IVF/PQ indexes", SEED)
     hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
                                  "fuses BM25 with the model")
     corpus: Path | None = option(None, "corpus file whose texts --hybrid indexes; default: the one the embeddings "
                                        "folder records (encode.json)")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.hybrid:
-            changed = [f.name for f in dataclasses.fields(BM25Params) if getattr(self, f.name) != f.default]
-            require(not changed and self.corpus is None, (changed or ["corpus"])[0], "applies with --hybrid only")
-
 
 SHOWN_K, RUN_K = 10, 100
+
+
+def non_blank(text: str) -> None:
+    """ValueError for a query of no text (spaces only): it would match every document alike."""
+    if not text.strip():
+        raise ValueError("must not be empty")
+
+
+# `search`'s options that act only where it encodes queries itself: with --queries an embeddings folder the vectors
+# are made already (their model, pooling and length recorded in its encode.json).
+ENCODES_QUERIES = Acts(lambda config: config.query is not None or (config.queries is not None
+                                                                   and not Path(config.queries).is_dir()),
+                       "where queries are encoded (--query, or --queries a queries file, not an embeddings folder)",
+                       {"query": ["x"]}, ({"query": None, "queries": ".", "output": "run.trec"},))
 
 
 @dataclasses.dataclass(kw_only=True)
 class SearchConfig(OutputOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
+    ACTS = {**{name: ENCODES_QUERIES for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size",
+                                                  "query_prefix", "query_max_length")},
+            "corpus": Acts(lambda config: config.query is not None, "with --query (the texts it shows)",
+                           {"query": ["x"]}, ({"query": None, "queries": "x", "output": "run.trec"},)),
+            "tag": acts_with("output", on="run.trec", off=None),
+            "hybrid_weight": Acts(lambda config: config.fusion != "rrf", "with --fusion convex (rrf fuses ranks, "
+                                  "without weights)", {"fusion": "convex"}, ({"fusion": "rrf"},))}
     model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
     index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
     query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
-                                           "start of each document are printed", required_unless="--queries")
+                                           "start of each document are printed", required_unless="--queries",
+                                     check=non_blank)
     queries: Path | None = option(None, "queries: a queries file (queries.jsonl, queries.tsv) to encode here, or an "
                                         "embeddings folder of query vectors from `retromae encode`",
                                   required_unless="--query")
@@ -152,7 +186,8 @@ class SearchConfig(OutputOptions, EncoderOptions):
                                       "scores, weighted) or rrf (reciprocal ranks); default convex", choices=METHODS)
     hybrid_weight: float | None = option(None, "the model's share under convex fusion, in [0, 1] (BM25 gets the "
                                                "rest); default 0.7", PROBABILITY)
-    params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index")
+    params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index",
+                                check=check_search_params)
     query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column")
@@ -161,13 +196,14 @@ class SearchConfig(OutputOptions, EncoderOptions):
         super().__post_init__()
         require((self.query is None) != (self.queries is None), "query", "give either --query TEXT or --queries")
         require(self.queries is None or self.output is not None, "output", "is required with --queries")
-        require(self.query is None or all(text.strip() for text in self.query), "query", "must not be empty")
 
 
 @dataclasses.dataclass(kw_only=True)
 class BM25Config(OutputOptions, BM25Params):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("retrieval set", "split"), "corpus": "corpus", "queries": "queries"}
+    ACTS = {"split": Acts(lambda config: config.data is not None, "with --data", {"data": "x"},
+                          ({"data": None, "corpus": "x", "queries": "x"},))}
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries")
     split: str = option("test", "split whose judged queries are searched (with --data)")
@@ -190,6 +226,10 @@ class BM25Config(OutputOptions, BM25Params):
 class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("training data", "split")}
+    ACTS = {**{name: acts_with("negatives", "model", off="bm25")
+               for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size", "query_max_length",
+                            "passage_max_length")},
+            "split": acts_with_folder("data")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
     split: str = option("train", "qrels split of a --data folder")

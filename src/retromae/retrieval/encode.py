@@ -193,7 +193,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     by_content = {key: value for key, value in info.items() if key != "model"}
     manifest = {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
-                 resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name,))
+                 resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name, source or ""))
     if _finished(output_dir, manifest):
         return output_dir
     shards = _checked_shards(output_dir, manifest, len(ids), encoder.dimension, state)

@@ -32,6 +32,7 @@ import numpy as np
 from retromae.data.fields import read_id_lines
 from retromae.models.finite import check_vectors
 from retromae.retrieval.config import METRICS
+from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.top_k import capped_top_k, ranked_top_k
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
@@ -132,6 +133,7 @@ def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip
                 seed: int = 0, add_batch: int = 100_000) -> Any:
     """An index over `embeddings` `(N, D)` from a faiss factory string; exact numpy "Flat" without faiss."""
     require(metric in METRICS, "metric", f"must be one of {', '.join(METRICS)}")
+    _checked("--factory", check_factory, factory)
     faiss = import_faiss()
     if faiss is None:
         require(factory == "Flat", "factory", f"{factory!r} needs faiss (pip install faiss-cpu); without it "
@@ -150,8 +152,10 @@ def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip
     return index
 
 
-def set_search_params(index: Any, params: str) -> None:
-    """Apply faiss search parameters such as "efSearch=128,nprobe=32" (ignored by the exact index)."""
+def set_search_params(index: Any, params: str, where: str = "--params") -> None:
+    """Apply faiss search parameters such as "efSearch=128,nprobe=32" (ignored by the exact index), checked first
+    (`check_search_params`; a refusal names `where` they came from: the option, or an index.json)."""
+    _checked(where, check_search_params, params)
     if not params or isinstance(index, ExactIndex):
         return
     faiss = import_faiss()
@@ -160,6 +164,16 @@ def set_search_params(index: Any, params: str) -> None:
     except RuntimeError as error:
         raise ConfigError(f"--params: {params!r} does not apply to this index: "
                           f"{str(error).strip().splitlines()[-1]}") from error
+
+
+def _checked(where: str, check: Any, value: Any) -> None:
+    """`check(value)` (`retrieval.faiss_options`), its ValueError as a ConfigError naming `where`."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected text, got {value!r}")
+    try:
+        check(value)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def search(index: Any, queries: np.ndarray, k: int, *, ids: Sequence[str], batch_size: int = 4096,
@@ -221,8 +235,7 @@ def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, A
     written = [name, IDS_FILE]
     if lexical is not None:
         require(lexical.ids == list(ids), "lexical", "the BM25 index must hold the same ids, in the same order")
-        lexical.save(folder / LEXICAL_DIR)
-        written += sorted(str(path.relative_to(folder)) for path in (folder / LEXICAL_DIR).iterdir())
+        written += [f"{LEXICAL_DIR}/{name}" for name in lexical.save(folder / LEXICAL_DIR)]
     record = {**(info or {}), "backend": backend, "metric": metric, "count": len(ids), "dim": int(index.d),
               "lexical": LEXICAL_DIR if lexical is not None else None, "generation": uuid.uuid4().hex,
               "files": {file: file_fingerprint(folder / file) for file in written}}

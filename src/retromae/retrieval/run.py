@@ -20,6 +20,7 @@ from retromae.data.inputs import EMBEDDINGS_INFO
 from retromae.data.retrieval_sets import load_corpus, load_queries, load_retrieval_set, queries_file, write_trec_run
 from retromae.data.training_groups import load_training_data, write_training_file
 from retromae.retrieval.bm25 import BM25, BM25Params, bm25_search
+from retromae.retrieval.bm25 import FILES as LEXICAL_FILES
 from retromae.retrieval.config import RUN_K, SHOWN_K, BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
 from retromae.retrieval.fusion import candidate_depth
 from retromae.retrieval.index import (
@@ -82,8 +83,9 @@ def index(config: IndexConfig) -> Path:
     # torch (through retrieval.encode): only when the command runs, so --help stays instant
     from retromae.retrieval.encode import load_embeddings
 
+    lexical_files = (f"{LEXICAL_DIR}/{name}" for name in LEXICAL_FILES)  # bm25/ may hold a user's files too
     claim_folder(config.output, "index", run_identity(config),
-                 (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, LEXICAL_DIR), overwrite=config.overwrite,
+                 (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, *lexical_files), overwrite=config.overwrite,
                  resumable=False, inputs=input_paths(config), started=False)  # kept only whole (mark_started)
     with reading(config.embeddings):  # the vectors are read (memory-mapped) while the index is built
         ids, vectors, encoding = load_embeddings(config.embeddings)

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from retromae.data.ranking import ranked
+from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.runtime.errors import RetroMAEError
-from retromae.runtime.options import ConfigError, require
+from retromae.runtime.options import ConfigError, checked_arguments, require
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,8 +70,14 @@ class QueryEncoding:
     batch_size: int = 64
 
 
+def _texts(queries: Any) -> Any:
+    """The texts of a mapping of queries (id → text), checked as `--query` values."""
+    return list(queries.values()) if isinstance(queries, Mapping) else queries
+
+
 class Searcher:
-    """An index folder loaded once for many searches (`Searcher.load`)."""
+    """An index folder loaded once for many searches (`Searcher.load`); the arguments of its methods are checked
+    as the options of `retromae search` they stand for (`checked_arguments`)."""
 
     def __init__(self, folder: Path, index: Any, ids: list[str], info: dict[str, Any], lexical: BM25 | None,
                  texts: list[str] | None, fusion: Fusion, encoding: QueryEncoding) -> None:
@@ -80,6 +87,9 @@ class Searcher:
         self._rows: dict[str, int] | None = None
 
     @classmethod
+    @checked_arguments(SearchConfig, unchecked=("texts", "encoding"), index="index", model="model", corpus="corpus",
+                       fusion="fusion", hybrid_weight="hybrid_weight", dense_only="dense_only", hybrid="hybrid",
+                       params="params")
     def load(cls, index: str | Path, *, model: str | None = None, corpus: str | Path | None = None,
              fusion: str | None = None, hybrid_weight: float | None = None, dense_only: bool = False,
              hybrid: bool = False, params: str | None = None, texts: bool = True,
@@ -101,8 +111,8 @@ class Searcher:
         if asked and lexical is None:
             raise ConfigError(f"--hybrid: {folder} has no lexical (BM25) side; build it with `retromae index "
                               "--hybrid ...`, or search without --hybrid, --fusion and --hybrid-weight")
-        set_search_params(built, info.get("params", "") if params is None else params)
         where = f"{folder / 'index.json'}"
+        set_search_params(built, *((info.get("params", ""), f"{where}: params") if params is None else (params,)))
         recorded = info.get("corpus"), info.get("encoder")
         shown = document_texts(ids, recorded[0], where, "--corpus", corpus, recorded[1]) if texts else None
         query_side = encoding or QueryEncoding()
@@ -128,6 +138,7 @@ class Searcher:
     @overload
     def search(self, query: Sequence[str], k: int = 10) -> list[list[Hit]]: ...
 
+    @checked_arguments(SearchConfig, query="query", k="top_k")
     def search(self, query: str | Sequence[str], k: int = 10) -> list[Hit] | list[list[Hit]]:
         """The top-k hits of one query (a list of `Hit`), or of each of several (a list of such lists)."""
         texts = [query] if isinstance(query, str) else list(query)
@@ -144,6 +155,7 @@ class Searcher:
         return [Hit(rank, doc_id, scores[doc_id], self.texts[row[doc_id]] if self.texts is not None else None)
                 for rank, doc_id in enumerate(ordered, start=1)]
 
+    @checked_arguments(SearchConfig, unchecked=("show_progress",), queries=("query", _texts), k="top_k")
     def run(self, queries: Mapping[str, str], k: int = 10, show_progress: bool = False) -> Run:
         """The top-k run of `queries` (id → text): encoded with the index's model, fused with BM25 on a hybrid
         index."""
@@ -155,6 +167,8 @@ class Searcher:
                                show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
         return self.run_vectors(query_ids, vectors, k, queries, show_progress)
 
+    @checked_arguments(SearchConfig, unchecked=("query_ids", "vectors", "show_progress"), queries=("query", _texts),
+                       k="top_k")
     def run_vectors(self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10,
                     queries: Mapping[str, str] | None = None, show_progress: bool = False) -> Run:
         """The top-k run of query vectors `(Q, D)`; on a hybrid index fused with BM25 over `queries`' texts."""
@@ -162,7 +176,6 @@ class Searcher:
         from retromae.retrieval.index import search
         from retromae.retrieval.search import results_to_run
 
-        require(k > 0, "top_k", "must be positive")
         if vectors.shape[1] != self.index.d:
             raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {self.index.d}-"
                               "dimensional index")

@@ -2,16 +2,17 @@
 
 Owns: declaring a documented field (`option`) with its domain (`Domain`: the numbers it accepts; the named ones
 `POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `FINITE`, and
-`at_least`/`between`), the one check of every field against its type, choices and domain (`check_fields`, run by
-`Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
-alike), turning a config dataclass into argparse options (required inputs first, then the command's own options,
-then one group per shared config class that names itself in `OPTION_GROUP`, or that a field's `group` names; each
-default printed once), old spellings of renamed options (hidden aliases that still work for one release, with a note
-saying the new name), merging a YAML/JSON config file (its options flat, or nested in the sections the config class
-names: `option_sections`) with command-line flags (flags win; YAML numbers such as `1e-2` read as numbers, a key
-given twice refused) and, for `--resume`, with the options the run saved, and saving a resolved config as JSON
-beside the outputs. Does not own any command's fields: each command declares its own dataclass. The vocabulary the
-names follow is in docs/cli.md.
+`at_least`/`between`), the one check of every field against its type, choices, domain and own `check` (`check_fields`,
+run by `Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
+alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would change nothing), the
+same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config dataclass into
+argparse options (required inputs first, then the command's own options, then one group per shared config class that
+names itself in `OPTION_GROUP`, or that a field's `group` names; each default printed once), old spellings of renamed
+options (hidden aliases that still work for one release, with a note saying the new name), merging a YAML/JSON config
+file (its options flat, or nested in the sections the config class names: `option_sections`) with command-line flags
+(flags win; YAML numbers such as `1e-2` read as numbers, a key given twice refused) and, for `--resume`, with the
+options the run saved, and saving a resolved config as JSON beside the outputs. Does not own any command's fields: each
+command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import numbers
@@ -27,7 +29,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -120,10 +122,46 @@ def choices_of(field: dataclasses.Field) -> tuple | None:
     return choices() if callable(choices) else choices
 
 
+@dataclasses.dataclass(frozen=True)
+class Acts:
+    """When an option has an effect, declared once with it: `holds(config)` says whether it does under the other
+    options of `config`; `says` is the condition in words ("with --hybrid"); `on` holds option values under which
+    it does, `off` one mapping of values per way it does not (a generated test builds its cases from them).
+    Declared on the option's field (`option(..., acts=...)`) or, for a field a shared group declares, in the
+    command's class (`ACTS = {"k1": ...}`); `check_acts` refuses an option given where its condition fails."""
+
+    holds: Callable[[Any], bool]
+    says: str
+    on: Mapping[str, Any]
+    off: tuple[Mapping[str, Any], ...]
+
+    def __and__(self, other: Acts) -> Acts:
+        """Both conditions: off when either is (the other one on)."""
+        return Acts(lambda config: self.holds(config) and other.holds(config), f"{self.says} and {other.says}",
+                    {**self.on, **other.on}, (*self.off, *({**self.on, **off} for off in other.off)))
+
+
+def acts_with(name: str, *values: Any, on: Any = True, off: Any = False) -> Acts:
+    """The option acts only when option `name` is one of `values`, or, without values, when it is set (a switch on,
+    a path given): `on` and `off` are a value of each kind (a choice outside `values` for `off`)."""
+    if values:
+        return Acts(lambda config: getattr(config, name) in values, f"with {_flag(name)} {' or '.join(values)}",
+                    {name: values[0]}, ({name: off},))
+    return Acts(lambda config: getattr(config, name) not in (None, False, "", []), f"with {_flag(name)}",
+                {name: on}, ({name: off},))
+
+
+def acts_with_folder(name: str) -> Acts:
+    """The option acts only when option `name` names a folder (a split of a BEIR folder; a training file has none)."""
+    return Acts(lambda config: getattr(config, name) is not None and Path(getattr(config, name)).is_dir(),
+                f"with a {_flag(name)} folder", {name: "."}, ({name: "train.jsonl"},))
+
+
 def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None, *,
            choices: tuple | Callable[[], tuple] | None = None,
            short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
-           deprecated: str | None = None) -> Any:
+           deprecated: str | None = None, check: Callable[[Any], None] | None = None,
+           acts: Acts | None = None) -> Any:
     """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
 
     `domain`: the numbers a numeric option accepts (e.g. `POSITIVE`, `between(1, 100)`); without one, any finite
@@ -131,9 +169,12 @@ def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None
     `aliases`: old spellings (e.g. `("--k",)`) accepted, hidden from `--help`, with a note naming the new flag.
     `required_unless`: the option(s) that can stand in for this one (listed with the required inputs).
     `deprecated`: a field kept for one release only, hidden from `--help`; using it prints this message.
+    `check`: for a value a library parses itself (a faiss factory string): raises ValueError saying what is wrong
+    with it, refused as a ConfigError naming the option, by `check_fields` like the domain.
+    `acts`: when the option has an effect (`Acts`); given where it has none, it is refused (`check_acts`).
     """
     metadata = {"help": help, "domain": domain, "choices": choices, "short": short, "aliases": tuple(aliases),
-                "required_unless": required_unless, "deprecated": deprecated}
+                "required_unless": required_unless, "deprecated": deprecated, "check": check, "acts": acts}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -344,6 +385,7 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
         raise ConfigError(str(error)) from error
     if not isinstance(config, Options):  # a config class of its own (a test's): the same checks, after its own
         check_fields(config)
+        check_acts(config)
     return config
 
 
@@ -497,6 +539,27 @@ def check_values(config_cls: type, values: dict[str, Any]) -> None:
             _checked_value(config_cls, field, values[field.name])
 
 
+def conditions(config_cls: type) -> dict[str, Acts]:
+    """Each option of `config_cls` that acts only under a condition, with it: declared on its field (`option(...,
+    acts=)`) or, for a field of a shared group, in the `ACTS` of a class of the command (the most derived wins)."""
+    found = {field.name: field.metadata["acts"] for field in dataclasses.fields(config_cls)
+             if field.metadata.get("acts") is not None}
+    for cls in reversed(config_cls.__mro__):
+        found.update(cls.__dict__.get("ACTS", {}))
+    return found
+
+
+def check_acts(config: Any) -> None:
+    """ConfigError naming the first option of `config` that is given (not at its default) where its condition
+    (`conditions`) says it has no effect: an option either acts or is refused. The one check, for every source."""
+    fields = {field.name: field for field in dataclasses.fields(config)}
+    for name, acts in conditions(type(config)).items():
+        value = getattr(config, name)
+        if value not in (None, _default_of(fields[name])) and not acts.holds(config):
+            raise ConfigError(f"{_flag(name)}: acts only {acts.says}; here it would change nothing: drop it (or "
+                              f"give what it needs)")
+
+
 def _checked_value(config_cls: type, field: dataclasses.Field, value: Any) -> Any:
     spec = _field_specs(config_cls).get(field.name)
     if spec is None or (value is None and spec.optional):
@@ -518,6 +581,11 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
     choices = choices_of(field)
     if choices is not None and value not in choices:
         raise ConfigError(f"{flag}: must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
+    if field.metadata.get("check") is not None:
+        try:
+            field.metadata["check"](value)
+        except ValueError as error:
+            raise ConfigError(f"{flag}: {error}") from None
     return value
 
 
@@ -548,6 +616,45 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (),
+                      **options: str | tuple[str, Callable[[Any], Any]]) -> Callable[[Callable], Callable]:
+    """A method of the Python API whose arguments are options of a command: `argument="option"` (or `(option, how
+    to read the argument's values)`), each given argument checked by the one check of that option (`check_values`
+    against `config_cls`) before the method runs, and refused naming the argument and the option, in one line, as
+    the command line would be (`Searcher.search("x", k="3")`: `k: expected a whole number, got the text '3' (as
+    --top-k)`). None is refused where the argument's default is not None. `unchecked`: the arguments that are no
+    option (vectors, a progress bar); the decorated method records them (`checked_options`, `unchecked`,
+    `config_class`) and its check alone (`check`)."""
+    def decorate(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+
+        def check(*args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(*args, **kwargs)
+            for argument, spec in options.items():
+                if argument not in bound.arguments:
+                    continue
+                name, read = (spec, None) if isinstance(spec, str) else spec
+                value = bound.arguments[argument]
+                if value is None and signature.parameters[argument].default is not None:
+                    raise ConfigError(f"{argument}: must be given, got None (as {_flag(name)})")
+                try:
+                    check_values(config_cls, {name: read(value) if read is not None and value is not None else value})
+                except ConfigError as error:
+                    said = str(error).removeprefix(f"{_flag(name)}: ")
+                    raise ConfigError(f"{argument}: {said} (as {_flag(name)})") from None
+
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            check(*args, **kwargs)
+            return function(*args, **kwargs)
+
+        checked.checked_options, checked.unchecked, checked.check = dict(options), tuple(unchecked), check
+        checked.config_class = config_cls
+        return checked
+
+    return decorate
+
+
 class Options:
     """The base of every command's config dataclass: each field is checked (`check_fields`) before the class's own
     `__post_init__` runs its cross-field checks, whichever way the config is built (the command line through
@@ -562,17 +669,21 @@ class Options:
     def __post_init__(self) -> None:
         if type(self).__post_init__ is Options.__post_init__:  # no class of its own checks anything more
             check_fields(self)
+            check_acts(self)
 
 
 def _checking_fields_first(post_init: Callable[[Any], None]) -> Callable[[Any], None]:
-    """`post_init`, preceded by `check_fields` when it is the instance's own (outermost) `__post_init__`, so that
-    fields are checked once and before any cross-field check."""
+    """`post_init`, preceded by `check_fields` and followed by `check_acts` when it is the instance's own (outermost)
+    `__post_init__`, so that fields are checked once and before any cross-field check."""
 
     @functools.wraps(post_init)
     def checked(self: Any) -> None:
-        if type(self).__post_init__ is checked:
+        outermost = type(self).__post_init__ is checked
+        if outermost:
             check_fields(self)
         post_init(self)
+        if outermost:
+            check_acts(self)
 
     checked.checks_fields = True
     return checked

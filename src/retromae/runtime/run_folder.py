@@ -1,20 +1,20 @@
 """One output belongs to one run: claiming output folders and files, and telling runs apart.
 
-Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity:
-the options that define its result plus fingerprints of its input files), the rule that a folder holding another
-run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the
-command itself writes, and only where a run of the same command wrote them: never another command's outputs, nor
-files no run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the
-list of options that differ between two runs; that an output never overlaps a command's inputs (`check_apart`,
-before anything is deleted); that a run which fails before its lasting work began (`mark_started`: a training's
-first step; the whole of a command whose outputs are kept only whole, such as `index` and `report`) leaves its folder
-as it found it for the corrected command: what it wrote there removed and its claim taken back (`abandon`, which the
-CLI and the Python API run when a command fails; a killed run's leftovers are cleared by the next run of the
-command); and that one process at a time writes an output: claiming one
-takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a
-distributed run the main process holds it) until the command ends (the CLI) or the process exits (a library
-user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is never
-blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
+Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity: the
+options that define its result plus fingerprints of its input files), the rule that a folder holding another run's
+outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the command
+itself writes, and only where a run of the same command wrote them: never another command's outputs, nor files no
+run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the list of
+options that differ between two runs; that an output never overlaps a command's inputs, given or named by the
+records of an input folder (`check_apart`, `recorded_inputs`; before anything is deleted); that a run which fails
+before its lasting work began (`mark_started`: a training's first step; the whole of a command whose outputs are
+kept only whole, such as `index` and `report`) leaves its folder as it found it for the corrected command: what it
+wrote there removed and its claim taken back (`abandon`, which the CLI and the Python API run when a command fails;
+a killed run's leftovers are cleared by the next run of the command); and that one process at a time writes an
+output: claiming one takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock`
+beside a file; in a distributed run the main process holds it) until the command ends (the CLI) or the process exits
+(a library user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is
+never blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
 writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
 """
 
@@ -57,7 +57,13 @@ OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # may be written into an input folder beside them (a run file beside its data set), never over one of them.
 READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "corpus.tsv", "queries.tsv", "qrels",
                    "sts-*.csv", "ids.txt", "embeddings.npy", "encode.json", "index.faiss", "index.json", "config.json",
-                   "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", MARKER)
+                   "*.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "modules.json", "*.npy",
+                   "params.json", "vocab.json", MARKER)  # *.npy, params.json, vocab.json: an index's and its bm25/'s
+# The records an input folder may hold that name further inputs by absolute path: an index's and an encoding's
+# description (written by `retrieval.index` and `retrieval.encode`: the model, the corpus or queries file) and a
+# run's marker (its identity's inputs). What a command reads through them is an input as much as what it names.
+RECORDS = ("index.json", "encode.json", MARKER)
+RECORD_BYTES = 1 << 22  # a record larger than this is no record of ours: its paths are not followed
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -179,19 +185,69 @@ def input_paths(config: Any) -> list[str]:
 
 def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
                 option_name: str = "output") -> None:
-    """ConfigError when an output overlaps an input: the same path, an output folder inside an input folder (it
-    would change what the command reads), an output file over one an input folder is read by (`READ_IN_FOLDERS`),
-    or an input where the command writes (`ours`, the names it writes in an output folder: --overwrite would delete
-    it). Checked before anything is deleted or written."""
+    """ConfigError when an output overlaps an input, given or named by an input's record (`recorded_inputs`): the
+    same path, an output folder inside an input folder (it would change what the command reads), an output file
+    over one an input folder is read by (`READ_IN_FOLDERS`), or an input where the command writes (`ours`, the
+    names it writes in an output folder: --overwrite would delete it), or inside such a place. Checked before
+    anything is deleted or written."""
     out = Path(os.path.realpath(output))
-    inputs = [given for given in inputs if given and os.path.exists(given)]
     written = [out] if kind == "file" else [out / name for name in ours]
-    for given in inputs:
+    for given, record in recorded_inputs(inputs):
         source = Path(os.path.realpath(given))
         inside = out == source or (source in out.parents and (kind == "folder" or _read_in(out.relative_to(source))))
-        if inside or any(place == source or place in source.parents for place in written):
+        replaced = any(place == source or place in source.parents or (kind == "folder" and source in place.parents)
+                       for place in written)
+        if inside or replaced:
+            named = f" (named in {record})" if record else ""
             raise ConfigError(f"--{option_name.replace('_', '-')} {output}: overlaps {given}, which this command "
-                              "reads; write its outputs elsewhere (another --output)")
+                              f"reads{named}; write its outputs elsewhere (another --output)")
+
+
+def recorded_inputs(inputs: Iterable[str | Path]) -> list[tuple[str, Path | None]]:
+    """Each input on disk with None, then each file or folder on disk that a record of an input folder names
+    (`RECORDS`: the model and corpus of an index or an encoding, a run's inputs), with that record, followed through
+    the records of those in turn: everything a command reads, directly or through a record."""
+    found: list[tuple[str, Path | None]] = []
+    queue: list[tuple[str, Path | None]] = [(str(given), None) for given in inputs if given]
+    seen: set[str] = set()
+    while queue:
+        path, record = queue.pop(0)
+        if not os.path.exists(path) or os.path.realpath(path) in seen:
+            continue
+        seen.add(os.path.realpath(path))
+        found.append((path, record))
+        if os.path.isdir(path):
+            for name in RECORDS:
+                queue += [(named, Path(path) / name) for named in _named_paths(_recorded(Path(path) / name))]
+    return found
+
+
+def _recorded(path: Path) -> Any:
+    """What of a record names inputs: all of an index's or an encoding's description, the input options of a run's
+    marker (its other options are no paths, though a value such as a split may read as one)."""
+    record = _read_record(path)
+    if path.name != MARKER or not isinstance(record, dict) or not isinstance(record.get("identity"), dict):
+        return None if path.name == MARKER else record
+    return {name: value for name, value in record["identity"].items() if name in INPUT_OPTIONS}
+
+
+def _read_record(path: Path) -> Any:
+    """The JSON value of a record file, or None when it is absent, too large or unreadable (its reader says why)."""
+    try:
+        if not path.is_file() or path.stat().st_size > RECORD_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _named_paths(value: Any) -> list[str]:
+    """Every absolute path to something on disk among the strings of a JSON value (records store paths absolute)."""
+    if isinstance(value, dict):
+        return [path for item in value.values() for path in _named_paths(item)]
+    if isinstance(value, list):
+        return [path for item in value for path in _named_paths(item)]
+    return [value] if isinstance(value, str) and os.path.isabs(value) and os.path.exists(value) else []
 
 
 def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, identity: Mapping[str, Any]) -> None:

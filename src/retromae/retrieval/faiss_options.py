@@ -1,0 +1,60 @@
+"""What the retrieval commands hand faiss, checked before faiss sees it: index factory strings and search parameters.
+
+faiss checks some of its inputs with a C++ exception (caught as a one-line refusal) and others not at all: `HNSW0`
+fails an assertion and aborts the process, `HNSW1`, `RR0` and `PQ4x0` crash it, `NSG2` never returns, and
+`efSearch=-1` searches with one candidate without a word. So every number in a factory string and every search
+parameter is checked here first, torch- and faiss-free, by `check_factory` and `check_search_params`: the options'
+`check` (`runtime.options.option`) for the command line, config files and the Python API, and again where the
+library hands them on (`retrieval.index`: an index's stored parameters, the functions of the API). Does not own
+building or searching an index (`retrieval.index`).
+"""
+
+from __future__ import annotations
+
+import re
+
+# The smallest and largest number each factory component may carry (the letters right before a number; "" for a
+# number after "_" or "x" inside a component, e.g. OPQ16_64, PQ32x8). faiss crashes below these minima; the maxima
+# keep a typo (HNSW32000) from asking for more memory than any machine has. Other numbers: at least 1.
+FACTORY_NUMBERS = {"HNSW": (2, 512), "NSG": (4, 512), "x": (1, 16), "IVF": (1, 1 << 24), "PQ": (1, 4096),
+                   "RR": (1, 1 << 16), "PCA": (1, 1 << 16), "PCAR": (1, 1 << 16), "PCAW": (1, 1 << 16),
+                   "PCAWR": (1, 1 << 16), "OPQ": (1, 4096), "Pad": (1, 1 << 16), "SQ": (4, 8)}
+OTHER_NUMBERS = (1, 1 << 24)
+# faiss's search parameters (faiss.ParameterSpace) with the numbers each takes: whole numbers unless a float is
+# meant (k_factor), from the minimum up to the maximum. A `quantizer_` prefix names the same of an IVF's quantizer.
+SEARCH_PARAMS = {"nprobe": (int, 1, 1 << 24), "efSearch": (int, 1, 1 << 20), "max_codes": (int, 0, 1 << 40),
+                 "ht": (int, 0, 1 << 16), "k_factor": (float, 1, 1 << 16), "k_factor_rf": (float, 1, 1 << 16),
+                 "parallel_mode": (int, 0, 1 << 8), "bounded_queue": (int, 0, 1), "verbose": (int, 0, 1)}
+
+
+def check_factory(factory: str) -> None:
+    """ValueError naming the first number of a faiss factory string ("IVF1024,PQ32x8") outside what its component
+    takes (`FACTORY_NUMBERS`), or a string of no component."""
+    if not factory.strip():
+        raise ValueError("is empty; give a faiss factory string, e.g. Flat, HNSW32 or IVF1024,PQ32")
+    for match in re.finditer(r"([A-Za-z]*)(\d+)", factory):
+        letters, number = match.group(1), int(match.group(2))
+        low, high = FACTORY_NUMBERS.get(letters, OTHER_NUMBERS)
+        if not low <= number <= high:
+            part = f"{letters}{number}" if letters else f"the number {number}"
+            raise ValueError(f"{factory!r}: {part} is outside what faiss takes there ({low} to {high}); e.g. Flat, "
+                             "HNSW32, IVF1024,PQ32")
+
+
+def check_search_params(params: str) -> None:
+    """ValueError naming the first `name=value` of faiss search parameters ("efSearch=128,nprobe=32") that faiss does
+    not know or whose value is outside what it takes (`SEARCH_PARAMS`)."""
+    for item in filter(None, (part.strip() for part in params.split(","))):
+        name, equals, text = item.partition("=")
+        known = name.removeprefix("quantizer_")
+        if known not in SEARCH_PARAMS or not equals:
+            raise ValueError(f"{item!r} is not NAME=VALUE of a faiss search parameter ({', '.join(SEARCH_PARAMS)}; "
+                             "quantizer_NAME for an IVF's quantizer)")
+        kind, low, high = SEARCH_PARAMS[known]
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high or (kind is int and not value.is_integer()):
+            what = "a whole number" if kind is int else "a number"
+            raise ValueError(f"{name}={text}: must be {what} from {low} to {high}")
