@@ -36,8 +36,8 @@ from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, REQUIRED, buil
 COMMANDS = {name: parser.config_class for name, parser in build_parser()._subparsers._group_actions[0].choices.items()}
 CORPUS_COMMANDS = sorted(name for name, cls in COMMANDS.items() if "corpus" in declared_formats(cls))
 # What makes --corpus act where another option decides (`index --corpus` is read with --hybrid; `search --corpus`
-# shows the texts of a --queries run); the rest of each command line comes from its config class's required options.
-CORPUS_ACTS_WITH = {"bm25": ["--queries", "Q"], "index": ["--hybrid"], "search": ["--queries", "Q", "--output", "R"],
+# shows the texts of a --query search); the rest of each command line comes from its config class's required options.
+CORPUS_ACTS_WITH = {"bm25": ["--queries", "Q"], "index": ["--hybrid"], "search": ["--query", "q"],
                     "pretrain": ["--model", "M"]}
 PYSERINI_WITHOUT_TEXT = {"id": "d1", "body": "a document"}
 
