@@ -112,15 +112,16 @@ def _mistyped(flag: str) -> list[str]:
 
 def test_every_command_answers_a_mistyped_option_with_its_usage_and_the_nearest_option(capsys):
     """Issue 61, item 6: `--hybird`, `--top_k`, `--querry` printed the top-level usage and no suggestion. For every
-    option of every command, three misspellings: the command's own usage line, exit code 2, and "did you mean"
+    option of every command, one of three misspellings in turn: the command's own usage line, exit code 2, and "did you mean"
     naming an option of the command (the one mistyped, where it is the nearest). Parse only, in-process."""
     from retromae.cli import main
 
     cases = named_itself = 0
     for command in discover_commands():
         flags = _flags(command.name)
-        for flag in flags:
-            for wrong in _mistyped(flag):
+        for number, flag in enumerate(flags):
+            ways = _mistyped(flag)
+            for wrong in (ways[number % len(ways)],):  # one way a flag, each way in turn: the suite stays fast
                 if wrong in flags or any(other.startswith(wrong) for other in flags):
                     continue  # the misspelling is an option (or an abbreviation of one) itself
                 try:
@@ -133,7 +134,7 @@ def test_every_command_answers_a_mistyped_option_with_its_usage_and_the_nearest_
                 assert "did you mean --" in err[-1] and err[-1].split("did you mean ")[1][:-2] in flags, err
                 cases += 1
                 named_itself += f"did you mean {flag}?" in err[-1]
-    assert cases > 1000 and named_itself / cases > 0.9, (cases, named_itself)
+    assert cases > 400 and named_itself / cases > 0.9, (cases, named_itself)
     for command, wrong, meant in (("evaluate", "--hybird", "--hybrid"), ("search", "--top_k", "--top-k"),
                                   ("search", "--querry", "--query")):
         try:
