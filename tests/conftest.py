@@ -10,13 +10,14 @@ fixes `auto` precision to float32 on every CPU (`FIXED_VARIABLES`), so no figure
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -181,3 +182,14 @@ def run_two_processes(script: str) -> str:
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout
+
+
+def bare_config(config_cls: type, **values) -> Any:
+    """An instance of `config_cls` holding `values` and every other field's default (None where it has none), built
+    without its checks: what a check that reads only the fields is given, whichever way a config was built."""
+    config = object.__new__(config_cls)
+    for field in dataclasses.fields(config_cls):
+        default = field.default if field.default is not dataclasses.MISSING else (
+            field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
+        object.__setattr__(config, field.name, values.get(field.name, default))
+    return config

@@ -112,8 +112,8 @@ def _mistyped(flag: str) -> list[str]:
 
 def test_every_command_answers_a_mistyped_option_with_its_usage_and_the_nearest_option(capsys):
     """Issue 61, item 6: `--hybird`, `--top_k`, `--querry` printed the top-level usage and no suggestion. For every
-    option of every command, one of three misspellings in turn: the command's own usage line, exit code 2, and "did you mean"
-    naming an option of the command (the one mistyped, where it is the nearest). Parse only, in-process."""
+    option of every command, one of three misspellings in turn: the command's own usage line, exit code 2, and "did
+    you mean" naming an option of the command (the one mistyped, where it is the nearest). Parse only, in-process."""
     from retromae.cli import main
 
     cases = named_itself = 0

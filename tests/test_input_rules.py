@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import bare_config
 
 from retromae.cli import build_parser, main
 from retromae.data.corpus import iter_corpus
@@ -236,15 +237,6 @@ def test_encode_from_python_refuses_repeated_ids_naming_the_rows():
         _check_ids(["a", "b", "a"], ["x", "y", "z"])
 
 
-def bare_config(config_cls: type, **values):
-    """An instance of `config_cls` holding each field's default (None where it has none) and `values`, built without
-    its checks: what `check_config` is given, whichever way a config was built."""
-    config = object.__new__(config_cls)
-    for field in dataclasses.fields(config_cls):
-        default = field.default if field.default is not dataclasses.MISSING else (
-            field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
-        object.__setattr__(config, field.name, values.get(field.name, default))
-    return config
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

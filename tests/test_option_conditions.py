@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bare_config
 
 from retromae.cli import main
 from retromae.runtime.options import ConfigError, _field_specs, build_config, choices_of, conditions
@@ -53,15 +54,6 @@ def _passes(field: dataclasses.Field, text: str) -> bool:
     return True
 
 
-def bare_config(config_cls: type, values: dict[str, Any]) -> Any:
-    """An instance of `config_cls` holding `values` and the other defaults, built without any check (for the
-    conditions to be asked about it)."""
-    config = object.__new__(config_cls)
-    for field in dataclasses.fields(config_cls):
-        default = field.default if field.default is not dataclasses.MISSING else (
-            field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
-        object.__setattr__(config, field.name, values.get(field.name, default))
-    return config
 
 
 CASES = [(command.name, command.config_cls, name, n) for command in commands()
@@ -76,7 +68,7 @@ def test_an_option_given_where_it_does_not_act_is_refused(command, config_cls, n
     given = {name: another_value(config_cls, field)}
     base = required_values(config_cls, skip=name)
     off = {**base, **acts.off[n], **given}
-    unset = bare_config(config_cls, off)  # placeholders of other options that would not act here are left out
+    unset = bare_config(config_cls, **off)  # placeholders of other options that would not act here are left out
     quiet = {key: value for key, value in base.items()
              if key == name or key not in conditions(config_cls) or conditions(config_cls)[key].holds(unset)}
     with pytest.raises(ConfigError) as refused:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_beir
+from conftest import bare_config, tiny_beir
 
 from retromae.cli import main
 from retromae.runtime.options import ConfigError
@@ -29,15 +29,6 @@ def snapshot(*paths: Path) -> dict[str, bytes]:
     return {str(file): file.read_bytes() for file in files if file.is_file() and not file.name.startswith(".")}
 
 
-def bare_config(config_cls: type, **values) -> object:
-    """An instance of `config_cls` with every field at its default (None where it has none) and `values`, built
-    without its checks: `input_paths` reads only the fields."""
-    config = object.__new__(config_cls)
-    for field in dataclasses.fields(config_cls):
-        default = field.default if field.default is not dataclasses.MISSING else (
-            field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
-        object.__setattr__(config, field.name, values.get(field.name, default))
-    return config
 
 
 def record_of(kind: str, named: Path) -> dict:
