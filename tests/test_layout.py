@@ -71,6 +71,28 @@ def test_no_function_is_longer_than_40_lines():
     assert [entry for entry in function_lengths() if entry[0] > 40] == []
 
 
+# The command layer prints; the library returns `runtime.console.Result`s, and its one printing module is the console.
+PRINTERS = ("retromae/cli.py", "retromae/commands/", "retromae/runtime/console.py")
+
+
+def library_prints(src: Path = SRC) -> list[str]:
+    """"path:line" of every call of the builtin `print` in a library module (outside `PRINTERS`)."""
+    found = []
+    for path in sorted((src / "retromae").rglob("*.py")):
+        relative = path.relative_to(src).as_posix()
+        if relative.startswith(PRINTERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                found.append(f"{relative}:{node.lineno}")
+    return found
+
+
+def test_no_library_module_prints():
+    """Issue 64: commands print what the library's run returns; the library speaks only through the console."""
+    assert library_prints() == []
+
+
 def test_the_trainer_reads_in_one_sitting():
     """`Trainer` (the loop) under 150 lines; its set-up, checkpoints and log live in their own modules."""
     tree = ast.parse((SRC / "retromae" / "training" / "loop.py").read_text(encoding="utf-8"))

@@ -26,7 +26,6 @@ import math
 import numbers
 import os
 import re
-import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -35,6 +34,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from retromae.runtime.console import notice
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import check_regular_file
@@ -195,7 +195,7 @@ class _OldSpelling(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         if not self.noted:
-            print(self.message, file=sys.stderr)
+            notice(self.message)
             self.noted = True
         setattr(namespace, self.dest, values)
 
@@ -471,10 +471,10 @@ def _new_spellings(values: dict[str, Any], config_cls: type) -> dict[str, Any]:
         for alias in field.metadata.get("aliases", ()):
             key = alias.lstrip("-").replace("-", "_")
             if key in values:
-                print(renamed_note(key, field.name), file=sys.stderr)
+                notice(renamed_note(key, field.name))
                 values[field.name] = values.pop(key)
         if field.metadata.get("deprecated") and field.name in values:
-            print(f"retromae: note: {field.metadata['deprecated']}", file=sys.stderr)
+            notice(f"retromae: note: {field.metadata['deprecated']}")
     return values
 
 
