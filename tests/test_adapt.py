@@ -357,7 +357,7 @@ def test_the_gain_interval_is_a_seeded_paired_bootstrap():
 def test_listwise_kl_and_margin_mse_on_a_hand_computed_case():
     import math
 
-    from retromae.training.losses import listwise_kl, margin_mse
+    from retromae.losses.losses import listwise_kl, margin_mse
 
     student = torch.tensor([[0.0, math.log(3.0)]])  # softmax (1/4, 3/4)
     teacher = torch.tensor([[math.log(3.0), 0.0]])  # softmax (3/4, 1/4)

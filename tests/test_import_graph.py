@@ -19,6 +19,22 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 COMMAND_LAYER = ("retromae.commands", "retromae.cli")  # the parsers and the commands' thin runners
 # Circles closed only by imports inside functions (those keep `--help` free of torch), each as its sorted modules.
 # The test fails on any other circle, so this list can only shrink: the objectives' typed options remove the first.
+# The house plan of docs/contributing.md, top floor first: a folder imports only folders on lower floors (issue 64).
+FLOORS = (
+    ("__main__",),
+    ("cli",),
+    ("commands",),
+    ("api", ""),  # "" is the package itself, retromae/__init__.py
+    ("adaptation", "workflows", "preflight"),
+    ("pretraining",),
+    ("reranking", "evaluation"),
+    ("finetuning", "objectives"),
+    ("training", "retrieval"),
+    ("losses",),
+    ("models",),
+    ("backbones", "data"),
+    ("runtime",),
+)
 KNOWN_FUNCTION_CYCLES = {
     ("retromae.models.encoder", "retromae.models.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
 }
@@ -202,3 +218,28 @@ if __name__ == "__main__":
         folders = sorted(folder_cycles(tree, everywhere), key=len)
         print(f"  between folders: {len(folders)} circle(s)", *(f"    {len(c)}: {' '.join(c)}" for c in folders),
               sep="\n")
+
+
+def floor_of(folder: str) -> int:
+    """The floor of a folder (`retromae.training` → 7) in `FLOORS`; a folder not in the plan fails the test."""
+    name = folder.removeprefix("retromae").lstrip(".")
+    return next(number for number, floor in enumerate(FLOORS) if name in floor)
+
+
+def test_every_folder_has_a_floor_in_the_house_plan():
+    assert sorted(folder for folder in folder_graph() if not any(
+        folder.removeprefix("retromae").lstrip(".") in floor for floor in FLOORS)) == []
+
+
+def test_every_import_goes_down_the_house_plan():
+    """Issue 64: a folder imports only the floors below its own, counting the imports inside functions; no two
+    folders of one floor import each other (so no exception for the losses: they have their own floor)."""
+    sideways_or_up = sorted(f"{folder} → {target}" for folder, targets in folder_graph().items() for target in targets
+                            if floor_of(target) <= floor_of(folder))
+    assert sideways_or_up == []
+
+
+def test_the_objectives_do_not_stand_on_the_loop():
+    """Issue 64: the objectives take their losses from `retromae.losses`, not from `retromae.training`."""
+    assert "retromae.training" not in folder_graph()["retromae.objectives"]
+

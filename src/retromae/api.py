@@ -4,7 +4,7 @@ Owns the entry points `retromae/__init__.py` re-exports (`retromae.pretrain(...)
 takes its command's config, or the config's options as keywords, checks it as the command line's is before any work
 (`retromae.preflight.check_config`: inputs that exist and are of the format read, model folders), hands it to the
 package that runs the command and returns what that wrote (the `value` of its `runtime.console.Result`; the lines a
-command prints are not printed here). Every one runs within `runtime.console.quiet_by_default`
+command prints are not printed here). Every one runs within `runtime.run_folder.quiet_entry_point`
 (the libraries' own output hidden unless `library_output(True)` is around the call; the outputs released on return).
 Does not own any command's work or options (each package's `run` and `config` modules) nor printing (`commands/`). The
 configs imported here import no torch; each entry point imports the package that runs it when called, so `import
@@ -25,7 +25,7 @@ from retromae.preflight import check_config
 from retromae.pretraining.config import InitModelConfig, PretrainConfig
 from retromae.reranking.config import RerankerConfig, ScoreConfig
 from retromae.retrieval.config import BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
-from retromae.runtime.console import quiet_by_default
+from retromae.runtime.run_folder import quiet_entry_point
 from retromae.workflows.config import QuickstartConfig
 
 if TYPE_CHECKING:
@@ -37,10 +37,10 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 def _entry_point(config_cls: type) -> Callable[[Function], Function]:
     """An entry point taking `config_cls` or its options as keywords: the config built and checked as the command
     line's (`retromae.preflight.check_config`: its inputs and models, before any heavy import), then the function run
-    quietly (`runtime.console.quiet_by_default`) on it."""
+    quietly (`runtime.run_folder.quiet_entry_point`) on it."""
 
     def wrap(function: Function) -> Function:
-        quiet = quiet_by_default(function)
+        quiet = quiet_entry_point(function)
 
         @functools.wraps(function)
         def entry_point(config: Any = None, /, **options: Any) -> Any:

@@ -33,6 +33,7 @@ from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.queries import KeywordQueries, sentence_query, title_query, training_kinds
 from retromae.data.corpus import Document
 from retromae.data.ranking import ranked
+from retromae.losses.losses import listwise_kl, margin_mse
 from retromae.models.encoder import AUTOCAST_NAMES, Encoder
 from retromae.models.encoder_config import PoolingConfig
 from retromae.retrieval.bm25 import BM25
@@ -42,7 +43,6 @@ from retromae.runtime.console import progress, step
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path
 from retromae.training.checkpoint_state import MODEL_FILE
-from retromae.training.losses import listwise_kl, margin_mse
 from retromae.training.setup import AUTOCAST_DTYPES, resolve_mixed_precision
 
 STUDENT_TEMPERATURE = 0.05  # the cropping objective's: cosine / 0.05

@@ -20,8 +20,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from retromae.finetuning.grad_cache import cached_embed
+from retromae.losses.losses import cross_device_info_nce, distillation_kl
 from retromae.models.encoder import PoolingConfig, pool
-from retromae.training.losses import cross_device_info_nce, distillation_kl
 
 BACKWARD_COST = 3.0  # a training step's forward + backward, in forward passes
 

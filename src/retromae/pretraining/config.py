@@ -24,6 +24,7 @@ from retromae.backbones.families import (
     tokenizer_kinds_help,
 )
 from retromae.evaluation.probe_options import ProbeOptions
+from retromae.losses import VOCABULARY_LOSSES
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.objectives.options import RUN_DEFAULTS
 from retromae.runtime.options import (
@@ -38,7 +39,7 @@ from retromae.runtime.options import (
     option,
     require,
 )
-from retromae.training.config import VOCABULARY_LOSSES, HeadTrainingConfig
+from retromae.training.config import HeadTrainingConfig
 
 # Every objective's options as flat fields (a flag each, `--decoder-layers`), made from the options classes.
 ObjectiveOptionFields = dataclasses.make_dataclass("ObjectiveOptionFields", flat_options(), kw_only=True)
@@ -99,7 +100,7 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                        if field.metadata.get("help") is not None} for name in OBJECTIVES}
 
     def __post_init__(self) -> None:
-        from retromae.training.fused_loss import (
+        from retromae.losses.fused_loss import (
             liger_installed,  # torch: a config is declared by --help, checked only on run
         )
 

@@ -87,11 +87,11 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
 
 def choose_vocabulary_loss(objective: PretrainingObjective, config: PretrainConfig, accelerator) -> None:
     """On the CPU, `--vocabulary-loss auto` becomes the kernel measured fastest at the run's shapes on this CPU
-    (`retromae.training.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as
+    (`retromae.losses.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as
     given."""
     if config.vocabulary_loss != "auto" or accelerator.device.type != "cpu":
         return
-    from retromae.training.vocabulary_choice import auto_kind, describe
+    from retromae.losses.vocabulary_choice import auto_kind, describe
 
     projection = objective.vocabulary.projection.weight  # (V, E)
     dtype = AUTOCAST_DTYPES.get(accelerator.mixed_precision, torch.float32)

@@ -61,15 +61,12 @@ def verbose() -> bool:
 
 def quiet_by_default(function: Function) -> Function:
     """An entry point of the Python API, run as the CLI runs a command: within `library_output(False)` (as without
-    --verbose) unless a caller up the stack chose already (the CLI; `with library_output(True):`), and its outputs
-    released when it returns (`run_folder.released_after`), so that a later command may continue them."""
+    --verbose) unless a caller up the stack chose already (the CLI; `with library_output(True):`), its `say` lines
+    silent unless asked (`speaking`). `run_folder.quiet_entry_point` adds the release of its outputs."""
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
-        # run_folder imports config and yaml: kept out of `retromae --help`
-        from retromae.runtime.run_folder import released_after
-
-        with released_after(), (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)), \
+        with (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)), \
                 (contextlib.nullcontext() if _SPEAKING.get() is not None else speaking(False)):
             return function(*args, **kwargs)
 

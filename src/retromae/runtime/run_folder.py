@@ -24,14 +24,16 @@ import atexit
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import FileSystemError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, ConfigError, Options, config_to_dict, option
@@ -471,6 +473,19 @@ def released_after() -> Iterator[None]:
         raise
     finally:
         release(keep=held)
+
+
+def quiet_entry_point(function: Callable[..., Any]) -> Callable[..., Any]:
+    """An entry point of the Python API (`console.quiet_by_default`: the libraries quiet, no `say` lines unless
+    asked), its outputs released when it returns (`released_after`), so that a later command may continue them."""
+    quiet = quiet_by_default(function)
+
+    @functools.wraps(function)
+    def entry_point(*args: Any, **kwargs: Any) -> Any:
+        with released_after():
+            return quiet(*args, **kwargs)
+
+    return entry_point
 
 
 def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:
