@@ -9,8 +9,7 @@ of a window of steps), `divergence` (the words and the error of a run whose loss
 (`retromae.losses`), any objective (`retromae.objectives`), model loading (`retromae.models`) or a command's data.
 
 The names a loop of one's own needs are here too (`from retromae.training import Trainer, TrainingConfig`), each
-imported on first use so that importing the package (as `--help` does, for `training.config`) loads no torch; they
-are also what `retromae.train` (the module before this package, `retromae.runtime.old_paths`) offered.
+imported on first use so that importing the package (as `--help` does, for `training.config`) loads no torch.
 """
 
 from __future__ import annotations
