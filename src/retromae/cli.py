@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         if options_class is not None:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
-        check_arguments(args)  # a missing input path or --model folder, answered before torch is imported
+        check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
         with sigterm_as_interrupt(), library_output(verbose):
             status = handler(args) or 0
         succeeded = status == 0

@@ -15,7 +15,7 @@ output: claiming one takes an operating-system lock (`fcntl.flock` on `.retromae
 beside a file; in a distributed run the main process holds it) until the command ends (the CLI) or the process exits
 (a library user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is
 never blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
-writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
+writable). Does not own what the outputs hold, nor checkpoints (`retromae.training.checkpoints`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import FileSystemError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, ConfigError, Options, config_to_dict, option
+from retromae.runtime.options import ConfigError, Options, config_to_dict, option, reading_options
 
 MARKER = "retromae-run.json"
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
@@ -52,7 +52,6 @@ RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_eve
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
                          "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
 # Options naming a model or input files or folders, fingerprinted by content so that a changed file is a different run.
-INPUT_OPTIONS = MODEL_OPTIONS + PATH_OPTIONS
 # Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
 OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
@@ -112,9 +111,10 @@ def input_fingerprint(source: str | Path) -> str:
 
 
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
-    """The options of `config` that define its result, plus `NAME content` fingerprints of its input options."""
+    """The options of `config` that define its result, plus `NAME content` fingerprints of its input options (those
+    whose field declares what it reads, `runtime.options.reading_options`)."""
     values = {key: resolved_paths(value) for key, value in config_to_dict(config).items() if key not in set(neutral)}
-    for name in INPUT_OPTIONS:
+    for name in reading_options(config):
         given = values.get(name)
         if given:
             sources = given if isinstance(given, list) else [given]
@@ -230,7 +230,8 @@ def _recorded(path: Path) -> Any:
     record = _read_record(path)
     if path.name != MARKER or not isinstance(record, dict) or not isinstance(record.get("identity"), dict):
         return None if path.name == MARKER else record
-    return {name: value for name, value in record["identity"].items() if name in INPUT_OPTIONS}
+    identity = record["identity"]  # its input options are those fingerprinted in it (`run_identity`)
+    return {name: value for name, value in identity.items() if f"{name} content" in identity}
 
 
 def _read_record(path: Path) -> Any:
