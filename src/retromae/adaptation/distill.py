@@ -15,7 +15,8 @@ own logits have there, so the teacher asks for reordering, not for a new scale.
 Owns the queries' draw, the teacher's lists, the loop (AdamW, linear warm-up and decay, clipping) and the one file it
 leaves: `OUTPUT/training/distilled/model.safetensors`, the student's encoder named as a training checkpoint names it,
 which the guard reads as its candidate. A killed run restarts the distillation (deterministic under one seed); a
-finished one is reused by --resume. Does not own the guard (`adapt.guard`) or fusion and BM25 (`retromae.retrieval`).
+finished one is reused by --resume. Does not own the guard (`adaptation.guard`) or fusion and BM25
+(`retromae.retrieval`).
 """
 
 from __future__ import annotations

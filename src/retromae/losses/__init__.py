@@ -7,10 +7,33 @@ Owns: `losses` (InfoNCE, its cross-device gathering with gradients, distillation
 names of those kernels (`VOCABULARY_LOSSES`, here so that the options offering them import no torch). Does not own
 the loop that minimises them (`retromae.training`), the objectives that choose them (`retromae.objectives`) or the
 models they train (`retromae.models`).
+
+The losses are offered here too (`from retromae.losses import info_nce`), each imported on first use, so that
+importing the package (as the options do, for `VOCABULARY_LOSSES`) loads no torch.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
+_NAMES = {
+    "retromae.losses.losses": ("info_nce", "cross_device_info_nce", "gather_with_grad", "gathered_positive_index",
+                               "distillation_kl", "listwise_kl", "margin_mse"),
+    "retromae.losses.fused_loss": ("VocabularyHead",),
+}
+_HOMES = {name: module for module, names in _NAMES.items() for name in names}
+
 # auto: unfused on CUDA, measured on the CPU (`retromae.losses.vocabulary_choice`), else chunked (`resolved_kind`);
 # chunked-torch: chunked on PyTorch's own products; unfused: the head's full logits, then the loss
 VOCABULARY_LOSSES = ("auto", "chunked", "chunked-torch", "liger", "unfused")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'retromae.losses' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

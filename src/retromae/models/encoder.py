@@ -3,7 +3,7 @@
 Owns: `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling), reading the three
 folder kinds (our export with `retromae_encoder.json`, a sentence-transformers folder, any plain Hugging Face
 model folder or hub name) and saving our export. Does not own training, objectives or decoder heads: those
-live in `objectives/` and `train.py`, which call `Encoder.embed` for pooled embeddings with gradients. The options
+live in `objectives/` and `training/`, which call `Encoder.embed` for pooled embeddings with gradients. The options
 that name an encoder (`EncoderOptions`) and `PoolingConfig` live in `retromae.models.encoder_config`, which imports no
 torch.
 """
