@@ -15,10 +15,10 @@ from test_objectives import build, generator, make_batch, settings
 from transformers import AutoConfig, BertForMaskedLM
 
 from retromae.backbones.registry import ARCHITECTURES, adapter_for
+from retromae.losses import liger_installed
 from retromae.losses.fused_loss import (
     IGNORE_INDEX,
     PAD_MULTIPLE,
-    liger_installed,
     linear_cross_entropy_sum,
     linear_max_pool,
     padded_projection,

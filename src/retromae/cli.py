@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from retromae import commands
+from retromae import __version__, commands
 from retromae.preflight import check_arguments
 from retromae.runtime.console import library_output
 from retromae.runtime.cpu_features import bf16_override
@@ -146,8 +146,6 @@ def version() -> str:
     try:
         return importlib.metadata.version("retromae")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        from retromae import __version__
-
         return __version__
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.queries import KeywordQueries, sentence_query, title_query, training_kinds
@@ -252,8 +253,6 @@ def distill(config: AdaptConfig, documents: list[Document], folder: Path, prefix
             pooling: PoolingConfig) -> tuple[int, Path]:
     """The distillation stage from the base (`config.model`): (steps, the folder holding the student's encoder as a
     checkpoint names it, under `prefix`). A finished stage is reused on --resume."""
-    from safetensors.torch import save_file
-
     target = folder / DISTILLED
     saved = target / MODEL_FILE
     student = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,

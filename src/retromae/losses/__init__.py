@@ -4,7 +4,8 @@ training loop.
 Owns: `losses` (InfoNCE, its cross-device gathering with gradients, distillation's KL and margin-MSE, listwise KL),
 `fused_loss` (the losses on the vocabulary fused with its projection, a chunk of rows at a time: `VocabularyHead`),
 `vocabulary_choice` (which kernel of `--vocabulary-loss auto` is fastest on this CPU, measured and cached) and the
-names of those kernels (`VOCABULARY_LOSSES`, here so that the options offering them import no torch). Does not own
+names of those kernels (`VOCABULARY_LOSSES`, and `liger_installed`, here so that the options offering them import no
+torch). Does not own
 the loop that minimises them (`retromae.training`), the objectives that choose them (`retromae.objectives`) or the
 models they train (`retromae.models`).
 
@@ -15,6 +16,7 @@ importing the package (as the options do, for `VOCABULARY_LOSSES`) loads no torc
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 _NAMES = {
@@ -23,6 +25,11 @@ _NAMES = {
     "retromae.losses.fused_loss": ("VocabularyHead",),
 }
 _HOMES = {name: module for module, names in _NAMES.items() for name in names}
+
+
+def liger_installed() -> bool:
+    """Whether Liger Kernel (`--vocabulary-loss liger`) can be imported (found without importing it)."""
+    return importlib.util.find_spec("liger_kernel") is not None
 
 # auto: unfused on CUDA, measured on the CPU (`retromae.losses.vocabulary_choice`), else chunked (`resolved_kind`);
 # chunked-torch: chunked on PyTorch's own products; unfused: the head's full logits, then the loss

@@ -43,7 +43,6 @@ on the   CPU and unfused on CUDA: on one H100
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass
 
 import torch
@@ -67,11 +66,6 @@ def resolved_kind(kind: str, device: torch.device) -> str:
 
 
 @functools.cache
-def liger_installed() -> bool:
-    """Whether Liger Kernel can be imported (found without importing it)."""
-    return importlib.util.find_spec("liger_kernel") is not None
-
-
 def compute_dtype(tensor: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     """The dtype `nn.Linear` would project `tensor` in: autocast's when it is on for the tensor's device, else the
     weight's."""

@@ -24,7 +24,7 @@ from retromae.backbones.families import (
     tokenizer_kinds_help,
 )
 from retromae.evaluation.probe_options import ProbeOptions
-from retromae.losses import VOCABULARY_LOSSES
+from retromae.losses import VOCABULARY_LOSSES, liger_installed
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.objectives.options import RUN_DEFAULTS
 from retromae.runtime.options import (
@@ -101,10 +101,6 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                        if field.metadata.get("help") is not None} for name in OBJECTIVES}
 
     def __post_init__(self) -> None:
-        from retromae.losses.fused_loss import (
-            liger_installed,  # torch: a config is declared by --help, checked only on run
-        )
-
         super().__post_init__()
         require(self.objective in OBJECTIVES, "objective", f"choose from {', '.join(OBJECTIVES)}")
         objective = OBJECTIVES[self.objective]  # torch: only once a run is configured, never to parse --help

@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from retromae.data.corpus import corpus_files
 from retromae.data.inputs import EMBEDDINGS_INFO
@@ -34,7 +36,8 @@ from retromae.retrieval.index import (
     reading,
     save_index,
 )
-from retromae.retrieval.lineage import check_texts
+from retromae.retrieval.lineage import check_query_vectors, check_texts
+from retromae.retrieval.searcher import Hit, QueryEncoding, Run, Searcher
 from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
 from retromae.runtime.console import Result
@@ -42,9 +45,6 @@ from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import process_state
 from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, mark_started, run_identity
-
-if TYPE_CHECKING:
-    from retromae.retrieval.searcher import Hit, Run, Searcher
 
 
 def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
@@ -106,7 +106,7 @@ def index(config: IndexConfig) -> Result:
 
 def corpus_record(config: IndexConfig, encoding: dict[str, Any]) -> dict[str, Any] | None:
     """The corpus the index's texts come from (absolute path and fingerprint): --corpus, else encode.json's."""
-    from retromae.retrieval.encode import source_info
+    from retromae.retrieval.encode import source_info  # torch (through the encoder): only when the command runs
 
     if config.corpus is not None:
         return source_info(config.corpus)["source"]
@@ -153,7 +153,7 @@ def search(config: SearchConfig) -> Result:
 
 
 def load_searcher(config: SearchConfig) -> Searcher:
-    from retromae.retrieval.searcher import QueryEncoding, Searcher
+    """The `Searcher` of `config`'s index, its queries encoded as `config` says."""
 
     encoding = QueryEncoding(config.model, config.pooling, config.normalize, config.query_prefix,
                              config.query_max_length, config.device, config.dtype, config.batch_size)
@@ -174,10 +174,7 @@ def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
 def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], Any, dict[str, str] | None]:
     """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to come
     from the index's encoder; the texts from the queries file its encode.json records."""
-    import numpy as np
-
-    from retromae.retrieval.encode import INFO_FILE, load_embeddings
-    from retromae.retrieval.lineage import check_query_vectors
+    from retromae.retrieval.encode import INFO_FILE, load_embeddings  # torch: only when the command runs
 
     with reading(config.queries):
         ids, vectors, info = load_embeddings(config.queries)
