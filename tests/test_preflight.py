@@ -21,7 +21,6 @@ import pytest
 from retromae.preflight import check_arguments, check_model, hub_cache, hub_unreachable
 from retromae.runtime.errors import DataError, ModelLoadError
 from retromae.runtime.options import reading_options
-from retromae.runtime.run_folder import OUTPUT_OPTIONS
 
 HEAVY = ("torch", "transformers", "numpy", "sentence_transformers", "faiss")
 
@@ -72,7 +71,8 @@ def test_a_missing_input_file_is_answered_before_torch(tmp_path, model_folder):
 
 
 # Options whose help speaks of a file or folder but whose value names none (or, --config, that the options' own
-# reader opens before torch), and the options a command writes (`run_folder.OUTPUT_OPTIONS`).
+# reader opens before torch), and the options a command writes (`OUTPUT_OPTIONS`).
+OUTPUT_OPTIONS = {"output", "save_run", "cache_dir"}
 NOT_READ_PATHS = {"config", "distill", "k_values", "negatives", "normalize", "overwrite", "per_query", "pooling",
                   "qrels_format", "split", "task", "train_split"} | OUTPUT_OPTIONS
 

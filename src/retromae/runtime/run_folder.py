@@ -51,9 +51,6 @@ REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the o
 RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
                          "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
-# Options naming a model or input files or folders, fingerprinted by content so that a changed file is a different run.
-# Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
-OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
 # may be written into an input folder beside them (a run file beside its data set), never over one of them.
 READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "corpus.tsv", "queries.tsv", "qrels",
@@ -174,15 +171,12 @@ def _started(marker: Mapping[str, Any]) -> bool:
 
 
 def input_paths(config: Any) -> list[str]:
-    """Every file or folder on disk that an option of `config` names, but those it writes (`OUTPUT_OPTIONS`)."""
-    def named(value: Any) -> list[str]:
-        if isinstance(value, dict):
-            return [path for key, item in value.items() if key not in OUTPUT_OPTIONS for path in named(item)]
-        if isinstance(value, list):
-            return [path for item in value for path in named(item)]
-        return [value] if isinstance(value, str) and value and os.path.exists(value) else []
-
-    return named(config_to_dict(config))
+    """Every file or folder on disk that an input option of `config` names: the options whose field declares what it
+    reads (`runtime.options.reading_options`: inputs, models and tokenizers given as folders)."""
+    values = config_to_dict(config)
+    given = [values.get(name) for name in reading_options(config)]
+    return [item for value in given for item in (value if isinstance(value, list) else [value])
+            if isinstance(item, str) and item and os.path.exists(item)]
 
 
 def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
