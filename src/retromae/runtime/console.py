@@ -10,7 +10,8 @@ warnings raised inside those libraries. `--verbose` leaves all of it on.
 
 Nothing happens at import. `library_output(verbose)` is a context manager the CLI enters around one command;
 it restores every switch it turned on exit. The Python API's entry points (`retromae.pretrain(...)` and the others
-`retromae/__init__.py` lists) are wrapped in `quiet_by_default`, which enters `library_output(False)` for the call
+`retromae/__init__.py` lists) are wrapped in `quiet_by_default` (by `run_folder.quiet_entry_point`, which also
+releases their outputs), which enters `library_output(False)` for the call
 unless the caller chose already (the CLI, or `with library_output(True):` around the call to see everything), so
 a notebook sees what the CLI shows; code that calls deeper functions (the tests) sees the libraries as they are.
 Whether libraries may speak is a context variable read by `verbose()`, so that code deep in a call (the BM25
