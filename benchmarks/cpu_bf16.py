@@ -39,10 +39,10 @@ from vocabulary_loss import chosen_kind, settings, text_blocks
 from retromae.adaptation.distill import student_logits
 from retromae.data.collate import BlockCollator
 from retromae.finetuning.model import DualEncoder, LossOptions
+from retromae.losses.losses import listwise_kl
 from retromae.models.encoder import Encoder, PoolingConfig
 from retromae.objectives import build_objective
 from retromae.runtime.console import library_output
-from retromae.training.losses import listwise_kl
 
 LIST = 8  # passages per query in the distillation's lists (`retromae adapt --list-size`)
 RUNS = (("float32, seed 0", False, 0), ("bf16, seed 0", True, 0), ("float32, seed 1", False, 1))

@@ -54,10 +54,10 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollato
 from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.collate import BlockCollator, BlockDataset, special_token_template
 from retromae.data.token_store import TokenStore
+from retromae.losses import liger_installed
 from retromae.objectives import build_objective
 from retromae.pretraining.run import PretrainConfig, padding_multiple, pretrain
 from retromae.runtime.console import library_output
-from retromae.training.fused_loss import liger_installed
 
 OBJECTIVES = {
     "retromae enhanced": dict(objective="retromae", decoding="enhanced"),

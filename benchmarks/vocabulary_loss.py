@@ -1,4 +1,4 @@
-"""The vocabulary losses fused with their projection (`retromae.training.fused_loss`) against the unfused path, in one
+"""The vocabulary losses fused with their projection (`retromae.losses.fused_loss`) against the unfused path, in one
 process.
 
 For each objective that scores tokens against the vocabulary, the same objective twice, `--vocabulary-loss auto`
@@ -46,11 +46,11 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollato
 
 from retromae.data.collate import BlockCollator
 from retromae.data.corpus import iter_corpus
+from retromae.losses import VOCABULARY_LOSSES
+from retromae.losses.vocabulary_choice import auto_kind
 from retromae.models import masked_lm as backbone
 from retromae.objectives import build_objective
 from retromae.runtime.console import library_output
-from retromae.training.config import VOCABULARY_LOSSES
-from retromae.training.vocabulary_choice import auto_kind
 
 OBJECTIVES = ("retromae enhanced", "retromae basic", "mlm (ours, ratio 0.3)", "seed (3 layers, k=2)", "dupmae",
               "condenser (0.15)")

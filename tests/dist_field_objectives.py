@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from retromae.losses.losses import info_nce
 from retromae.objectives.cocondenser import span_pair_loss
 from retromae.objectives.contriever import MoCoQueue, gather_keys
 from retromae.objectives.simcse import simcse_loss
-from retromae.training.losses import info_nce
 
 PER_PROCESS = 3
 DIMENSION = 6

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from retromae.training.losses import cross_device_info_nce, info_nce
+from retromae.losses.losses import cross_device_info_nce, info_nce
 
 QUERIES_PER_PROCESS = 3
 TEMPERATURE = 0.1

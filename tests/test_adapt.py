@@ -17,10 +17,16 @@ from safetensors.torch import load_file
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.data import MIN_HELD_OUT, split_corpus
 from retromae.adaptation.guard import Candidate, averaged, decide, gain_interval
-from retromae.adaptation.run import adapt
+from retromae.adaptation.run import adapt as run_adapt
+from retromae.commands import show
 from retromae.data.corpus import Document
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
+
+
+def adapt(config):
+    """The library's run, its result printed as the command prints it (`retromae.commands.show`); the folder."""
+    return show(run_adapt(config))
 
 
 def topical_corpus(path: Path, count: int = 220, seed: int = 0) -> Path:
@@ -351,7 +357,7 @@ def test_the_gain_interval_is_a_seeded_paired_bootstrap():
 def test_listwise_kl_and_margin_mse_on_a_hand_computed_case():
     import math
 
-    from retromae.training.losses import listwise_kl, margin_mse
+    from retromae.losses.losses import listwise_kl, margin_mse
 
     student = torch.tensor([[0.0, math.log(3.0)]])  # softmax (1/4, 3/4)
     teacher = torch.tensor([[math.log(3.0), 0.0]])  # softmax (3/4, 1/4)

@@ -89,8 +89,9 @@ def test_text_collator_builds_the_objectives_batch_and_pairs(tiny_tokenizer):
         retromae.objectives.create_objective("mlm", None, tiny_tokenizer, encoder_mask=0.2)
 
 
-def test_retrieval_commands_without_the_command_line(tmp_path, tiny_model_dir):
-    """encode → index → search, BM25, mining and init-model through their entry points, as the commands run them."""
+def test_retrieval_commands_without_the_command_line(tmp_path, tiny_model_dir, capsys):
+    """encode → index → search, BM25, mining and init-model through their entry points, as the commands run them;
+    they return what they wrote and print nothing (issue 64: the commands print)."""
     tiny_beir(tmp_path / "beir")
     corpus, queries = tmp_path / "beir" / "corpus.jsonl", tmp_path / "beir" / "queries.jsonl"
     model = {"model": str(tiny_model_dir), "pooling": "mean", "normalize": True}
@@ -105,6 +106,7 @@ def test_retrieval_commands_without_the_command_line(tmp_path, tiny_model_dir):
     initial = retromae.init_model(corpus=[str(corpus)], output=tmp_path / "init", vocab_size=120, hidden_size=64,
                                   layers=1)
     assert (initial / "config.json").is_file()
+    assert capsys.readouterr().out == ""
 
 
 def test_entry_points_are_as_quiet_as_the_cli(tmp_path, tiny_model_dir, tiny_corpus):

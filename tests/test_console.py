@@ -180,3 +180,17 @@ def test_pretraining_all_minilm_keeps_its_256_token_max_seq_length(tmp_path, tin
                  "--output", str(output), "--max-steps", "1", "--batch-size", "2", "--max-length", "32",
                  "--save-every", "0"]) == 0
     assert_exports_keep(output, 256)
+
+
+def test_say_prints_unless_a_python_call_did_not_ask(capsys):
+    """Issue 64: `say` lines (a plan, a summary) print from the command line and from code calling the library
+    directly; within an entry point of the Python API they are silent unless the caller asks (`speaking(True)`)."""
+    from retromae.runtime.console import say, speaking
+    from retromae.runtime.run_folder import quiet_entry_point
+
+    quiet = quiet_entry_point(lambda: say("a summary"))
+    say("direct")
+    quiet()
+    with speaking(True):
+        quiet()
+    assert capsys.readouterr().out == "direct\na summary\n"

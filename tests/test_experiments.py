@@ -145,9 +145,7 @@ def test_report_reads_an_adapt_folder(tmp_path, tiny_model_dir, capsys):
     scores of the base and of what it exported as columns, the training loss."""
     import shutil
 
-    from test_adapt import tiny_adapt, topical_corpus
-
-    from retromae.adaptation.run import adapt
+    from test_adapt import adapt, tiny_adapt, topical_corpus
 
     base = tmp_path / "base"
     shutil.copytree(tiny_model_dir, base)

@@ -20,6 +20,7 @@ from conftest import tiny_pretrain_config as config
 from safetensors.torch import load_file
 from test_objectives import build, generator, make_batch
 
+from retromae.losses.losses import info_nce
 from retromae.objectives.cocondenser import span_pair_loss
 from retromae.objectives.contriever import MoCoQueue, moco_loss, momentum_update
 from retromae.objectives.dupmae import bag_of_words_loss, bag_of_words_weights, max_pooled_logits
@@ -27,7 +28,6 @@ from retromae.objectives.simcse import simcse_loss
 from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
-from retromae.training.losses import info_nce
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELD = ("dupmae", "condenser", "cocondenser", "contriever", "simcse")

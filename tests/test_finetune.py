@@ -22,10 +22,10 @@ from retromae.finetuning.batches import GroupBatchSampler, GroupCollator
 from retromae.finetuning.config import FinetuneConfig
 from retromae.finetuning.model import DualEncoder, LossOptions
 from retromae.finetuning.plan import covering_length, resolve_steps
+from retromae.losses.losses import distillation_kl
 from retromae.models.encoder import Encoder, PoolingConfig, pool
 from retromae.retrieval.mining import MiningOptions, bm25_rankings, choose_negatives, dense_rankings
 from retromae.runtime.errors import DataError
-from retromae.training.losses import distillation_kl
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The vocabulary losses fused with their projection (`retromae.training.fused_loss`) against the unfused path: the
+"""The vocabulary losses fused with their projection (`retromae.losses.fused_loss`) against the unfused path: the
 kernels alone (cross-entropy, DupMAE's max-pool) in float32 and under bf16 autocast, every objective that projects onto
 the vocabulary, the head split of every backbone family, the option, exports, and Liger Kernel on CUDA."""
 
@@ -15,18 +15,18 @@ from test_objectives import build, generator, make_batch, settings
 from transformers import AutoConfig, BertForMaskedLM
 
 from retromae.backbones.registry import ARCHITECTURES, adapter_for
-from retromae.models.export import export_encoder
-from retromae.objectives import build_objective
-from retromae.objectives.dupmae import max_pooled_logits
-from retromae.training.fused_loss import (
+from retromae.losses import liger_installed
+from retromae.losses.fused_loss import (
     IGNORE_INDEX,
     PAD_MULTIPLE,
-    liger_installed,
     linear_cross_entropy_sum,
     linear_max_pool,
     padded_projection,
     resolved_kind,
 )
+from retromae.models.export import export_encoder
+from retromae.objectives import build_objective
+from retromae.objectives.dupmae import max_pooled_logits
 
 VOCAB = 100  # padded to 128 inside the loss
 CELLS = 3 * 128  # three rows a chunk: every path crosses chunk boundaries
@@ -287,7 +287,7 @@ def test_exports_keep_the_real_vocabulary(tiny_tokenizer, tmp_path):
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and liger_installed()), reason="needs CUDA and liger-kernel")
 def test_liger_gives_the_cpu_paths_numbers():
-    from retromae.training.fused_loss import liger_cross_entropy_sum
+    from retromae.losses.fused_loss import liger_cross_entropy_sum
 
     x, weight, bias, labels = problem(rows=64, width=64)
     expected = linear_cross_entropy_sum(x, weight, bias, labels, CELLS)

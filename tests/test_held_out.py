@@ -22,7 +22,7 @@ import retromae
 from retromae.cli import build_parser, discover_commands, main
 from retromae.data.held_out import HeldOut, check_held_out, trained_on
 from retromae.runtime.errors import DataError
-from retromae.runtime.options import PATH_OPTIONS
+from retromae.runtime.options import reading_options
 
 HELD_OUT_WORDS = ("validation", "probe")  # what an option naming a held-out set is called
 # Options naming a held-out set whose command trains on no queries: nothing of theirs can be trained on.
@@ -48,7 +48,7 @@ def test_every_held_out_option_is_declared_or_holds_out_no_training_queries():
     for name, cls in config_classes().items():
         declared = {held.held_out.option for held in getattr(cls, "HELD_OUT", ())}
         for field in dataclasses.fields(cls):
-            if field.name in PATH_OPTIONS and field.name.startswith(HELD_OUT_WORDS):
+            if field.name in reading_options(cls, ("path",)) and field.name.startswith(HELD_OUT_WORDS):
                 assert field.name in declared or (name, field.name) in TRAINS_ON_NO_QUERIES, (
                     f"{name} --{field.name}: declare it in {cls.__name__}.HELD_OUT (data.held_out)")
     assert {name for name, _ in declarations()} == {"adapt", "quickstart"}

@@ -19,6 +19,22 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 COMMAND_LAYER = ("retromae.commands", "retromae.cli")  # the parsers and the commands' thin runners
 # Circles closed only by imports inside functions (those keep `--help` free of torch), each as its sorted modules.
 # The test fails on any other circle, so this list can only shrink: the objectives' typed options remove the first.
+# The house plan of docs/contributing.md, top floor first: a folder imports only folders on lower floors (issue 64).
+FLOORS = (
+    ("__main__",),
+    ("cli",),
+    ("commands",),
+    ("api", ""),  # "" is the package itself, retromae/__init__.py
+    ("adaptation", "workflows", "preflight"),
+    ("pretraining",),
+    ("reranking", "evaluation"),
+    ("finetuning", "objectives"),
+    ("training", "retrieval"),
+    ("losses",),
+    ("models",),
+    ("backbones", "data"),
+    ("runtime",),
+)
 KNOWN_FUNCTION_CYCLES = {
     ("retromae.models.encoder", "retromae.models.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
 }
@@ -202,3 +218,66 @@ if __name__ == "__main__":
         folders = sorted(folder_cycles(tree, everywhere), key=len)
         print(f"  between folders: {len(folders)} circle(s)", *(f"    {len(c)}: {' '.join(c)}" for c in folders),
               sep="\n")
+
+
+def floor_of(folder: str) -> int:
+    """The floor of a folder (`retromae.training` → 7) in `FLOORS`; a folder not in the plan fails the test."""
+    name = folder.removeprefix("retromae").lstrip(".")
+    return next(number for number, floor in enumerate(FLOORS) if name in floor)
+
+
+def test_every_folder_has_a_floor_in_the_house_plan():
+    assert sorted(folder for folder in folder_graph() if not any(
+        folder.removeprefix("retromae").lstrip(".") in floor for floor in FLOORS)) == []
+
+
+def test_every_import_goes_down_the_house_plan():
+    """Issue 64: a folder imports only the floors below its own, counting the imports inside functions; no two
+    folders of one floor import each other (so no exception for the losses: they have their own floor)."""
+    sideways_or_up = sorted(f"{folder} → {target}" for folder, targets in folder_graph().items() for target in targets
+                            if floor_of(target) <= floor_of(folder))
+    assert sideways_or_up == []
+
+
+def test_the_objectives_do_not_stand_on_the_loop():
+    """Issue 64: the objectives take their losses from `retromae.losses`, not from `retromae.training`."""
+    assert "retromae.training" not in folder_graph()["retromae.objectives"]
+
+
+# The libraries an import inside a function may load without a comment: each is heavy (torch, or seconds to import) or
+# optional, so keeping it out of `retromae --help` and out of the commands that do not use it is its own reason.
+HEAVY = ("torch", "transformers", "accelerate", "deepspeed", "sentence_transformers", "matplotlib", "mteb",
+         "datasets", "faiss", "bm25s", "liger_kernel", "tokenizers", "safetensors")
+
+
+def uncommented_function_imports(src: Path = SRC) -> list[str]:
+    """"path:line module" of each import inside a function that loads none of `HEAVY` and says not why: no comment
+    on its lines, on the lines of the imports just above it, or on the line above those."""
+    found = []
+    for path in sorted((src / "retromae").rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in _imports(ast.parse("\n".join(lines)).body, module_level=False):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+            if all(name.split(".")[0] in HEAVY for name in names):
+                continue
+            first = node.lineno - 1
+            while first > 0 and lines[first - 1].strip().startswith(("from ", "import ")):
+                first -= 1
+            said = any("#" in line for line in lines[max(first - 1, 0):node.end_lineno])
+            if not said:
+                found.append(f"{path.relative_to(src)}:{node.lineno} {names[0]}")
+    return found
+
+
+def test_every_import_inside_a_function_says_why():
+    """Issue 64: an import inside a function is kept only where it holds a heavy library back (docs/contributing.md),
+    with its reason in a comment, unless what it imports is one of `HEAVY`; every other import is at the top."""
+    assert uncommented_function_imports() == []
+
+
+def test_the_import_rule_sees_an_import_without_its_reason(tmp_path):
+    (tmp_path / "retromae").mkdir()
+    (tmp_path / "retromae" / "m.py").write_text("def f():\n    from retromae.a import b\n    return b\n\n\n"
+                                                "def g():\n    import torch\n    from retromae.c import d  # said\n")
+    assert uncommented_function_imports(tmp_path) == ["retromae/m.py:2 retromae.a"]
+

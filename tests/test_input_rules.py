@@ -32,7 +32,7 @@ from retromae.data.retrieval_sets import load_corpus, load_queries
 from retromae.data.training_groups import read_training_records
 from retromae.preflight import check_inputs
 from retromae.runtime.errors import DataError
-from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, REQUIRED, build_config
+from retromae.runtime.options import MODEL_READS, REQUIRED, build_config, reading_options
 
 COMMANDS = {name: parser.config_class for name, parser in build_parser()._subparsers._group_actions[0].choices.items()}
 CORPUS_COMMANDS = sorted(name for name, cls in COMMANDS.items() if "corpus" in declared_formats(cls))
@@ -69,7 +69,7 @@ def command_line(name: str, files: dict[str, Path], corpus: Path) -> list[str]:
     for field in dataclasses.fields(COMMANDS[name]):
         if field.name == "corpus" or field.default is not REQUIRED or field.default_factory is not dataclasses.MISSING:
             continue
-        value = files["M"] if field.name in MODEL_OPTIONS else files["tmp"] / f"out-{name}" \
+        value = files["M"] if field.metadata.get("reads") in MODEL_READS else files["tmp"] / f"out-{name}" \
             if field.name == "output" else files["tmp"]
         argv += [f"--{field.name.replace('_', '-')}", str(value)]
     argv += [str(files.get(arg, arg)) for arg in CORPUS_ACTS_WITH.get(name, [])]
@@ -245,7 +245,7 @@ def test_every_input_option_of_every_config_is_checked_by_the_one_preflight(name
     option: the check `configured` runs after merging a `--config` file, and the Python API on every call."""
     from retromae.preflight import check_config
 
-    options = [field.name for field in dataclasses.fields(COMMANDS[name]) if field.name in PATH_OPTIONS]
+    options = list(reading_options(COMMANDS[name], ("path",)))
     for option in options:
         with pytest.raises(DataError, match=f"^--{option.replace('_', '-')} {tmp_path / 'nope'}: no such file"):
             check_config(bare_config(COMMANDS[name], **{option: str(tmp_path / "nope")}))
@@ -372,7 +372,7 @@ OWN_FOLDERS = {"embeddings", "index", "init_from", "variants", "input"}
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_input_option_declares_the_format_it_is_read_in(name):
-    options = {field.name for field in dataclasses.fields(COMMANDS[name]) if field.name in PATH_OPTIONS}
+    options = set(reading_options(COMMANDS[name], ("path",)))
     undeclared = options - set(declared_formats(COMMANDS[name])) - OWN_FOLDERS
     assert not undeclared, f"{name}: declare the format of {undeclared} in its config class's INPUT_FORMATS"
     assert {kind for kind, _ in declared_formats(COMMANDS[name]).values()} <= set(CHECKS)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import run_two_processes
 
-from retromae.training.losses import gather_with_grad, gathered_positive_index, info_nce
+from retromae.losses.losses import gather_with_grad, gathered_positive_index, info_nce
 
 
 def hand_info_nce(queries: list[list[float]], passages: list[list[float]], temperature: float,

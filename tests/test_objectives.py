@@ -9,11 +9,11 @@ import torch
 from conftest import make_sentences, tiny_bert_config
 from transformers import BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 
+from retromae.losses.losses import info_nce
 from retromae.models.masked_lm import label_capacity
 from retromae.objectives import OBJECTIVES, build_objective
 from retromae.objectives.retromae import RetroMAE
 from retromae.objectives.seed import next_token_labels
-from retromae.training.losses import info_nce
 
 
 def settings(**overrides):

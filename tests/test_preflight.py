@@ -6,6 +6,7 @@ offline); with HF_HUB_OFFLINE set the hub is not tried at all."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -13,13 +14,13 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 
 import pytest
 
 from retromae.preflight import check_arguments, check_model, hub_cache, hub_unreachable
 from retromae.runtime.errors import DataError, ModelLoadError
-from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS
-from retromae.runtime.run_folder import OUTPUT_OPTIONS
+from retromae.runtime.options import reading_options
 
 HEAVY = ("torch", "transformers", "numpy", "sentence_transformers", "faiss")
 
@@ -70,45 +71,74 @@ def test_a_missing_input_file_is_answered_before_torch(tmp_path, model_folder):
 
 
 # Options whose help speaks of a file or folder but whose value names none (or, --config, that the options' own
-# reader opens before torch), and the options a command writes (`run_folder.OUTPUT_OPTIONS`).
+# reader opens before torch), and the options a command writes (`OUTPUT_OPTIONS`).
+OUTPUT_OPTIONS = {"output", "save_run", "cache_dir"}
 NOT_READ_PATHS = {"config", "distill", "k_values", "negatives", "normalize", "overwrite", "per_query", "pooling",
                   "qrels_format", "split", "task", "train_split"} | OUTPUT_OPTIONS
 
 
 def test_every_option_that_reads_a_path_is_answered_before_torch(tmp_path):
-    """Over every command: each option naming a model or an input (`MODEL_OPTIONS`, `PATH_OPTIONS`) given a path that
-    does not exist is refused in one line naming the option and the path, torch unloaded; and every option whose
-    help speaks of a file or folder is one of those, or one known to name no path it reads."""
+    """Over every command: each option whose field declares what it reads (`option(..., reads=...)`: a model, a
+    tokenizer, an input path) given a path that does not exist is refused in one line naming the option and the path,
+    torch unloaded; and every option whose help speaks of a file or folder declares it, or is known to name no path
+    it reads."""
     missing = str(tmp_path / "nope")
     code = ("import argparse, importlib, io, json, sys; from contextlib import redirect_stderr\n"
             "from retromae.cli import discover_commands, main\n"
-            "from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS\n"
+            "from retromae.runtime.options import reading_options\n"
             "rows = []\n"
             "for command in discover_commands():\n"
             "    parser = argparse.ArgumentParser(); importlib.import_module(command.module).add_arguments(parser)\n"
+            "    reads = reading_options(getattr(parser, 'config_class', None))\n"
             "    for action in parser._actions:\n"
             "        if not action.option_strings or action.help == argparse.SUPPRESS: continue\n"
             "        status, err, flag = None, io.StringIO(), action.option_strings[0]\n"
-            "        if action.dest in PATH_OPTIONS + MODEL_OPTIONS:\n"
+            "        if action.dest in reads:\n"
             f"            with redirect_stderr(err): status = main([command.name, flag, {missing!r}])\n"
-            "        rows.append([command.name, action.dest, flag, action.help or '', status,\n"
+            "        rows.append([command.name, action.dest, reads.get(action.dest), flag, action.help or '', status,\n"
             "                     err.getvalue().strip()])\n"
             "print(json.dumps(rows)); print(json.dumps(sorted({'torch', 'transformers'} & set(sys.modules))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     rows, heavy = json.loads(out[-2]), json.loads(out[-1])
     assert heavy == []
     checked = set()
-    for command, dest, flag, help_text, status, message in rows:
-        if dest in PATH_OPTIONS:
+    for command, dest, kind, flag, help_text, status, message in rows:
+        if kind == "path":
             assert (status, message) == (2, f"retromae: error: {flag} {missing}: no such file or folder"), command
-        elif dest in MODEL_OPTIONS:
+        elif kind is not None:
             assert status == 2 and message.startswith(f"retromae: error: {flag} {missing}: no such folder;"), command
         else:
             assert not re.search(r"\b(files?|folders?|directory)\b", help_text) or dest in NOT_READ_PATHS, \
-                f"{command} {flag} speaks of a file or folder: name it in runtime.options.PATH_OPTIONS (or here)"
+                f"{command} {flag} speaks of a file or folder: declare it, option(..., reads=\"path\") (or here)"
             continue
         checked.add(dest)
-    assert checked == set(PATH_OPTIONS + MODEL_OPTIONS) - {"input"}  # --input: hidden (deprecated), checked the same
+    declared = {name for cls in command_configs().values() for name in reading_options(cls)}
+    assert checked == declared - {"input"}  # --input: hidden (deprecated), checked the same
+
+
+# What a field's name says it names (`corpus`, `probe_sts`, `init_from`, `teacher`, ...), beside a `Path` annotation.
+PATH_NAMES = re.compile(r"(^|_)(corpus|queries|data|pairs|run|index|init_from|embeddings|input|train|validation|probe|"
+                        r"sts|variants|model|teacher|tokenizer|file|folder|dir|path)$")
+
+
+def command_configs() -> dict[str, type]:
+    from retromae.cli import build_parser
+
+    return {name: parser.config_class for name, parser in build_parser()._subparsers._group_actions[0].choices.items()}
+
+
+@pytest.mark.parametrize("command", sorted(command_configs()))
+def test_every_field_that_names_a_path_declares_what_it_does(command):
+    """Issue 64, over every command's config class: a field whose type (`Path`) or name says it names a file, a
+    folder or a model declares what it reads (`option(..., reads=...)`), or is an output (`OUTPUT_OPTIONS`) or known
+    to read none (`NOT_READ_PATHS`); and every field that declares `reads` is checked by the preflight."""
+    cls = command_configs()[command]
+    hints = typing.get_type_hints(cls)
+    texts = [field for field in dataclasses.fields(cls) if re.search(r"\b(str|Path)\b", str(hints[field.name]))]
+    undeclared = sorted(field.name for field in texts
+                        if ("Path" in str(hints[field.name]) or PATH_NAMES.search(field.name))
+                        and field.metadata.get("reads") is None and field.name not in NOT_READ_PATHS)
+    assert undeclared == [], f"{command}: declare what these read, option(..., reads=...): {undeclared}"
 
 
 def test_a_missing_required_option_is_answered_before_torch(model_folder, queries):
@@ -128,10 +158,11 @@ def test_a_bad_option_is_named_before_a_hub_name_is_tried(tmp_path, queries, mon
 
 def test_hf_names_and_lists_of_inputs_are_checked_as_given(tmp_path, queries):
     args = type("Args", (), {"corpus": ["hf:wikitext:wikitext-2-raw-v1", str(queries)], "model": None})()
-    check_arguments(args)  # a hub data set is not a path; an existing file passes
+    pretrain = command_configs()["pretrain"]  # --corpus: a list of inputs
+    check_arguments(args, pretrain)  # a hub data set is not a path; an existing file passes
     args.corpus.append(str(tmp_path / "gone.txt"))
     with pytest.raises(DataError, match="--corpus .*gone.txt: no such file or folder"):
-        check_arguments(args)
+        check_arguments(args, pretrain)
 
 
 @pytest.fixture

@@ -185,7 +185,7 @@ def test_contrastive_spans_learn_on_real_text(tmp_path):
     from conftest import shared_data
 
     from retromae.data.contrastive import PairCollator, SpanPairDataset
-    from retromae.training.losses import info_nce
+    from retromae.losses.losses import info_nce
 
     corpus = shared_data("pretrain/python-docs.jsonl")
     model, output = minilm_run(tmp_path, "contrastive", corpus=[str(corpus)])

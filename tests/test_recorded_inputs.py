@@ -17,8 +17,8 @@ import pytest
 from conftest import bare_config, tiny_beir
 
 from retromae.cli import main
-from retromae.runtime.options import ConfigError
-from retromae.runtime.run_folder import INPUT_OPTIONS, RECORDS, check_apart, input_paths
+from retromae.runtime.options import ConfigError, reading_options
+from retromae.runtime.run_folder import RECORDS, check_apart, input_paths
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_option_domains import commands  # noqa: E402  (the registry walk of the CLI)
@@ -37,11 +37,12 @@ def record_of(kind: str, named: Path) -> dict:
         return {"encoder": {"model": str(named)}, "corpus": {"path": str(named), "fingerprint": "0:x"}}
     if kind == "encode.json":
         return {"model": str(named), "source": {"path": str(named), "fingerprint": "0:x"}}
-    return {"command": "pretrain", "identity": {"corpus": [str(named)]}}
+    # a run's marker: its input options are those `run_identity` fingerprinted ("NAME content")
+    return {"command": "pretrain", "identity": {"corpus": [str(named)], "corpus content": ["0:x"]}}
 
 
 CASES = [(command.name, command.config_cls, name, kind) for command in commands()
-         for name in INPUT_OPTIONS if name in {f.name for f in dataclasses.fields(command.config_cls)}
+         for name in reading_options(command.config_cls)
          for kind in RECORDS]
 
 

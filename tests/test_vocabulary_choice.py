@@ -1,4 +1,4 @@
-"""`--vocabulary-loss auto` on the CPU (`retromae.training.vocabulary_choice`): the choice from timings (injected, never
+"""`--vocabulary-loss auto` on the CPU (`retromae.losses.vocabulary_choice`): the choice from timings (injected, never
 measured here: tests check logic, not speed), the cache keyed by CPU, threads, torch version, precision and shape,
 re-measured when damaged, and the real timing of every candidate at a tiny shape."""
 
@@ -10,8 +10,7 @@ import math
 import pytest
 import torch
 
-from retromae.models import onednn
-from retromae.training.vocabulary_choice import (
+from retromae.losses.vocabulary_choice import (
     CALIBRATION_ROWS,
     MARGIN,
     auto_kind,
@@ -22,6 +21,7 @@ from retromae.training.vocabulary_choice import (
     describe,
     time_candidates,
 )
+from retromae.models import onednn
 
 
 def test_a_fused_kernel_is_chosen_only_when_clearly_faster_than_unfused():
@@ -95,8 +95,8 @@ def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, t
     from test_objectives import build
 
     from retromae.data.token_store import default_cache_dir
+    from retromae.losses.vocabulary_choice import CACHE_FILE
     from retromae.pretraining.run import choose_vocabulary_loss
-    from retromae.training.vocabulary_choice import CACHE_FILE
 
     objective = build("retromae", tiny_tokenizer)
     vocab, width = objective.vocabulary.projection.weight.shape

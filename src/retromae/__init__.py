@@ -29,8 +29,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from retromae.runtime.old_paths import install as _install_old_paths
-
 __version__ = "0.1.0"
 
 # Public name → "module:attribute": the entry points are `retromae.api`'s functions, the configs their packages'.
@@ -59,7 +57,6 @@ _PUBLIC = {
     "ObjectiveModule": "retromae.pretraining.hf_trainer:ObjectiveModule",
     "TextCollator": "retromae.pretraining.hf_trainer:TextCollator",
 }
-_install_old_paths()  # `retromae.train` and the other paths before the folders, for one release
 __all__ = ["__version__", *_PUBLIC]
 
 

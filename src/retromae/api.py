@@ -3,9 +3,10 @@
 Owns the entry points `retromae/__init__.py` re-exports (`retromae.pretrain(...)`, `retromae.index(...)`, ...): each
 takes its command's config, or the config's options as keywords, checks it as the command line's is before any work
 (`retromae.preflight.check_config`: inputs that exist and are of the format read, model folders), hands it to the
-package that runs the command and returns what that wrote. Every one runs within `runtime.console.quiet_by_default`
+package that runs the command and returns what that wrote (the `value` of its `runtime.console.Result`; the lines a
+command prints are not printed here). Every one runs within `runtime.run_folder.quiet_entry_point`
 (the libraries' own output hidden unless `library_output(True)` is around the call; the outputs released on return).
-Does not own any command's work, options or printing (each package's `run` module and `config` module do). The
+Does not own any command's work or options (each package's `run` and `config` modules) nor printing (`commands/`). The
 configs imported here import no torch; each entry point imports the package that runs it when called, so `import
 retromae` loads no torch.
 """
@@ -24,7 +25,7 @@ from retromae.preflight import check_config
 from retromae.pretraining.config import InitModelConfig, PretrainConfig
 from retromae.reranking.config import RerankerConfig, ScoreConfig
 from retromae.retrieval.config import BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
-from retromae.runtime.console import quiet_by_default
+from retromae.runtime.run_folder import quiet_entry_point
 from retromae.workflows.config import QuickstartConfig
 
 if TYPE_CHECKING:
@@ -36,10 +37,10 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 def _entry_point(config_cls: type) -> Callable[[Function], Function]:
     """An entry point taking `config_cls` or its options as keywords: the config built and checked as the command
     line's (`retromae.preflight.check_config`: its inputs and models, before any heavy import), then the function run
-    quietly (`runtime.console.quiet_by_default`) on it."""
+    quietly (`runtime.run_folder.quiet_entry_point`) on it."""
 
     def wrap(function: Function) -> Function:
-        quiet = quiet_by_default(function)
+        quiet = quiet_entry_point(function)
 
         @functools.wraps(function)
         def entry_point(config: Any = None, /, **options: Any) -> Any:
@@ -71,7 +72,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     """Adapt an embedder to a corpus as `config` (or `AdaptConfig(**options)`) says; returns the output folder."""
     from retromae.adaptation.run import adapt as run  # torch: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(EncodeConfig)
@@ -88,7 +89,7 @@ def index(config: IndexConfig | None = None, /, **options: Any) -> Path:
     """Index an embeddings folder as `config` (or `IndexConfig(**options)`) says; returns the index folder."""
     from retromae.retrieval.run import index as run  # numpy and faiss: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(SearchConfig)
@@ -97,7 +98,7 @@ def search(config: SearchConfig | None = None, /, **options: Any) -> Path | list
     the hits of each query."""
     from retromae.retrieval.run import search as run  # numpy, faiss and torch: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(BM25Config)
@@ -105,7 +106,7 @@ def bm25(config: BM25Config | None = None, /, **options: Any) -> Path:
     """A BM25 run as `config` (or `BM25Config(**options)`) says; returns the TREC run file."""
     from retromae.retrieval.run import bm25 as run  # numpy and bm25s: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(EvaluateConfig)
@@ -122,7 +123,7 @@ def mine(config: MineConfig | None = None, /, **options: Any) -> Path:
     """Mine hard negatives as `config` (or `MineConfig(**options)`) says; returns the training file written."""
     from retromae.retrieval.run import mine as run  # torch and faiss: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(InitModelConfig)
@@ -131,7 +132,7 @@ def init_model(config: InitModelConfig | None = None, /, **options: Any) -> Path
     folder."""
     from retromae.pretraining.scratch import init_model as run  # torch: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(RerankerConfig)
@@ -149,7 +150,7 @@ def score(config: ScoreConfig | None = None, /, **options: Any) -> Path:
     file written."""
     from retromae.reranking.run import score as run  # torch: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(ReportConfig)
@@ -158,7 +159,7 @@ def report(config: ReportConfig | None = None, /, **options: Any) -> Path:
     folder."""
     from retromae.evaluation.experiments import report as run  # matplotlib: only on call
 
-    return run(config)
+    return run(config).value
 
 
 @_entry_point(QuickstartConfig)
@@ -167,4 +168,4 @@ def quickstart(config: QuickstartConfig | None = None, /, **options: Any) -> dic
     (and minutes) per model."""
     from retromae.workflows.quickstart import quickstart as run  # torch: only on call
 
-    return run(config)
+    return run(config).value

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from retromae import commands
+from retromae import __version__, commands
 from retromae.preflight import check_arguments
 from retromae.runtime.console import library_output
 from retromae.runtime.cpu_features import bf16_override
@@ -146,8 +146,6 @@ def version() -> str:
     try:
         return importlib.metadata.version("retromae")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        from retromae import __version__
-
         return __version__
 
 
@@ -193,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         if options_class is not None:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
-        check_arguments(args)  # a missing input path or --model folder, answered before torch is imported
+        check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
         with sigterm_as_interrupt(), library_output(verbose):
             status = handler(args) or 0
         succeeded = status == 0

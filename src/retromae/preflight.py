@@ -1,13 +1,14 @@
 """Checks of a command's options answered before any heavy import (torch, transformers): an input path that does
-not exist (every option of `runtime.options.PATH_OPTIONS`), an input whose format is not the one the command reads
-(the head of each file read by the command's own reader, `retromae.data.inputs`), a model option (`MODEL_OPTIONS`:
---model, --teacher, --tokenizer) that names no model folder, and a hub name when the Hugging Face hub cannot be
+not exist (every option whose field declares `reads="path"`, `runtime.options.reading_options`), an input whose
+format is not the one the command reads (the head of each file read by the command's own reader,
+`retromae.data.inputs`), a model option (`reads="model"` or `"tokenizer"`: --model, --teacher, --tokenizer) that
+names no model folder, and a hub name when the Hugging Face hub cannot be
 reached and the model is not cached. The same checks run on options from the command line, a `--config` file and
 the Python API (`check_config`, which `retromae.api` runs on every call).
 
-Owns `check_arguments(args)`, which `retromae.cli` runs after parsing and before the command's module does any work
-(paths only, no network), `configured(cls, args)`, with which every command builds its options and then checks them
-(`check_config`: after the options, so that a bad option is named first), the hub's reachability
+Owns `check_arguments(args, options_class)`, which `retromae.cli` runs after parsing and before the command's module
+does any work (paths only, no network), `configured(cls, args)`, with which every command builds its options and
+then checks them (`check_config`: after the options, so that a bad option is named first), the hub's reachability
 (`hub_unreachable`: one TCP connection to the hub's endpoint, bounded by `PROBE_SECONDS`, DNS included), and whether
 a hub model is in the local cache (`cached_on_disk`, read from the cache's folders without importing
 huggingface_hub). With no network, a cached model runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders
@@ -32,7 +33,7 @@ from retromae.data.held_out import check_held_out
 from retromae.data.inputs import check_format, declared_formats
 from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import DataError, ModelLoadError
-from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, build_config
+from retromae.runtime.options import MODEL_READS, build_config, reading_options
 
 T = TypeVar("T")
 
@@ -40,20 +41,20 @@ PROBE_SECONDS = 3.0
 OFFLINE_VALUES = ("1", "on", "yes", "true")
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """DataError for an input option naming a path that does not exist; ModelLoadError for a model option that
-    names a missing or non-model folder (a hub name is left to `configured`)."""
-    check_paths(args)
-    for option in MODEL_OPTIONS:
+def check_arguments(args: argparse.Namespace, options_class: type | None) -> None:
+    """DataError for an input option of `options_class` naming a path that does not exist; ModelLoadError for a model
+    option that names a missing or non-model folder (a hub name is left to `configured`)."""
+    check_paths(args, options_class)
+    for option, kind in reading_options(options_class, MODEL_READS).items():
         for name in _values(getattr(args, option, None)):
             if looks_local(os.path.expanduser(name)):
-                resolver(option)(name, f"--{option.replace('_', '-')}")
+                resolver(kind)(name, f"--{option.replace('_', '-')}")
 
 
-def check_paths(options: object) -> None:
-    """DataError for an input option of `options` (parsed arguments or a config) naming a path that does not
-    exist (`hf:NAME` aside)."""
-    for option in PATH_OPTIONS:
+def check_paths(options: object, options_class: type | None = None) -> None:
+    """DataError for an input option (`reads="path"`) of `options` (parsed arguments of `options_class`, or a config)
+    naming a path that does not exist (`hf:NAME` aside)."""
+    for option in reading_options(options_class or type(options), ("path",)):
         for path in _values(getattr(options, option, None)):
             if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
                 raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
@@ -71,9 +72,9 @@ def check_config(config: T) -> T:
     work of the command line, a `--config` file and the Python API alike; then a held-out set against what the
     command trains on (`data.held_out.check_held_out`)."""
     check_inputs(config)
-    for option in MODEL_OPTIONS:
+    for option, kind in reading_options(config, MODEL_READS).items():
         for name in _values(getattr(config, option, None)):
-            check_model(name, f"--{option.replace('_', '-')}", resolver(option))
+            check_model(name, f"--{option.replace('_', '-')}", resolver(kind))
     check_held_out(config)  # what a command holds out is not what it trains on, said before torch
     return config
 
@@ -89,9 +90,9 @@ def check_inputs(config: object) -> None:
                          getattr(config, "qrels_format", "auto"))
 
 
-def resolver(option: str) -> Callable[[str, str], ModelSource]:
-    """What reads a model option's folder: `--tokenizer` may name a folder holding a tokenizer alone."""
-    return resolve_tokenizer if option == "tokenizer" else resolve_model
+def resolver(kind: str) -> Callable[[str, str], ModelSource]:
+    """What reads a model option's folder, by what it reads: a tokenizer may be a folder holding a tokenizer alone."""
+    return resolve_tokenizer if kind == "tokenizer" else resolve_model
 
 
 def _values(value: object) -> list[str]:

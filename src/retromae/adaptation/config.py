@@ -42,14 +42,15 @@ class AdaptConfig(TrainingConfig):
                      "train": ("retrieval set", "train_split")}
 
     model: str = option(help="the embedder to adapt: a sentence-transformers folder, our exported encoder, or a "
-                             "Hugging Face encoder (folder or hub name); its pooling and similarity are kept")
+                             "Hugging Face encoder (folder or hub name); its pooling and similarity are kept",
+                        reads="model")
     corpus: list[str] = option(help="the corpus to adapt to (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG]); "
-                                    "no labels needed")
+                                    "no labels needed", reads="path")
     validation: str | None = option(None, "a BEIR (or MS MARCO) folder of your own labelled queries that the guard "
                                           "scores candidates on; default: queries of documents held out of "
                                           "training, of a kind the objective does not train on: keywords (a few of "
                                           "each one's highest tf-idf words, the document searched for), or for "
-                                          "distill a passage taken out of it (the rest searched for)")
+                                          "distill a passage taken out of it (the rest searched for)", reads="path")
     validation_split: str = option("test", "qrels split of --validation (a test split warns: the model would then "
                                            "be chosen on the queries it is judged on)")
     validation_queries: int = option(1000, "the guard scores at most this many queries (held-out documents "
@@ -83,7 +84,7 @@ class AdaptConfig(TrainingConfig):
                                   "the base's own max length, as the model will be used", at_least(8))
     teacher: str | None = option(None, "distill: a cross-encoder (a `retromae train-reranker` output, or a Hugging "
                                        "Face sequence classifier) scoring the candidates; default: the hybrid, BM25 "
-                                       "fused with the base (convex, the base's share 0.7)")
+                                       "fused with the base (convex, the base's share 0.7)", reads="model")
     distill_queries: int = option(2000, "distill: pseudo-queries made from the training documents, of each of "
                                         "--distill-kinds in turn", at_least(2))
     distill_kinds: list[str] = option(["sentence", "keywords"], "distill: the kinds of pseudo-query: sentence (one "
@@ -124,7 +125,7 @@ class AdaptConfig(TrainingConfig):
                                      "each candidate checkpoint at each weight", Domain(0, 1, low_open=True))
     train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
                                      "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
-                                     "finetune`'s defaults, into OUTPUT/finetuned/")
+                                     "finetune`'s defaults, into OUTPUT/finetuned/", reads="path")
     train_split: str = option("train", "qrels split of a --train folder")
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
     # --validation (the guard's queries and the unseen ones) is never what --train fine-tunes on (`data.held_out`)

@@ -15,7 +15,8 @@ own logits have there, so the teacher asks for reordering, not for a new scale.
 Owns the queries' draw, the teacher's lists, the loop (AdamW, linear warm-up and decay, clipping) and the one file it
 leaves: `OUTPUT/training/distilled/model.safetensors`, the student's encoder named as a training checkpoint names it,
 which the guard reads as its candidate. A killed run restarts the distillation (deterministic under one seed); a
-finished one is reused by --resume. Does not own the guard (`adapt.guard`) or fusion and BM25 (`retromae.retrieval`).
+finished one is reused by --resume. Does not own the guard (`adaptation.guard`) or fusion and BM25
+(`retromae.retrieval`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.queries import KeywordQueries, sentence_query, title_query, training_kinds
 from retromae.data.corpus import Document
 from retromae.data.ranking import ranked
+from retromae.losses.losses import listwise_kl, margin_mse
 from retromae.models.encoder import AUTOCAST_NAMES, Encoder
 from retromae.models.encoder_config import PoolingConfig
 from retromae.retrieval.bm25 import BM25
@@ -42,7 +45,6 @@ from retromae.runtime.console import progress, step
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path
 from retromae.training.checkpoint_state import MODEL_FILE
-from retromae.training.losses import listwise_kl, margin_mse
 from retromae.training.setup import AUTOCAST_DTYPES, resolve_mixed_precision
 
 STUDENT_TEMPERATURE = 0.05  # the cropping objective's: cosine / 0.05
@@ -251,8 +253,6 @@ def distill(config: AdaptConfig, documents: list[Document], folder: Path, prefix
             pooling: PoolingConfig) -> tuple[int, Path]:
     """The distillation stage from the base (`config.model`): (steps, the folder holding the student's encoder as a
     checkpoint names it, under `prefix`). A finished stage is reused on --resume."""
-    from safetensors.torch import save_file
-
     target = folder / DISTILLED
     saved = target / MODEL_FILE
     student = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,

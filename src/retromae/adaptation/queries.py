@@ -13,7 +13,7 @@ Owns the kinds of query `retromae adapt` makes from a document:
 The distillation trains on the kinds of --distill-kinds (`sentence` and `keywords` by default; `training_kinds`);
 the guard validates each objective on a kind it does not train on (`VALIDATION_KINDS`): `keywords` for the objectives
 that train on pieces of one document (cropping, TSDAE, RetroMAE, MLM), `passage` for the distillation. Does not own
-the split (`retromae.adaptation.data`) or the teacher (`adapt.distill`).
+the split (`retromae.adaptation.data`) or the teacher (`adaptation.distill`).
 """
 
 from __future__ import annotations

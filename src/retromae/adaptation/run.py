@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from retromae.models.export import declared_max_length, export_encoder, export_s
 from retromae.models.model_card import write_model_cards
 from retromae.objectives import OBJECTIVES
 from retromae.pretraining.config import PretrainConfig
-from retromae.runtime.console import Stages, step
+from retromae.runtime.console import Result, Stages, notice, step
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import option, save_config
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -118,8 +117,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
         record["finetuned"] = finetune_adapted(config, output, data.validation)
         report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
     write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
-    print(report)  # the verdict is a result: standard output (docs/output.md)
-    return output
+    return Result(output, (report,))  # the verdict is a result: standard output (docs/output.md)
 
 
 def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: PoolingConfig,
@@ -207,9 +205,9 @@ def labelled_validation(config: AdaptConfig, output: Path) -> tuple[RetrievalSet
     they are a test split."""
     full = load_retrieval_set(Path(config.validation), config.validation_split)
     if config.validation_split == "test":
-        print(f"retromae: warning: --validation {config.validation} --validation-split test: the guard then chooses "
-              "the model on the queries it will be judged on, which flatters it; judge it on other queries "
-              "(--validation-fraction keeps some aside), or give another split", file=sys.stderr)
+        notice(f"retromae: warning: --validation {config.validation} --validation-split test: the guard then chooses "
+               "the model on the queries it will be judged on, which flatters it; judge it on other queries "
+               "(--validation-fraction keeps some aside), or give another split")
     wanted = config.validation_queries
     if config.validation_fraction is not None:
         wanted = max(1, round(config.validation_fraction * len(full.queries)))

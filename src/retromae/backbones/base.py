@@ -67,7 +67,7 @@ class BackboneAdapter:
     def vocabulary_projection(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Linear]:
         """The MLM head in two parts, (transform, projection), with mlm_head(x) == projection(transform(x)): the
         transform maps states (..., D) to (..., E) (BERT's dense, activation and LayerNorm), the projection is the
-        (tied) linear layer onto the vocabulary. A fused projection and loss (`retromae.training.fused_loss`) need them
+        (tied) linear layer onto the vocabulary. A fused projection and loss (`retromae.losses.fused_loss`) need them
         apart. By default BERT's layout: `predictions.transform`, then `predictions.decoder`."""
         predictions = getattr(self.mlm_head(model), "predictions", None)
         transform, projection = getattr(predictions, "transform", None), getattr(predictions, "decoder", None)

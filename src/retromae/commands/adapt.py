@@ -7,6 +7,7 @@ import argparse
 import time
 
 from retromae.adaptation.config import AdaptConfig
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.runtime.options import add_config_arguments
 
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from retromae.runtime.console import wrote
 
     started = time.perf_counter()
-    output = adapt(config)
+    output = show(adapt(config))
     outputs = {"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
                "guard": output / GUARD_FILE, "validation set": output / "validation",
                "unseen qrels": output / UNSEEN_FILE,

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = configured(EvaluateConfig, args)  # first: a wrong option, file or hub name answered before torch
     # numpy and the search stack: only when the command runs, so --help stays instant
-    from retromae.evaluation.report import print_results
+    from retromae.evaluation.report import format_table
     from retromae.evaluation.run import evaluate
 
     results = evaluate(config)
@@ -40,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
                   f"{config.report_folder}")
         return 0
     shown = {key: value for key, value in results.items() if key != "per_query"}
-    print_results(shown, title=f"{source} on {config.data[0]} ({config.split})")
+    print(format_table(shown, title=f"{source} on {config.data[0]} ({config.split})"))
     return 0

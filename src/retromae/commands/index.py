@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.retrieval.config import IndexConfig
 from retromae.runtime.options import add_config_arguments
@@ -24,5 +25,5 @@ def run(args: argparse.Namespace) -> int:
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import index
 
-    index(config)
+    show(index(config))
     return 0

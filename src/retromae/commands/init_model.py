@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.pretraining.config import InitModelConfig
 from retromae.runtime.options import add_config_arguments
@@ -29,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.pretraining.scratch import init_model
 
-    init_model(config)
+    show(init_model(config))
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.retrieval.config import MineConfig
 from retromae.runtime.options import add_config_arguments
@@ -23,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import mine
 
-    mine(config)
+    show(mine(config))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.runtime.options import add_config_arguments
 from retromae.workflows.config import QuickstartConfig
@@ -23,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.workflows.quickstart import quickstart
 
-    quickstart(config)
+    show(quickstart(config))
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.evaluation.config import ReportConfig
 from retromae.preflight import configured
 from retromae.runtime.options import add_config_arguments
@@ -24,5 +25,5 @@ def run(args: argparse.Namespace) -> int:
     # torch and matplotlib: only when the command runs, so --help stays instant
     from retromae.evaluation.experiments import report
 
-    report(config)
+    show(report(config))
     return 0

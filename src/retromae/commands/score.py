@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.reranking.config import ScoreConfig
 from retromae.runtime.options import add_config_arguments
@@ -23,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.reranking.run import score
 
-    score(config)
+    show(score(config))
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from retromae.commands import show
 from retromae.preflight import configured
 from retromae.retrieval.config import SearchConfig
 from retromae.runtime.options import add_config_arguments
@@ -25,5 +26,5 @@ def run(args: argparse.Namespace) -> int:
     # numpy, faiss, bm25s or torch: only when the command runs, so --help stays instant
     from retromae.retrieval.run import search
 
-    search(config)
+    show(search(config))
     return 0

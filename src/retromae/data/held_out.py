@@ -61,7 +61,7 @@ def _queries(path: Path, split: str) -> tuple[dict[str, str], Path]:
     """A folder's judged queries of `split`, or a training file's query texts (by line: a file has no id space),
     and the file they were read from."""
     from retromae.data.retrieval_sets import judged_queries  # numpy: only when both sets are given
-    from retromae.data.training_groups import read_training_records
+    from retromae.data.training_groups import read_training_records  # numpy too (through retrieval_sets)
 
     if path.is_dir():
         return judged_queries(path, split)

@@ -51,15 +51,15 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each",
-                                     required_unless="--run")
+                                     required_unless="--run", reads="model")
     name: list[str] = option([], "a name per --model, in the same order, shown in the header, the table, the picture "
                                  "and the saved runs; default: the last part of its path (the part before it when "
                                  "that is model, encoder or sentence-transformer), a hub name's last part")
     run: Path | None = option(None, "TREC run file to evaluate instead of a model (one retrieval set only)",
-                              required_unless="--model")
+                              required_unless="--model", reads="path")
     data: list[Path] = option(help="one or more BEIR / MS MARCO folders, or a folder holding such folders (a row "
                                    "each in one table, and their average); or STS pairs (an STS Benchmark file, or "
-                                   "its folder holding sts-{split}.csv)")
+                                   "its folder holding sts-{split}.csv)", reads="path")
     split: str = option("test", "split: qrels/{split}.tsv, qrels.{split}.tsv or sts-{split}.csv")
     qrels_format: str = option("auto", "the qrels files' layout: auto (a header naming query-id, corpus-id, score; "
                                        "else 3 fields = BEIR, 'qid 0 docid rel' = TREC), or declare beir or trec "
@@ -242,7 +242,7 @@ def _sets_in(path: Path, split: str) -> list[Path]:
 @dataclasses.dataclass(kw_only=True)
 class ReportConfig(OutputOptions):
     variants: list[Path] = option(help="variant folders (or `retromae adapt` output folders), one table row each, "
-                                       "in this order")
+                                       "in this order", reads="path")
     output: Path = option(help="folder for report.md, report.json and the plots")
     title: str = option("Results", "heading of report.md")
 

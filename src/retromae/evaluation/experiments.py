@@ -30,6 +30,7 @@ from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.objectives.summary import describe_pretraining
+from retromae.runtime.console import Result
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import appended_records, numbered_lines, read_json_file
@@ -234,12 +235,11 @@ def write_report(folders: list[Path], output: Path, title: str) -> str:
     return table + probes
 
 
-def report(config: ReportConfig) -> Path:
-    """Gather variant folders into a report as `config` says; returns the report
-    folder (`retromae.report(...)`)."""
+def report(config: ReportConfig) -> Result:
+    """Gather variant folders into a report as `config` says; returns the report folder (`retromae.report(...)`),
+    the table and the line naming report.md."""
     claim_folder(config.output, "report", run_identity(config), REPORT_FILES, overwrite=config.overwrite,
                  inputs=input_paths(config), resumable=False, started=False)  # kept only whole (mark_started)
-    print(write_report(config.variants, config.output, config.title))
+    table = write_report(config.variants, config.output, config.title)
     mark_started(config.output)
-    print(f"report: {config.output / 'report.md'}")
-    return Path(config.output)
+    return Result(Path(config.output), (table, f"report: {config.output / 'report.md'}"))

@@ -18,7 +18,7 @@ from retromae.runtime.errors import RetroMAEError
 
 def beir_task(folder: str | Path, split: str = "test", name: str | None = None) -> Any:
     """An mteb retrieval task over the `split` queries of a BEIR folder, named `name` (default: the folder's)."""
-    try:
+    try:  # mteb and datasets: optional, and only when an mteb task is built
         from datasets import Dataset
         from mteb.abstasks.retrieval import AbsTaskRetrieval
         from mteb.abstasks.task_metadata import TaskMetadata

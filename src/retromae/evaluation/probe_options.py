@@ -67,10 +67,10 @@ class ProbeOptions(Options):
     probe: str | None = option(None, "probe retrieval while training: a BEIR (or MS MARCO) folder whose --probe-split "
                                      "queries are searched zero-shot with the encoder's vector (the objective's "
                                      f"pooling: [CLS], mean for Contriever); {RETRIEVAL_HELP[0]} go into "
-                                     f"metrics.jsonl as {RETRIEVAL_HELP[1]}")
+                                     f"metrics.jsonl as {RETRIEVAL_HELP[1]}", reads="path")
     probe_split: str = option("test", "qrels split of --probe")
     probe_sts: str | None = option(None, f"probe STS too (or only): an STS Benchmark tsv; {STS_HELP[0]} of cosine "
-                                         f"similarities → {STS_HELP[1]}")
+                                         f"similarities → {STS_HELP[1]}", reads="path")
     probe_every: int = option(500, "probe every N steps (a multiple of --log-every), before the first step and at "
                                    "the last", POSITIVE)
     probe_queries: int = option(200, "probe a seeded sample of at most this many judged queries", POSITIVE)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from retromae.evaluation.metric_registry import show
+from retromae.runtime.console import say
 from retromae.runtime.io import write_text_atomic
 
 
@@ -36,8 +37,8 @@ def format_table(results: dict[str, Any], title: str | None = None) -> str:
 
 
 def print_results(results: dict[str, Any], title: str | None = None) -> None:
-    """Print `format_table(results, title)` to standard output."""
-    print(format_table(results, title))
+    """Show `format_table(results, title)` on standard output (`runtime.console.say`)."""
+    say(format_table(results, title))
 
 
 def _to_json(value: Any) -> Any:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from retromae.evaluation.systems import BM25, Systems
 from retromae.evaluation.table import REPORT_FILES, RUNS_DIR, SetRow, Table, write_report
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import RRF_K, candidate_depth, fuse
-from retromae.runtime.console import Stages
+from retromae.runtime.console import Stages, notice
 from retromae.runtime.options import require
 from retromae.runtime.run_folder import (
     RUN_NEUTRAL,
@@ -217,8 +216,8 @@ class EmptyResults:
         if not self.found:
             return
         where = "; ".join(f"{name}: {count:,} of {self.queries[name]:,}" for name, count in self.found.items())
-        print(f"retromae: warning: queries with no results ({where}) count as 0 in every metric (BEIR's "
-              f"EvaluateRetrieval leaves them out, so its means are higher)", file=sys.stderr)
+        notice(f"retromae: warning: queries with no results ({where}) count as 0 in every metric (BEIR's "
+               f"EvaluateRetrieval leaves them out, so its means are higher)")
 
 
 def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:

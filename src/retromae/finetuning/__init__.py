@@ -4,5 +4,5 @@ model being trained), cross-device negatives, gradient caching, and distillation
 Submodules: `batches` (group sampler, collator), `grad_cache`, `model` (dual encoder and its losses),
 `negatives` (mining before and during training), `memory` and `plan` (the run's batch and memory plan), `config`
 (`FinetuneConfig`, import-light), `run` (`finetune`, which `retromae.finetune(...)` calls). The training loop is
-`retromae.training`; the losses are `retromae.training.losses`.
+`retromae.training`; the losses are `retromae.losses.losses`.
 """

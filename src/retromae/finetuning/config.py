@@ -43,9 +43,10 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
             "distill_temperature": acts_with("distill"), "split": acts_with_folder("data")}
 
     model: str = option(help="encoder to start from: a `retromae pretrain`/`finetune` output's encoder/ (or the "
-                             "output folder itself), a sentence-transformers folder, or any Hugging Face encoder")
+                             "output folder itself), a sentence-transformers folder, or any Hugging Face encoder",
+                        reads="model")
     data: str = option(help="training file (JSON lines: query, pos, neg[, pos_scores, neg_scores]) or a BEIR / "
-                            "MS MARCO folder whose --split qrels give the positives")
+                            "MS MARCO folder whose --split qrels give the positives", reads="path")
     split: str = option("train", "qrels split of a --data folder")
     negatives: str = option("auto", "hard negatives: none (in-batch only), file (the training file's neg lists), "
                                     "bm25 or model (mined before training from the training set's passages); "

@@ -2,7 +2,7 @@
 
 Owns: `measure_step_memory` (the peak a step is expected to reach, from a measurement), `memory_budget` (what the
 process may use) and `choose_chunk_size` (gradient caching's chunk when a step at once would not fit). Does not own
-the model, the loss or gradient caching itself (`finetune.grad_cache`).
+the model, the loss or gradient caching itself (`finetuning.grad_cache`).
 
 How the peak is estimated. A step holds, beside what the process holds already, the optimiser's state (gradients
 and AdamW's two moments, plus gradient caching's per-chunk gradients: `OPTIMIZER_COPIES` times the trainable

@@ -6,7 +6,7 @@ InfoNCE with a temperature over each query's own group (positive + hard negative
 passages, and, when distributed, every other process's passages (`losses.cross_device_info_nce`). The
 distillation loss is the KL divergence between the teacher's and the bi-encoder's score distributions over
 each query's group (`losses.distillation_kl`). With `chunk_size`, embeddings come from gradient caching
-(`finetune.grad_cache`). Does not own data, batching, the loop or export.
+(`finetuning.grad_cache`). Does not own data, batching, the loop or export.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from retromae.finetuning.grad_cache import cached_embed
+from retromae.losses.losses import cross_device_info_nce, distillation_kl
 from retromae.models.encoder import PoolingConfig, pool
-from retromae.training.losses import cross_device_info_nce, distillation_kl
 
 BACKWARD_COST = 3.0  # a training step's forward + backward, in forward passes
 

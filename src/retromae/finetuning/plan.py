@@ -7,7 +7,7 @@ rounded up to a multiple of 16, at most 64 and 256 tokens and what the model rea
 (`resolve_steps`: `--epochs` passes over the queries, 2 unless `--epochs` or `--max-steps` is given); and the line a
 run prints when it starts (`plan_line`): its steps and batch shape, its expected duration from a timed forward pass
 over its first batch (three of them make a step, four with gradient caching) and its expected peak memory
-(`finetune.memory`, which also chooses gradient caching when a step at once would not fit). Does not own training,
+(`finetuning.memory`, which also chooses gradient caching when a step at once would not fit). Does not own training,
 batching or reading data.
 """
 

@@ -25,6 +25,7 @@ from retromae.models.encoder import Encoder
 from retromae.models.export import export_encoder, export_sentence_transformer
 from retromae.models.model_card import write_model_cards
 from retromae.models.model_source import check_unknown_share
+from retromae.runtime.console import say
 from retromae.runtime.options import ConfigError, save_config
 from retromae.training.checkpoints import latest_checkpoint
 from retromae.training.loop import Trainer
@@ -167,7 +168,7 @@ def _plan(config: FinetuneConfig, model: DualEncoder, first: dict, pad_id: int, 
                                memory_budget(accelerator.device), accelerator.device.type, config.chunk_size)
             model.options.chunk_size = chunk[0] = plan.chunk_size
             per_step = estimated_step_seconds(model, first)
-        print(plan_line(config, queries, group_size, per_step, plan.describe()), flush=True)
+        say(plan_line(config, queries, group_size, per_step, plan.describe()))
     if accelerator.num_processes > 1:
         broadcast_object_list(chunk)
     model.options.chunk_size = chunk[0]

@@ -3,7 +3,7 @@
 Owns: `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling), reading the three
 folder kinds (our export with `retromae_encoder.json`, a sentence-transformers folder, any plain Hugging Face
 model folder or hub name) and saving our export. Does not own training, objectives or decoder heads: those
-live in `objectives/` and `train.py`, which call `Encoder.embed` for pooled embeddings with gradients. The options
+live in `objectives/` and `training/`, which call `Encoder.embed` for pooled embeddings with gradients. The options
 that name an encoder (`EncoderOptions`) and `PoolingConfig` live in `retromae.models.encoder_config`, which imports no
 torch.
 """
@@ -40,12 +40,13 @@ from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
 from retromae.models.onednn import packed_linears
 from retromae.models.pretrained import load_model, load_tokenizer
-from retromae.runtime.console import progress, quiet_by_default
+from retromae.runtime.console import progress
 from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import atomic_directory, write_text_atomic
 from retromae.runtime.options import checked_arguments, require
+from retromae.runtime.run_folder import quiet_entry_point
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
@@ -217,7 +218,7 @@ class Encoder:
         return int(self.model.config.hidden_size)
 
     @classmethod
-    @quiet_by_default
+    @quiet_entry_point
     @checked_arguments(EncoderArguments, name_or_path="model", pooling="pooling", normalize="normalize",
                        device=("device", device_name), dtype=("dtype", dtype_name), max_length="max_length")
     def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
@@ -248,7 +249,7 @@ class Encoder:
             if field.name.endswith("max_length"):
                 check_max_length(self.model.config, getattr(options, field.name), field.name, self.tokenizer)
 
-    @quiet_by_default
+    @quiet_entry_point
     def save(self, path: str | Path) -> None:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""
         with atomic_directory(Path(path)) as tmp:

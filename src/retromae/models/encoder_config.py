@@ -40,7 +40,7 @@ class EncoderOptions(Options):
     OPTION_GROUP = "encoder"
 
     model: str = option(help="our exported encoder folder, a sentence-transformers folder, or any Hugging Face "
-                             "encoder (folder or hub name)")
+                             "encoder (folder or hub name)", reads="model")
     pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
     normalize: bool | None = option(None, "L2-normalise the vectors; default: what the model folder declares, else no")
     dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, bf16 on a CPU with AMX "

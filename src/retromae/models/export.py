@@ -80,7 +80,7 @@ def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_
     Built in the middle of a training (a best-probe export), it leaves the global RNG as it found it."""
     # sentence-transformers: only when a sentence-transformers folder is written
     from sentence_transformers import SentenceTransformer
-    try:
+    try:  # the same, where sentence-transformers 6 keeps them
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Normalize, Pooling, Transformer

@@ -1,5 +1,5 @@
 """Float32 linear layers on oneDNN with prepacked weights, on the CPU: a model's layers for inference, and the
-vocabulary projections of the fused training loss (`retromae.training.fused_loss` packs its own weights through
+vocabulary projections of the fused training loss (`retromae.losses.fused_loss` packs its own weights through
 `available`).
 
 Owns `packed_linears(model)`: a context in which every `nn.Linear` of a model runs through PyTorch's oneDNN linear

@@ -51,7 +51,7 @@ CONFIG_NUMBERS = {
 
 def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
     """The transformers config of a checked model folder (`check_folder`) or hub name."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: only when a model is read, so the checks before stay light
 
     check_folder(folder, subfolder, what, weights=False)
     return _guarded(what or folder, AutoConfig.from_pretrained, folder, subfolder=subfolder, trust_remote_code=False)
@@ -60,7 +60,7 @@ def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
 def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: Any) -> Any:
     """The tokenizer of a checked folder or hub name; ModelLoadError when its declared max length is no positive
     whole number (a tokenizer would truncate every text to nothing)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: only when a tokenizer is read
 
     check_folder(folder, subfolder, what, weights=False)
     tokenizer = _guarded(what or folder, AutoTokenizer.from_pretrained, folder, subfolder=subfolder,
@@ -141,7 +141,7 @@ def _auto_map(config: Any) -> list[str]:
 
 
 def _check_model_type(path: Path, what: str) -> None:
-    from transformers import CONFIG_MAPPING
+    from transformers import CONFIG_MAPPING  # transformers: only when a folder's model type is checked
 
     config = read_json(path / "config.json")
     kind = config.get("model_type") if isinstance(config, dict) else None

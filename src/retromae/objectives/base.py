@@ -4,7 +4,7 @@ Owns: the `PretrainingObjective` base class (forward(batch, generator) → named
 optimise; class attributes saying what the objective is: its title, what it masks, its head, its options class, which
 data it reads, the pooling it trains; its checks of a run), `MaskingSettings`, the masked encoder pass used by MLM,
 RetroMAE, SEED, DupMAE and Condenser alike, the loss on the vocabulary they all take (`token_loss`, fused with the
-projection by `retromae.training.fused_loss`), the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED
+projection by `retromae.losses.fused_loss`), the decoder input stream [h_cls, e(x_1)+p_1, ...] that RetroMAE and SEED
 share, and the decoders' position signal. Everything it needs of the backbone it asks the family's adapter
 (`retromae.backbones`). Does not own any decoder or objective-specific loss, nor the options
 (`retromae.objectives.options`).
@@ -20,10 +20,10 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.backbones.registry import DecoderPositions, adapter_for
+from retromae.losses.fused_loss import VocabularyHead
 from retromae.models import masked_lm as backbone
 from retromae.objectives.masking import mlm_mask
 from retromae.objectives.options import ObjectiveOptions
-from retromae.training.fused_loss import VocabularyHead
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class PretrainingObjective(nn.Module):
         return self.adapter.mlm_head(self.encoder)
 
     def use_vocabulary_loss(self, kind: str) -> None:
-        """How the losses on the vocabulary run (`retromae.training.fused_loss.VOCABULARY_LOSSES`): fused in chunks
+        """How the losses on the vocabulary run (`retromae.losses.fused_loss.VOCABULARY_LOSSES`): fused in chunks
         (auto, chunked, liger) or unfused (the full logits, then the loss)."""
         self.vocabulary = dataclasses.replace(self.vocabulary, kind=kind)
 

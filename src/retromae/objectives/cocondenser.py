@@ -21,11 +21,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from retromae.losses.losses import gather_with_grad
 from retromae.objectives.base import MaskingSettings
 from retromae.objectives.condenser import Condenser
 from retromae.objectives.options import CoCondenserOptions
 from retromae.runtime.options import require
-from retromae.training.losses import gather_with_grad
 
 
 def span_pair_loss(embeddings: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -6,7 +6,7 @@ are two spans of one document (coCondenser, Gao and Callan 2021b) or given pairs
 (the unified-learner paper, Sec. 2.2, Eq. 8). Sentence embedding = final [CLS] state of the clean (unmasked)
 input; similarity = cosine over a temperature, as in SimCSE (Gao et al., 2021), whose supervised recipe the
 unified-learner paper follows (Sec. 3.3), hence the default temperature 0.05 (the paper gives no value).
-Does not own the loss arithmetic (`retromae.training.losses`) or the data.
+Does not own the loss arithmetic (`retromae.losses.losses`) or the data.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from retromae.losses.losses import cross_device_info_nce
 from retromae.models import masked_lm as backbone
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.options import TemperatureOptions
-from retromae.training.losses import cross_device_info_nce
 
 
 def contrastive_loss(embeddings: torch.Tensor, temperature: float) -> torch.Tensor:

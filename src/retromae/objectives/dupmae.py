@@ -83,7 +83,7 @@ class DupMAE(RetroMAE):
 
     def pooled_logits(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """`max_pooled_logits` of the MLM head's logits of the encoder states (B, L, D), (B, V) float32; fused, a
-        chunk of positions at a time with a running maximum (`retromae.training.fused_loss.linear_max_pool`)."""
+        chunk of positions at a time with a running maximum (`retromae.losses.fused_loss.linear_max_pool`)."""
         if self.vocabulary.fused:
             return self.vocabulary.max_pool(hidden[:, 1:], attention_mask[:, 1:])
         return max_pooled_logits(self.lm_head(hidden), attention_mask)

@@ -6,7 +6,7 @@ Owns: the SimCSE training head (an MLP, dense + tanh, over [CLS], named `simcse_
 - Supervised (--pairs with hard negatives, e.g. NLI premise → entailment, contradiction): a batch of 3B rows
   (queries, positives, hard negatives); each query's candidates are every positive and every hard negative of
   the global batch.
-Cosine similarity over temperature 0.05; cross-device gathering of the candidates (`retromae.training.losses`).
+Cosine similarity over temperature 0.05; cross-device gathering of the candidates (`retromae.losses.losses`).
 
 Facts from the reference code (princeton-nlp/SimCSE `simcse/models.py`, its run scripts): [CLS] with the MLP
 pooler; the unsupervised recipe uses the MLP in training only (`--mlp_only_train`), the supervised one also at
@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
+from retromae.losses.losses import cross_device_info_nce
 from retromae.models import masked_lm as backbone
 from retromae.objectives.base import MaskingSettings, PretrainingObjective
 from retromae.objectives.options import SimCSEOptions
-from retromae.training.losses import cross_device_info_nce
 
 
 def simcse_loss(queries: torch.Tensor, positives: torch.Tensor, temperature: float,

@@ -24,6 +24,7 @@ from retromae.backbones.families import (
     tokenizer_kinds_help,
 )
 from retromae.evaluation.probe_options import ProbeOptions
+from retromae.losses import VOCABULARY_LOSSES, liger_installed
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.objectives.options import RUN_DEFAULTS
 from retromae.runtime.options import (
@@ -38,7 +39,7 @@ from retromae.runtime.options import (
     option,
     require,
 )
-from retromae.training.config import VOCABULARY_LOSSES, HeadTrainingConfig
+from retromae.training.config import HeadTrainingConfig
 
 # Every objective's options as flat fields (a flag each, `--decoder-layers`), made from the options classes.
 ObjectiveOptionFields = dataclasses.make_dataclass("ObjectiveOptionFields", flat_options(), kw_only=True)
@@ -53,17 +54,18 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
     SECTION_FIELD = "objective"  # a config file's section of that name holds the objective's options
 
     model: str | None = option(None, "Hugging Face masked-LM checkpoint: hub name or local folder, of a supported "
-                                     f"family ({family_titles()})", required_unless="--init-from")
+                                     f"family ({family_titles()})", required_unless="--init-from", reads="model")
     init_from: str | None = option(None, "continue from a previous `retromae pretrain` output folder: its encoder/ "
-                                         "and pretrain_head.safetensors (stage 2)", required_unless="--model")
+                                         "and pretrain_head.safetensors (stage 2)", required_unless="--model",
+                                   reads="path")
     init_missing_head: bool = option(False, "with --init-from: start the head tensors the previous run lacks (e.g. "
                                             "RetroMAE's decoder after an MLM run) from fresh weights, as a run from "
                                             "--model does, and name them; without it such a run is refused")
     corpus: list[str] = option([], "corpus files or folders (.txt, .jsonl, .parquet, BEIR folder, hf:NAME[:CONFIG])",
-                               required_unless="--pairs")
+                               required_unless="--pairs", reads="path")
     pairs: str | None = option(None, "contrastive objectives: JSON lines of {\"query\": str, \"pos\": str or [str]} "
                                      "pairs, used instead of two spans per --corpus document; simcse (supervised) "
-                                     "also needs \"neg\": str or [str], hard negatives")
+                                     "also needs \"neg\": str or [str], hard negatives", reads="path")
     from_config: bool = option(False, "start from fresh weights built from --model's config (scratch)")
     attention: str = option("auto", "the backbone's attention kernel; auto: FlashAttention-2 on CUDA where the model "
                                     "supports it and flash-attn is installed (padded batches run unpadded, as "
@@ -99,10 +101,6 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
                        if field.metadata.get("help") is not None} for name in OBJECTIVES}
 
     def __post_init__(self) -> None:
-        from retromae.training.fused_loss import (
-            liger_installed,  # torch: a config is declared by --help, checked only on run
-        )
-
         super().__post_init__()
         require(self.objective in OBJECTIVES, "objective", f"choose from {', '.join(OBJECTIVES)}")
         objective = OBJECTIVES[self.objective]  # torch: only once a run is configured, never to parse --help
@@ -139,9 +137,10 @@ class InitModelConfig(Options):
     architecture: str = option("bert", f"model family to build, with its kind of tokenizer ({tokenizer_kinds_help()})",
                                choices=architecture_names)
     tokenizer: str | None = option(None, "existing tokenizer: hub name or a local model folder holding one",
-                                   required_unless="--corpus")
+                                   required_unless="--corpus", reads="tokenizer")
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
-                                      "`retromae pretrain --corpus` source)", required_unless="--tokenizer")
+                                      "`retromae pretrain --corpus` source)", required_unless="--tokenizer",
+                                      reads="path")
     vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus", at_least(100),
                              acts=acts_with("corpus", on=["x"], off=None))
     hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)", POSITIVE)

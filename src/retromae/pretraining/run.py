@@ -23,6 +23,8 @@ from retromae.data.collate import BlockCollator, BlockDataset
 from retromae.data.contrastive import CropPairDataset, PairCollator, PairsDataset, SpanPairDataset
 from retromae.data.token_store import TokenStore
 from retromae.evaluation.probe_options import BEST_PROBE_DIR
+from retromae.losses.vocabulary_choice import auto_kind
+from retromae.losses.vocabulary_choice import describe as describe_choice
 from retromae.models.export import (
     HEAD_FILE,
     HeadMismatchError,
@@ -87,18 +89,17 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
 
 def choose_vocabulary_loss(objective: PretrainingObjective, config: PretrainConfig, accelerator) -> None:
     """On the CPU, `--vocabulary-loss auto` becomes the kernel measured fastest at the run's shapes on this CPU
-    (`retromae.training.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as
+    (`retromae.losses.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as
     given."""
     if config.vocabulary_loss != "auto" or accelerator.device.type != "cpu":
         return
-    from retromae.training.vocabulary_choice import auto_kind, describe
 
     projection = objective.vocabulary.projection.weight  # (V, E)
     dtype = AUTOCAST_DTYPES.get(accelerator.mixed_precision, torch.float32)
     kind, timings, fresh = auto_kind(projection.shape[1], projection.shape[0], config.batch_size * config.max_length,
                                      dtype)
     objective.use_vocabulary_loss(kind)
-    accelerator.print(describe(kind, timings, fresh))
+    accelerator.print(describe_choice(kind, timings, fresh))
 
 
 def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):

@@ -25,6 +25,7 @@ from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, re
 from retromae.models.pretrained import load_tokenizer
 from retromae.models.tokenizer_training import train_tokenizer
 from retromae.pretraining.config import InitModelConfig
+from retromae.runtime.console import Result
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import require
 from retromae.runtime.run_folder import lock_folder
@@ -64,15 +65,15 @@ def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidde
     return folder
 
 
-def init_model(config: InitModelConfig) -> Path:
-    """A random model and its tokenizer as `config` says; returns the model folder (`retromae.init_model(...)`)."""
+def init_model(config: InitModelConfig) -> Result:
+    """A random model and its tokenizer as `config` says; returns the model folder (`retromae.init_model(...)`) and
+    the line describing it."""
     lock_folder(config.output)
     tokenizer = trained_tokenizer(config) if config.corpus else existing_tokenizer(config.tokenizer)
     folder = save_random_model(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
                                max_positions=config.positions, seed=config.seed, architecture=config.architecture)
-    print(f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, vocabulary "
-          f"{len(tokenizer)}, {config.positions} positions) → {folder}")
-    return Path(folder)
+    return Result(Path(folder), (f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, "
+                                 f"vocabulary {len(tokenizer)}, {config.positions} positions) → {folder}",))
 
 
 def trained_tokenizer(config: InitModelConfig) -> PreTrainedTokenizerFast:

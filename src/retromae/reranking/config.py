@@ -30,8 +30,9 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
             "split": acts_with_folder("data")}
 
     model: str = option(help="encoder to start from (a one-logit classification head is added): a Hugging Face "
-                             "encoder, a sentence-transformers folder, or a pre-training output")
-    data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split")
+                             "encoder, a sentence-transformers folder, or a pre-training output", reads="model")
+    data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split",
+                       reads="path")
     split: str = option("train", "qrels split of a --data folder")
     negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
                                     "bi-encoder); auto: file for a training file, bm25 for a folder",
@@ -49,8 +50,8 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
 @dataclass(kw_only=True)
 class ScoreConfig(OutputOptions):
     INPUT_FORMATS = {"data": "training file"}  # the format each input option is read in (`retromae.data.inputs`)
-    model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`")
-    data: Path = option(help="training file (JSON lines: query, pos, neg)")
+    model: str = option(help="cross-encoder folder, e.g. the reranker/ of `retromae train-reranker`", reads="model")
+    data: Path = option(help="training file (JSON lines: query, pos, neg)", reads="path")
     output: Path = option(help="training file to write: the input with pos_scores and neg_scores")
     batch_size: int = option(64, "pairs per forward pass", POSITIVE)
     max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "

@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -35,7 +34,7 @@ import numpy as np
 
 from retromae.retrieval.config import BM25Params
 from retromae.retrieval.top_k import capped_top_k, ranked_top_k
-from retromae.runtime.console import step, verbose
+from retromae.runtime.console import notice, step, verbose
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
 from retromae.runtime.lines import read_json_file
@@ -231,8 +230,8 @@ def empty_results(run: Mapping[str, Mapping[str, float]], what: str = "BM25") ->
     empty = [query_id for query_id, hits in run.items() if not hits]
     if empty:
         example = ", ".join(repr(query_id) for query_id in empty[:3])
-        print(f"retromae: warning: {what}: {len(empty)} of {len(run)} queries got no results (no query word in any "
-              f"document, after stopwords; e.g. {example}); they count as 0 in every metric", file=sys.stderr)
+        notice(f"retromae: warning: {what}: {len(empty)} of {len(run)} queries got no results (no query word in any "
+               f"document, after stopwords; e.g. {example}); they count as 0 in every metric")
     return len(empty)
 
 

@@ -57,10 +57,10 @@ class EncodeConfig(OutputOptions, EncoderOptions):
     corpus: Path | None = option(None, "corpus to encode: a .jsonl or .tsv file (BEIR corpus.jsonl, MS MARCO "
                                        "collection.tsv, optionally .gz) or a folder holding one (a document is its "
                                        "title and text joined)",
-                                 required_unless="--queries")
+                                 required_unless="--queries", reads="path")
     queries: Path | None = option(None, "queries to encode: queries.jsonl or queries.tsv (optionally .gz), or a "
                                         "folder holding one",
-                                  required_unless="--corpus")
+                                  required_unless="--corpus", reads="path")
     output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
                                "with the same model and input continues")
     passage_prefix: str = option("", "text put before every passage of --corpus, e.g. 'passage: '")
@@ -71,7 +71,7 @@ class EncodeConfig(OutputOptions, EncoderOptions):
     shard_size: int = option(10_000, "texts per shard; a killed run resumes at the first unfinished shard", POSITIVE)
     progress: bool = option(True, "show progress bars")
     input: Path | None = option(None, deprecated="--input is replaced by --corpus FILE or --queries FILE; it "
-                                                 "works until the next release")
+                                                 "works until the next release", reads="path")
     kind: str = option("auto", choices=KINDS, deprecated="--kind is no longer needed: --corpus or --queries says "
                                                          "what the file holds")
     prefix: str | None = option(None, deprecated="--prefix is now --passage-prefix (with --corpus) or "
@@ -123,7 +123,7 @@ class BM25Params(Options):
 class IndexConfig(OutputOptions, BM25Params):
     INPUT_FORMATS = {"corpus": "corpus"}  # the format each input option is read in (`retromae.data.inputs`)
     ACTS = {name: acts_with("hybrid") for name in (*(f.name for f in dataclasses.fields(BM25Params)), "corpus")}
-    embeddings: Path = option(help="embeddings folder written by `retromae encode`")
+    embeddings: Path = option(help="embeddings folder written by `retromae encode`", reads="path")
     output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
                                "with --hybrid)")
     factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
@@ -136,7 +136,7 @@ class IndexConfig(OutputOptions, BM25Params):
     hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
                                  "fuses BM25 with the model")
     corpus: Path | None = option(None, "corpus file whose texts --hybrid indexes; default: the one the embeddings "
-                                       "folder records (encode.json)")
+                                       "folder records (encode.json)", reads="path")
 
 
 SHOWN_K, RUN_K = 10, 100
@@ -167,16 +167,19 @@ class SearchConfig(OutputOptions, EncoderOptions):
             "tag": acts_with("output", on="run.trec", off=None),
             "hybrid_weight": Acts(lambda config: config.fusion != "rrf", "with --fusion convex (rrf fuses ranks, "
                                   "without weights)", {"fusion": "convex"}, ({"fusion": "rrf"},))}
-    model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json")
-    index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)")
+    model: str | None = option(None, "model that encodes the queries; default: the one recorded in index.json",
+                               reads="model")
+    index: Path = option(help="index folder written by `retromae index` (with --hybrid: searched with BM25 too)",
+                         reads="path")
     query: list[str] | None = option(None, "text to search for (one or more, each quoted): rank, score, id and the "
                                            "start of each document are printed", required_unless="--queries",
                                      check=non_blank)
     queries: Path | None = option(None, "queries: a queries file (queries.jsonl, queries.tsv) to encode here, or an "
                                         "embeddings folder of query vectors from `retromae encode`",
-                                  required_unless="--query")
+                                  required_unless="--query", reads="path")
     output: Path | None = option(None, "TREC run file to write (required with --queries; optional with --query)")
-    corpus: Path | None = option(None, "corpus file whose texts --query shows; default: the one index.json records")
+    corpus: Path | None = option(None, "corpus file whose texts --query shows; default: the one index.json records",
+                                 reads="path")
     top_k: int | None = option(None, f"documents per query; default {SHOWN_K} with --query, {RUN_K} with --queries",
                                TOP_K, aliases=("--k",))
     hybrid: bool = option(False, "require the index's BM25 side (refused on an index built without --hybrid); an "
@@ -205,13 +208,13 @@ class BM25Config(OutputOptions, BM25Params):
     ACTS = {"split": Acts(lambda config: config.data is not None, "with --data", {"data": "x"},
                           ({"data": None, "corpus": "x", "queries": "x"},))}
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
-                               required_unless="--corpus and --queries")
+                               required_unless="--corpus and --queries", reads="path")
     split: str = option("test", "split whose judged queries are searched (with --data)")
     corpus: Path | None = option(None, "corpus (with --queries): a .jsonl or .tsv file or a folder holding one",
-                                 required_unless="--data")
+                                 required_unless="--data", reads="path")
     queries: Path | None = option(None, "queries (with --corpus): queries.jsonl or queries.tsv, or a folder "
                                         "holding one",
-                                  required_unless="--data")
+                                  required_unless="--data", reads="path")
     output: Path = option(help="TREC run file to write")
     top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
     tag: str = option("bm25", "run tag written in the last column")
@@ -230,8 +233,9 @@ class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
                for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size", "query_max_length",
                             "passage_max_length")},
             "split": acts_with_folder("data")}
-    model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25")
-    data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file")
+    model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25",
+                               reads="model")
+    data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file", reads="path")
     split: str = option("train", "qrels split of a --data folder")
     negatives: str = option("model", "what ranks the passages negatives are drawn from: model (dense, exact "
                                      "search) or bm25", choices=("model", "bm25"), aliases=("--method",))

@@ -2,8 +2,9 @@
 from its config (`retromae.retrieval.config`), for the command line and the Python API (`retromae.api`) alike.
 
 Owns running each command: claiming its output, reading its inputs, calling the retrieval modules (`encode`,
-`index`, `searcher`, `bm25`, `mining`), writing the result and the line that says what was written; and, for
-`search --query`, the hits printed. Does not own parsing (`retromae.commands`) or how any of it is computed.
+`index`, `searcher`, `bm25`, `mining`), returning the result and the lines that say what was written (or,
+for `search --query`, the hits), which the command prints. Does not own parsing or printing (`retromae.commands`)
+or how any of it is computed.
 Each command imports its own libraries when it runs (torch for a model, faiss for an index, bm25s for BM25), so
 that `retromae bm25` loads no torch.
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from retromae.data.corpus import corpus_files
 from retromae.data.inputs import EMBEDDINGS_INFO
@@ -33,16 +36,15 @@ from retromae.retrieval.index import (
     reading,
     save_index,
 )
-from retromae.retrieval.lineage import check_texts
+from retromae.retrieval.lineage import check_query_vectors, check_texts
+from retromae.retrieval.searcher import Hit, QueryEncoding, Run, Searcher
 from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
+from retromae.runtime.console import Result
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import process_state
 from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, mark_started, run_identity
-
-if TYPE_CHECKING:
-    from retromae.retrieval.searcher import Hit, Run, Searcher
 
 
 def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
@@ -78,8 +80,9 @@ def read_from(config: EncodeConfig) -> Path:
     return files[0] if len(files) == 1 else Path(config.corpus)
 
 
-def index(config: IndexConfig) -> Path:
-    """Index an embeddings folder as `config` says; returns the index folder (`retromae.index(...)`)."""
+def index(config: IndexConfig) -> Result:
+    """Index an embeddings folder as `config` says; returns the index folder (`retromae.index(...)`) and the line
+    saying so."""
     # torch (through retrieval.encode): only when the command runs, so --help stays instant
     from retromae.retrieval.encode import load_embeddings
 
@@ -98,13 +101,12 @@ def index(config: IndexConfig) -> Path:
     save_index(built, config.output, ids, info, lexical)
     mark_started(config.output)
     sides = f"{config.factory}, {config.metric}" + (", with BM25" if lexical is not None else "")
-    print(f"indexed {len(ids)} vectors into {config.output} ({sides})")
-    return Path(config.output)
+    return Result(Path(config.output), (f"indexed {len(ids)} vectors into {config.output} ({sides})",))
 
 
 def corpus_record(config: IndexConfig, encoding: dict[str, Any]) -> dict[str, Any] | None:
     """The corpus the index's texts come from (absolute path and fingerprint): --corpus, else encode.json's."""
-    from retromae.retrieval.encode import source_info
+    from retromae.retrieval.encode import source_info  # torch (through the encoder): only when the command runs
 
     if config.corpus is not None:
         return source_info(config.corpus)["source"]
@@ -129,9 +131,9 @@ def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | 
     return BM25(params).index(ids, texts)
 
 
-def search(config: SearchConfig) -> Path | list[list[Hit]]:
+def search(config: SearchConfig) -> Result:
     """Search an index as `config` says; returns the TREC run file, or with `query` the hits of each query
-    (`retromae.search(...)`)."""
+    (`retromae.search(...)`), and the lines to show (the hits, or what was written)."""
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
     searcher = load_searcher(config)
     k = capped_top_k(config.top_k or (SHOWN_K if config.query is not None else RUN_K), len(searcher.ids))
@@ -139,21 +141,19 @@ def search(config: SearchConfig) -> Path | list[list[Hit]]:
         queries = {str(n): text for n, text in enumerate(config.query, start=1)}
         run = searcher.run(queries, k)
         hits = [searcher.hits(run[query_id]) for query_id in queries]
-        print_hits(searcher, list(queries.values()), hits, k)
     else:
         run = queries_run(config, searcher, k)
     if config.output is not None:
         write_trec_run(run, config.output, tag=config.tag)
     if config.query is not None:
-        return hits
+        return Result(hits, hit_lines(searcher, list(queries.values()), hits, k))
     sides = f"the model and BM25, fused ({fused_depth(searcher, k)})" if searcher.hybrid else "the model"
-    print(f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; top-{k} run in "
-          f"{config.output}")
-    return Path(config.output)
+    return Result(Path(config.output), (f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; "
+                                        f"top-{k} run in {config.output}",))
 
 
 def load_searcher(config: SearchConfig) -> Searcher:
-    from retromae.retrieval.searcher import QueryEncoding, Searcher
+    """The `Searcher` of `config`'s index, its queries encoded as `config` says."""
 
     encoding = QueryEncoding(config.model, config.pooling, config.normalize, config.query_prefix,
                              config.query_max_length, config.device, config.dtype, config.batch_size)
@@ -174,10 +174,7 @@ def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
 def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], Any, dict[str, str] | None]:
     """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to come
     from the index's encoder; the texts from the queries file its encode.json records."""
-    import numpy as np
-
-    from retromae.retrieval.encode import INFO_FILE, load_embeddings
-    from retromae.retrieval.lineage import check_query_vectors
+    from retromae.retrieval.encode import INFO_FILE, load_embeddings  # torch: only when the command runs
 
     with reading(config.queries):
         ids, vectors, info = load_embeddings(config.queries)
@@ -202,14 +199,15 @@ def fused_depth(searcher: Searcher, k: int) -> str:
     return f"each side's best {min(candidate_depth(k), len(searcher.ids)):,}"
 
 
-def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]], k: int) -> None:
-    """Each query, then one line per hit: rank, score, id and the start of the document (standard output)."""
+def hit_lines(searcher: Searcher, queries: list[str], hits: list[list[Hit]], k: int) -> tuple[str, ...]:
+    """Each query, then one line per hit: rank, score, id and the start of the document, then an empty line."""
     width = max(60, shutil.get_terminal_size((100, 20)).columns)
     method = searcher.fusion.method + (f", weight {searcher.fusion.weight:g}" if searcher.fusion.method == "convex"
                                        else "")
     how = f"hybrid: model + BM25, {method}, {fused_depth(searcher, k)}" if searcher.hybrid else "model"
+    lines: list[str] = []
     for text, query_hits in zip(queries, hits, strict=True):
-        print(f"query: {text}  ({how}; {len(query_hits)} hits)")
+        lines.append(f"query: {text}  ({how}; {len(query_hits)} hits)")
         id_width = max((len(hit.id) for hit in query_hits), default=2)
         for hit in query_hits:
             line = f"{hit.rank:>4}  {hit.score:8.4f}  {hit.id}"
@@ -218,8 +216,9 @@ def print_hits(searcher: Searcher, queries: list[str], hits: list[list[Hit]], k:
                 room = max(20, width - len(line) - 2)
                 start = " ".join(hit.text.split())
                 line += "  " + (start if len(start) <= room else start[:room - 1] + "…")
-            print(line)
-        print()
+            lines.append(line)
+        lines.append("")
+    return tuple(lines)
 
 
 def read_inputs(config: BM25Config) -> tuple[dict[str, str], dict[str, str]]:
@@ -232,18 +231,18 @@ def read_inputs(config: BM25Config) -> tuple[dict[str, str], dict[str, str]]:
     return {doc_id: passage.joined() for doc_id, passage in corpus.items()}, queries
 
 
-def bm25(config: BM25Config) -> Path:
-    """A BM25 run as `config` says; returns the TREC run file (`retromae.bm25(...)`)."""
+def bm25(config: BM25Config) -> Result:
+    """A BM25 run as `config` says; returns the TREC run file (`retromae.bm25(...)`) and the line saying so."""
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
     corpus, queries = read_inputs(config)
     write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
-    print(f"BM25: {len(queries)} queries over {len(corpus)} documents; top-{config.top_k} run in {config.output}")
-    return Path(config.output)
+    return Result(Path(config.output), (f"BM25: {len(queries)} queries over {len(corpus)} documents; "
+                                        f"top-{config.top_k} run in {config.output}",))
 
 
-def mine(config: MineConfig) -> Path:
-    """Mine hard negatives as `config` says; returns the training file written
-    (`retromae.mine(...)`)."""
+def mine(config: MineConfig) -> Result:
+    """Mine hard negatives as `config` says; returns the training file written (`retromae.mine(...)`) and the line
+    saying so."""
     # torch and faiss: only when the command runs, so --help stays instant
     from retromae.retrieval.mining import bm25_rankings, choose_negatives, dense_rankings
 
@@ -257,6 +256,5 @@ def mine(config: MineConfig) -> Path:
     for example, negatives in zip(data.examples, choose_negatives(data, rankings, config, config.seed), strict=True):
         example.negatives = negatives
     write_training_file(data, config.output)
-    print(f"mined {sum(len(e.negatives) for e in data.examples)} negatives for {len(data.examples)} queries "
-          f"into {config.output}")
-    return Path(config.output)
+    return Result(Path(config.output), (f"mined {sum(len(e.negatives) for e in data.examples)} negatives for "
+                                        f"{len(data.examples)} queries into {config.output}",))

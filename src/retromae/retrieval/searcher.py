@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, overload
 from retromae.data.ranking import ranked
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
+from retromae.retrieval.lineage import check_model
+from retromae.retrieval.texts import document_texts
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.options import ConfigError, checked_arguments, require
 
@@ -97,8 +99,8 @@ class Searcher:
         """Load the index folder `index` (under its shared lock), its lexical side unless `dense_only`, and its
         documents' texts (from `corpus`, else the recorded corpus) when `texts`. `hybrid` (or `fusion` or
         `hybrid_weight`) requires the lexical side; `model` overrides the recorded model."""
+        # numpy (and faiss for a faiss index): only when an index is loaded, so `retromae.Searcher` imports light
         from retromae.retrieval.index import load_index, load_lexical, reading, set_search_params
-        from retromae.retrieval.texts import document_texts
 
         folder = Path(index)
         asked = hybrid or fusion is not None or hybrid_weight is not None
@@ -159,7 +161,7 @@ class Searcher:
     def run(self, queries: Mapping[str, str], k: int = 10, show_progress: bool = False) -> Run:
         """The top-k run of `queries` (id → text): encoded with the index's model, fused with BM25 on a hybrid
         index."""
-        from retromae.retrieval.search import TextOptions, encode_texts
+        from retromae.retrieval.search import TextOptions, encode_texts  # torch: only when texts are encoded
 
         query_ids = list(queries)
         options = TextOptions(self.encoding.prefix, self.encoding.max_length)
@@ -172,6 +174,7 @@ class Searcher:
     def run_vectors(self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10,
                     queries: Mapping[str, str] | None = None, show_progress: bool = False) -> Run:
         """The top-k run of query vectors `(Q, D)`; on a hybrid index fused with BM25 over `queries`' texts."""
+        # numpy, faiss and (through retrieval.search) torch: only when a search runs
         from retromae.retrieval.bm25 import empty_results
         from retromae.retrieval.index import search
         from retromae.retrieval.search import results_to_run
@@ -206,9 +209,9 @@ def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fus
 def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
     """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
     index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
+    # torch and transformers: only when queries are encoded here (a BM25 or vector search loads no model)
     from retromae.models.encoder import Encoder
     from retromae.models.masked_lm import check_max_length
-    from retromae.retrieval.lineage import check_model
 
     where = folder / "index.json"
     model = options.model or recorded.get("model")

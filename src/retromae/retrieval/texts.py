@@ -9,12 +9,12 @@ id, checked to be the texts encoded (`retrieval.lineage`). Does not own the reco
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from retromae.retrieval.lineage import check_texts, file_change, recorded_path
+from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 
@@ -40,8 +40,8 @@ def document_texts(ids: Sequence[str], record: Any, where: str, override: str, g
     if given is None:
         problem = file_change(record)
         if problem is not None:
-            print(f"retromae: warning: the corpus recorded in {where} {problem}; showing ids and scores only "
-                  f"({override} FILE names the corpus)", file=sys.stderr)
+            notice(f"retromae: warning: the corpus recorded in {where} {problem}; showing ids and scores only "
+                   f"({override} FILE names the corpus)")
             return None
     path = Path(given) if given is not None else recorded_path(record)
     passages = load_corpus(path)

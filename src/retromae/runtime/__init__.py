@@ -5,7 +5,7 @@ Owns: `options` (typed configs: declaring an option with its domain, checking ev
 files, saving a config), `errors` (the exception types and the one-line form of an OS error), `io` (writing files
 atomically), `lines` (reading line-based and JSON files with errors naming the file and line), `run_folder` (who
 owns an output folder, run identities, `OutputOptions`), `console` (progress bars, stages, quiet libraries),
-`threads`, `cgroups`, `cpu_features`, `processes` (the launch and the process state) and `devices` (`--device`),
-and `old_paths` (the module names before this layout, kept for one release). Does not own models, data formats,
+`threads`, `cgroups`, `cpu_features`, `processes` (the launch and the process state) and `devices` (`--device`).
+Does not own models, data formats,
 training or any command.
 """

@@ -10,12 +10,18 @@ warnings raised inside those libraries. `--verbose` leaves all of it on.
 
 Nothing happens at import. `library_output(verbose)` is a context manager the CLI enters around one command;
 it restores every switch it turned on exit. The Python API's entry points (`retromae.pretrain(...)` and the others
-`retromae/__init__.py` lists) are wrapped in `quiet_by_default`, which enters `library_output(False)` for the call
+`retromae/__init__.py` lists) are wrapped in `quiet_by_default` (by `run_folder.quiet_entry_point`, which also
+releases their outputs), which enters `library_output(False)` for the call
 unless the caller chose already (the CLI, or `with library_output(True):` around the call to see everything), so
 a notebook sees what the CLI shows; code that calls deeper functions (the tests) sees the libraries as they are.
 Whether libraries may speak is a context variable read by `verbose()`, so that code deep in a call (the BM25
 wrapper) can pass `show_progress=verbose()` to the libraries without a parameter threaded through every caller.
 Progress bars and stage lines go to stderr; summaries and results to stdout.
+
+The one library module that prints. A command's run returns a `Result` (what the Python API returns, and the lines
+the command prints); lines a long run writes as it goes (a plan, the end-of-training summary) go through `say`
+(standard output; silent within a Python API call unless the caller asks, `with speaking(True):`), warnings and notes
+through `notice` (standard error, always).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from tqdm.auto import tqdm
 # Whether the libraries may print their own bars and reports: None until a command or an API call chooses (the
 # libraries are then left as they are).
 _VERBOSE: ContextVar[bool | None] = ContextVar("retromae_verbose", default=None)
+# Whether `say` prints: None until an API call or a caller chooses (then it prints).
+_SPEAKING: ContextVar[bool | None] = ContextVar("retromae_speaking", default=None)
 Function = TypeVar("Function", bound=Callable[..., Any])
 QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "huggingface_hub", "bm25s", "torch",
                  "DeepSpeed")
@@ -54,18 +62,47 @@ def verbose() -> bool:
 
 def quiet_by_default(function: Function) -> Function:
     """An entry point of the Python API, run as the CLI runs a command: within `library_output(False)` (as without
-    --verbose) unless a caller up the stack chose already (the CLI; `with library_output(True):`), and its outputs
-    released when it returns (`run_folder.released_after`), so that a later command may continue them."""
+    --verbose) unless a caller up the stack chose already (the CLI; `with library_output(True):`), its `say` lines
+    silent unless asked (`speaking`). `run_folder.quiet_entry_point` adds the release of its outputs."""
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
-        # run_folder imports config and yaml: kept out of `retromae --help`
-        from retromae.runtime.run_folder import released_after
-
-        with released_after(), (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)):
+        with (contextlib.nullcontext() if _VERBOSE.get() is not None else library_output(False)), \
+                (contextlib.nullcontext() if _SPEAKING.get() is not None else speaking(False)):
             return function(*args, **kwargs)
 
     return entry_point  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command's run produced: `value`, what the Python API returns (the folder or file written, the hits of
+    `search --query`, the metrics), and `lines`, what the command prints on standard output."""
+
+    value: Any
+    lines: tuple[str, ...] = ()
+
+
+def say(line: str) -> None:
+    """A line of what a long run is doing or did (a plan, a summary) on standard output, unless within a Python API
+    call that did not ask for it (`speaking`)."""
+    if _SPEAKING.get() is not False:
+        print(line, flush=True)
+
+
+def notice(line: str) -> None:
+    """A warning or a note on standard error: the line as given ("retromae: warning: ...")."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def speaking(on: bool) -> Iterator[None]:
+    """Within the block, `say` prints only if `on`."""
+    token = _SPEAKING.set(on)
+    try:
+        yield
+    finally:
+        _SPEAKING.reset(token)
 
 
 @contextlib.contextmanager

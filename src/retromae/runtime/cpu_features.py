@@ -3,7 +3,7 @@ extensions (AVX2, AVX-512, AMX and their kin), and whether `auto` precision comp
 rule for training and encoding).
 
 Owns reading the processor's description and that rule. Does not own what is done with them: the vocabulary loss
-measured per CPU model (`retromae.training.vocabulary_choice`), the precision a training run or an encoder resolves
+measured per CPU model (`retromae.losses.vocabulary_choice`), the precision a training run or an encoder resolves
 (`retromae.training.setup`, `retromae.models.encoder`), the benchmarks' headers.
 """
 

@@ -26,7 +26,6 @@ import math
 import numbers
 import os
 import re
-import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -35,6 +34,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from retromae.runtime.console import notice
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import check_regular_file
@@ -42,13 +42,12 @@ from retromae.runtime.lines import check_regular_file
 ConfigT = TypeVar("ConfigT")
 REQUIRED = dataclasses.MISSING
 SAVED_CONFIG = "config.json"  # the resolved options a training run saves in its output folder
-# The options that name what a command reads, by name on every command that has them: a model (a local folder or a
-# hub name; `--tokenizer` may be a folder holding a tokenizer alone) and input files or folders (`hf:NAME`: a hub
-# data set). `retromae.preflight` checks each before torch is imported; `runtime.run_folder` fingerprints each into
-# a run's identity. A new option that reads a path is named here.
-MODEL_OPTIONS = ("model", "teacher", "tokenizer")
-PATH_OPTIONS = ("corpus", "queries", "data", "pairs", "run", "index", "init_from", "embeddings", "input", "train",
-                "validation", "probe", "probe_sts", "variants")
+# What an option reads, declared on its field (`option(..., reads=...)`): an input file or folder ("path"; `hf:NAME`:
+# a hub data set), a model (a local folder or a hub name) or a tokenizer (a model, or a folder holding a tokenizer
+# alone). `retromae.preflight` checks each before torch is imported; `runtime.run_folder` fingerprints each into a
+# run's identity and keeps outputs apart from each (`reading_options`).
+READS = ("path", "model", "tokenizer")
+MODEL_READS = ("model", "tokenizer")
 
 
 class ConfigError(RetroMAEError, ValueError):
@@ -161,7 +160,7 @@ def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None
            choices: tuple | Callable[[], tuple] | None = None,
            short: str | None = None, aliases: tuple[str, ...] = (), required_unless: str | None = None,
            deprecated: str | None = None, check: Callable[[Any], None] | None = None,
-           acts: Acts | None = None) -> Any:
+           acts: Acts | None = None, reads: str | None = None) -> Any:
     """A dataclass field carrying its CLI help text, the numbers it accepts, allowed values and optional short flag.
 
     `domain`: the numbers a numeric option accepts (e.g. `POSITIVE`, `between(1, 100)`); without one, any finite
@@ -172,12 +171,24 @@ def option(default: Any = REQUIRED, help: str = "", domain: Domain | None = None
     `check`: for a value a library parses itself (a faiss factory string): raises ValueError saying what is wrong
     with it, refused as a ConfigError naming the option, by `check_fields` like the domain.
     `acts`: when the option has an effect (`Acts`); given where it has none, it is refused (`check_acts`).
+    `reads`: what the option names that the command reads, one of `READS` (`reading_options`).
     """
+    if reads is not None and reads not in READS:
+        raise ValueError(f"reads={reads!r}: one of {', '.join(READS)}")
     metadata = {"help": help, "domain": domain, "choices": choices, "short": short, "aliases": tuple(aliases),
-                "required_unless": required_unless, "deprecated": deprecated, "check": check, "acts": acts}
+                "required_unless": required_unless, "deprecated": deprecated, "check": check, "acts": acts,
+                "reads": reads}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def reading_options(config: object, kinds: tuple[str, ...] = READS) -> dict[str, str]:
+    """The options of a config (class or instance) that read what `kinds` name: field name → what it reads."""
+    if not dataclasses.is_dataclass(config):
+        return {}
+    return {field.name: field.metadata["reads"] for field in dataclasses.fields(config)
+            if field.metadata.get("reads") in kinds}
 
 
 def renamed_note(old: str, new: str) -> str:
@@ -195,7 +206,7 @@ class _OldSpelling(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         if not self.noted:
-            print(self.message, file=sys.stderr)
+            notice(self.message)
             self.noted = True
         setattr(namespace, self.dest, values)
 
@@ -471,10 +482,10 @@ def _new_spellings(values: dict[str, Any], config_cls: type) -> dict[str, Any]:
         for alias in field.metadata.get("aliases", ()):
             key = alias.lstrip("-").replace("-", "_")
             if key in values:
-                print(renamed_note(key, field.name), file=sys.stderr)
+                notice(renamed_note(key, field.name))
                 values[field.name] = values.pop(key)
         if field.metadata.get("deprecated") and field.name in values:
-            print(f"retromae: note: {field.metadata['deprecated']}", file=sys.stderr)
+            notice(f"retromae: note: {field.metadata['deprecated']}")
     return values
 
 

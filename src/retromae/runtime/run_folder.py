@@ -15,7 +15,7 @@ output: claiming one takes an operating-system lock (`fcntl.flock` on `.retromae
 beside a file; in a distributed run the main process holds it) until the command ends (the CLI) or the process exits
 (a library user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is
 never blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
-writable). Does not own what the outputs hold, nor checkpoints (`train.py`).
+writable). Does not own what the outputs hold, nor checkpoints (`retromae.training.checkpoints`).
 """
 
 from __future__ import annotations
@@ -24,17 +24,19 @@ import atexit
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import FileSystemError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.options import MODEL_OPTIONS, PATH_OPTIONS, ConfigError, Options, config_to_dict, option
+from retromae.runtime.options import ConfigError, Options, config_to_dict, option, reading_options
 
 MARKER = "retromae-run.json"
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
@@ -49,10 +51,6 @@ REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the o
 RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
                          "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
-# Options naming a model or input files or folders, fingerprinted by content so that a changed file is a different run.
-INPUT_OPTIONS = MODEL_OPTIONS + PATH_OPTIONS
-# Options naming what a command writes; every other option that names a file or folder on disk is one it reads.
-OUTPUT_OPTIONS = frozenset({"output", "save_run", "cache_dir"})
 # What the readers of an input folder read in it (a retrieval set, a model, an encoding, an index): an output file
 # may be written into an input folder beside them (a run file beside its data set), never over one of them.
 READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "corpus.tsv", "queries.tsv", "qrels",
@@ -110,9 +108,10 @@ def input_fingerprint(source: str | Path) -> str:
 
 
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
-    """The options of `config` that define its result, plus `NAME content` fingerprints of its input options."""
+    """The options of `config` that define its result, plus `NAME content` fingerprints of its input options (those
+    whose field declares what it reads, `runtime.options.reading_options`)."""
     values = {key: resolved_paths(value) for key, value in config_to_dict(config).items() if key not in set(neutral)}
-    for name in INPUT_OPTIONS:
+    for name in reading_options(config):
         given = values.get(name)
         if given:
             sources = given if isinstance(given, list) else [given]
@@ -172,15 +171,12 @@ def _started(marker: Mapping[str, Any]) -> bool:
 
 
 def input_paths(config: Any) -> list[str]:
-    """Every file or folder on disk that an option of `config` names, but those it writes (`OUTPUT_OPTIONS`)."""
-    def named(value: Any) -> list[str]:
-        if isinstance(value, dict):
-            return [path for key, item in value.items() if key not in OUTPUT_OPTIONS for path in named(item)]
-        if isinstance(value, list):
-            return [path for item in value for path in named(item)]
-        return [value] if isinstance(value, str) and value and os.path.exists(value) else []
-
-    return named(config_to_dict(config))
+    """Every file or folder on disk that an input option of `config` names: the options whose field declares what it
+    reads (`runtime.options.reading_options`: inputs, models and tokenizers given as folders)."""
+    values = config_to_dict(config)
+    given = [values.get(name) for name in reading_options(config)]
+    return [item for value in given for item in (value if isinstance(value, list) else [value])
+            if isinstance(item, str) and item and os.path.exists(item)]
 
 
 def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
@@ -228,7 +224,8 @@ def _recorded(path: Path) -> Any:
     record = _read_record(path)
     if path.name != MARKER or not isinstance(record, dict) or not isinstance(record.get("identity"), dict):
         return None if path.name == MARKER else record
-    return {name: value for name, value in record["identity"].items() if name in INPUT_OPTIONS}
+    identity = record["identity"]  # its input options are those fingerprinted in it (`run_identity`)
+    return {name: value for name, value in identity.items() if f"{name} content" in identity}
 
 
 def _read_record(path: Path) -> Any:
@@ -471,6 +468,19 @@ def released_after() -> Iterator[None]:
         raise
     finally:
         release(keep=held)
+
+
+def quiet_entry_point(function: Callable[..., Any]) -> Callable[..., Any]:
+    """An entry point of the Python API (`console.quiet_by_default`: the libraries quiet, no `say` lines unless
+    asked), its outputs released when it returns (`released_after`), so that a later command may continue them."""
+    quiet = quiet_by_default(function)
+
+    @functools.wraps(function)
+    def entry_point(*args: Any, **kwargs: Any) -> Any:
+        with released_after():
+            return quiet(*args, **kwargs)
+
+    return entry_point
 
 
 def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:

@@ -5,14 +5,11 @@ of every training command, `start_run` and `claim_output`; the Accelerator, prec
 made ready to train), `optimizer` (AdamW and the schedule), `checkpoints` (saving, listing, resuming),
 `checkpoint_state` (what a checkpoint holds on disk, without pickle), `metrics_log` (`metrics.jsonl` and the record
 of a window of steps), `divergence` (the words and the error of a run whose loss or weights turned NaN), `trackers`
-(TensorBoard, W&B, MLflow), `config` (`TrainingConfig`, `HeadTrainingConfig`, the vocabulary-loss names: torch-free),
-`losses` (InfoNCE and cross-device gathering), `fused_loss` and `vocabulary_choice` (the losses on the vocabulary,
-fused with its projection, and the fastest kernel on this CPU). Does not own any objective (`retromae.objectives`),
-model loading (`retromae.models`) or a command's data.
+(TensorBoard, W&B, MLflow), `config` (`TrainingConfig`, `HeadTrainingConfig`: torch-free). Does not own the losses
+(`retromae.losses`), any objective (`retromae.objectives`), model loading (`retromae.models`) or a command's data.
 
 The names a loop of one's own needs are here too (`from retromae.training import Trainer, TrainingConfig`), each
-imported on first use so that importing the package (as `--help` does, for `training.config`) loads no torch; they
-are also what `retromae.train` (the module before this package, `retromae.runtime.old_paths`) offered.
+imported on first use so that importing the package (as `--help` does, for `training.config`) loads no torch.
 """
 
 from __future__ import annotations
@@ -22,7 +19,8 @@ from typing import Any
 
 _NAMES = {
     "retromae.training.loop": ("Trainer", "TrainState", "mask_generator"),
-    "retromae.training.config": ("TrainingConfig", "HeadTrainingConfig", "VOCABULARY_LOSSES"),
+    "retromae.training.config": ("TrainingConfig", "HeadTrainingConfig"),
+    "retromae.losses": ("VOCABULARY_LOSSES",),
     "retromae.training.setup": ("start_run", "claim_output", "make_accelerator", "seed_everything", "whole_model",
                                 "shards_parameters", "check_unsharded", "resolve_mixed_precision", "use_tensor_cores",
                                 "AUTOCAST_DTYPES", "CPU_FP16", "TRAINING_OUTPUTS"),

@@ -20,8 +20,8 @@ with DeepSpeed's own accessors: the model's float32 master weights and each para
 checkpoint files (pickles its engine reads with `weights_only=False`) are never written nor read. A checkpoint is
 thus the same files whatever wrote it. Under DeepSpeed's fp16 the dynamic loss scale is not kept (it starts again).
 
-Does not own where checkpoints live, their names, staging, pruning or run markers (`retromae.training.loop`,
-`retromae.runtime.run_folder`).
+Does not own where checkpoints live, their names, staging, pruning (`retromae.training.checkpoints`) or run markers
+(`retromae.runtime.run_folder`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The options of the training loop, declared apart from the loop so that parsing them imports no torch.
 
 Owns: `TrainingConfig` (shared by every command that trains), `HeadTrainingConfig` (commands whose model puts
-new heads on a pre-trained body) and the names of the kernels of the losses on the vocabulary (`VOCABULARY_LOSSES`,
-which `retromae.training.fused_loss` runs). `retromae.training.loop` runs the configs. Does not own the loop.
+new heads on a pre-trained body), offering the kernels of the losses on the vocabulary (`retromae.losses`
+`VOCABULARY_LOSSES`). `retromae.training.loop` runs the configs. Does not own the loop or the losses.
 """
 
 from __future__ import annotations
@@ -12,10 +12,6 @@ from typing import ClassVar
 
 from retromae.runtime.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, Options, option, require
 from retromae.training.trackers import TRACKERS, check_installed
-
-# auto: unfused on CUDA, measured on the CPU (`retromae.training.vocabulary_choice`), else chunked (`resolved_kind`);
-# chunked-torch: chunked on PyTorch's own products; unfused: the head's full logits, then the loss
-VOCABULARY_LOSSES = ("auto", "chunked", "chunked-torch", "liger", "unfused")
 
 
 @dataclass(kw_only=True)

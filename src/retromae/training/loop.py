@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from retromae.data.batch_sampler import ResumableBatchSampler
 from retromae.data.workers import started_workers, worker_context
-from retromae.runtime.console import TrainingSummary, progress
+from retromae.runtime.console import TrainingSummary, progress, say
 from retromae.runtime.errors import NonFiniteError
 from retromae.runtime.io import writing
 from retromae.runtime.run_folder import mark_started, run_identity
@@ -162,7 +162,7 @@ class Trainer:
                 self.save_checkpoint()
         self.summary.seconds = time.perf_counter() - started
         if self.accelerator.is_main_process:
-            print(self.summary.line(), flush=True)
+            say(self.summary.line())
 
     def _hook(self, hook: Callable[[Trainer], Any], bar: tqdm) -> Any:
         """`hook(self)` (`log_extra`, `on_step`); a hook that met NaN vectors (a probe or a re-mining encoding with

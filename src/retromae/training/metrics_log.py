@@ -11,7 +11,6 @@ goes: the progress bar, the end-of-run summary, metrics.jsonl). Does not own whe
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from retromae.runtime.console import TrainingSummary
+from retromae.runtime.console import TrainingSummary, notice
 from retromae.runtime.io import append_line, write_text_atomic
 from retromae.runtime.lines import appended_records
 from retromae.training.trackers import Reporter
@@ -37,7 +36,7 @@ class MetricsLog:
         if resume_step is not None and path.exists():
             records, torn = appended_records(path)
             if torn is not None:
-                print(f"{path}: line {torn} was cut by the stop of the run; dropped", file=sys.stderr)
+                notice(f"{path}: line {torn} was cut by the stop of the run; dropped")
             kept = [json.dumps(record) for record in records if record["step"] <= resume_step]
             write_text_atomic(path, "".join(line + "\n" for line in kept))
         elif resume_step is None:

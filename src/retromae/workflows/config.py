@@ -75,8 +75,9 @@ class QuickstartConfig(OutputOptions):
         HeldOut(Queries("data", "test", fixed=True), Queries("data", "train", fixed=True), "the test queries"),)
     output: str = option("runs/quickstart", "output folder")
     data: str | None = option(None, "a BEIR folder with qrels/train.tsv and qrels/test.tsv "
-                                    "(default: the Python standard library's docstrings, built offline)")
-    corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)")
+                                    "(default: the Python standard library's docstrings, built offline)", reads="path")
+    corpus: list[str] | None = option(None, "pre-training corpus files (default: the retrieval corpus itself)",
+                                      reads="path")
     preset: str | None = option(None, "budget: cpu (about four minutes on 2 cores) or cuda (about four minutes on "
                                       "one H100); default: cuda when a CUDA GPU is present", choices=tuple(PRESETS))
     architecture: str = option("bert", "family of the small encoder built from scratch, with its kind of tokenizer "

@@ -38,7 +38,7 @@ from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.runtime.console import NOT_LOSSES, Stages
+from retromae.runtime.console import NOT_LOSSES, Result, Stages, say
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import save_config
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -97,8 +97,8 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
     folder = output / "stdlib-docstrings"
     if not (folder / "corpus.jsonl").exists():
         counts = build_stdlib_retrieval_set(folder)
-        print(f"standard-library docstrings: {counts['documents']} documents, {counts['train']} train and "
-              f"{counts['test']} test queries → {folder}")
+        say(f"standard-library docstrings: {counts['documents']} documents, {counts['train']} train and "
+            f"{counts['test']} test queries → {folder}")
     return folder
 
 
@@ -247,8 +247,8 @@ def plot_results(pretraining: dict[str, Path], results: dict[str, dict[str, floa
     plt.close(figure)
 
 
-def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
-    """Run the whole comparison; returns the test metrics (and minutes) per model."""
+def quickstart(config: QuickstartConfig) -> Result:
+    """Run the whole comparison; returns the test metrics (and minutes) per model, and the table to print."""
     started = time.perf_counter()
     check_held_out(config)  # the test queries are not trained on (the command line checked them before torch)
     output = Path(config.output)
@@ -258,9 +258,8 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
                  inputs=input_paths(config), started=False)
     save_config(config, output / "quickstart-config.json")
     plan = planned_stages(budget, build_data=config.data is None)
-    print(f"device: {device}; budget: "
-          f"{describe_budget(preset, budget, sum(seconds for _, seconds in plan), config.architecture)}",
-          flush=True)
+    say(f"device: {device}; budget: "
+        f"{describe_budget(preset, budget, sum(seconds for _, seconds in plan), config.architecture)}")
     stages = Stages.planned(plan)
     if config.data is None:
         stages.next()
@@ -283,12 +282,11 @@ def quickstart(config: QuickstartConfig) -> dict[str, dict[str, float]]:
                "budget": dataclasses.asdict(budget),
                "minutes": (time.perf_counter() - started) / 60, "unigram_entropy": entropy,
                "pretraining_losses": final_losses(pretraining), "results": results}
-    write_outputs(summary, pretraining, output, data)
-    return results
+    return Result(results, (write_outputs(summary, pretraining, output, data),))
 
 
-def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output: Path, data: Path) -> None:
-    """results.md, results.json and results.png; the table and the plateau note are printed too."""
+def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output: Path, data: Path) -> str:
+    """results.md, results.json and results.png; returns the table and the plateau note, for the command to print."""
     table = results_table(summary["results"])
     header = (f"Test split of {data}; device {summary['device']}, {summary['preset']} preset; "
               f"{summary['minutes']:.1f} min in all.\n\n")
@@ -297,5 +295,5 @@ def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output:
     write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
     plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png",
                  model_caption(summary, data))
-    print(f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}")
+    return f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}"
 

@@ -4,7 +4,7 @@ Owns: the candidate kernels of the loss on the vocabulary (`candidates`: unfused
 products, MKL on the CPU; chunked with oneDNN's, in float32), timing them at the run's shapes (`time_candidates`),
 choosing from timings (`choose`), and the cache of those timings (`CACHE_FILE` in the user's cache folder, one entry
 per CPU model, thread count, torch version, precision and shape), which `auto_kind` puts together. Does not own
-the kernels (`retromae.training.fused_loss`) nor where a run applies the choice (`retromae.pretraining.run`).
+the kernels (`retromae.losses.fused_loss`) nor where a run applies the choice (`retromae.pretraining.run`).
 
 Why measure: the fused kernels were tuned on an AMD EPYC, where MKL runs AVX2 kernels and oneDNN AVX-512 ones, so
 oneDNN's products won there; on an Intel Xeon with AVX-512 and AMX, MKL runs AVX-512 too and oneDNN's float32
@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from retromae.data.token_store import default_cache_dir
+from retromae.losses.fused_loss import linear_cross_entropy_sum
 from retromae.models import onednn
 from retromae.runtime.cpu_features import cpu_model
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import read_json_file
-from retromae.training.fused_loss import linear_cross_entropy_sum
 
 CACHE_FILE = "vocabulary-loss.json"
 MARGIN = 0.95  # a fused kernel is chosen when it takes at most this share of the unfused kernel's time

@@ -3,7 +3,7 @@
 Owns: `VocabularyHead` (an MLM head split into its transform and its projection onto the vocabulary, and the
 losses every objective takes on it: the mean cross-entropy over labelled rows, and DupMAE's max-pool over
 positions), the chunked PyTorch kernels behind them (`linear_cross_entropy_sum`, `linear_max_pool`), the choice
-of kernel (`retromae.training.config.VOCABULARY_LOSSES`) and the vocabulary padded to a multiple of 64 rows inside the
+of kernel (`retromae.losses.VOCABULARY_LOSSES`) and the vocabulary padded to a multiple of 64 rows inside the
 loss. Does not own where the head sits in a backbone (`BackboneAdapter.vocabulary_projection`) or which rows are
 labelled (objectives).
 
@@ -29,9 +29,9 @@ at B = 32, L = 512 and BERT's 30,522 words, 16k x 30,522 cells, 2 GB each in flo
 - The matrix products run on oneDNN in float32 on the CPU (`Products`), PyTorch's elsewhere. On CUDA, Liger
   Kernel's fused linear cross-entropy (Triton) can replace the chunked loop ("liger"; optional, never a dependency).
 - "chunked-torch" is chunked with PyTorch's own matrix products everywhere (MKL on the CPU): on an Intel Xeon with
-  AVX-512 and AMX, MKL's float32 products beat oneDNN's (`retromae.training.vocabulary_choice` measures which wins
+  AVX-512 and AMX, MKL's float32 products beat oneDNN's (`retromae.losses.vocabulary_choice` measures which wins
   where).
-- "auto" on the CPU is what `retromae.training.vocabulary_choice` measured fastest at the run's shapes on this CPU
+- "auto" on the CPU is what `retromae.losses.vocabulary_choice` measured fastest at the run's shapes on this CPU
 (unfused   unless a fused kernel beats it); where nothing was measured (the Python API), `resolved_kind` gives chunked
 on the   CPU and unfused on CUDA: on one H100
   (BERT-base, B = 32, L = 512, bf16, eager) both fused paths took less memory (9.1-9.5 GiB against 15.0) but
@@ -43,16 +43,15 @@ on the   CPU and unfused on CUDA: on one H100
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from retromae.losses import VOCABULARY_LOSSES
 from retromae.models import onednn
 from retromae.models.masked_lm import IGNORE_INDEX
-from retromae.training.config import VOCABULARY_LOSSES
 
 PAD_MULTIPLE = 64  # the projection's width in whole tiles: sm90 GEMM kernels instead of sm80 ones at 30,522
 CHUNK_CELLS = 2**24
@@ -67,11 +66,6 @@ def resolved_kind(kind: str, device: torch.device) -> str:
 
 
 @functools.cache
-def liger_installed() -> bool:
-    """Whether Liger Kernel can be imported (found without importing it)."""
-    return importlib.util.find_spec("liger_kernel") is not None
-
-
 def compute_dtype(tensor: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     """The dtype `nn.Linear` would project `tensor` in: autocast's when it is on for the tensor's device, else the
     weight's."""
