@@ -7,7 +7,6 @@ every command of the CLI, every option that names an input and every record kind
 the command line; then `--overwrite` of an index keeping a user's file inside `bm25/`.
 """
 
-import dataclasses
 import json
 import shutil
 import sys
