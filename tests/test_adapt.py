@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.data import MIN_HELD_OUT, split_corpus
-from retromae.adaptation.guard import Candidate, averaged, decide, gain_interval
+from retromae.adaptation.guard import Candidate, averaged, decide, gain_interval, systems
+from retromae.adaptation.run import NEXT_STEPS, next_step
 from retromae.adaptation.run import adapt as run_adapt
 from retromae.commands import show
 from retromae.data.corpus import Document
@@ -83,6 +84,32 @@ def test_pooling_and_similarity_come_from_the_base(tmp_path, declared_base):
     assert candidate["gain"] == pytest.approx(candidate["ndcg@10"] - base["ndcg@10"])
     wins = candidate["gain"] > 0 and candidate["interval"][0] > 0  # the candidate only beyond the noise
     assert guard["chosen"] == (candidate["name"] if wins else "base")
+    assert {"base", "bm25", "base+bm25"} <= set(guard["systems"]) <= set(NEXT_STEPS)
+    assert guard["systems"]["base"] == pytest.approx(base["ndcg@10"])  # the same queries, the same search
+    assert all(0 <= value <= 1 for value in guard["systems"].values())
+
+
+def test_the_guard_scores_what_a_user_can_run_next_on_its_queries():
+    from retromae.data.retrieval_sets import Passage, RetrievalSet
+
+    corpus = {"d1": Passage("", "solar panels convert light"), "d2": Passage("", "wind turbines spin blades"),
+              "d3": Passage("", "rivers carry sediment downstream")}
+    validation = RetrievalSet(corpus, {"q1": "solar light", "q2": "turbines blades"}, {"q1": {"d1": 1}, "q2": {"d2": 1}})
+    wrong = Candidate(0, 1.0, run={"q1": {"d3": 0.9, "d1": 0.1}, "q2": {"d3": 0.9, "d2": 0.1}})
+    right = Candidate(1, 0.5, run={"q1": {"d1": 0.9, "d3": 0.1}, "q2": {"d2": 0.9, "d3": 0.1}})
+    scores = systems(validation, wrong, right)
+    assert scores["adapted"] == 1.0 and scores["bm25"] == 1.0 and scores["base"] < 1.0
+    assert scores["base+bm25"] <= scores["adapted+bm25"] == 1.0  # fused as `search` fuses, at its depth
+    assert set(systems(validation, wrong, wrong)) == {"base", "bm25", "base+bm25"}  # no adapted model exported
+
+
+def test_the_closing_lines_name_the_best_next_step_and_its_commands(tmp_path):
+    config = AdaptConfig(model="base-model", corpus=["c.jsonl"], output=str(tmp_path / "out"))
+    lines = next_step(config, {"base": 0.64, "bm25": 0.66, "base+bm25": 0.69, "adapted": 0.67, "adapted+bm25": 0.70})
+    head, command = lines.split("\n")
+    assert head.index("the adapted model in a hybrid with BM25 0.7000") < head.index("the base alone 0.6400")
+    assert f"--model {tmp_path / 'out'}/sentence-transformer --corpus c.jsonl" in command and "--hybrid" in command
+    assert "--model base-model" in next_step(config, {"base": 0.7, "bm25": 0.6, "base+bm25": 0.65}).split("\n")[1]
 
 
 def test_a_harmful_run_exports_the_base_unchanged_and_says_so(tmp_path, declared_base, capfd):

@@ -23,6 +23,8 @@ from retromae.data.retrieval_sets import RetrievalSet
 from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
 from retromae.models.encoder import Encoder
+from retromae.retrieval.bm25 import bm25_search
+from retromae.retrieval.fusion import DEPTH, Run, fuse
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.runtime.console import progress
 from retromae.runtime.errors import ModelLoadError
@@ -41,6 +43,7 @@ class Candidate:
     weight: float
     score: float | None = None
     per_query: dict[str, float] | None = None  # query id → METRIC
+    run: Run | None = None  # its top DEPTH per validation query: what a hybrid with BM25 fuses
     interval: tuple[float, float] | None = None  # of the gain over the base (the base: none)
 
     @property
@@ -52,11 +55,37 @@ class Candidate:
 
 def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> tuple[float, dict[str, float]]:
     """`METRIC` (NDCG@10) of `encoder` on the validation set, on average and per query (no progress display)."""
-    k = parse_key(METRIC)[1]
-    run = dense_search(encoder, validation.corpus_texts(), validation.queries, k=k, passages=TextOptions(),
-                       questions=TextOptions(), batch_size=batch_size, show_progress=False)
-    means, queries = evaluate_run(validation.qrels, run, (k,), per_query=True)
+    return metric_of(validation, search_validation(encoder, validation, batch_size))
+
+
+def score_candidate(candidate: Candidate, encoder: Encoder, validation: RetrievalSet, batch_size: int) -> None:
+    """Set the candidate's run (`encoder` holds its weights), its score and per-query scores."""
+    candidate.run = search_validation(encoder, validation, batch_size)
+    candidate.score, candidate.per_query = metric_of(validation, candidate.run)
+
+
+def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> Run:
+    """The encoder's top DEPTH documents per validation query (the depth a hybrid fuses; no progress display)."""
+    return dense_search(encoder, validation.corpus_texts(), validation.queries, k=DEPTH, passages=TextOptions(),
+                        questions=TextOptions(), batch_size=batch_size, show_progress=False)
+
+
+def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, float]]:
+    """`METRIC` of a run on the validation set, on average and per query."""
+    means, queries = evaluate_run(validation.qrels, run, (parse_key(METRIC)[1],), per_query=True)
     return means[METRIC], {query_id: scores[METRIC] for query_id, scores in queries.items()}
+
+
+def systems(validation: RetrievalSet, base: Candidate, chosen: Candidate) -> dict[str, float]:
+    """`METRIC` on the validation set of what a user can run next (`SYSTEMS`): BM25 over the validation corpus, the
+    base and, when a candidate was chosen, the adapted model, each alone and in a hybrid with BM25 (`retrieval.fusion`'s
+    default, as `retromae index --hybrid` and `search` fuse)."""
+    lexical = bm25_search(validation.corpus_texts(), validation.queries, k=DEPTH, show_progress=False,
+                          warn_empty=False)
+    runs = {"base": base.run, "bm25": lexical, "base+bm25": fuse(base.run, lexical, k=DEPTH)}
+    if chosen is not base:
+        runs |= {"adapted": chosen.run, "adapted+bm25": fuse(chosen.run, lexical, k=DEPTH)}
+    return {name: metric_of(validation, run)[0] for name, run in runs.items()}
 
 
 def gain_interval(base: dict[str, float], candidate: dict[str, float], seed: int,
@@ -120,7 +149,7 @@ def run_guard(encoder: Encoder, validation: RetrievalSet, states: dict[int, Path
         for candidate in found:
             encoder.model.load_state_dict(candidate_state(states[candidate.step], base_state, prefix,
                                                           candidate.weight))
-            candidate.score, candidate.per_query = score(encoder, validation, batch_size)
+            score_candidate(candidate, encoder, validation, batch_size)
             bar.update(1)
     chosen = decide(base, found, seed)
     for candidate in found:

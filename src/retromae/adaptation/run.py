@@ -27,7 +27,16 @@ from retromae.adaptation.data import (
     write_training_corpus,
     write_validation,
 )
-from retromae.adaptation.guard import BOOTSTRAP_RESAMPLES, INTERVAL_LEVEL, METRIC, Candidate, run_guard, score
+from retromae.adaptation.guard import (
+    BOOTSTRAP_RESAMPLES,
+    INTERVAL_LEVEL,
+    METRIC,
+    Candidate,
+    run_guard,
+    score,
+    score_candidate,
+    systems,
+)
 from retromae.adaptation.queries import validation_kind
 from retromae.data.corpus import Document
 from retromae.data.held_out import check_held_out
@@ -98,7 +107,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     stages.start(f"scoring the base on {len(data.validation.queries):,} validation queries")
     base = Candidate(0, 1.0)
     with step(f"{METRIC} of the base"):
-        base.score, base.per_query = score(encoder, data.validation, ENCODE_BATCH)
+        score_candidate(base, encoder, data.validation, ENCODE_BATCH)
     stages.start("adapting")
     prefix = f"encoder.{encoder.model.base_model_prefix}."
     mark_started(output)
@@ -109,9 +118,10 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     encoder.model.load_state_dict(state)
     export(encoder, config, output, pooling.normalize)
     record = guard_record(config, output, best, scored, steps, data.description)
+    record["systems"] = systems(data.validation, base, best)
     write_model_cards([output / "encoder", output / "sentence-transformer"], CARD_TITLE,
                       adapt_facts(config, record, best))
-    report = summary(best, scored, data.description)
+    report = summary(best, scored, data.description) + "\n" + next_step(config, record["systems"])
     if config.train is not None:
         stages.start(f"fine-tuning the adapted encoder on {config.train}")
         record["finetuned"] = finetune_adapted(config, output, data.validation)
@@ -279,6 +289,33 @@ def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
            f"[{challenger.interval[0]:+.4f}, {challenger.interval[1]:+.4f}] reaches the base)")
     lines.append(f"no candidate beat the base beyond the validation's noise{why}: exported the base unchanged")
     return "\n".join(lines)
+
+
+# What a user can run next, by the guard's `systems` names: in words, and the commands that make it.
+NEXT_STEPS = {
+    "adapted+bm25": ("the adapted model in a hybrid with BM25",
+                     "retromae encode --model {output}/sentence-transformer --corpus {corpus} --output emb && "
+                     "retromae index --embeddings emb --hybrid --output idx"),
+    "adapted": ("the adapted model alone",
+                "retromae encode --model {output}/sentence-transformer --corpus {corpus} --output emb && "
+                "retromae index --embeddings emb --output idx"),
+    "base+bm25": ("the base in a hybrid with BM25",
+                  "retromae encode --model {model} --corpus {corpus} --output emb && "
+                  "retromae index --embeddings emb --hybrid --output idx"),
+    "base": ("the base alone", "retromae encode --model {model} --corpus {corpus} --output emb && "
+                               "retromae index --embeddings emb --output idx"),
+    "bm25": ("BM25 alone", "retromae bm25 --corpus {corpus} --queries YOUR_QUERIES --output bm25.trec"),
+}
+
+
+def next_step(config: AdaptConfig, scores: dict[str, float]) -> str:
+    """The closing lines: every system a user can run next, best first, by its score on the same held-out queries,
+    and the commands of the best."""
+    order = sorted(scores, key=lambda name: -scores[name])
+    words, command = NEXT_STEPS[order[0]]
+    ranking = "; ".join(f"{NEXT_STEPS[name][0]} {scores[name]:.4f}" for name in order)
+    return (f"best next step, by {METRIC} on the same held-out queries: {words} ({ranking})\n  "
+            + command.format(output=config.output, corpus=config.corpus[0], model=config.model))
 
 
 def estimated_on(description: str) -> str:
