@@ -157,3 +157,13 @@ def test_binary_float_rows_that_are_not_float_rows_are_refused_naming_the_file(t
     np.save(tmp_path / "vectors.npy", np.zeros((3, 4), dtype=np.int64))
     with pytest.raises(DataError, match="vectors.npy: was replaced after the index was written"):
         load_index(tmp_path)
+
+
+@pytest.mark.parametrize("recorded", [kind for kind in INDEX_TYPES if kind != BINARY])
+def test_a_binary_index_recorded_as_another_type_is_refused_naming_the_file(tmp_path, recorded):
+    corpus, _, ids = easy_data()
+    save_index(build_index(corpus, BINARY), tmp_path, ids, {"factory": BINARY})
+    info = json.loads((tmp_path / "index.json").read_text())
+    (tmp_path / "index.json").write_text(json.dumps({**info, "type": recorded}))
+    with pytest.raises(DataError, match="index.faiss: not a faiss index"):
+        load_index(tmp_path)

@@ -403,7 +403,7 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
         faiss = import_faiss()
         if faiss is None:
             raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
-        index = faiss.read_index(str(folder / FAISS_FILE))
+        index = _read_faiss(faiss.read_index, folder / FAISS_FILE, "faiss index")
     if index.ntotal != len(ids):
         raise DataError(f"{folder}: the index holds {index.ntotal} vectors but {IDS_FILE} lists {len(ids)} ids")
     return index, ids, info
@@ -422,17 +422,22 @@ def _load_rows(path: Path, ids: list[str], mmap: bool) -> np.ndarray:
     return vectors
 
 
+def _read_faiss(read: Callable[[str], Any], path: Path, what: str) -> Any:
+    """`read(path)` (faiss's reader of a float or a binary index), its RuntimeError as a DataError naming the file
+    (a binary index recorded as another type, or the reverse)."""
+    try:
+        return read(str(path))
+    except RuntimeError as error:
+        raise DataError(f"{path}: not a {what} ({str(error).strip().splitlines()[-1]})") from None
+
+
 def _load_binary(folder: Path, ids: list[str], info: dict[str, Any]) -> BinaryIndex:
     """The binary index of a folder: index.faiss (faiss's binary format), vectors.npy memory-mapped."""
     faiss = import_faiss()
     if faiss is None:
         raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
     vectors = _load_rows(folder / VECTORS_FILE, ids, mmap=True)
-    try:
-        binary = faiss.read_index_binary(str(folder / FAISS_FILE))
-    except RuntimeError as error:
-        raise DataError(f"{folder / FAISS_FILE}: not a faiss binary index ({str(error).strip().splitlines()[-1]})"
-                        ) from None
+    binary = _read_faiss(faiss.read_index_binary, folder / FAISS_FILE, "faiss binary index")
     if binary.d != 8 * _code_bytes(vectors.shape[1]):
         raise DataError(f"{folder / FAISS_FILE}: a binary index of {binary.d} bits for {vectors.shape[1]}-dimensional "
                         f"rows in {VECTORS_FILE}")
