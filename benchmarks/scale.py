@@ -12,9 +12,11 @@ python-docs): 100,000 reaches into those. Read from the data folder, written onl
 repository). No judged queries exist for this mix: --queries synthetic ones, each QUERY_WORDS consecutive words
 from a document drawn at random (seeded), so that latencies are measured on real text (not quality).
 
-Each stage runs in a child process of its own (a fresh interpreter: nothing of another stage is resident), which
-reports the resident memory its work added at the peak: VmHWM, reset through /proc/self/clear_refs before each
-measure, minus VmRSS before it (Linux only; tracemalloc misses the native memory of faiss, bm25s and torch).
+Each stage (and each index type) runs in a child process of its own (a fresh interpreter: nothing of another is
+resident, and no memory another freed can hide a peak), which reports the resident memory its work added at the
+peak: VmHWM, reset through /proc/self/clear_refs before each measure, minus VmRSS before it (Linux only;
+tracemalloc misses the native memory of faiss, bm25s and torch). Latencies of a cost and its reference are taken
+query by query in turn, so that a shared machine's drifting load weighs on both alike.
 References in the same process, as the other benchmarks have them: the Flat index for every index type (build,
 latency and bytes as ratios, recall@10 against it) and for BM25; sentence-transformers' `encode` of the first
 --reference-texts texts at the same length for encoding (its model's loading not counted, ours counted); the
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lexical_index import latencies, reset_peak, rss_mb
+from lexical_index import reset_peak, rss_mb
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 PASSAGE_WORDS, QUERY_WORDS = 120, (4, 10)
@@ -176,9 +178,11 @@ def one_thread() -> None:
     faiss.omp_set_num_threads(1)
 
 
-def stage_index(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Each index type built from the encoded vectors, saved, loaded as `search` loads it, and searched one query at
-    a time (and all at once) at k=10; bytes, build time and latency beside Flat's, recall@10 against it."""
+def stage_index(folder: Path, args: argparse.Namespace, factory: str) -> dict[str, Any]:
+    """One index type (`factory`, its own child: the memory freed by another cannot hide its peak) built from the
+    encoded vectors, saved, loaded as `search` loads it and searched at k=10, a query at a time (and all at once);
+    then the reference, Flat, built in the same process after it and searched query by query in turn with it:
+    bytes, build time and latency as ratios, recall@10 against Flat."""
     from retromae.retrieval.encode import load_embeddings
     from retromae.retrieval.index import FAISS_FILE, NUMPY_FILE, build_index, load_index, save_index, search
 
@@ -186,33 +190,43 @@ def stage_index(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     ids, vectors, _ = load_embeddings(folder / f"vectors-{args.backends[0]}")
     query_ids, queries, _ = load_embeddings(folder / "query-vectors")
     queries = np.asarray(queries, dtype=np.float32)
-    rows = {query_id: n for n, query_id in enumerate(query_ids)}
-    results: dict[str, Any] = {}
-    exact = None
-    for factory, params in index_kinds(len(ids), vectors.shape[1]):
-        built, build = measured(lambda factory=factory, params=params: build_index(vectors, factory, params=params))
-        save_index(built, folder / f"index-{factory}", ids, {"factory": factory, "params": params})
-        del built
-        (index, _, _), load = measured(lambda factory=factory: load_index(folder / f"index-{factory}"))
-        timing = latencies(lambda q, index=index: search(index, queries[rows[q]:rows[q] + 1], K, ids=ids),
-                           lambda index=index: search(index, queries, K, ids=ids), dict.fromkeys(query_ids, ""))
-        _, found = search(index, queries, K, ids=ids)
-        exact = found if exact is None else exact
-        results[factory] = {"params": params, "build": build, "load": load, **timing,
-                            "index_bytes": folder_bytes(folder / f"index-{factory}", (FAISS_FILE, NUMPY_FILE)),
-                            "recall@10_vs_flat": float(np.mean([len(set(e) & set(f)) / len(e)
-                                                                for e, f in zip(exact, found, strict=True)]))}
-        del index
-    flat = results["Flat"]
-    for row in results.values():
-        row["vs_flat"] = {"build": row["build"]["s"] / flat["build"]["s"], "p50": row["p50_ms"] / flat["p50_ms"],
-                          "bytes": row["index_bytes"] / flat["index_bytes"]}
-    return results
+    params = dict(index_kinds(len(ids), vectors.shape[1]))[factory]
+    built, build = measured(lambda: build_index(vectors, factory, params=params))
+    save_index(built, folder / f"index-{factory}", ids, {"factory": factory, "params": params})
+    del built
+    (index, _, _), load = measured(lambda: load_index(folder / f"index-{factory}"))
+    flat, flat_build = measured(lambda: build_index(vectors, "Flat"))
+    searches = {name: (lambda n, index=index: search(index, queries[n:n + 1], K, ids=ids))
+                for name, index in (("index", index), ("flat", flat))}
+    timing = interleaved(searches, len(query_ids))
+    batch = {name: len(queries) / measured(lambda index=index: search(index, queries, K, ids=ids))[1]["s"]
+             for name, index in (("index", index), ("flat", flat))}
+    found, exact = (search(index, queries, K, ids=ids)[1] for index in (index, flat))
+    size = folder_bytes(folder / f"index-{factory}", (FAISS_FILE, NUMPY_FILE))
+    return {"params": params, "build": build, "load": load, **timing["index"], "batch_qps": batch["index"],
+            "index_bytes": size, "recall@10_vs_flat": float(np.mean([len(set(e) & set(f)) / len(e)
+                                                                     for e, f in zip(exact, found, strict=True)])),
+            "reference_flat": {"build": flat_build, **timing["flat"], "batch_qps": batch["flat"]},
+            "vs_flat": {"build": build["s"] / flat_build["s"], "p50": timing["index"]["p50_ms"] /
+                        timing["flat"]["p50_ms"], "bytes": size / (vectors.shape[0] * vectors.shape[1] * 4)}}
+
+
+def interleaved(searches: dict[str, Callable[[int], Any]], count: int) -> dict[str, dict[str, float]]:
+    """p50 and p95 ms of each search of `searches` over queries 0 .. count - 1, one query at a time, the searches in
+    turn on each query (so that a machine's load, which drifts, weighs on each alike)."""
+    times: dict[str, list[float]] = {name: [] for name in searches}
+    for n in range(count):
+        for name, one in searches.items():
+            started = time.perf_counter()
+            one(n)
+            times[name].append((time.perf_counter() - started) * 1000)
+    return {name: {"p50_ms": float(np.median(found)), "p95_ms": float(np.percentile(found, 95))}
+            for name, found in times.items()}
 
 
 def stage_bm25(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """BM25 (bm25s, `retrieval.bm25.BM25`) built over the corpus and searched one query at a time, one thread, at
-    k=10; the reference: a Flat index of the encoded vectors searched alike in the same process."""
+    k=10; the reference: a Flat index of the encoded vectors built after it and searched in turn with it."""
     from retromae.data.retrieval_sets import load_corpus
     from retromae.retrieval.bm25 import BM25
     from retromae.retrieval.encode import load_embeddings
@@ -223,34 +237,40 @@ def stage_bm25(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     ids, texts = list(corpus), [passage.joined() for passage in corpus.values()]
     queries = read_queries(folder)
     engine, build = measured(lambda: BM25().index(ids, texts, show_progress=False))
-    timing = latencies(lambda q: engine.search({q: queries[q]}, K, show_progress=False, threads=1),
-                       lambda: engine.search(queries, K, show_progress=False, threads=1), queries)
     vector_ids, vectors, _ = load_embeddings(folder / f"vectors-{args.backends[0]}")
     query_ids, query_vectors, _ = load_embeddings(folder / "query-vectors")
-    query_vectors = np.asarray(query_vectors, dtype=np.float32)
+    query_vectors, texts_of = np.asarray(query_vectors, dtype=np.float32), [queries[q] for q in query_ids]
     flat, flat_build = measured(lambda: build_index(vectors, "Flat"))
-    rows = {query_id: n for n, query_id in enumerate(query_ids)}
-    flat_timing = latencies(lambda q: search(flat, query_vectors[rows[q]:rows[q] + 1], K, ids=vector_ids),
-                            lambda: search(flat, query_vectors, K, ids=vector_ids), queries)
-    return {"build": build, **timing, "reference_flat": {"build": flat_build, **flat_timing},
-            "vs_flat": {"build": build["s"] / flat_build["s"], "p50": timing["p50_ms"] / flat_timing["p50_ms"]}}
+    timing = interleaved({"bm25": lambda n: engine.search({"q": texts_of[n]}, K, show_progress=False, threads=1),
+                          "flat": lambda n: search(flat, query_vectors[n:n + 1], K, ids=vector_ids)}, len(query_ids))
+    batch = len(queries) / measured(lambda: engine.search(queries, K, show_progress=False, threads=1))[1]["s"]
+    return {"build": build, **timing["bm25"], "batch_qps": batch, "reference_flat": {"build": flat_build,
+                                                                                     **timing["flat"]},
+            "vs_flat": {"build": build["s"] / flat_build["s"], "p50": timing["bm25"]["p50_ms"] /
+                        timing["flat"]["p50_ms"]}}
 
 
 def stage_hybrid(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """`retromae.index --hybrid` (Flat and BM25), then `Searcher.search(text, k=10)` one query at a time: the query's
-    encoding, both sides and the fusion; the reference: the same index searched `dense_only`."""
+    encoding, both sides and the fusion; the reference: the same index searched `dense_only`, in turn with it."""
     import retromae
 
     queries = read_queries(folder)
+    texts = list(queries.values())
     _, build = measured(lambda: retromae.index(embeddings=folder / f"vectors-{args.backends[0]}", hybrid=True,
                                                output=folder / "index-hybrid", overwrite=True))
     results: dict[str, Any] = {"build": build}
+    searchers = {}
     for name, dense_only in (("hybrid", False), ("dense_only", True)):
-        searcher, load = measured(lambda dense_only=dense_only: retromae.Searcher.load(folder / "index-hybrid",
-                                                                                       dense_only=dense_only))
-        searcher.search("warm up: the query encoder is loaded on first use", k=K)
-        results[name] = {"load": load, **latencies(lambda q, searcher=searcher: searcher.search(queries[q], k=K),
-                                                   lambda searcher=searcher: searcher.run(queries, K), queries)}
+        searchers[name], load = measured(lambda dense_only=dense_only: retromae.Searcher.load(
+            folder / "index-hybrid", dense_only=dense_only))
+        searchers[name].search("warm up: the query encoder is loaded on first use", k=K)
+        results[name] = {"load": load}
+    timing = interleaved({name: (lambda n, searcher=searcher: searcher.search(texts[n], k=K))
+                          for name, searcher in searchers.items()}, len(texts))
+    for name, searcher in searchers.items():
+        results[name].update(timing[name], batch_qps=len(queries) / measured(lambda searcher=searcher:
+                                                                             searcher.run(queries, K))[1]["s"])
     results["vs_dense_only"] = {"p50": results["hybrid"]["p50_ms"] / results["dense_only"]["p50_ms"]}
     return results
 
@@ -271,11 +291,19 @@ CHILD_STAGES = {"encode": stage_encode, "index": stage_index, "bm25": stage_bm25
 # The parent: corpora, one child per stage, the table
 
 
-def run_child(stage: str, folder: Path, args: argparse.Namespace, backend: str = "") -> dict[str, Any]:
-    """Run one stage in a fresh interpreter; its result is the last line it prints (JSON)."""
+def encoded(folder: Path, args: argparse.Namespace) -> bool:
+    """Whether `folder` holds the vectors of its corpus and of --queries queries from an earlier run (the corpus of
+    a size is always the same; the queries follow --queries)."""
+    records = [folder / f"vectors-{args.backends[0]}" / "encode.json", folder / "query-vectors" / "encode.json"]
+    return all(record.is_file() for record in records) and json.loads(records[1].read_text())["count"] == args.queries
+
+
+def run_child(stage: str, folder: Path, args: argparse.Namespace, choice: str = "") -> dict[str, Any]:
+    """Run one stage in a fresh interpreter (`choice`: the backend of encode, the index type of index); its result is
+    the last line it prints (JSON)."""
     command = [sys.executable, __file__, *sys.argv[1:], "--child", stage, "--folder", str(folder)]
-    if backend:
-        command += ["--child-backend", backend]
+    if choice:
+        command += ["--child-choice", choice]
     ran = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if ran.returncode != 0:
         raise SystemExit(f"stage {stage} at {folder} failed (exit {ran.returncode}); its errors are above")
@@ -303,7 +331,7 @@ def table(results: dict[str, Any]) -> list[str]:
         for factory, row in stages.get("index", {}).items():
             line(size, f"index {factory}", row["build"]["s"], row["p50_ms"], row["p95_ms"],
                  peak=row["build"]["peak_mb"], size_bytes=f"{row['index_bytes']:,}",
-                 ratio=f"{row['vs_flat']['p50']:.2f}x p50, R {row['recall@10_vs_flat']:.3f}")
+                 ratio=f"{row['vs_flat']['p50']:.2f}x Flat p50, R {row['recall@10_vs_flat']:.3f}")
         if "bm25" in stages:
             row = stages["bm25"]
             line(size, "BM25", row["build"]["s"], row["p50_ms"], row["p95_ms"], peak=row["build"]["peak_mb"],
@@ -340,7 +368,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=None, help="the JSON of the figures; default WORK/scale.json")
     parser.add_argument("--child", choices=tuple(CHILD_STAGES), help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--child-backend", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--child-choice", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if min(args.sizes) < 1 or args.queries < 1 or args.queries > min(args.sizes):
         parser.error("--sizes and --queries: positive, at most as many queries as documents")
@@ -351,7 +379,7 @@ def main() -> None:
     args = parse()
     if args.child:
         stage = CHILD_STAGES[args.child]
-        extra = (args.child_backend,) if args.child == "encode" else ()
+        extra = (args.child_choice,) if args.child in ("encode", "index") else ()
         print(json.dumps(stage(args.folder, args, *extra)), flush=True)
         return
     from common import machine_header
@@ -367,10 +395,15 @@ def main() -> None:
         write_corpus(size, args.queries, folder, args.data)
         stages: dict[str, Any] = {}
         results["sizes"][str(size)] = stages
-        if "encode" in args.stages or not (folder / f"vectors-{args.backends[0]}").is_dir():
+        if "encode" in args.stages or not encoded(folder, args):
             stages["encode"] = [run_child("encode", folder, args, backend) for backend in args.backends]
         for stage in (*(s for s in args.stages if s != "encode"), *(("adapt",) if args.adapt else ())):
-            stages[stage] = run_child(stage, folder, args)
+            if stage == "index":
+                dim = int(json.loads((folder / f"vectors-{args.backends[0]}" / "encode.json").read_text())["dim"])
+                stages[stage] = {factory: run_child(stage, folder, args, factory)
+                                 for factory, _ in index_kinds(size, dim)}
+            else:
+                stages[stage] = run_child(stage, folder, args)
             output.parent.mkdir(parents=True, exist_ok=True)
             atomic_lines(output, [json.dumps(results, indent=2)])
     atomic_lines(output, [json.dumps(results, indent=2)])
