@@ -5,8 +5,9 @@ Generated over the compressed types and the metrics: each finds the exact index'
 rescoring orders its shortlist as the float vectors do; the index folder records the type (and a binary index its
 shortlist and float rows, memory-mapped when read) and is searched, hybrid too, through `search` and `Searcher`;
 `--shortlist` where no binary index is searched and `--params` on a binary one are refused, and an index.json whose
-type or shortlist is not one this writes is refused naming it. (`--shortlist` and `--params` given where they do not
-act are also cases of the generated `tests/test_option_conditions.py`.)
+type or shortlist is not one this writes (or whose faiss file is of another type) is refused naming it; `evaluate`
+searches over each type. (`--shortlist` and `--params` given where they do not act are also cases of the generated
+`tests/test_option_conditions.py`.)
 """
 
 from __future__ import annotations
@@ -167,3 +168,12 @@ def test_a_binary_index_recorded_as_another_type_is_refused_naming_the_file(tmp_
     (tmp_path / "index.json").write_text(json.dumps({**info, "type": recorded}))
     with pytest.raises(DataError, match="index.faiss: not a faiss index"):
         load_index(tmp_path)
+
+
+@pytest.mark.parametrize("kind", COMPRESSED)
+def test_evaluate_searches_over_a_compressed_index(encoded, tiny_model_dir, kind):
+    """`evaluate --factory int8|binary`: on a corpus smaller than the binary shortlist the same figures as Flat."""
+    options = {"model": str(tiny_model_dir), "data": [str(encoded / "beir")], "pooling": "mean", "normalize": True,
+               "k_values": [3]}
+    flat = retromae.evaluate(**options)
+    assert retromae.evaluate(**options, factory=kind, **({"shortlist": 50} if kind == BINARY else {})) == flat
