@@ -13,7 +13,8 @@ from retromae.preflight import configured
 from retromae.retrieval.config import IndexConfig
 from retromae.runtime.options import add_config_arguments
 
-HELP = "build a faiss index (Flat, HNSW, IVF-PQ via a factory string) over an embeddings folder, with --hybrid BM25"
+HELP = ("build a faiss index (Flat, HNSW, IVF-PQ via a factory string; int8 or binary compressed) over an embeddings "
+        "folder, with --hybrid BM25")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,14 @@ from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
 from retromae.models.encoder_config import EncoderOptions
-from retromae.retrieval.faiss_options import check_factory, check_search_params
+from retromae.retrieval.faiss_options import (
+    NOT_BINARY,
+    SHORTLIST,
+    SHORTLIST_RANGE,
+    WITH_BINARY,
+    check_factory,
+    check_search_params,
+)
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, Acts, ConfigError, acts_with, option, require
@@ -36,6 +43,10 @@ RANKING_NAMES = ", ".join(metric.name for metric in metrics(RANKING))  # ndcg, m
 RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKING))  # NDCG@k, MRR@k, Recall@k, ...
 
 
+WITH_MODEL = Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
+                  {"model": ["x"]}, ({"model": None, "run": "x"},))
+
+
 @dataclasses.dataclass(kw_only=True)
 class EvaluateConfig(OutputOptions, EncoderOptions):
     """Options of `retromae evaluate`: a model or a run, one or more data sets, the metrics and where they go."""
@@ -44,10 +55,9 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
 
     ACTS = {"hybrid_weight": acts_with("hybrid") & acts_with("fusion", "convex", off="rrf"),
             "fusion": acts_with("hybrid"),
-            **{name: Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
-                          {"model": ["x"]}, ({"model": None, "run": "x"},))
-               for name in ("pooling", "normalize", "dtype", "device", "batch_size", "query_prefix", "passage_prefix",
-                            "query_max_length", "passage_max_length", "factory", "params")}}
+            **{name: WITH_MODEL for name in ("pooling", "normalize", "dtype", "device", "batch_size", "query_prefix",
+                                             "passage_prefix", "query_max_length", "passage_max_length", "factory")},
+            "params": WITH_MODEL & NOT_BINARY, "shortlist": WITH_MODEL & WITH_BINARY}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each",
@@ -96,8 +106,11 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
-    factory: str = option("Flat", "faiss index factory string for the dense search", check=check_factory)
+    factory: str = option("Flat", "faiss index factory string for the dense search, or int8 or binary (compressed "
+                                  "vectors: `retromae index --help`)", check=check_factory)
     params: str = option("", "faiss search parameters, e.g. efSearch=128", check=check_search_params)
+    shortlist: int | None = option(None, f"--factory binary: rows rescored per query with the float vectors, as a "
+                                         f"multiple of k; default {SHORTLIST}", SHORTLIST_RANGE)
 
     def __post_init__(self) -> None:
         super().__post_init__()

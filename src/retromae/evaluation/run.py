@@ -143,7 +143,7 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
                                  TextOptions(config.query_prefix, config.query_max_length), config.batch_size,
                                  description=f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
     return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=config.factory,
-                         params=config.params)
+                         params=config.params, shortlist=config.shortlist)
 
 
 def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:

@@ -12,7 +12,14 @@ import dataclasses
 from pathlib import Path
 
 from retromae.models.encoder_config import EncoderOptions
-from retromae.retrieval.faiss_options import check_factory, check_search_params
+from retromae.retrieval.faiss_options import (
+    NOT_BINARY,
+    SHORTLIST,
+    SHORTLIST_RANGE,
+    WITH_BINARY,
+    check_factory,
+    check_search_params,
+)
 from retromae.retrieval.fusion import METHODS
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
@@ -124,14 +131,20 @@ class IndexConfig(OutputOptions, BM25Params):
     INPUT_FORMATS = {"corpus": "corpus"}  # the format each input option is read in (`retromae.data.inputs`)
     ACTS = {name: acts_with("hybrid") for name in (*(f.name for f in dataclasses.fields(BM25Params)), "corpus")}
     embeddings: Path = option(help="embeddings folder written by `retromae encode`", reads="path")
-    output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; bm25/ "
-                               "with --hybrid)")
+    output: Path = option(help="index folder to write (index.faiss or index.npy, ids.txt, index.json; "
+                               "vectors.npy with --factory binary; bm25/ with --hybrid)")
     factory: str = option("Flat", "faiss index factory string, e.g. Flat, HNSW32, IVF1024,PQ32 "
-                                  "(without faiss only Flat: exact numpy search)", check=check_factory)
+                                  "(without faiss only Flat: exact numpy search); or int8 (faiss's SQ8: a byte per "
+                                  "dimension, 4x less memory) or binary (a sign bit per dimension, 32x less, "
+                                  "searched by Hamming distance, its shortlist rescored with the float vectors)",
+                          check=check_factory)
     metric: str = option("ip", "similarity: ip (inner product; cosine on normalised vectors) or l2",
                          choices=METRICS)
     params: str = option("", "faiss search parameters stored with the index, e.g. efSearch=128 or nprobe=32",
-                         check=check_search_params)
+                         check=check_search_params, acts=NOT_BINARY)
+    shortlist: int | None = option(None, f"--factory binary: rows rescored per query with the float vectors, as a "
+                                         f"multiple of k (the Hamming search's best SHORTLIST x k); stored with the "
+                                         f"index; default {SHORTLIST}", SHORTLIST_RANGE, acts=WITH_BINARY)
     seed: int = option(0, "seed of the training sample for IVF/PQ indexes", SEED)
     hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
                                  "fuses BM25 with the model")
@@ -191,6 +204,9 @@ class SearchConfig(OutputOptions, EncoderOptions):
                                                "rest); default 0.7", PROBABILITY)
     params: str | None = option(None, "faiss search parameters, e.g. efSearch=256; default: those saved in the index",
                                 check=check_search_params)
+    shortlist: int | None = option(None, "an index of --factory binary: rows rescored per query, as a multiple of k; "
+                                         "default: the one saved in the index (refused on another index)",
+                                   SHORTLIST_RANGE)
     query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column")

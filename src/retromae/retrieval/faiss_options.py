@@ -1,4 +1,5 @@
-"""What the retrieval commands hand faiss, checked before faiss sees it: index factory strings and search parameters.
+"""What the retrieval commands hand faiss, checked before faiss sees it: index factory strings and search parameters;
+and the index types `--factory` names besides faiss's own strings (`COMPRESSED`), with the options of each.
 
 faiss checks some of its inputs with a C++ exception (caught as a one-line refusal) and others not at all: `HNSW0`
 fails an assertion and aborts the process, `HNSW1`, `RR0` and `PQ4x0` crash it, `NSG2` never returns, and
@@ -7,11 +8,19 @@ parameter is checked here first, torch- and faiss-free, by `check_factory` and `
 `check` (`runtime.options.option`) for the command line, config files and the Python API, and again where the
 library hands them on (`retrieval.index`: an index's stored parameters, the functions of the API). Does not own
 building or searching an index (`retrieval.index`).
+
+The compressed types, declared here once for `index`, `evaluate`, `search` and the API: `int8` is faiss's scalar
+quantizer (`SQ8`: a byte per dimension, 4x less memory than float32); `binary` keeps each dimension's sign bit (32x
+less) in a faiss binary index, searched by Hamming distance for a shortlist of `--shortlist` x k rows that are then
+rescored with the float vectors (kept beside it on disk, memory-mapped) by the index's metric. `--shortlist` acts
+only on a binary index and faiss's search parameters (`--params`) on any other.
 """
 
 from __future__ import annotations
 
 import re
+
+from retromae.runtime.options import Acts, Domain
 
 # The smallest and largest number each factory component may carry (the letters right before a number; "" for a
 # number after "_" or "x" inside a component, e.g. OPQ16_64, PQ32x8). faiss crashes below these minima; the maxima
@@ -25,13 +34,43 @@ OTHER_NUMBERS = (1, 1 << 24)
 SEARCH_PARAMS = {"nprobe": (int, 1, 1 << 24), "efSearch": (int, 1, 1 << 20), "max_codes": (int, 0, 1 << 40),
                  "ht": (int, 0, 1 << 16), "k_factor": (float, 1, 1 << 16), "k_factor_rf": (float, 1, 1 << 16),
                  "parallel_mode": (int, 0, 1 << 8), "bounded_queue": (int, 0, 1), "verbose": (int, 0, 1)}
+# The index types named instead of a factory string: int8 builds faiss's factory string SQ8, binary a faiss
+# IndexBinaryFlat of the sign bits with float rescoring (`retrieval.index.BinaryIndex`). Any other `--factory` is a
+# faiss factory string, recorded as type "factory" in index.json.
+COMPRESSED = {"int8": "SQ8", "binary": "BFlat"}
+INDEX_TYPES = ("factory", *COMPRESSED)
+BINARY = "binary"
+# A binary index's shortlist, as a multiple of the k asked for: the Hamming search's best SHORTLIST x k rows are
+# rescored with the float vectors; 1 rescores only the k the Hamming search found.
+SHORTLIST = 10
+SHORTLIST_RANGE = Domain(1, 1000)
+WITH_BINARY = Acts(lambda config: config.factory == BINARY, "with --factory binary (the rows rescored per hit)",
+                   {"factory": BINARY}, ({"factory": "Flat"},))
+NOT_BINARY = Acts(lambda config: config.factory != BINARY, "with a --factory other than binary (a binary index "
+                  "takes --shortlist, no faiss search parameter)", {"factory": "Flat"}, ({"factory": BINARY},))
+
+
+def index_type(factory: str) -> str:
+    """The type index.json records for `factory` (one of `INDEX_TYPES`)."""
+    return factory if factory in COMPRESSED else "factory"
+
+
+def check_shortlist(value: object) -> None:
+    """ValueError unless `value` (read from an index.json) is a whole number in `SHORTLIST_RANGE`, what the
+    `--shortlist` options take."""
+    if isinstance(value, bool) or not isinstance(value, int) or not SHORTLIST_RANGE.holds(value):
+        raise ValueError(f"{value!r}: {SHORTLIST_RANGE.describe()} (a whole number: the rows rescored, as a multiple "
+                         "of k)")
 
 
 def check_factory(factory: str) -> None:
     """ValueError naming the first number of a faiss factory string ("IVF1024,PQ32x8") outside what its component
-    takes (`FACTORY_NUMBERS`), or a string of no component."""
+    takes (`FACTORY_NUMBERS`), or a string of no component; the names of `COMPRESSED` pass."""
     if not factory.strip():
-        raise ValueError("is empty; give a faiss factory string, e.g. Flat, HNSW32 or IVF1024,PQ32")
+        raise ValueError("is empty; give a faiss factory string, e.g. Flat, HNSW32 or IVF1024,PQ32, or int8 or "
+                         "binary")
+    if factory in COMPRESSED:
+        return
     for match in re.finditer(r"([A-Za-z]*)(\d+)", factory):
         letters, number = match.group(1), int(match.group(2))
         low, high = FACTORY_NUMBERS.get(letters, OTHER_NUMBERS)

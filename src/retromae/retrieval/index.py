@@ -1,12 +1,14 @@
 """Vector indexes: faiss through an index-factory string, with an exact numpy index when faiss is absent.
 
-Owns building (`build_index`: "Flat", "HNSW32", "IVF1024,PQ32", ... with inner-product or L2 metric), search
-parameters ("efSearch=128,nprobe=32"), top-k search returning higher-is-better scores, and the index folder:
+Owns building (`build_index`: "Flat", "HNSW32", "IVF1024,PQ32", ... with inner-product or L2 metric, and the
+compressed types of `faiss_options.COMPRESSED`: int8, binary), search parameters ("efSearch=128,nprobe=32"), top-k
+search returning higher-is-better scores, and the index folder:
 
-    index.faiss | index.npy   the faiss index, or the vectors of the exact numpy index
+    index.faiss | index.npy   the faiss index (a binary one for type binary), or the vectors of the exact numpy index
+    vectors.npy               type binary: the float32 rows its shortlist is rescored with (memory-mapped when read)
     ids.txt                   the id of each indexed row
     bm25/                     the lexical side of a hybrid index (`retrieval.bm25`'s folder), same ids
-    index.json                factory, metric, count, dim, the encoder info of the embeddings, the corpus, the
+    index.json                type, factory, metric, count, dim, the encoder info of the embeddings, the corpus, the
                               generation (a random id of this writing) and a fingerprint of every file above
 
 index.json is written last: a file of the folder whose fingerprint differs from the one recorded there (ids.txt
@@ -32,7 +34,16 @@ import numpy as np
 from retromae.data.fields import read_id_lines
 from retromae.models.finite import check_vectors
 from retromae.retrieval.config import METRICS
-from retromae.retrieval.faiss_options import check_factory, check_search_params
+from retromae.retrieval.faiss_options import (
+    BINARY,
+    COMPRESSED,
+    INDEX_TYPES,
+    SHORTLIST,
+    check_factory,
+    check_search_params,
+    check_shortlist,
+    index_type,
+)
 from retromae.retrieval.top_k import capped_top_k, ranked_top_k
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
@@ -48,9 +59,11 @@ INDEX_INFO = "index.json"
 IDS_FILE = "ids.txt"
 FAISS_FILE = "index.faiss"
 NUMPY_FILE = "index.npy"
+VECTORS_FILE = "vectors.npy"
 LEXICAL_DIR = "bm25"
 TRAIN_SAMPLE = 200_000
 EXACT_BLOCK = 256
+RESCORE_ROWS = 1 << 16  # float rows a binary index gathers for one block of queries' shortlists (96 MB at 384-d)
 
 
 def import_faiss() -> Any | None:
@@ -101,6 +114,77 @@ class ExactIndex:
         return (scores if self.metric == "ip" else -scores), indices
 
 
+class BinaryIndex:
+    """The sign bits of each vector in a faiss binary index, searched by Hamming distance for the best `shortlist`
+    x k rows, which are rescored with the float `vectors` `(N, D)` (an array, or vectors.npy memory-mapped: only the
+    shortlists' rows are read) by `metric`; faiss's interface (`search`, `ntotal`, `d`, `metric`) like `ExactIndex`."""
+
+    def __init__(self, binary: Any, vectors: np.ndarray, metric: str, shortlist: int = SHORTLIST) -> None:
+        require(metric in METRICS, "metric", f"must be one of {', '.join(METRICS)}")
+        _checked_shortlist("--shortlist", shortlist)
+        self.binary, self.vectors, self.metric, self.shortlist = binary, vectors, metric, shortlist
+        self.d = int(vectors.shape[1])
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, metric: str, shortlist: int = SHORTLIST) -> BinaryIndex:
+        """A binary index over `vectors` `(N, D)`, which it keeps (not copied) to rescore with."""
+        faiss = import_faiss()
+        binary = faiss.index_binary_factory(8 * _code_bytes(vectors.shape[1]), COMPRESSED[BINARY])
+        for start in range(0, len(vectors), RESCORE_ROWS):
+            binary.add(sign_bits(np.asarray(vectors[start:start + RESCORE_ROWS])))
+        return cls(binary, vectors, metric, shortlist)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.binary.ntotal)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """faiss-style `(D, I)`, each `(Q, k)`: inner products or squared L2 distances of the float vectors over each
+        query's Hamming shortlist, -1 where fewer than k."""
+        depth = min(self.shortlist * k, self.ntotal)
+        distances = np.full((len(queries), k), -np.inf if self.metric == "ip" else np.inf, dtype=np.float32)
+        indices = np.full((len(queries), k), -1, dtype=np.int64)  # (Q, k)
+        step = max(1, RESCORE_ROWS // max(depth, 1))
+        for start in range(0, len(queries) if depth else 0, step):
+            block = np.asarray(queries[start:start + step], dtype=np.float32)  # (B, D)
+            _, rows = self.binary.search(sign_bits(block), depth)  # (B, depth) by Hamming distance
+            scores = self._rescored(block, rows)  # (B, depth), higher is better, -inf where no row
+            top = min(k, depth)
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :top]  # (B, top)
+            best = np.take_along_axis(scores, order, 1)
+            found = np.where(np.isfinite(best), np.take_along_axis(rows, order, 1), -1)
+            distances[start:start + len(block), :top] = best if self.metric == "ip" else -best
+            indices[start:start + len(block), :top] = found
+        return distances, indices
+
+    def _rescored(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Higher-is-better scores `(B, depth)` of each query's shortlist `rows` with the float vectors (rows read
+        once each, in file order), -inf where a row is -1."""
+        wanted, where = np.unique(np.where(rows < 0, 0, rows), return_inverse=True)
+        gathered = np.asarray(self.vectors[wanted], dtype=np.float32)[where.reshape(rows.shape)]  # (B, depth, D)
+        products = np.einsum("bd,bnd->bn", queries, gathered)
+        if self.metric == "l2":
+            products = 2 * products - (queries**2).sum(1, keepdims=True) - (gathered**2).sum(-1)
+        return np.where(rows < 0, -np.inf, products).astype(np.float32)
+
+
+def sign_bits(vectors: np.ndarray) -> np.ndarray:
+    """The packed sign bits `(N, ceil(D / 8))` uint8 of float `vectors` `(N, D)`: 1 where a dimension is positive
+    (the dimensions past D up to a whole byte are 0 for every vector, so they add no Hamming distance)."""
+    return np.packbits(vectors > 0, axis=1)
+
+
+def _code_bytes(dim: int) -> int:
+    return (dim + 7) // 8
+
+
+def _checked_shortlist(where: str, value: Any) -> None:
+    try:
+        check_shortlist(value)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
 def _faiss_metric(faiss: Any, metric: str) -> int:
     return faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
 
@@ -130,18 +214,28 @@ def _train(index: Any, vectors: np.ndarray, seed: int) -> None:
 
 
 def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip", params: str = "",
-                seed: int = 0, add_batch: int = 100_000) -> Any:
-    """An index over `embeddings` `(N, D)` from a faiss factory string; exact numpy "Flat" without faiss."""
+                seed: int = 0, add_batch: int = 100_000, shortlist: int | None = None) -> Any:
+    """An index over `embeddings` `(N, D)` from a faiss factory string or a compressed type (int8; binary, whose
+    float rows are `embeddings` itself, rescoring `shortlist` x k rows per query); exact numpy "Flat" without
+    faiss."""
     require(metric in METRICS, "metric", f"must be one of {', '.join(METRICS)}")
     _checked("--factory", check_factory, factory)
     faiss = import_faiss()
     if faiss is None:
         require(factory == "Flat", "factory", f"{factory!r} needs faiss (pip install faiss-cpu); without it "
                                               "only 'Flat' (exact numpy search) is available")
+    if shortlist is not None and factory != BINARY:
+        raise ConfigError(f"--shortlist: acts only with --factory {BINARY} (the index asked for is {factory!r})")
+    if factory == BINARY:
+        index = BinaryIndex.build(embeddings, metric, SHORTLIST if shortlist is None else shortlist)
+        set_search_params(index, params)
+        return index
+    if faiss is None:
         index = ExactIndex(embeddings.shape[1], metric)
     else:
         try:
-            index = faiss.index_factory(int(embeddings.shape[1]), factory, _faiss_metric(faiss, metric))
+            index = faiss.index_factory(int(embeddings.shape[1]), COMPRESSED.get(factory, factory),
+                                        _faiss_metric(faiss, metric))
         except RuntimeError as error:
             raise ConfigError(f"--factory: {factory!r} is not a valid faiss index factory string") from error
         _skip_polysemous_training(faiss, index)
@@ -156,6 +250,9 @@ def set_search_params(index: Any, params: str, where: str = "--params") -> None:
     """Apply faiss search parameters such as "efSearch=128,nprobe=32" (ignored by the exact index), checked first
     (`check_search_params`; a refusal names `where` they came from: the option, or an index.json)."""
     _checked(where, check_search_params, params)
+    if params and isinstance(index, BinaryIndex):
+        raise ConfigError(f"{where}: {params!r}: no faiss search parameter applies to a binary index (its shortlist "
+                          "is --shortlist)")
     if not params or isinstance(index, ExactIndex):
         return
     faiss = import_faiss()
@@ -210,7 +307,7 @@ def _backend(index: Any, block: np.ndarray) -> Callable[[np.ndarray, int], tuple
 
 
 def _is_l2(index: Any) -> bool:
-    if isinstance(index, ExactIndex):
+    if isinstance(index, (ExactIndex, BinaryIndex)):
         return index.metric == "l2"
     return index.metric_type == import_faiss().METRIC_L2
 
@@ -222,24 +319,43 @@ def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, A
     folder = Path(folder)
     require(index.ntotal == len(ids), "ids", f"{len(ids)} ids for an index of {index.ntotal} vectors")
     folder.mkdir(parents=True, exist_ok=True)
+    written = [IDS_FILE]
     if isinstance(index, ExactIndex):
         with atomic_path(folder / NUMPY_FILE) as tmp, open(tmp, "wb") as handle:
             np.save(handle, index.vectors, allow_pickle=False)
         backend, metric, name = "numpy", index.metric, NUMPY_FILE
+    elif isinstance(index, BinaryIndex):
+        with atomic_path(folder / FAISS_FILE) as tmp:
+            import_faiss().write_index_binary(index.binary, str(tmp))
+        _save_rows(index.vectors, folder / VECTORS_FILE)
+        backend, metric, name = "faiss", index.metric, FAISS_FILE
+        written.append(VECTORS_FILE)
     else:
         faiss = import_faiss()
         with atomic_path(folder / FAISS_FILE) as tmp:
             faiss.write_index(index, str(tmp))
         backend, metric, name = "faiss", "l2" if _is_l2(index) else "ip", FAISS_FILE
     write_text_atomic(folder / IDS_FILE, "".join(f"{doc_id}\n" for doc_id in ids))
-    written = [name, IDS_FILE]
+    written.insert(0, name)
     if lexical is not None:
         require(lexical.ids == list(ids), "lexical", "the BM25 index must hold the same ids, in the same order")
         written += [f"{LEXICAL_DIR}/{name}" for name in lexical.save(folder / LEXICAL_DIR)]
-    record = {**(info or {}), "backend": backend, "metric": metric, "count": len(ids), "dim": int(index.d),
+    kind = {"type": BINARY, "shortlist": index.shortlist} if isinstance(index, BinaryIndex) else {}
+    record = {"type": index_type((info or {}).get("factory", "Flat")), **(info or {}), **kind, "backend": backend,
+              "metric": metric, "count": len(ids), "dim": int(index.d),
               "lexical": LEXICAL_DIR if lexical is not None else None, "generation": uuid.uuid4().hex,
               "files": {file: file_fingerprint(folder / file) for file in written}}
     write_text_atomic(folder / INDEX_INFO, json.dumps(record, indent=2) + "\n")
+
+
+def _save_rows(vectors: np.ndarray, path: Path) -> None:
+    """Write float32 rows `(N, D)` (an array or a memory map) as a .npy file atomically, a block at a time."""
+    with atomic_path(path) as tmp:
+        rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=tuple(vectors.shape))
+        for start in range(0, len(vectors), RESCORE_ROWS):
+            rows[start:start + RESCORE_ROWS] = vectors[start:start + RESCORE_ROWS]
+        rows.flush()
+        del rows
 
 
 @contextlib.contextmanager
@@ -278,20 +394,54 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     check_generation(folder, info)
     ids = read_id_lines(folder / IDS_FILE)
     if info["backend"] == "numpy":
-        vectors = np.load(folder / NUMPY_FILE, allow_pickle=False)
-        if vectors.ndim != 2 or vectors.dtype != np.float32:
-            raise DataError(f"{folder / NUMPY_FILE}: holds {vectors.dtype} of shape {vectors.shape}, not float32 rows")
-        check_vectors(vectors, str(folder / NUMPY_FILE), ids)
+        vectors = _load_rows(folder / NUMPY_FILE, ids, mmap=False)
         index = ExactIndex(vectors.shape[1], info["metric"])
         index.vectors = vectors
+    elif info.get("type") == BINARY:
+        index = _load_binary(folder, ids, info)
     else:
         faiss = import_faiss()
         if faiss is None:
             raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
-        index = faiss.read_index(str(folder / FAISS_FILE))
+        index = _read_faiss(faiss.read_index, folder / FAISS_FILE, "faiss index")
     if index.ntotal != len(ids):
         raise DataError(f"{folder}: the index holds {index.ntotal} vectors but {IDS_FILE} lists {len(ids)} ids")
     return index, ids, info
+
+
+def _load_rows(path: Path, ids: list[str], mmap: bool) -> np.ndarray:
+    """Float32 rows `(N, D)` of a .npy file of the index folder (memory-mapped with `mmap`), checked finite."""
+    try:
+        vectors = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise DataError(f"{path}: not a numpy array file ({error})") from None
+    if vectors.ndim != 2 or vectors.dtype != np.float32 or len(vectors) != len(ids):
+        raise DataError(f"{path}: holds {vectors.dtype} of shape {vectors.shape}, not float32 rows, one per id of "
+                        f"{IDS_FILE} ({len(ids)})")
+    check_vectors(vectors, str(path), ids)
+    return vectors
+
+
+def _read_faiss(read: Callable[[str], Any], path: Path, what: str) -> Any:
+    """`read(path)` (faiss's reader of a float or a binary index), its RuntimeError as a DataError naming the file
+    (a binary index recorded as another type, or the reverse)."""
+    try:
+        return read(str(path))
+    except RuntimeError as error:
+        raise DataError(f"{path}: not a {what} ({str(error).strip().splitlines()[-1]})") from None
+
+
+def _load_binary(folder: Path, ids: list[str], info: dict[str, Any]) -> BinaryIndex:
+    """The binary index of a folder: index.faiss (faiss's binary format), vectors.npy memory-mapped."""
+    faiss = import_faiss()
+    if faiss is None:
+        raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
+    vectors = _load_rows(folder / VECTORS_FILE, ids, mmap=True)
+    binary = _read_faiss(faiss.read_index_binary, folder / FAISS_FILE, "faiss binary index")
+    if binary.d != 8 * _code_bytes(vectors.shape[1]):
+        raise DataError(f"{folder / FAISS_FILE}: a binary index of {binary.d} bits for {vectors.shape[1]}-dimensional "
+                        f"rows in {VECTORS_FILE}")
+    return BinaryIndex(binary, vectors, info["metric"], info["shortlist"])
 
 
 def load_lexical(folder: str | Path, ids: list[str], info: dict[str, Any]) -> BM25 | None:
@@ -330,4 +480,13 @@ def _read_index_info(path: Path) -> dict[str, Any]:
                         f"description of `retromae index` (backend numpy or faiss, metric {' or '.join(METRICS)})")
     if info.get("lexical") not in (None, LEXICAL_DIR):
         raise DataError(f"{path}: lexical {info.get('lexical')!r}: not {LEXICAL_DIR!r} or null")
+    if info.get("type", "factory") not in INDEX_TYPES:
+        raise DataError(f"{path}: type {info.get('type')!r}: not one of {', '.join(INDEX_TYPES)}")
+    if info.get("type") == BINARY:
+        try:
+            check_shortlist(info.get("shortlist"))
+        except ValueError as error:
+            raise DataError(f"{path}: shortlist {error}") from None
+        if info["backend"] != "faiss":
+            raise DataError(f"{path}: backend {info['backend']!r}: a binary index is a faiss index")
     return info

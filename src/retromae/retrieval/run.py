@@ -32,6 +32,7 @@ from retromae.retrieval.index import (
     INDEX_INFO,
     LEXICAL_DIR,
     NUMPY_FILE,
+    VECTORS_FILE,
     build_index,
     reading,
     save_index,
@@ -88,12 +89,13 @@ def index(config: IndexConfig) -> Result:
 
     lexical_files = (f"{LEXICAL_DIR}/{name}" for name in LEXICAL_FILES)  # bm25/ may hold a user's files too
     claim_folder(config.output, "index", run_identity(config),
-                 (FAISS_FILE, NUMPY_FILE, IDS_FILE, INDEX_INFO, *lexical_files), overwrite=config.overwrite,
-                 resumable=False, inputs=input_paths(config), started=False)  # kept only whole (mark_started)
+                 (FAISS_FILE, NUMPY_FILE, VECTORS_FILE, IDS_FILE, INDEX_INFO, *lexical_files),
+                 overwrite=config.overwrite, resumable=False, inputs=input_paths(config),
+                 started=False)  # kept only whole (mark_started)
     with reading(config.embeddings):  # the vectors are read (memory-mapped) while the index is built
         ids, vectors, encoding = load_embeddings(config.embeddings)
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
-                            seed=config.seed)
+                            seed=config.seed, shortlist=config.shortlist)
     corpus = corpus_record(config, encoding)
     lexical = lexical_index(config, ids, corpus, encoding) if config.hybrid else None
     info = {"factory": config.factory, "params": config.params, "encoder": encoding,
@@ -159,7 +161,8 @@ def load_searcher(config: SearchConfig) -> Searcher:
                              config.query_max_length, config.device, config.dtype, config.batch_size)
     return Searcher.load(config.index, model=config.model, corpus=config.corpus, fusion=config.fusion,
                          hybrid_weight=config.hybrid_weight, dense_only=config.dense_only, hybrid=config.hybrid,
-                         params=config.params, texts=config.query is not None, encoding=encoding)
+                         params=config.params, shortlist=config.shortlist, texts=config.query is not None,
+                         encoding=encoding)
 
 
 def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:

@@ -43,7 +43,7 @@ def encode_texts(encoder: Encoder, texts: Sequence[str], options: TextOptions, b
 
 def dense_search(encoder: Encoder, corpus: Mapping[str, str], queries: Mapping[str, str], k: int = 100, *,
                  passages: TextOptions | None = None, questions: TextOptions | None = None,
-                 batch_size: int = 64, factory: str = "Flat", params: str = "",
+                 batch_size: int = 64, factory: str = "Flat", params: str = "", shortlist: int | None = None,
                  show_progress: bool = True) -> Run:
     """Encode `corpus` and `queries` (id → text), index the passages and return the top-k run."""
     doc_ids, query_ids = list(corpus), list(queries)
@@ -51,12 +51,15 @@ def dense_search(encoder: Encoder, corpus: Mapping[str, str], queries: Mapping[s
                                show_progress, f"encoding corpus ({len(doc_ids):,} texts)")  # (N, D)
     query_vectors = encode_texts(encoder, [queries[i] for i in query_ids], questions or TextOptions(), batch_size,
                                  show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
-    return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=factory, params=params)
+    return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=factory, params=params,
+                         shortlist=shortlist)
 
 
 def vector_search(doc_ids: Sequence[str], doc_vectors: np.ndarray, query_ids: Sequence[str],
-                  query_vectors: np.ndarray, k: int = 100, *, factory: str = "Flat", params: str = "") -> Run:
-    """Index passage vectors `(N, D)`, search query vectors `(Q, D)` and return the top-k run."""
-    index = build_index(doc_vectors, factory=factory, params=params)
+                  query_vectors: np.ndarray, k: int = 100, *, factory: str = "Flat", params: str = "",
+                  shortlist: int | None = None) -> Run:
+    """Index passage vectors `(N, D)` (`factory`, `params`, a binary index's `shortlist`: `build_index`), search
+    query vectors `(Q, D)` and return the top-k run."""
+    index = build_index(doc_vectors, factory=factory, params=params, shortlist=shortlist)
     scores, indices = search(index, query_vectors, k, ids=doc_ids)  # (Q, k) each
     return results_to_run(query_ids, doc_ids, scores, indices)

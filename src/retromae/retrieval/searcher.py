@@ -91,16 +91,17 @@ class Searcher:
     @classmethod
     @checked_arguments(SearchConfig, unchecked=("texts", "encoding"), index="index", model="model", corpus="corpus",
                        fusion="fusion", hybrid_weight="hybrid_weight", dense_only="dense_only", hybrid="hybrid",
-                       params="params")
+                       params="params", shortlist="shortlist")
     def load(cls, index: str | Path, *, model: str | None = None, corpus: str | Path | None = None,
              fusion: str | None = None, hybrid_weight: float | None = None, dense_only: bool = False,
-             hybrid: bool = False, params: str | None = None, texts: bool = True,
+             hybrid: bool = False, params: str | None = None, shortlist: int | None = None, texts: bool = True,
              encoding: QueryEncoding | None = None) -> Searcher:
         """Load the index folder `index` (under its shared lock), its lexical side unless `dense_only`, and its
         documents' texts (from `corpus`, else the recorded corpus) when `texts`. `hybrid` (or `fusion` or
-        `hybrid_weight`) requires the lexical side; `model` overrides the recorded model."""
+        `hybrid_weight`) requires the lexical side; `model` overrides the recorded model; `params` the recorded
+        faiss search parameters, `shortlist` a binary index's recorded shortlist (refused on another index)."""
         # numpy (and faiss for a faiss index): only when an index is loaded, so `retromae.Searcher` imports light
-        from retromae.retrieval.index import load_index, load_lexical, reading, set_search_params
+        from retromae.retrieval.index import BinaryIndex, load_index, load_lexical, reading, set_search_params
 
         folder = Path(index)
         asked = hybrid or fusion is not None or hybrid_weight is not None
@@ -115,6 +116,10 @@ class Searcher:
                               "--hybrid ...`, or search without --hybrid, --fusion and --hybrid-weight")
         where = f"{folder / 'index.json'}"
         set_search_params(built, *((info.get("params", ""), f"{where}: params") if params is None else (params,)))
+        if shortlist is not None:
+            require(isinstance(built, BinaryIndex), "shortlist", f"acts only on an index of --factory binary; {folder} "
+                                                                 f"is of type {info.get('type', 'factory')!r}")
+            built.shortlist = shortlist
         recorded = info.get("corpus"), info.get("encoder")
         shown = document_texts(ids, recorded[0], where, "--corpus", corpus, recorded[1]) if texts else None
         query_side = encoding or QueryEncoding()
