@@ -128,7 +128,7 @@ def signals(run: Path, base: str, cache: Path) -> dict:
 
     test = load_retrieval_set(DATA / collection, "test")
     test_corpus = {i: p.joined() for i, p in test.corpus.items()}
-    for folder in (run / "eval" / collection / "embeddings").glob("*/"):  # the recipe's evaluate: the same vectors
+    for folder in (run / "eval" / collection / "embeddings").glob(f"*/{collection}"):  # the recipe's evaluate
         ids, vectors, _ = load_embeddings(folder, mmap=False)
         models["export"].add([test_corpus[i] for i in ids], vectors, PASSAGE_LENGTH)
     real = per_query(test.qrels, systems(models, test_corpus, test.queries, f"{collection}-test",
