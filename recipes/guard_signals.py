@@ -36,7 +36,9 @@ def default_model() -> str:
 class Vectors:
     """One model's float32 vectors of texts, cached by text under --cache (one embeddings folder per corpus)."""
 
-    def __init__(self, path: str, cache: Path) -> None:
+    def __init__(self, path: str, cache: Path, candidate: tuple[Path, float] | None = None) -> None:
+        """The model at `path`, or with `candidate` (a distilled checkpoint folder, its averaging weight) the guard's
+        candidate made from it and the base at `path`."""
         from retromae.adaptation.data import base_pooling
         from retromae.models.encoder import Encoder
         from retromae.runtime.run_folder import input_fingerprint
@@ -44,6 +46,13 @@ class Vectors:
         pooling = base_pooling(path, None, None)
         self.encoder = Encoder.load(path, pooling=pooling.pooling, normalize=pooling.normalize)
         self.folder = cache / input_fingerprint(path)[:16]
+        if candidate is not None:
+            from retromae.adaptation.guard import candidate_state
+
+            base = {name: tensor.detach().clone() for name, tensor in self.encoder.model.state_dict().items()}
+            prefix = f"encoder.{self.encoder.model.base_model_prefix}."
+            self.encoder.model.load_state_dict(candidate_state(candidate[0], base, prefix, candidate[1]))
+            self.folder = cache / f"{input_fingerprint(candidate[0])[:16]}-{candidate[1]:g}"
         self.known: dict[int, dict[str, np.ndarray]] = {}  # max length → text → vector
 
     def corpus(self, name: str, ids: list[str], texts: list[str], max_length: int | None) -> np.ndarray:
@@ -119,18 +128,27 @@ def unshared_queries(validation) -> dict[str, str]:
     return made
 
 
-def signals(run: Path, base: str, cache: Path) -> dict:
+def signals(run: Path, base: str, cache: Path, base_vectors: Path | None) -> dict:
+    """Every system on the held-out and the real queries. The candidate is the guard's best (scored even when the
+    guard exported the base); its real corpus vectors come from the recipe's `evaluate` when it exported it, the
+    base's from `base_vectors`/COLLECTION/corpus (a `retromae encode` folder at 256 tokens) when given."""
     from retromae.data.retrieval_sets import load_retrieval_set
     from retromae.retrieval.encode import load_embeddings
 
     collection = run.parent.name
-    models = {"base": Vectors(base, cache), "export": Vectors(str(run / "adapt" / "sentence-transformer"), cache)}
-
+    guard = json.loads((run / "adapt" / "guard.json").read_text())
+    best = guard["candidates"][-1]
+    models = {"base": Vectors(base, cache),
+              "export": Vectors(base, cache, (run / "adapt" / "training" / "distilled", best["weight"]))}
     test = load_retrieval_set(DATA / collection, "test")
     test_corpus = {i: p.joined() for i, p in test.corpus.items()}
-    for folder in (run / "eval" / collection / "embeddings").glob(f"*/{collection}"):  # the recipe's evaluate
-        ids, vectors, _ = load_embeddings(folder, mmap=False)
-        models["export"].add([test_corpus[i] for i in ids], vectors, PASSAGE_LENGTH)
+    made = {"base": [base_vectors / collection / "corpus"] if base_vectors else []}
+    if guard["chosen"] != "base":
+        made["export"] = list((run / "eval" / collection / "embeddings").glob(f"*/{collection}"))  # the recipe's
+    for label, folders in made.items():
+        for folder in folders:
+            ids, vectors, _ = load_embeddings(folder, mmap=False)
+            models[label].add([test_corpus[i] for i in ids], vectors, PASSAGE_LENGTH)
     real = per_query(test.qrels, systems(models, test_corpus, test.queries, f"{collection}-test",
                                          (REAL_QUERY_LENGTH, PASSAGE_LENGTH)))
     validation = load_retrieval_set(run / "adapt" / "validation", "test")
@@ -143,13 +161,13 @@ def signals(run: Path, base: str, cache: Path) -> dict:
                                                        (None, None))),
         "keywords": per_query({q: validation.qrels[q] for q in keywords},
                               systems(models, corpus, keywords, f"{collection}-validation", (None, None)))}
-    guard = json.loads((run / "adapt" / "guard.json").read_text())
     return {"run": str(run), "collection": collection, "guard": guard, "held_out": held_out, "real": real}
 
 
 def means(record: dict) -> dict:
-    out = {"run": record["run"], "chosen": record["guard"]["chosen"],
-           "printed": record["guard"]["candidates"][-1]["gain"], "interval": record["guard"]["interval"]}
+    best = record["guard"]["candidates"][-1]
+    out = {"run": record["run"], "chosen": record["guard"]["chosen"], "printed": round(best["gain"], 4),
+           "interval": best["interval"]}
     for where in ("passage", "keywords", "unshared"):
         for label, scores in record["held_out"][where].items():
             out[f"{where}.{label}"] = round(float(np.mean(list(scores.values()))), 4)
@@ -164,9 +182,11 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="JSON lines, one per run (per query), appended")
     parser.add_argument("--cache", type=Path, required=True, help="the vectors cache")
     parser.add_argument("--model", default=None, help="the base (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--base-vectors", type=Path, default=None,
+                        help="a folder of COLLECTION/corpus embeddings folders of the base (passages at 256)")
     args = parser.parse_args()
     for run in args.runs:
-        record = signals(run, args.model or default_model(), args.cache)
+        record = signals(run, args.model or default_model(), args.cache, args.base_vectors)
         print(json.dumps(means(record)), flush=True)
         with args.output.open("a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")

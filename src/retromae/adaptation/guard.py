@@ -155,6 +155,7 @@ def run_guard(encoder: Encoder, validation: RetrievalSet, states: dict[int, Path
     for candidate in found:
         if candidate is not chosen and candidate.per_query is not None:
             candidate.interval = gain_interval(base.per_query, candidate.per_query, seed)
+            candidate.run = None  # only the base's and the chosen one's runs are fused (`systems`)
     state = base_state if chosen is base else candidate_state(states[chosen.step], base_state, prefix, chosen.weight)
     encoder.model.load_state_dict(base_state)
     return chosen, [base, *found], state
