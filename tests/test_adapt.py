@@ -94,7 +94,8 @@ def test_the_guard_scores_what_a_user_can_run_next_on_its_queries():
 
     corpus = {"d1": Passage("", "solar panels convert light"), "d2": Passage("", "wind turbines spin blades"),
               "d3": Passage("", "rivers carry sediment downstream")}
-    validation = RetrievalSet(corpus, {"q1": "solar light", "q2": "turbines blades"}, {"q1": {"d1": 1}, "q2": {"d2": 1}})
+    queries, qrels = {"q1": "solar light", "q2": "turbines blades"}, {"q1": {"d1": 1}, "q2": {"d2": 1}}
+    validation = RetrievalSet(corpus, queries, qrels)
     wrong = Candidate(0, 1.0, run={"q1": {"d3": 0.9, "d1": 0.1}, "q2": {"d3": 0.9, "d2": 0.1}})
     right = Candidate(1, 0.5, run={"q1": {"d1": 0.9, "d3": 0.1}, "q2": {"d2": 0.9, "d3": 0.1}})
     scores = systems(validation, wrong, right)
@@ -552,3 +553,20 @@ def test_the_guard_kinds_recipe_rescores_a_keyword_run_on_passages_of_its_held_o
     low, high = result["passage_interval"]
     assert result["passage_gain"] == pytest.approx(result["passage_export"] - result["passage_base"])
     assert low <= result["passage_gain"] <= high and result["passage_queries"] == len(validation.queries)
+
+
+def test_the_guard_signals_recipe_makes_its_held_out_query_kinds_from_the_validation_set():
+    import importlib.util
+
+    from retromae.data.retrieval_sets import Passage, RetrievalSet
+
+    path = Path(__file__).parents[1] / "recipes" / "guard_signals.py"
+    spec = importlib.util.spec_from_file_location("guard_signals", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    corpus = {"d0": Passage("", "reactors cool their cores with heavy water pumped through steel pipes"),
+              "d1": Passage("", "glaciers carve valleys as they slide over bedrock for centuries")}
+    validation = RetrievalSet(corpus, {"q0": "pumped water keeps fission stable under pressure"}, {"q0": {"d0": 1}})
+    assert recipe.unshared_queries(validation) == {"q0": "keeps fission stable under pressure"}  # shared words out
+    keywords = recipe.keyword_queries(validation)
+    assert set(keywords) == {"q0"} and set(keywords["q0"].split()) <= set(corpus["d0"].text.split())
