@@ -17,7 +17,7 @@ from retromae.data.corpus import CORPUS_NAMES
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
-from retromae.models.encoder_config import EncoderOptions
+from retromae.models.encoder_config import EncoderOptions, encoder_acts
 from retromae.retrieval.faiss_options import check_factory, check_search_params
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
@@ -44,10 +44,10 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
 
     ACTS = {"hybrid_weight": acts_with("hybrid") & acts_with("fusion", "convex", off="rrf"),
             "fusion": acts_with("hybrid"),
-            **{name: Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
-                          {"model": ["x"]}, ({"model": None, "run": "x"},))
-               for name in ("pooling", "normalize", "dtype", "device", "batch_size", "query_prefix", "passage_prefix",
-                            "query_max_length", "passage_max_length", "factory", "params")}}
+            **encoder_acts(Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
+                                {"model": ["x"]}, ({"model": None, "run": "x"},)),
+                           "query_prefix", "passage_prefix", "query_max_length", "passage_max_length", "factory",
+                           "params")}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each",
