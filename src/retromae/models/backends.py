@@ -56,18 +56,22 @@ Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (B, L) int64 ids and 
 
 
 def weights_fingerprint(model: nn.Module) -> str:
-    """A hash of `model`'s architecture (its config, names and paths left out) and of every tensor of its state."""
+    """A hash of `model`'s architecture (its config, names and paths left out) and of every tensor of its state but
+    the pooler's (`Encoder.load` adds a fresh one where a checkpoint has none, and the hidden states never read it)."""
     config = {key: value for key, value in model.config.to_dict().items()
               if not key.startswith("_") and key not in ("transformers_version", "dtype", "torch_dtype")}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in sorted(model.state_dict().items()):
+        if name.split(".")[0] == "pooler":
+            continue
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:32]
 
 
 def _state_token(model: nn.Module) -> tuple:
-    """What changes whenever a tensor of `model` is replaced or written in place (its storage and version)."""
+    """What changes whenever a tensor of `model` is replaced or written in place as `load_state_dict` and the
+    optimizers write (its storage and version counter; a write through `.data` is not counted)."""
     return tuple((tensor.data_ptr(), tensor._version) for tensor in model.state_dict().values())
 
 
