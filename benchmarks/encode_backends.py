@@ -2,7 +2,8 @@
 
 Every system runs in this one process, on the same threads: torch float32 (the reference; run with
 RETROMAE_CPU_BF16=0 so that `auto` means float32 on a CPU with AMX), ONNX Runtime and OpenVINO in float32 and int8,
-torch's dynamic int8, and `SentenceTransformer.encode` (torch float32) beside them. Throughput: each encodes the
+torch's dynamic int8, torch under bf16 autocast (what `--dtype auto` runs on a CPU with AMX) with --bf16, and
+`SentenceTransformer.encode` (torch float32) beside them. Throughput: each encodes the
 same --sample corpus texts (at --passage-max-length tokens, batches of 64) once per round, the systems interleaved
 round after round so that load on a shared machine falls on all alike; the best round is reported with the median,
 and the ratio of the best to torch float32's best. Each export is made (or found) before any clock runs, and its
@@ -30,14 +31,15 @@ from retromae.models.encoder import Encoder
 from retromae.retrieval.search import TextOptions, dense_search
 
 # int8 first after the reference: on a loaded machine a run cut short has scored the systems quality is asked of
-SYSTEMS = (("torch", "none"), ("onnx", "int8"), ("openvino", "int8"), ("onnx", "none"), ("openvino", "none"),
-           ("torch", "int8"))
+SYSTEMS = (("torch", "none", "float32"), ("onnx", "int8", "float32"), ("openvino", "int8", "float32"),
+           ("onnx", "none", "float32"), ("openvino", "none", "float32"), ("torch", "int8", "float32"))
+BF16 = ("torch", "none", "bfloat16")
 BATCH = 64
 
 
-def load(model: str, backend: str, quantize: str) -> tuple[Encoder, float]:
+def load(model: str, backend: str, quantize: str, dtype: str) -> tuple[Encoder, float]:
     """The encoder and the seconds its export took (made or found), by encoding one text."""
-    encoder = Encoder.load(model, backend=backend, quantize=quantize, dtype="float32")
+    encoder = Encoder.load(model, backend=backend, quantize=quantize, dtype=dtype)
     start = time.perf_counter()
     encoder.encode(["warm up"], show_progress=False)
     return encoder, time.perf_counter() - start
@@ -81,14 +83,16 @@ def main() -> None:
     parser.add_argument("--passage-max-length", type=int, default=256)
     parser.add_argument("--query-max-length", type=int, default=64)
     parser.add_argument("--ndcg", action="store_true", help="also score each system on the whole split")
+    parser.add_argument("--bf16", action="store_true", help="also torch under bf16 autocast")
     args = parser.parse_args()
     print(machine_header())
     data = load_retrieval_set(args.data, args.split)
     texts = list(data.corpus_texts().values())[:args.sample]
     encoders = {}
-    for backend, quantize in SYSTEMS:
-        encoders[f"{backend} {quantize}"], made = load(args.model, backend, quantize)
-        print(f"# {backend} {quantize}: export made or found in {made:.1f} s")
+    for backend, quantize, dtype in (*SYSTEMS, *([BF16] if args.bf16 else [])):
+        name = f"{backend} {quantize}" + (" bf16" if dtype == "bfloat16" else "")
+        encoders[name], made = load(args.model, backend, quantize, dtype)
+        print(f"# {name}: export made or found in {made:.1f} s")
     runs = {name: (lambda texts, encoder=encoder: encoder.encode(texts, batch_size=BATCH,
                                                                  max_length=args.passage_max_length,
                                                                  show_progress=False))
