@@ -84,6 +84,8 @@ def main() -> None:
     parser.add_argument("--query-max-length", type=int, default=64)
     parser.add_argument("--ndcg", action="store_true", help="also score each system on the whole split")
     parser.add_argument("--bf16", action="store_true", help="also torch under bf16 autocast")
+    parser.add_argument("--ndcg-first", nargs="*", default=["torch none"],
+                        help="the systems scored first (e.g. 'onnx int8'), each line printed as it is scored")
     args = parser.parse_args()
     print(machine_header())
     data = load_retrieval_set(args.data, args.split)
@@ -111,10 +113,12 @@ def main() -> None:
     if args.ndcg:
         print(f"# NDCG@10 on {args.data.name} {args.split} ({len(data.corpus)} documents, {len(data.queries)} queries)")
         print("system | NDCG@10 | difference to torch float32 | corpus texts/s of the pass")
-        scores = {name: ndcg(encoder, data, args.passage_max_length, args.query_max_length)
-                  for name, encoder in encoders.items()}
-        for name, (score, speed) in scores.items():
-            print(f"{name} | {score:.4f} | {score - scores['torch none'][0]:+.4f} | {speed:.1f}", flush=True)
+        reference = None
+        for name in sorted(encoders, key=lambda name: name not in args.ndcg_first):  # the asked for first
+            score, speed = ndcg(encoders[name], data, args.passage_max_length, args.query_max_length)
+            reference = score if name == "torch none" else reference
+            difference = "" if reference is None else f"{score - reference:+.4f}"
+            print(f"{name} | {score:.4f} | {difference} | {speed:.1f}", flush=True)
 
 
 if __name__ == "__main__":
