@@ -1,4 +1,4 @@
-"""Run an encoder's transformer through an inference library: ONNX Runtime, OpenVINO, or torch's dynamic int8.
+"""Run an encoder's transformer through an inference library: ONNX Runtime or OpenVINO, in float32 or int8.
 
 Owns what `--backend onnx|openvino` and `--quantize int8` do once the model is loaded (the names and the check that
 the libraries are there live torch-free in `retromae.models.encoder_config`): the export of the transformer's forward
@@ -76,7 +76,7 @@ def _state_token(model: nn.Module) -> tuple:
 
 
 class Backend:
-    """The runner of one encoder under `name` (onnx, openvino, torch) and `quantize` (none, int8), made afresh
+    """The runner of one encoder under `name` (onnx, openvino) and `quantize` (none, int8), made afresh
     whenever the model's weights change; `folder` is the transformer's folder the weights were loaded from (None:
     a hub model or weights in memory)."""
 
@@ -98,8 +98,6 @@ class Backend:
         return self._runner
 
     def _make(self, model: nn.Module, fingerprint: str) -> Runner:
-        if self.name == "torch":
-            return torch_int8_runner(model)
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
@@ -300,18 +298,4 @@ def openvino_runner(path: Path) -> Runner:
     request = compiled.create_infer_request()
     return lambda input_ids, attention_mask: np.array(request.infer(
         {"input_ids": input_ids, "attention_mask": attention_mask})[0], dtype=np.float32)
-
-
-def torch_int8_runner(model: nn.Module) -> Runner:
-    """Hidden states from a copy of `model` whose nn.Linear layers are torch's dynamic int8 (`torch.ao.quantization`,
-    deprecated by torch but present in 2.13)."""
-    with _quiet():
-        quantized = torch.ao.quantization.quantize_dynamic(_HiddenStates(model).eval(), {nn.Linear},
-                                                          dtype=torch.qint8, inplace=False)
-
-    def run(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return quantized(torch.from_numpy(input_ids), torch.from_numpy(attention_mask)).float().numpy()
-
-    return run
 

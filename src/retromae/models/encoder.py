@@ -32,6 +32,8 @@ from retromae.models.backends import Backend
 from retromae.models.encoder_config import (
     DTYPE_NAMES,
     POOLINGS,
+    QUANTIZED_BACKENDS,
+    WITH_QUANTIZED_BACKEND,
     EncoderArguments,
     PoolingConfig,
     backend_of,
@@ -246,6 +248,7 @@ class Encoder:
         backend, quantize = backend_of(backend, quantize)
         require(backend == "torch" or device.type == "cpu", "device", f"{backend} runs on the CPU; drop --device "
                                                                       "or use --backend torch")
+        require(quantize == "none" or backend in QUANTIZED_BACKENDS, "quantize", WITH_QUANTIZED_BACKEND.says)
         tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
         model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
@@ -253,7 +256,7 @@ class Encoder:
         _check_declared_length(spec.max_length, tokenizer, source)
         model.to(device).eval()
         length = max_length or default_max_length(model, tokenizer, spec.max_length)
-        runner = None if (backend, quantize) == ("torch", "none") else Backend(
+        runner = None if backend == "torch" else Backend(
             backend, quantize, str(Path(source) / spec.subfolder) if os.path.isdir(source) else None)
         amp_dtype = resolve_dtype(dtype, device) if runner is None else None  # the backends compute in float32
         encoder = cls(model, tokenizer, config, length, amp_dtype, runner)

@@ -25,6 +25,9 @@ POOLINGS = ("cls", "mean")
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 BACKENDS = ("torch", "onnx", "openvino")
 QUANTIZATIONS = ("none", "int8")
+# The backends offering int8: torch's dynamic int8 (`torch.ao.quantization`) lost 0.0155 NDCG@10 on SciFact with
+# all-MiniLM-L6-v2, ONNX Runtime's 0.0020 (docs/performance.md, "Inference backends"; int8 is offered within 0.005).
+QUANTIZED_BACKENDS = ("onnx", "openvino")
 # The packages each backend needs (all in the extra of its name: `pip install 'retromae[onnx]'`): the export goes
 # through torch's ONNX exporter (onnx, onnxscript) and int8 through onnxruntime's quantizer for both.
 BACKEND_PACKAGES = {"onnx": ("onnxruntime", "onnx", "onnxscript"),
@@ -61,10 +64,15 @@ def beyond_torch(inference: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in inference.items() if defaults.get(key) != value}
 
 
-# --dtype chooses torch's autocast: the other backends and int8 compute in float32 (and int8) whatever it says.
-TORCH_FLOAT = Acts(lambda config: backend_of(config.backend, config.quantize) == ("torch", "none"),
-                   "with --backend torch and --quantize none (the other backends compute in float32)",
-                   {"backend": "torch", "quantize": "none"}, ({"backend": "onnx"}, {"quantize": "int8"}))
+# --dtype chooses torch's autocast: the other backends compute in float32 (or int8) whatever it says.
+TORCH_FLOAT = Acts(lambda config: backend_of(config.backend, config.quantize)[0] == "torch",
+                   "with --backend torch (the other backends compute in float32, or int8)",
+                   {"backend": "torch"}, ({"backend": "onnx"},))
+
+
+WITH_QUANTIZED_BACKEND = Acts(lambda config: backend_of(config.backend, config.quantize)[0] in QUANTIZED_BACKENDS,
+                             "with --backend onnx or openvino (torch's int8 lost 0.0155 NDCG@10 on SciFact, "
+                             "docs/performance.md)", {"backend": "onnx"}, ({"backend": "torch"},))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -79,7 +87,8 @@ class BackendOptions(Options):
                                        "documents were encoded with)", choices=BACKENDS, check=check_backend)
     quantize: str | None = option(None, "none, or int8: dynamic int8 of the linear layers (docs/guide.md: its "
                                         "NDCG@10 against float32); default none (search: the quantization the "
-                                        "index's documents were encoded with)", choices=QUANTIZATIONS)
+                                        "index's documents were encoded with)", choices=QUANTIZATIONS,
+                                 acts=WITH_QUANTIZED_BACKEND)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -113,9 +122,10 @@ class EncoderOptions(BackendOptions):
 
 def encoder_acts(acts: Acts, *names: str) -> dict[str, Acts]:
     """The `ACTS` of a command whose encoding options (those `EncoderOptions` declares, `--model` aside, and `names`)
-    act only under `acts`: `--dtype` also only with the torch backend in float32."""
-    fields = [field.name for field in dataclasses.fields(EncoderOptions) if field.name != "model"]
-    return {name: acts & TORCH_FLOAT if name == "dtype" else acts for name in (*fields, *names)}
+    act only under `acts`, and under their own condition where they declare one (`--dtype`, `--quantize`)."""
+    own = {field.name: field.metadata.get("acts") for field in dataclasses.fields(EncoderOptions)}
+    fields = [name for name in own if name != "model"]
+    return {name: acts & own[name] if own.get(name) else acts for name in (*fields, *names)}
 
 
 @dataclasses.dataclass(kw_only=True)
