@@ -1,15 +1,15 @@
 """Benchmark: texts/s and NDCG@10 of each inference backend (`--backend`, `--quantize`) against torch float32.
 
 Every system runs in this one process, on the same threads: torch float32 (the reference; run with
-RETROMAE_CPU_BF16=0 so that `auto` means float32 on a CPU with AMX), ONNX Runtime and OpenVINO in float32 and int8
-(torch's dynamic int8, measured at commit 1408566, is no longer offered: docs/performance.md), torch under bf16
-autocast (what `--dtype auto` runs on a CPU with AMX) with --bf16, and `SentenceTransformer.encode` (torch float32)
-beside them. Throughput: each encodes the
-same --sample corpus texts (at --passage-max-length tokens, batches of 64) once per round, the systems interleaved
-round after round so that load on a shared machine falls on all alike; the best round is reported with the median,
-and the ratio of the best to torch float32's best. Each export is made (or found) before any clock runs, and its
-time printed apart. With --ndcg, each system also encodes the whole corpus and the queries of --split and is scored
-as `retromae evaluate` scores (exact search, NDCG@10), the full corpus pass timed too.
+RETROMAE_CPU_BF16=0 so that `auto` means float32 on a CPU with AMX), ONNX Runtime in float32 and int8, OpenVINO in
+float32 (its int8 and torch's dynamic int8, measured at commit 1408566, are no longer offered: docs/performance.md),
+torch under bf16 autocast (what `--dtype auto` runs on a CPU with AMX) with --bf16, and `SentenceTransformer.encode`
+(torch float32) beside them. Throughput: each encodes the same --sample corpus texts (at --passage-max-length
+tokens, batches of 64) once per round, the systems interleaved round after round so that load on a shared machine
+falls on all alike; the best round is reported with the median, and the ratio of the best to torch float32's best.
+Each export is made (or found) before any clock runs, and its time printed apart. With --ndcg, each system also
+encodes the whole corpus and the queries of --split and is scored as `retromae evaluate` scores (exact search,
+NDCG@10), the full corpus pass timed too.
 
     PYTHONPATH=src RETROMAE_CPU_BF16=0 python benchmarks/encode_backends.py \
         --data ../shared/data/beir/scifact --split test --sample 64 --rounds 2 --bf16 --ndcg
@@ -32,8 +32,8 @@ from retromae.models.encoder import Encoder
 from retromae.retrieval.search import TextOptions, dense_search
 
 # int8 first after the reference: on a loaded machine a run cut short has scored the systems quality is asked of
-SYSTEMS = (("torch", "none", "float32"), ("onnx", "int8", "float32"), ("openvino", "int8", "float32"),
-           ("onnx", "none", "float32"), ("openvino", "none", "float32"))
+SYSTEMS = (("torch", "none", "float32"), ("onnx", "int8", "float32"), ("onnx", "none", "float32"),
+           ("openvino", "none", "float32"))
 BF16 = ("torch", "none", "bfloat16")
 BATCH = 64
 

@@ -36,7 +36,8 @@ from test_adapt import adapt, tiny_adapt, topical_corpus  # noqa: E402
 from test_option_domains import commands  # noqa: E402  (the registry walk of the CLI)
 
 TEXTS = make_sentences(24, seed=3)
-OTHER = [(backend, quantize) for backend in QUANTIZED_BACKENDS for quantize in QUANTIZATIONS]
+OTHER = [(backend, quantize) for backend in BACKENDS[1:] for quantize in QUANTIZATIONS
+         if quantize == "none" or backend in QUANTIZED_BACKENDS]
 
 
 @pytest.fixture(scope="module")
@@ -64,27 +65,23 @@ def test_each_backend_gives_torchs_vectors(model, backend, quantize):
 
 
 def test_the_export_is_made_once_in_sentence_transformers_layout(model, monkeypatch):
-    vectors(model, "openvino", "int8")  # with what it is made from: both ONNX files
+    vectors(model, "openvino", "none")  # with what it is made from: the ONNX file
+    vectors(model, "onnx", "int8")
     for relative in EXPORT_FILES.values():
-        if "openvino" not in relative or relative.endswith("_quantized.xml"):
-            assert (model / relative).is_file(), relative
+        assert (model / relative).is_file(), relative
     record = json.loads((model / "onnx" / EXPORT_RECORD).read_text())
     assert set(record) == {"model.onnx", "model_qint8_avx512_vnni.onnx"}
     calls = []
     for name in ("export_onnx", "quantize_onnx", "convert_openvino"):
         monkeypatch.setattr(backends, name, lambda *args, name=name: calls.append(name))
-    vectors(model, "openvino", "int8")
-    vectors(model, "onnx", "none")
+    vectors(model, "openvino", "none")
+    vectors(model, "onnx", "int8")
     assert calls == []
 
 
 def test_sentence_transformers_names_the_same_files():
     """sentence-transformers loads `backend="onnx"` and `"openvino"` through optimum, which is not installed here (it
     pins an older transformers): the layout is checked by its file names, those its export functions write."""
-    from sentence_transformers.backend import quantize
-
-    source = Path(quantize.__file__).read_text()
-    assert 'file_suffix: str = "qint8_quantized"' in source  # its OpenVINO int8: openvino_model_qint8_quantized.xml
     assert EXPORT_FILES["onnx", "none"] == "onnx/model.onnx"
     assert EXPORT_FILES["openvino", "none"] == "openvino/openvino_model.xml"
     assert EXPORT_FILES["onnx", "int8"] == "onnx/model_qint8_avx512_vnni.onnx"  # qint8 weights, avx512_vnni config
@@ -199,12 +196,14 @@ def test_dtype_acts_only_with_torch_in_float32(model):
         EncodeConfig(model=str(model), corpus=model, output=model / "x", backend="onnx", dtype="bfloat16")
 
 
-def test_torchs_int8_is_refused_by_the_command_line_and_the_api(model):
-    """torch's dynamic int8 lost 0.0155 NDCG@10 on SciFact (docs/performance.md): int8 is offered within 0.005."""
-    with pytest.raises(ConfigError, match="--quantize: acts only with --backend onnx or openvino"):
-        EncodeConfig(model=str(model), corpus=model, output=model / "x", quantize="int8")
-    with pytest.raises(ConfigError, match="quantize.*with --backend onnx or openvino"):
-        Encoder.load(model, backend="torch", quantize="int8")
+@pytest.mark.parametrize("backend", ["torch", "openvino"])
+def test_int8_beyond_0_005_is_refused_by_the_command_line_and_the_api(model, backend):
+    """torch's and OpenVINO's int8 lost 0.0155 and 0.0069 NDCG@10 on SciFact (docs/performance.md): int8 is offered
+    within 0.005."""
+    with pytest.raises(ConfigError, match="--quantize: acts only with --backend onnx "):
+        EncodeConfig(model=str(model), corpus=model, output=model / "x", backend=backend, quantize="int8")
+    with pytest.raises(ConfigError, match="quantize.*with --backend onnx "):
+        Encoder.load(model, backend=backend, quantize="int8")
 
 
 def cli(*args) -> int:

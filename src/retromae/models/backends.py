@@ -1,11 +1,11 @@
-"""Run an encoder's transformer through an inference library: ONNX Runtime or OpenVINO, in float32 or int8.
+"""Run an encoder's transformer through an inference library: ONNX Runtime (float32 or int8) or OpenVINO.
 
 Owns what `--backend onnx|openvino` and `--quantize int8` do once the model is loaded (the names and the check that
 the libraries are there live torch-free in `retromae.models.encoder_config`): the export of the transformer's forward
 pass (token ids and attention mask → last hidden states; pooling and normalisation stay `Encoder`'s) with torch's
 ONNX exporter (dynamic batch and sequence axes), its dynamic int8 quantization (onnxruntime's `quantize_dynamic` of
-the MatMul weights), OpenVINO's IR of either, where they are kept, and the runner that computes hidden states from
-them. Does not own tokenising, pooling or the vectors' checks (`retromae.models.encoder`).
+the MatMul weights), OpenVINO's IR of the float32 one, where they are kept, and the runner that computes hidden
+states from them. Does not own tokenising, pooling or the vectors' checks (`retromae.models.encoder`).
 
 An export is made once per weights fingerprint (`weights_fingerprint`: a hash of the tensors and the architecture,
 so a copy or a link of a model finds it) and kept in the layout sentence-transformers loads with `backend="onnx"`
@@ -48,8 +48,7 @@ from retromae.runtime.run_folder import file_fingerprint
 EXPORT_RECORD = "retromae_export.json"
 # What sentence-transformers loads for each backend and quantization (its `export_*` functions' file names).
 EXPORT_FILES = {("onnx", "none"): "onnx/model.onnx", ("onnx", "int8"): "onnx/model_qint8_avx512_vnni.onnx",
-                ("openvino", "none"): "openvino/openvino_model.xml",
-                ("openvino", "int8"): "openvino/openvino_model_qint8_quantized.xml"}
+                ("openvino", "none"): "openvino/openvino_model.xml"}
 INPUTS = ("input_ids", "attention_mask")
 PER_CHANNEL = True  # int8 weights scaled per output channel (docs/performance.md, "Inference backends")
 Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (B, L) int64 ids and mask → (B, L, D) float32 states
