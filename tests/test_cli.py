@@ -15,7 +15,8 @@ from retromae.cli import build_parser, discover_commands
 from retromae.objectives import OBJECTIVES
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-OPTIONAL = ("bm25s", "jax", "faiss", "sentence_transformers", "matplotlib", "datasets")
+OPTIONAL = ("bm25s", "jax", "faiss", "sentence_transformers", "matplotlib", "datasets", "onnxruntime", "onnx",
+            "onnxscript", "openvino")
 
 
 def imported_modules(script: str) -> set[str]:

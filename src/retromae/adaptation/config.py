@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retromae.data.held_out import HeldOut, Queries
-from retromae.models.encoder_config import POOLINGS
+from retromae.models.encoder_config import POOLINGS, BackendOptions
 from retromae.runtime.options import (
     FRACTION,
     OPEN_UNIT,
@@ -34,9 +34,11 @@ RETROMAE_FAMILY = ("retromae", "retromae+contrastive")  # the objectives that re
 
 
 @dataclass(kw_only=True)
-class AdaptConfig(TrainingConfig):
+class AdaptConfig(TrainingConfig, BackendOptions):
     """Options of `retromae adapt`; defaults are the recipe that gained on every collection and seed measured
-    (SciFact, NPL, Debian: docs/RESULTS.md section 10.3; docs/guide.md, "Adapting an embedder to your corpus")."""
+    (SciFact, NPL, Debian: docs/RESULTS.md section 10.3; docs/guide.md, "Adapting an embedder to your corpus").
+    `--backend` and `--quantize` run its encoding passes (the teacher's vectors, the guard's scores); the training
+    is torch's."""
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"corpus": "documents", "validation": ("retrieval set", "validation_split"),
                      "train": ("retrieval set", "train_split")}

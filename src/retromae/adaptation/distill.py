@@ -256,7 +256,7 @@ def distill(config: AdaptConfig, documents: list[Document], folder: Path, prefix
     target = folder / DISTILLED
     saved = target / MODEL_FILE
     student = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,
-                           max_length=config.max_length)
+                           max_length=config.max_length, backend=config.backend, quantize=config.quantize)
     if config.resume and saved.is_file():
         return steps_of(config, config.distill_queries), target
     lists = teacher_lists(config, student, documents)

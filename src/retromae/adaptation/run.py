@@ -102,7 +102,8 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     save_config(config, output / "config.json")
     stages = Stages(4 if config.train is None else 5)
     stages.start("reading the corpus and holding out validation")
-    encoder = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize)  # its own length
+    encoder = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,  # its own length
+                           backend=config.backend, quantize=config.quantize)
     data = prepare_data(config, encoder, output)
     stages.start(f"scoring the base on {len(data.validation.queries):,} validation queries")
     base = Candidate(0, 1.0)
@@ -168,7 +169,8 @@ def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet
     tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
                                     output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
                                     overwrite=config.overwrite, mixed_precision=config.mixed_precision))
-    return score(Encoder.load(tuned / "encoder"), validation, ENCODE_BATCH)[0]
+    return score(Encoder.load(tuned / "encoder", backend=config.backend, quantize=config.quantize), validation,
+                 ENCODE_BATCH)[0]
 
 
 def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepared:

@@ -17,7 +17,7 @@ from retromae.data.corpus import CORPUS_NAMES
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
-from retromae.models.encoder_config import EncoderOptions
+from retromae.models.encoder_config import EncoderOptions, encoder_acts
 from retromae.retrieval.faiss_options import (
     NOT_BINARY,
     SHORTLIST,
@@ -55,8 +55,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
 
     ACTS = {"hybrid_weight": acts_with("hybrid") & acts_with("fusion", "convex", off="rrf"),
             "fusion": acts_with("hybrid"),
-            **{name: WITH_MODEL for name in ("pooling", "normalize", "dtype", "device", "batch_size", "query_prefix",
-                                             "passage_prefix", "query_max_length", "passage_max_length", "factory")},
+            **encoder_acts(WITH_MODEL, "query_prefix", "passage_prefix", "query_max_length", "passage_max_length",
+                           "factory"),
             "params": WITH_MODEL & NOT_BINARY, "shortlist": WITH_MODEL & WITH_BINARY}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "

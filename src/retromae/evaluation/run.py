@@ -33,6 +33,7 @@ from retromae.evaluation.names import file_name, model_path
 from retromae.evaluation.report import save_results
 from retromae.evaluation.systems import BM25, Systems
 from retromae.evaluation.table import REPORT_FILES, RUNS_DIR, SetRow, Table, write_report
+from retromae.models.encoder_config import beyond_torch
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import RRF_K, candidate_depth, fuse
 from retromae.runtime.console import Stages, notice
@@ -256,8 +257,9 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
 def cache_key(config: EvaluateConfig, model: str, encoder: Encoder) -> str:
     """The cache folder name of one model's corpus vectors: a hash of what makes its vectors (the model's files, by
     content, so that a link to the model or a copy of it finds the same vectors; pooling, passage prefix and length,
-    batch size, precision), never of the name it was given by."""
+    batch size, precision, backend and quantization), never of the name it was given by."""
     made_by = {"model": input_fingerprint(model), "pooling": encoder.pooling, "normalize": encoder.normalize,
                "prefix": config.passage_prefix, "max_length": config.passage_max_length,
-               "batch_size": config.batch_size, "dtype": str(encoder.amp_dtype)}
+               "batch_size": config.batch_size, "dtype": str(encoder.amp_dtype),
+               **beyond_torch(encoder.inference)}
     return hashlib.sha1(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:16]

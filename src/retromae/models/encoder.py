@@ -1,6 +1,7 @@
 """Load any text encoder for inference, pool its token states into one vector per text, normalise.
 
-Owns: `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling), reading the three
+Owns: `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling; its forward pass, when texts are encoded, run
+by torch or by an inference backend of `retromae.models.backends`, pooled here alike), reading the three
 folder kinds (our export with `retromae_encoder.json`, a sentence-transformers folder, any plain Hugging Face
 model folder or hub name) and saving our export. Does not own training, objectives or decoder heads: those
 live in `objectives/` and `training/`, which call `Encoder.embed` for pooled embeddings with gradients. The options
@@ -14,7 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,15 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from retromae.data.long_texts import clip_texts
+from retromae.models.backends import Backend
 from retromae.models.encoder_config import (
     DTYPE_NAMES,
     POOLINGS,
+    QUANTIZED_BACKENDS,
+    WITH_QUANTIZED_BACKEND,
     EncoderArguments,
     PoolingConfig,
+    backend_of,
     device_name,
     dtype_name,
 )
@@ -193,12 +198,13 @@ class Encoder:
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  pooling: PoolingConfig | None = None, max_length: int | None = None,
-                 amp_dtype: torch.dtype | None = None) -> None:
+                 amp_dtype: torch.dtype | None = None, backend: Backend | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.config = pooling or PoolingConfig()
         self.max_length = max_length or default_max_length(model, tokenizer, None)
         self.amp_dtype = amp_dtype
+        self.backend = backend  # None: torch runs the forward pass of `encode`
         self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
 
     @property
@@ -214,23 +220,35 @@ class Encoder:
         return next(self.model.parameters()).device
 
     @property
+    def inference(self) -> dict[str, str]:
+        """What runs the forward pass of `encode` and in what: recorded beside the vectors (encode.json, index.json)."""
+        backend = self.backend
+        return {"backend": backend.name if backend else "torch", "quantize": backend.quantize if backend else "none"}
+
+    @property
     def dimension(self) -> int:
         return int(self.model.config.hidden_size)
 
     @classmethod
     @quiet_entry_point
     @checked_arguments(EncoderArguments, name_or_path="model", pooling="pooling", normalize="normalize",
-                       device=("device", device_name), dtype=("dtype", dtype_name), max_length="max_length")
+                       device=("device", device_name), dtype=("dtype", dtype_name), max_length="max_length",
+                       backend="backend", quantize="quantize")
     def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
-             max_length: int | None = None) -> Encoder:
-        """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win."""
+             max_length: int | None = None, backend: str | None = None, quantize: str | None = None) -> Encoder:
+        """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win. `backend` and
+        `quantize` choose what runs its forward pass in `encode` (`retromae.models.backends`; default torch, none)."""
         resolved = resolve_model(name_or_path)
         source = resolved.folder
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,
                                spec.pooling.normalize if normalize is None else normalize)
         device = resolve_device(device)
+        backend, quantize = backend_of(backend, quantize)
+        require(backend == "torch" or device.type == "cpu", "device", f"{backend} runs on the CPU; drop --device "
+                                                                      "or use --backend torch")
+        require(quantize == "none" or backend in QUANTIZED_BACKENDS, "quantize", WITH_QUANTIZED_BACKEND.says)
         tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
         model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
@@ -238,7 +256,10 @@ class Encoder:
         _check_declared_length(spec.max_length, tokenizer, source)
         model.to(device).eval()
         length = max_length or default_max_length(model, tokenizer, spec.max_length)
-        encoder = cls(model, tokenizer, config, length, resolve_dtype(dtype, device))
+        runner = None if backend == "torch" else Backend(
+            backend, quantize, str(Path(source) / spec.subfolder) if os.path.isdir(source) else None)
+        amp_dtype = resolve_dtype(dtype, device) if runner is None else None  # the backends compute in float32
+        encoder = cls(model, tokenizer, config, length, amp_dtype, runner)
         encoder.source = resolved.given
         return encoder
 
@@ -297,6 +318,8 @@ class Encoder:
         label = description or f"encoding {len(texts):,} texts"
         if self.amp_dtype is not None:
             label += f" in {AUTOCAST_NAMES[self.amp_dtype]}"
+        if self.backend is not None:
+            label += f" with {self.backend.name}" + (" int8" if self.backend.quantize == "int8" else "")
         with progress(label, len(texts), "text", enabled=show_progress) as own:
             return self._encode(texts, batch_size, max_length, prefix, own)
 
@@ -306,20 +329,33 @@ class Encoder:
         order = np.argsort([-len(ids) for ids in sequences], kind="stable")
         output = np.empty((len(sequences), self.dimension), dtype=np.float32)  # (N, D)
         self.model.eval()
+        forward = self.embed if self.backend is None or not len(texts) else self._backend_forward()
         with self._fast_kernels():
             for start in range(0, len(order), batch_size):
                 rows = order[start:start + batch_size]
                 input_ids, attention_mask = self.collate([sequences[row] for row in rows])
-                vectors = self.embed(input_ids, attention_mask)  # (B, D)
+                vectors = forward(input_ids, attention_mask)  # (B, D)
                 output[rows] = vectors.float().cpu().numpy()
                 bar.update(len(rows))
         check_vectors(output, f"the vectors of {self.source or 'the encoder'}")  # none leaves for an index or metric
         return output
 
+    def _backend_forward(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """`embed` with the backend's forward pass (of the model's current weights) in place of torch's."""
+        runner = self.backend.runner(self.model)
+
+        def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            hidden = runner(input_ids.cpu().numpy(), attention_mask.cpu().numpy())  # (B, L, D)
+            return pool(torch.from_numpy(hidden), attention_mask.cpu(), self.config)
+
+        return forward
+
     def _fast_kernels(self) -> contextlib.AbstractContextManager:
         """Autocast to the lower precision asked for; in float32, oneDNN's prepacked linear layers on CPU
         (`retromae.models.onednn`: the same vectors to 1e-6, in about two thirds of the time where MKL lacks AVX-512
-        kernels)."""
+        kernels); nothing with an inference backend, which runs its own."""
+        if self.backend is not None:
+            return contextlib.nullcontext()
         if self.amp_dtype is not None:
             return torch.autocast(self.device.type, dtype=self.amp_dtype)
         return packed_linears(self.model)

@@ -2,16 +2,19 @@
 torch.
 
 Owns: `PoolingConfig` (the pooling and whether to normalise), the names of the poolings and compute precisions,
-and `EncoderOptions` (the options of every command that loads an encoder). `retromae.models.encoder` runs them and
+`BackendOptions` (`--backend`, `--quantize`: what runs the transformer of every command that encodes texts, `adapt`
+included, and the check that its libraries are installed, before torch is imported) and `EncoderOptions` (the
+options of every command that loads an encoder). `retromae.models.encoder` runs them and
 re-exports `PoolingConfig`, `POOLINGS` and `EncoderOptions`. Does not own the model, tokenisation or pooling math.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from retromae.runtime.options import POSITIVE, Options, option, require
+from retromae.runtime.options import POSITIVE, Acts, Options, option, require
 
 if TYPE_CHECKING:
     import torch
@@ -20,6 +23,16 @@ if TYPE_CHECKING:
 
 POOLINGS = ("cls", "mean")
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
+BACKENDS = ("torch", "onnx", "openvino")
+QUANTIZATIONS = ("none", "int8")
+# The backends offering int8 (offered only within 0.005 NDCG@10 of float32): with all-MiniLM-L6-v2 on SciFact, ONNX
+# Runtime's lost 0.0020, OpenVINO's (the same int8 ONNX model) 0.0069, torch's dynamic int8 (`torch.ao`) 0.0155
+# (docs/performance.md, "Inference backends").
+QUANTIZED_BACKENDS = ("onnx",)
+# The packages each backend needs (all in the extra of its name: `pip install 'retromae[onnx]'`): the export goes
+# through torch's ONNX exporter (onnx, onnxscript) and int8 through onnxruntime's quantizer for both.
+BACKEND_PACKAGES = {"onnx": ("onnxruntime", "onnx", "onnxscript"),
+                    "openvino": ("openvino", "onnxruntime", "onnx", "onnxscript")}
 
 
 @dataclasses.dataclass
@@ -33,8 +46,55 @@ class PoolingConfig:
         require(self.pooling in POOLINGS, "pooling", f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
 
 
+def check_backend(name: str) -> None:
+    """ValueError naming what to install when a package `name` needs is missing."""
+    missing = [package for package in BACKEND_PACKAGES.get(name, ()) if importlib.util.find_spec(package) is None]
+    if missing:
+        raise ValueError(f"{name} needs {', '.join(missing)}, not installed: pip install 'retromae[{name}]'")
+
+
+def backend_of(backend: str | None, quantize: str | None) -> tuple[str, str]:
+    """The backend and quantization options name, their defaults filled in (torch, none)."""
+    return backend or BACKENDS[0], quantize or QUANTIZATIONS[0]
+
+
+def beyond_torch(inference: dict[str, str]) -> dict[str, str]:
+    """The entries of a record's `backend` and `quantize` (`Encoder.inference`) that differ from torch in float32:
+    what an identity made of them holds, so that one made before the backends existed (torch's) is unchanged."""
+    defaults = {"backend": BACKENDS[0], "quantize": QUANTIZATIONS[0]}
+    return {key: value for key, value in inference.items() if defaults.get(key) != value}
+
+
+# --dtype chooses torch's autocast: the other backends compute in float32 (or int8) whatever it says.
+TORCH_FLOAT = Acts(lambda config: backend_of(config.backend, config.quantize)[0] == "torch",
+                   "with --backend torch (the other backends compute in float32, or int8)",
+                   {"backend": "torch"}, ({"backend": "onnx"},))
+
+
+WITH_QUANTIZED_BACKEND = Acts(lambda config: backend_of(config.backend, config.quantize)[0] in QUANTIZED_BACKENDS,
+                             "with --backend onnx (torch's and OpenVINO's int8 lost 0.0155 and 0.0069 NDCG@10 on "
+                             "SciFact, docs/performance.md)", {"backend": "onnx"},
+                             ({"backend": "torch"}, {"backend": "openvino"}))
+
+
 @dataclasses.dataclass(kw_only=True)
-class EncoderOptions(Options):
+class BackendOptions(Options):
+    """What runs the transformer where texts become vectors (`retromae.models.backends`); pooling stays ours."""
+
+    OPTION_GROUP = "inference backend"
+
+    backend: str | None = option(None, "what runs the transformer when texts are encoded: torch, onnx (ONNX Runtime) "
+                                       "or openvino, the last two from an export made once per weights and kept "
+                                       "(docs/formats.md); default torch (search: the backend the index's "
+                                       "documents were encoded with)", choices=BACKENDS, check=check_backend)
+    quantize: str | None = option(None, "none, or int8: dynamic int8 of the linear layers (docs/guide.md: its "
+                                        "NDCG@10 against float32); default none (search: the quantization the "
+                                        "index's documents were encoded with)", choices=QUANTIZATIONS,
+                                 acts=WITH_QUANTIZED_BACKEND)
+
+
+@dataclasses.dataclass(kw_only=True)
+class EncoderOptions(BackendOptions):
     """Command-line options that load an encoder; commands that encode text extend this config."""
 
     OPTION_GROUP = "encoder"
@@ -43,9 +103,9 @@ class EncoderOptions(Options):
                              "encoder (folder or hub name)", reads="model")
     pooling: str | None = option(None, "pooling; default: what the model folder declares, else cls", choices=POOLINGS)
     normalize: bool | None = option(None, "L2-normalise the vectors; default: what the model folder declares, else no")
-    dtype: str = option("auto", "compute precision; auto: bf16 (or fp16) autocast on GPU, bf16 on a CPU with AMX "
-                                "($RETROMAE_CPU_BF16=0: float32), float32 on other CPUs",
-                        choices=("auto", *DTYPE_NAMES))
+    dtype: str = option("auto", "compute precision of the torch backend; auto: bf16 (or fp16) autocast on GPU, bf16 "
+                                "on a CPU with AMX ($RETROMAE_CPU_BF16=0: float32), float32 on other CPUs",
+                        choices=("auto", *DTYPE_NAMES), acts=TORCH_FLOAT)
     device: str | None = option(None, "torch device, e.g. cpu or cuda:1; default: this process's GPU if any")
     batch_size: int = option(64, "texts per forward pass", POSITIVE)
 
@@ -56,9 +116,18 @@ class EncoderOptions(Options):
         from retromae.models.encoder import Encoder
 
         encoder = Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,
-                               device=self.device or device, dtype=self.dtype)
+                               device=self.device or device, dtype=self.dtype, backend=self.backend,
+                               quantize=self.quantize)
         encoder.check_lengths(self)
         return encoder
+
+
+def encoder_acts(acts: Acts, *names: str) -> dict[str, Acts]:
+    """The `ACTS` of a command whose encoding options (those `EncoderOptions` declares, `--model` aside, and `names`)
+    act only under `acts`, and under their own condition where they declare one (`--dtype`, `--quantize`)."""
+    own = {field.name: field.metadata.get("acts") for field in dataclasses.fields(EncoderOptions)}
+    fields = [name for name in own if name != "model"]
+    return {name: acts & own[name] if own.get(name) else acts for name in (*fields, *names)}
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from retromae.models.encoder_config import EncoderOptions
+from retromae.models.encoder_config import EncoderOptions, encoder_acts
 from retromae.retrieval.faiss_options import (
     NOT_BINARY,
     SHORTLIST,
@@ -173,8 +173,7 @@ ENCODES_QUERIES = Acts(lambda config: config.query is not None or (config.querie
 class SearchConfig(OutputOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"corpus": "corpus", "queries": "queries"}
-    ACTS = {**{name: ENCODES_QUERIES for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size",
-                                                  "query_prefix", "query_max_length")},
+    ACTS = {**encoder_acts(ENCODES_QUERIES, "model", "query_prefix", "query_max_length"),
             "corpus": Acts(lambda config: config.query is not None, "with --query (the texts it shows)",
                            {"query": ["x"]}, ({"query": None, "queries": "x", "output": "run.trec"},)),
             "tag": acts_with("output", on="run.trec", off=None),
@@ -245,9 +244,8 @@ class BM25Config(OutputOptions, BM25Params):
 class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("training data", "split")}
-    ACTS = {**{name: acts_with("negatives", "model", off="bm25")
-               for name in ("model", "pooling", "normalize", "dtype", "device", "batch_size", "query_max_length",
-                            "passage_max_length")},
+    ACTS = {**encoder_acts(acts_with("negatives", "model", off="bm25"), "model", "query_max_length",
+                           "passage_max_length"),
             "split": acts_with_folder("data")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25",
                                reads="model")

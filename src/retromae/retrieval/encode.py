@@ -5,7 +5,8 @@ Owns the embeddings folder layout:
     embeddings.npy   float32 (N, D), rows in the order of ids.txt (numpy format, never pickled)
     ids.txt          one id per line
     encode.json      how the vectors were made: model (its absolute path when local) and its fingerprint, pooling,
-                     normalize, prefix, max_length, count, dim; the input file (absolute path and fingerprint); the
+                     normalize, prefix, max_length, count, dim, backend and quantize (what ran the model:
+                     `retromae.models.backends`); the input file (absolute path and fingerprint); the
                      generation (a random id of this writing) and the fingerprints of embeddings.npy and ids.txt
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
 
@@ -39,6 +40,7 @@ import numpy as np
 
 from retromae.data.fields import UniqueIds, id_problem, json_type, read_id_lines
 from retromae.models.encoder import Encoder
+from retromae.models.encoder_config import beyond_torch
 from retromae.models.finite import check_vectors
 from retromae.retrieval.lineage import texts_fingerprint
 from retromae.runtime.console import progress
@@ -67,7 +69,7 @@ def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | Non
     """How an encoder turns text into vectors; stored beside embeddings so search can encode queries alike."""
     return {"model": absolute(name), "model_fingerprint": input_fingerprint(name), "pooling": encoder.pooling,
             "normalize": encoder.normalize, "prefix": prefix, "max_length": max_length or encoder.max_length,
-            "dim": encoder.dimension}
+            "dim": encoder.dimension, **encoder.inference}
 
 
 def source_info(path: str | Path | None) -> dict[str, Any]:
@@ -190,7 +192,8 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     model_name = model_name or encoder.source
     info = {**encoder_info(encoder, model_name, prefix, max_length), **source_info(source)}
     # the model by its content (model_fingerprint), not its path: a link to it or a copy of it makes the same vectors
-    by_content = {key: value for key, value in info.items() if key != "model"}
+    by_content = {key: value for key, value in info.items() if key not in ("model", *encoder.inference)}
+    by_content.update(beyond_torch(encoder.inference))  # torch's float32 as it was before the backends
     manifest = {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name, source or ""))

@@ -11,7 +11,12 @@ Whatever a command derives from, or shows beside, such a record is checked here 
   encode.json records, unchanged by `file_change`.) Before, `index --hybrid --corpus other.jsonl` (same ids,
   other texts) built a BM25 side over texts the vectors never saw;
 - `check_model`: the query encoder against the model the documents were encoded with;
-- `check_query_vectors`: query vectors against the documents' encoding (model, pooling, normalisation, width);
+- `check_query_vectors`: query vectors against the documents' encoding (model, pooling, normalisation, width, and
+  what ran the model: `check_inference`);
+- `check_inference`: what encodes the queries (backend and quantization, `retromae.models.backends`) against what
+  encoded the documents: refused where the two differ in quantization or are int8 of different backends (their
+  vectors differ by more than the float32 backends', which agree to about 1e-6: docs/performance.md), said in a
+  note where only the float32 backend differs;
 - `file_change`: a recorded file (a corpus) against its file fingerprint: moved, deleted or changed since.
 
 A record written before a fingerprint was kept has none, and is read as it is. The files of one folder are checked
@@ -26,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from retromae.models.encoder_config import BACKENDS, QUANTIZATIONS, backend_of
+from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import input_fingerprint
@@ -69,6 +76,35 @@ def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], qu
         shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
         raise ConfigError(f"--queries: {queries} was encoded otherwise than the documents of {index} ({shown}); "
                           "encode the queries with the index's model, or give a queries file")
+    check_inference(recorded_inference(query_info, queries / "encode.json"),
+                    recorded_inference(recorded, index / "index.json"), f"--queries: {queries} was", index)
+
+
+def recorded_inference(record: dict[str, Any], where: Path) -> tuple[str, str]:
+    """The backend and quantization a record (encode.json, index.json's encoder) says encoded its vectors; a record
+    without them is torch's float32 (made before the backends); ConfigError naming `where` for another value."""
+    backend, quantize = backend_of(record.get("backend"), record.get("quantize"))
+    if backend not in BACKENDS or quantize not in QUANTIZATIONS:
+        raise ConfigError(f"{where}: records backend {backend!r} and quantize {quantize!r}; a record holds one of "
+                          f"{', '.join(BACKENDS)} and one of {', '.join(QUANTIZATIONS)}")
+    return backend, quantize
+
+
+def _named(inference: tuple[str, str]) -> str:
+    return f"--backend {inference[0]} --quantize {inference[1]}"
+
+
+def check_inference(queries: tuple[str, str], documents: tuple[str, str], said: str, index: Path) -> None:
+    """ConfigError when the queries' (backend, quantize) may not search documents encoded with `documents`'s: another
+    quantization, or int8 of another backend; float32 of another backend is searched, with a note. `said` begins
+    the line ("--backend", "--queries: FOLDER was")."""
+    if queries == documents:
+        return
+    line = f"{said} encoded with {_named(queries)}, the documents of {index} with {_named(documents)}"
+    if queries[1] == documents[1] == "none":
+        notice(f"retromae: note: {line} (float32 both: their vectors agree to about 1e-6, docs/performance.md)")
+        return
+    raise ConfigError(f"{line}; encode both sides alike (drop --backend and --quantize to use the documents')")
 
 
 def recorded_path(record: Any) -> Path | None:

@@ -158,7 +158,8 @@ def load_searcher(config: SearchConfig) -> Searcher:
     """The `Searcher` of `config`'s index, its queries encoded as `config` says."""
 
     encoding = QueryEncoding(config.model, config.pooling, config.normalize, config.query_prefix,
-                             config.query_max_length, config.device, config.dtype, config.batch_size)
+                             config.query_max_length, config.device, config.dtype, config.batch_size, config.backend,
+                             config.quantize)
     return Searcher.load(config.index, model=config.model, corpus=config.corpus, fusion=config.fusion,
                          hybrid_weight=config.hybrid_weight, dense_only=config.dense_only, hybrid=config.hybrid,
                          params=config.params, shortlist=config.shortlist, texts=config.query is not None,

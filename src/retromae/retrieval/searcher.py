@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, overload
 from retromae.data.ranking import ranked
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
-from retromae.retrieval.lineage import check_model
+from retromae.retrieval.lineage import check_inference, check_model, recorded_inference
 from retromae.retrieval.texts import document_texts
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.options import ConfigError, checked_arguments, require
@@ -70,6 +70,8 @@ class QueryEncoding:
     device: str | None = None
     dtype: str = "auto"
     batch_size: int = 64
+    backend: str | None = None
+    quantize: str | None = None
 
 
 def _texts(queries: Any) -> Any:
@@ -225,9 +227,12 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
     check_model(model, recorded, where, given=options.model is not None)
     pooling = options.pooling or recorded.get("pooling")
     normalize = recorded.get("normalize") if options.normalize is None else options.normalize
+    documents = recorded_inference(recorded, where)
+    inference = options.backend or documents[0], options.quantize or documents[1]
+    check_inference(inference, documents, "--backend: the queries would be", folder)
     try:
         encoder = Encoder.load(model, pooling=pooling, normalize=normalize, device=options.device,
-                               dtype=options.dtype)
+                               dtype=options.dtype, backend=inference[0], quantize=inference[1])
     except RetroMAEError as error:
         if options.model:
             raise

@@ -48,6 +48,10 @@ REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the o
 # Options that say how long, how verbosely or where a training runs, not what it computes: a resumed run may change
 # them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length). The probes'
 # sample and metric stay part of a run, so that its probe scores (and its best probe) compare across a resume.
+# What a folder keeps that is made from its other files, skipped by its fingerprint (`input_fingerprint`): our training
+# checkpoints, and the inference exports kept beside a model (`retromae.models.backends`), so that exporting a model
+# does not change its identity.
+DERIVED_FOLDERS = ("checkpoints", "onnx", "openvino")
 RUN_NEUTRAL = frozenset({"output", "max_steps", "epochs", "log_every", "save_every", "keep_checkpoints", "resume",
                          "overwrite", "num_workers", "cache_dir", "gradient_checkpointing", "compile",
                          "progress", "probe_every", "probe_batch_size", "report_to", "distributed_timeout"})
@@ -90,7 +94,7 @@ def file_fingerprint(path: Path) -> str:
 
 
 def input_fingerprint(source: str | Path) -> str:
-    """A file's fingerprint, a folder's over its files (hidden ones and our own checkpoints skipped), or the name
+    """A file's fingerprint, a folder's over its files (hidden ones and `DERIVED_FOLDERS` skipped), or the name
     itself for what is not on disk (a hub model, `hf:DATASET`)."""
     if not source:
         return ""
@@ -102,7 +106,7 @@ def input_fingerprint(source: str | Path) -> str:
     digest = hashlib.sha1()
     for file in sorted(path.rglob("*")):
         relative = file.relative_to(path)
-        if file.is_file() and not any(part.startswith(".") or part == "checkpoints" for part in relative.parts):
+        if file.is_file() and not any(part.startswith(".") or part in DERIVED_FOLDERS for part in relative.parts):
             digest.update(f"{relative}={file_fingerprint(file)}\n".encode())
     return digest.hexdigest()[:16]
 

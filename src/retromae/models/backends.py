@@ -1,0 +1,300 @@
+"""Run an encoder's transformer through an inference library: ONNX Runtime (float32 or int8) or OpenVINO.
+
+Owns what `--backend onnx|openvino` and `--quantize int8` do once the model is loaded (the names and the check that
+the libraries are there live torch-free in `retromae.models.encoder_config`): the export of the transformer's forward
+pass (token ids and attention mask → last hidden states; pooling and normalisation stay `Encoder`'s) with torch's
+ONNX exporter (dynamic batch and sequence axes), its dynamic int8 quantization (onnxruntime's `quantize_dynamic` of
+the MatMul weights), OpenVINO's IR of the float32 one, where they are kept, and the runner that computes hidden
+states from them. Does not own tokenising, pooling or the vectors' checks (`retromae.models.encoder`).
+
+An export is made once per weights fingerprint (`weights_fingerprint`: a hash of the tensors and the architecture,
+so a copy or a link of a model finds it) and kept in the layout sentence-transformers loads with `backend="onnx"`
+or `"openvino"` (`EXPORT_FILES`), next to the transformer's files, or, where that folder is not ours to write (a
+hub cache, an installed package, a read-only folder, or files there that we did not make), under
+`$RETROMAE_CACHE/exports/<fingerprint>/` (default ~/.cache/retromae). Each export folder holds `EXPORT_RECORD`: per
+file, the weights it was made from and its own fingerprint; a file whose record is missing, names other weights
+or another fingerprint (a truncated or replaced file) is made again (with a note), never used. Weights changed in
+memory after loading (the candidates `adapt`'s guard scores) are exported to a temporary folder, dropped when the
+weights change again. Model folders' fingerprints skip these folders (`runtime.run_folder.DERIVED_FOLDERS`), so an
+export does not change the model's identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import sysconfig
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from retromae.data.token_store import default_cache_dir
+from retromae.runtime.console import notice
+from retromae.runtime.errors import DataError, ModelLoadError
+from retromae.runtime.io import write_text_atomic
+from retromae.runtime.lines import read_json_file
+from retromae.runtime.run_folder import file_fingerprint
+
+EXPORT_RECORD = "retromae_export.json"
+# What sentence-transformers loads for each backend and quantization (its `export_*` functions' file names).
+EXPORT_FILES = {("onnx", "none"): "onnx/model.onnx", ("onnx", "int8"): "onnx/model_qint8_avx512_vnni.onnx",
+                ("openvino", "none"): "openvino/openvino_model.xml"}
+INPUTS = ("input_ids", "attention_mask")
+PER_CHANNEL = True  # int8 weights scaled per output channel (docs/performance.md, "Inference backends")
+Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (B, L) int64 ids and mask → (B, L, D) float32 states
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A hash of `model`'s architecture (its config, names and paths left out) and of every tensor of its state but
+    the pooler's (`Encoder.load` adds a fresh one where a checkpoint has none, and the hidden states never read it)."""
+    config = {key: value for key, value in model.config.to_dict().items()
+              if not key.startswith("_") and key not in ("transformers_version", "dtype", "torch_dtype")}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        if name.split(".")[0] == "pooler":
+            continue
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:32]
+
+
+def _state_token(model: nn.Module) -> tuple:
+    """What changes whenever a tensor of `model` is replaced or written in place as `load_state_dict` and the
+    optimizers write (its storage and version counter; a write through `.data` is not counted)."""
+    return tuple((tensor.data_ptr(), tensor._version) for tensor in model.state_dict().values())
+
+
+class Backend:
+    """The runner of one encoder under `name` (onnx, openvino) and `quantize` (none, int8), made afresh
+    whenever the model's weights change; `folder` is the transformer's folder the weights were loaded from (None:
+    a hub model or weights in memory)."""
+
+    def __init__(self, name: str, quantize: str, folder: str | None) -> None:
+        self.name, self.quantize, self.folder = name, quantize, folder
+        self._token: tuple | None = None
+        self._loaded: str | None = None  # the fingerprint of the weights as loaded from `folder`
+        self._runner: Runner | None = None
+        self._scratch: tempfile.TemporaryDirectory | None = None
+
+    def runner(self, model: nn.Module) -> Runner:
+        """The runner of `model`'s current weights (exported or read back when they changed)."""
+        token = _state_token(model)
+        if self._runner is None or token != self._token:
+            fingerprint = weights_fingerprint(model)
+            self._loaded = self._loaded or fingerprint
+            self._runner = self._make(model, fingerprint)
+            self._token = token
+        return self._runner
+
+    def _make(self, model: nn.Module, fingerprint: str) -> Runner:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+        if fingerprint == self._loaded:
+            root = export_root(self.folder, fingerprint, EXPORT_FILES[self.name, self.quantize])
+        else:  # weights changed in memory: kept only while they are these
+            self._scratch = tempfile.TemporaryDirectory(prefix="retromae-export-")
+            root = Path(self._scratch.name)
+        path = ensure_export(model, root, fingerprint, self.name, self.quantize)
+        return onnx_runner(path) if self.name == "onnx" else openvino_runner(path)
+
+
+def ours_to_write(folder: str | None) -> bool:
+    """Whether exports may be kept in `folder`: a local folder we may write, not an installed package's nor a
+    Hugging Face cache's."""
+    if folder is None or not Path(folder).is_dir() or not os.access(folder, os.W_OK):
+        return False
+    resolved = Path(folder).resolve()
+    # huggingface_hub: its cache folder, where hub models are read from (a dependency of transformers)
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    foreign = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], HF_HUB_CACHE}
+    return not any(resolved.is_relative_to(Path(root).resolve()) for root in foreign)
+
+
+def export_root(folder: str | None, fingerprint: str, relative: str) -> Path:
+    """Where the export `relative` of weights `fingerprint` is kept: beside the model in `folder` when that is ours to
+    write and a file there by that name is one we made (recorded), else the cache folder of the fingerprint."""
+    if ours_to_write(folder):
+        target = Path(folder) / relative
+        if not target.exists() or target.name in _record(target.parent):
+            return Path(folder)
+    return default_cache_dir() / "exports" / fingerprint
+
+
+def _record(folder: Path) -> dict[str, Any]:
+    """The export record of `folder` (file name → the weights it was made from and its fingerprint); empty when
+    there is none or it cannot be read (its files are then made again)."""
+    path = folder / EXPORT_RECORD
+    if not path.is_file():
+        return {}
+    try:
+        return read_json_file(path)
+    except DataError as error:
+        notice(f"retromae: note: {error}; exporting again")
+        return {}
+
+
+def _fresh(path: Path, fingerprint: str) -> bool:
+    """Whether `path` and its companion files are the export of weights `fingerprint` its folder's record names;
+    a note says why one that is there is not."""
+    names = [path.name, *([path.with_suffix(".bin").name] if path.suffix == ".xml" else [])]
+    record = _record(path.parent)
+    if not any((path.parent / name).exists() for name in names):
+        return False
+    for name in names:
+        entry = record.get(name)
+        if not isinstance(entry, dict) or entry.get("weights") != fingerprint:
+            notice(f"retromae: note: {path.parent / name} was not exported from these weights; exporting again")
+            return False
+        if not (path.parent / name).is_file() or entry.get("fingerprint") != file_fingerprint(path.parent / name):
+            notice(f"retromae: note: {path.parent / name} changed since it was exported (cut short or replaced); "
+                   "exporting again")
+            return False
+    return True
+
+
+def _commit(folder: Path, made: dict[str, Path], fingerprint: str) -> None:
+    """Move the files made (name → temporary path) into `folder`, then record them: the record is written last, so
+    an export cut short is never taken for a whole one."""
+    for name, tmp in made.items():
+        os.replace(tmp, folder / name)
+    record = _record(folder)
+    record.update({name: {"weights": fingerprint, "fingerprint": file_fingerprint(folder / name)} for name in made})
+    write_text_atomic(folder / EXPORT_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def ensure_export(model: nn.Module, root: Path, fingerprint: str, backend: str, quantize: str) -> Path:
+    """The export of `model` (weights `fingerprint`) for `backend` and `quantize` under `root`, made (with what it is
+    made from) unless a fresh one is there."""
+    path = root / EXPORT_FILES[backend, quantize]
+    if _fresh(path, fingerprint):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".retromae-export.", dir=path.parent) as scratch:
+        tmp = Path(scratch) / path.name
+        if backend == "openvino":
+            convert_openvino(ensure_export(model, root, fingerprint, "onnx", quantize), tmp)
+            made = {path.name: tmp, path.with_suffix(".bin").name: tmp.with_suffix(".bin")}
+        elif quantize == "int8":
+            quantize_onnx(ensure_export(model, root, fingerprint, "onnx", "none"), tmp)
+            made = {path.name: tmp}
+        else:
+            export_onnx(model, tmp)
+            made = {path.name: tmp}
+        _commit(path.parent, made, fingerprint)
+    return path
+
+
+class _HiddenStates(nn.Module):
+    """The transformer's forward pass as exported: token ids and attention mask → last hidden states."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporter's and quantizer's progress lines and warnings off (they print and log as they go)."""
+    loggers = [logging.getLogger(name) for name in ("", "torch.onnx")]  # the quantizer logs to the root logger
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def export_onnx(model: nn.Module, path: Path) -> None:
+    """`model`'s forward pass to ONNX at `path` (torch's exporter, dynamic batch and sequence axes, weights inside
+    the file); ModelLoadError naming the model when the exporter cannot trace it."""
+    vocabulary = int(model.config.vocab_size)
+    input_ids = (torch.arange(16) % vocabulary).reshape(2, 8)  # (2, 8)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 5:] = 0
+    axes = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")},
+            "attention_mask": {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")}}
+    was_training = model.training
+    model.eval()
+    try:
+        with _quiet(), torch.no_grad():
+            torch.onnx.export(_HiddenStates(model), (input_ids, attention_mask), str(path), input_names=list(INPUTS),
+                              output_names=["last_hidden_state"], dynamo=True, dynamic_shapes=axes,
+                              external_data=False, verbose=False)
+    except Exception as error:  # the exporter's many failures (an operator it lacks, a shape it cannot trace)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelLoadError(f"cannot export {type(model).__name__} to ONNX ({first}); use --backend torch") from None
+    finally:
+        model.train(was_training)
+
+
+def quantize_onnx(source: Path, path: Path) -> None:
+    """Dynamic int8 of the MatMul weights of the ONNX model `source` (onnxruntime's quantizer) into `path`."""
+    # onnxruntime: only for --quantize int8
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _quiet():
+        quantize_dynamic(source, path, weight_type=QuantType.QInt8, per_channel=PER_CHANNEL,
+                         op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True})
+
+
+def convert_openvino(source: Path, path: Path) -> None:
+    """OpenVINO's IR (`path`, an .xml and its .bin) of the ONNX model `source`, its weights kept in float32."""
+    # openvino: only for --backend openvino
+    import openvino
+
+    with _quiet():
+        openvino.save_model(openvino.Core().read_model(str(source)), str(path), compress_to_fp16=False)
+
+
+def _threads() -> int:
+    return torch.get_num_threads()  # what `runtime.threads.configure_threads` chose for this process
+
+
+def onnx_runner(path: Path) -> Runner:
+    """Hidden states from the ONNX model at `path` on ONNX Runtime's CPU provider, on this process's threads, which
+    sleep between operators."""
+    # onnxruntime: only for --backend onnx
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = _threads()
+    # its threads sleep between operators rather than spin, as OMP_WAIT_POLICY=PASSIVE makes torch's
+    # (`runtime.threads`): measured 15% faster on a shared machine (docs/performance.md)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return lambda input_ids, attention_mask: session.run(
+        None, {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+
+
+def openvino_runner(path: Path) -> Runner:
+    """Hidden states from the OpenVINO IR at `path` on its CPU plugin, computed in float32 (its default on a CPU with
+    AMX or AVX-512 bf16 is bf16), on this process's threads."""
+    # openvino: only for --backend openvino
+    import openvino
+
+    compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                                "INFERENCE_NUM_THREADS": _threads()})
+    request = compiled.create_infer_request()
+    return lambda input_ids, attention_mask: np.array(request.infer(
+        {"input_ids": input_ids, "attention_mask": attention_mask})[0], dtype=np.float32)
+
