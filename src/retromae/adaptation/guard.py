@@ -77,9 +77,9 @@ def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, floa
 
 
 def systems(validation: RetrievalSet, base: Candidate, chosen: Candidate) -> dict[str, float]:
-    """`METRIC` on the validation set of what a user can run next (`SYSTEMS`): BM25 over the validation corpus, the
-    base and, when a candidate was chosen, the adapted model, each alone and in a hybrid with BM25 (`retrieval.fusion`'s
-    default, as `retromae index --hybrid` and `search` fuse)."""
+    """`METRIC` on the validation set of what a user can run next, by name (base, bm25, base+bm25, adapted,
+    adapted+bm25): BM25 over the validation corpus, the base and, when a candidate was chosen, the adapted model, each
+    alone and in a hybrid with BM25 (`retrieval.fusion`'s default, as `retromae index --hybrid` and `search` fuse)."""
     lexical = bm25_search(validation.corpus_texts(), validation.queries, k=DEPTH, show_progress=False,
                           warn_empty=False)
     runs = {"base": base.run, "bm25": lexical, "base+bm25": fuse(base.run, lexical, k=DEPTH)}
