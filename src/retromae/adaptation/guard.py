@@ -24,13 +24,14 @@ from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
 from retromae.models.encoder import Encoder
 from retromae.retrieval.bm25 import bm25_search
-from retromae.retrieval.fusion import DEPTH, Run, fuse
+from retromae.retrieval.fusion import Run, candidate_depth, fuse
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.runtime.console import progress
 from retromae.runtime.errors import ModelLoadError
 from retromae.training.checkpoint_state import MODEL_FILE, read_model_tensors
 
 METRIC = primary_key()  # ndcg@10
+CUTOFF = parse_key(METRIC)[1]  # the hits METRIC reads (10)
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL_LEVEL = 0.95
 
@@ -43,7 +44,7 @@ class Candidate:
     weight: float
     score: float | None = None
     per_query: dict[str, float] | None = None  # query id → METRIC
-    run: Run | None = None  # its top DEPTH per validation query: what a hybrid with BM25 fuses
+    run: Run | None = None  # its best `candidate_depth(CUTOFF)` per validation query: what a hybrid with BM25 fuses
     interval: tuple[float, float] | None = None  # of the gain over the base (the base: none)
 
     @property
@@ -65,14 +66,14 @@ def score_candidate(candidate: Candidate, encoder: Encoder, validation: Retrieva
 
 
 def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> Run:
-    """The encoder's top DEPTH documents per validation query (the depth a hybrid fuses; no progress display)."""
-    return dense_search(encoder, validation.corpus_texts(), validation.queries, k=DEPTH, passages=TextOptions(),
-                        questions=TextOptions(), batch_size=batch_size, show_progress=False)
+    """The encoder's best documents per validation query, as deep as a hybrid fuses (no progress display)."""
+    return dense_search(encoder, validation.corpus_texts(), validation.queries, k=candidate_depth(CUTOFF),
+                        passages=TextOptions(), questions=TextOptions(), batch_size=batch_size, show_progress=False)
 
 
 def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, float]]:
     """`METRIC` of a run on the validation set, on average and per query."""
-    means, queries = evaluate_run(validation.qrels, run, (parse_key(METRIC)[1],), per_query=True)
+    means, queries = evaluate_run(validation.qrels, run, (CUTOFF,), per_query=True)
     return means[METRIC], {query_id: scores[METRIC] for query_id, scores in queries.items()}
 
 
@@ -80,11 +81,11 @@ def systems(validation: RetrievalSet, base: Candidate, chosen: Candidate) -> dic
     """`METRIC` on the validation set of what a user can run next, by name (base, bm25, base+bm25, adapted,
     adapted+bm25): BM25 over the validation corpus, the base and, when a candidate was chosen, the adapted model, each
     alone and in a hybrid with BM25 (`retrieval.fusion`'s default, as `retromae index --hybrid` and `search` fuse)."""
-    lexical = bm25_search(validation.corpus_texts(), validation.queries, k=DEPTH, show_progress=False,
-                          warn_empty=False)
-    runs = {"base": base.run, "bm25": lexical, "base+bm25": fuse(base.run, lexical, k=DEPTH)}
+    lexical = bm25_search(validation.corpus_texts(), validation.queries, k=candidate_depth(CUTOFF),
+                          show_progress=False, warn_empty=False)
+    runs = {"base": base.run, "bm25": lexical, "base+bm25": fuse(base.run, lexical, k=CUTOFF)}
     if chosen is not base:
-        runs |= {"adapted": chosen.run, "adapted+bm25": fuse(chosen.run, lexical, k=DEPTH)}
+        runs |= {"adapted": chosen.run, "adapted+bm25": fuse(chosen.run, lexical, k=CUTOFF)}
     return {name: metric_of(validation, run)[0] for name, run in runs.items()}
 
 

@@ -40,6 +40,7 @@ from retromae.adaptation.guard import (
 from retromae.adaptation.queries import validation_kind
 from retromae.data.corpus import Document
 from retromae.data.held_out import check_held_out
+from retromae.data.ranking import ranked
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
 from retromae.data.training_groups import load_training_data
@@ -313,7 +314,7 @@ NEXT_STEPS = {
 def next_step(config: AdaptConfig, scores: dict[str, float]) -> str:
     """The closing lines: every system a user can run next, best first, by its score on the same held-out queries,
     and the commands of the best."""
-    order = sorted(scores, key=lambda name: -scores[name])
+    order = ranked(scores)
     words, command = NEXT_STEPS[order[0]]
     ranking = "; ".join(f"{NEXT_STEPS[name][0]} {scores[name]:.4f}" for name in order)
     return (f"best next step, by {METRIC} on the same held-out queries: {words} ({ranking})\n  "
