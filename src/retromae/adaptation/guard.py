@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from retromae.data.ranking import Run
 from retromae.data.retrieval_sets import RetrievalSet
 from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
 from retromae.models.encoder import Encoder
 from retromae.retrieval.bm25 import bm25_search
-from retromae.retrieval.fusion import Run, candidate_depth, fuse
+from retromae.retrieval.fusion import candidate_depth, fuse
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.runtime.console import progress
 from retromae.runtime.errors import ModelLoadError

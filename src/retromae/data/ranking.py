@@ -15,6 +15,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
 Key = TypeVar("Key", bound=Hashable)
+Run = dict[str, dict[str, float]]  # query id → document id → score: a ranking per query, in no order until `ranked`
 
 
 def ranked(scores: Mapping[Key, float], k: int | None = None,

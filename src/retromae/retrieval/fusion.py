@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from retromae.data.ranking import ranked
+from retromae.data.ranking import Run, ranked
 from retromae.runtime.errors import RetroMAEError
 
-Run = dict[str, dict[str, float]]
 METHODS = ("convex", "rrf")
 DEFAULT_METHOD = "convex"
 DEFAULT_WEIGHT = 0.7  # the dense side's share under `convex`: docs/RESULTS.md section 11 (SciFact, NPL, Debian)

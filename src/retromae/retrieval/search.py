@@ -12,10 +12,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from retromae.data.ranking import Run
 from retromae.models.encoder import Encoder
 from retromae.retrieval.index import build_index, search
-
-Run = dict[str, dict[str, float]]
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from retromae.data.ranking import ranked
+from retromae.data.ranking import Run, ranked
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.retrieval.lineage import check_inference, check_model, recorded_inference
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from retromae.models.encoder import Encoder
     from retromae.retrieval.bm25 import BM25
 
-Run = dict[str, dict[str, float]]
 
 
 @dataclasses.dataclass(frozen=True)
