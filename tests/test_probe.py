@@ -224,7 +224,7 @@ def test_a_best_probe_of_the_untrained_model_is_said_and_listed(tiny_model_dir, 
         assert "- **Training:** pre-training: retromae enhanced, enc mask 0.3, dec mask 0.5, 1 dec layer" in card
         assert steps in card and "Unknown" not in card
     chosen = (output / "best-probe" / "encoder" / "README.md").read_text()
-    assert "- **Chosen by:** the best probe score (probe_ndcg@10 0." in chosen
+    assert "- **Chosen by:** the best probe score (probe_ndcg@10 " in chosen  # 0.x, or 1.0000 on 8 easy queries
     listed = capsys.readouterr().out.split("wrote:")[1]
     assert f"best probe            {output / 'best-probe'}" in listed
     assert f"tensorboard           {output / 'tensorboard'}" in listed
