@@ -54,7 +54,7 @@ def passage_set(folder: Path):
 def estimate(run: Path, base: str) -> dict:
     """The base's and the export's NDCG@10 on the run's passage queries, the gain and its interval."""
     from retromae.adaptation.data import base_pooling
-    from retromae.adaptation.guard import gain_interval, score
+    from retromae.adaptation.guard import measure_gain, score
     from retromae.models.encoder import Encoder
 
     guard = json.loads((run / "guard.json").read_text())
@@ -62,7 +62,7 @@ def estimate(run: Path, base: str) -> dict:
     pooling = base_pooling(base, None, None)
     scores = {name: score(Encoder.load(path, pooling=pooling.pooling, normalize=pooling.normalize), validation, 64)
               for name, path in (("base", base), ("export", str(run / "encoder")))}
-    low, high = gain_interval(scores["base"][1], scores["export"][1], SEED)
+    low, high = measure_gain(scores["base"][1], scores["export"][1], SEED).interval
     return {"run": str(run), "keyword_set": guard["validation_set"], "keyword_gain": guard["candidates"][-1]["gain"],
             "exported": guard["chosen"], "passage_queries": len(validation.queries),
             "passage_base": scores["base"][0], "passage_export": scores["export"][0],

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.data import MIN_HELD_OUT, split_corpus
-from retromae.adaptation.guard import Candidate, averaged, decide, gain_interval, systems
+from retromae.adaptation.guard import Candidate, Gain, averaged, decide, measure_gain, systems
 from retromae.adaptation.run import NEXT_STEPS, next_step
 from retromae.adaptation.run import adapt as run_adapt
 from retromae.commands import show
@@ -83,6 +83,9 @@ def test_pooling_and_similarity_come_from_the_base(tmp_path, declared_base):
     base, candidate = guard["candidates"]
     assert candidate["gain"] == pytest.approx(candidate["ndcg@10"] - base["ndcg@10"])
     wins = candidate["gain"] > 0 and candidate["interval"][0] > 0  # the candidate only beyond the noise
+    assert candidate["relative_gain"] == pytest.approx(candidate["ndcg@10"] / base["ndcg@10"] - 1)
+    low, high = candidate["relative_interval"]
+    assert (low > 0) == (candidate["interval"][0] > 0)  # the same resamples: the verdict reads either alike
     assert guard["chosen"] == (candidate["name"] if wins else "base")
     assert {"base", "bm25", "base+bm25"} <= set(guard["systems"]) <= set(NEXT_STEPS)
     assert guard["systems"]["base"] == pytest.approx(base["ndcg@10"])  # the same queries, the same search
@@ -365,21 +368,49 @@ def test_the_guard_refuses_a_candidate_whose_interval_reaches_the_base():
     # a mean gain of +0.03 carried by one query of ten: resampling the queries often leaves it out
     lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
     assert decide(base, [lucky], seed=0) is base
-    low, high = lucky.interval
+    low, high = lucky.gain.interval
     assert low <= 0 < 0.03 < high
     # a gain as large on every query: the interval is that gain alone, above 0
     steady = Candidate(8, 0.5, 0.531, {f"q{i}": 0.531 for i in range(10)})
     assert decide(base, [lucky, steady], seed=0) is steady
-    assert steady.interval == pytest.approx((0.031, 0.031))
+    assert steady.gain.interval == pytest.approx((0.031, 0.031))
+    assert steady.gain.relative_interval == pytest.approx((0.062, 0.062))  # 0.031 of the base's 0.5
 
 
 def test_the_gain_interval_is_a_seeded_paired_bootstrap():
     base = {"a": 0.2, "b": 0.4, "c": 0.9}
     candidate = {"a": 0.3, "b": 0.3, "c": 1.0}  # per query: +0.1, −0.1, +0.1
-    low, high = gain_interval(base, candidate, seed=1)
-    assert gain_interval(base, candidate, seed=1) == (low, high)
+    gain = measure_gain(base, candidate, seed=1)
+    assert measure_gain(base, candidate, seed=1) == gain
+    low, high = gain.interval
     assert -0.1 - 1e-9 <= low < 0.1 / 3 < high <= 0.1 + 1e-9  # between the worst and best resample, around the mean
-    assert gain_interval(base, base, seed=1) == (0.0, 0.0)
+    assert gain.absolute == pytest.approx(0.1 / 3) and gain.relative == pytest.approx(1.6 / 1.5 - 1)
+    low, high = gain.relative_interval
+    assert -0.1 / 0.4 - 1e-9 <= low < gain.relative < high <= 0.1 / 0.2 + 1e-9  # the worst and best resample's ratio
+    assert measure_gain(base, base, seed=1) == Gain(0.0, (0.0, 0.0), 0.0, (0.0, 0.0))
+
+
+def test_a_gain_over_a_base_that_scores_0_has_no_relative_measure():
+    base = {"a": 0.0, "b": 0.0, "c": 0.5}  # resamples of a and b alone score the base 0
+    gain = measure_gain(base, {"a": 0.5, "b": 0.5, "c": 0.5}, seed=1)
+    assert gain.absolute == pytest.approx(1 / 3) and gain.interval == pytest.approx((0.0, 0.5))
+    assert gain.relative is None and gain.relative_interval is None
+
+
+def test_the_verdict_says_the_gain_as_a_share_of_the_base_and_at_least_its_lower_end():
+    from retromae.adaptation.run import summary
+
+    base = Candidate(0, 1.0, 0.5, {f"q{i}": 0.5 for i in range(10)})
+    steady = Candidate(8, 0.5, 0.55, {f"q{i}": 0.55 for i in range(10)})
+    assert decide(base, [steady], seed=0) is steady
+    text = summary(steady, [base, steady], "10 passage queries of held-out documents")
+    assert "exported step 8, averaged with the base at 0.5: +10.0% ndcg@10 over the base, at least +10.0% " in text
+    assert "95% interval [+10.0%, +10.0%]" in text and "(the base 0.5000 → 0.5500 there)" in text
+    lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
+    assert decide(base, [lucky], seed=0) is base
+    text = summary(base, [base, lucky], "10 passage queries of held-out documents")
+    assert "(step 4, averaged with the base at 0.5: +6.0%, its 95% interval [+0.0%, " in text
+    assert text.endswith("reaches the base): exported the base unchanged")
 
 
 def test_listwise_kl_and_margin_mse_on_a_hand_computed_case():
@@ -570,3 +601,30 @@ def test_the_guard_signals_recipe_makes_its_held_out_query_kinds_from_the_valida
     assert recipe.unshared_queries(validation) == {"q0": "keeps fission stable under pressure"}  # shared words out
     keywords = recipe.keyword_queries(validation)
     assert set(keywords) == {"q0"} and set(keywords["q0"].split()) <= set(corpus["d0"].text.split())
+
+
+def test_the_guard_estimates_recipe_reads_a_share_by_the_real_base_and_fits_leaving_a_collection_out():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "recipes" / "guard_estimates.py"
+    spec = importlib.util.spec_from_file_location("guard_estimates", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+
+    def record(collection, held_out, real):  # every query alike: each interval is its point
+        ids = [f"q{i}" for i in range(5)]
+        return {"run": f"runs/{collection}/distill-s1", "collection": collection, "guard": {"chosen": "step 4"},
+                "held_out": {"passage": {"base": dict.fromkeys(ids, held_out[0]),
+                                         "export": dict.fromkeys(ids, held_out[1])}},
+                "real": {"base": dict.fromkeys(ids, real[0]), "export": dict.fromkeys(ids, real[1])}}
+
+    rows = [recipe.run_row(record("a", (0.2, 0.22), (0.5, 0.53))),  # held-out +10%, real +6%
+            recipe.run_row(record("b", (0.5, 0.55), (0.4, 0.42)))]  # held-out +10%, real +5%
+    recipe.fitted(rows)
+    assert rows[0]["points"][0] == pytest.approx(0.02) and rows[0]["points"][1] == pytest.approx((0.02, 0.02))
+    assert rows[0]["share"][0] == pytest.approx(0.05)  # +10% of the real base's 0.5
+    assert rows[0]["factor"] == pytest.approx(0.5) and rows[1]["factor"] == pytest.approx(0.6)  # the other's 5/10, 6/10
+    assert rows[0]["fitted share"][0] == pytest.approx(0.025)
+    text = recipe.table(rows, ("points", "share", "fitted share"))
+    assert "| a | 1 | candidate | 0.200 → 0.500 | +0.0300 | +0.0200 [+0.0200, +0.0200] | -0.0100 |" in text
+    assert "- share: mean absolute error 0.0200, mean signed +0.0200" in text  # +0.05 − 0.03, +0.04 − 0.02

@@ -32,6 +32,7 @@ from retromae.adaptation.guard import (
     INTERVAL_LEVEL,
     METRIC,
     Candidate,
+    Gain,
     run_guard,
     score,
     score_candidate,
@@ -153,15 +154,22 @@ def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: Pool
 def guard_record(config: AdaptConfig, output: Path, best: Candidate, scored: list[Candidate], steps: int,
                  description: str) -> dict[str, Any]:
     """guard.json: the metric, the validation set, the base's and every candidate's score, the chosen one, and each
-    candidate's interval of its gain over the base."""
+    candidate's gain over the base, in points and relative, with their intervals."""
     base = scored[0]
     return {"metric": METRIC, "validation": config.validation or str(output / "validation"),
             "validation_set": description, "chosen": best.name, "base": base.score, "steps": steps,
             "interval_level": INTERVAL_LEVEL, "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
-            "interval": None if best.interval is None else list(best.interval),
+            **gain_fields(best.gain),
             "candidates": [{"name": c.name, "step": c.step, "weight": c.weight, METRIC: c.score,
-                            "gain": c.score - base.score,
-                            "interval": None if c.interval is None else list(c.interval)} for c in scored]}
+                            **gain_fields(c.gain), "gain": c.score - base.score} for c in scored]}
+
+
+def gain_fields(gain: Gain | None) -> dict[str, Any]:
+    """A gain's intervals as guard.json keeps them (None for the base, or for the relative one where undefined)."""
+    return {"interval": None if gain is None else list(gain.interval),
+            "relative_gain": None if gain is None else gain.relative,
+            "relative_interval": None if gain is None or gain.relative_interval is None
+            else list(gain.relative_interval)}
 
 
 def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet) -> float:
@@ -270,28 +278,50 @@ def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool)
 
 
 def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
-    """Every candidate's score, its gain over the base and the interval of that gain, then the verdict against the
-    base in plain words, saying what the figures were estimated on."""
+    """Every candidate's score and its gain over the base, in points and as a share of the base's score with that
+    share's interval, then the verdict against the base in plain words, saying what the figures were estimated on."""
     base = scored[0]
     level = f"{INTERVAL_LEVEL:.0%}"
     lines = [f"validation {METRIC}, estimated on {estimated_on(description)} ({description}):",
-             f"  {'candidate':<45} {METRIC:>8} {'gain':>8}  {level} interval of the gain"]
+             f"  {'candidate':<45} {METRIC:>8} {'gain':>8} {'relative':>9}  {level} interval of the relative gain"]
     for candidate in scored:
-        gain = "" if candidate is base else f"{candidate.score - base.score:+8.4f}"
-        interval = "" if candidate.interval is None else (f"  [{candidate.interval[0]:+.4f}, "
-                                                          f"{candidate.interval[1]:+.4f}]")
-        lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain:>8}{interval}")
+        gain = "" if candidate.gain is None else f"{candidate.gain.absolute:+8.4f} {share(candidate.gain.relative):>9}"
+        interval = "" if candidate.gain is None else f"  {shares(candidate.gain)}"
+        lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain}{interval}".rstrip())
     if best is not base:
-        lines.append(f"exported {best.name}: {best.score - base.score:+.4f} over the base ({base.score:.4f}), "
-                     f"{level} interval [{best.interval[0]:+.4f}, {best.interval[1]:+.4f}], estimated on "
-                     f"{estimated_on(description)}")
+        lines.append(f"exported {best.name}: {verdict(best.gain, level)}, estimated on {estimated_on(description)}"
+                     f" (the base {base.score:.4f} → {best.score:.4f} there)"
+                     + ("" if best.gain.relative is None else
+                        ": on your own queries expect about that share of what the base scores on them"))
         return "\n".join(lines)
     challenger = max(scored[1:], key=lambda c: c.score, default=None)
-    why = ("" if challenger is None or challenger.interval is None else
-           f" ({challenger.name}: {challenger.score - base.score:+.4f}, its {level} interval "
-           f"[{challenger.interval[0]:+.4f}, {challenger.interval[1]:+.4f}] reaches the base)")
+    why = ("" if challenger is None or challenger.gain is None else
+           f" ({challenger.name}: {share(challenger.gain.relative)}, its {level} interval {shares(challenger.gain)} "
+           "reaches the base)")
     lines.append(f"no candidate beat the base beyond the validation's noise{why}: exported the base unchanged")
     return "\n".join(lines)
+
+
+def verdict(gain: Gain, level: str) -> str:
+    """The exported candidate's gain in words: as a share of what the base scores (what carries to the user's
+    queries, whatever their level), the lower end of its interval as what it gains at least; in points where the
+    share is undefined."""
+    if gain.relative_interval is None:
+        return f"{gain.absolute:+.4f} {METRIC} over the base, {level} interval {shares(gain)}"
+    return (f"{share(gain.relative)} {METRIC} over the base, at least {share(gain.relative_interval[0])} "
+            f"({level} interval {shares(gain)})")
+
+
+def share(relative: float | None) -> str:
+    """A relative gain as a signed percentage ("n/a" where the base scores 0)."""
+    return "n/a" if relative is None else f"{relative:+.1%}"
+
+
+def shares(gain: Gain) -> str:
+    """A gain's relative interval, "[+2.7%, +6.0%]"; in points where the relative one is undefined."""
+    if gain.relative_interval is None:
+        return f"[{gain.interval[0]:+.4f}, {gain.interval[1]:+.4f}] ({METRIC} points)"
+    return f"[{share(gain.relative_interval[0])}, {share(gain.relative_interval[1])}]"
 
 
 # What a user can run next, by the guard's `systems` names: in words, and the commands that make it.
@@ -331,7 +361,7 @@ def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) ->
     chosen = ("the base, unchanged: no candidate beat it" if best.step == 0 else
               f"the training's step {best.step} averaged with the base at weight {best.weight:g} "
               f"(θ = {best.weight:g}·θ_adapted + {1 - best.weight:g}·θ_base)")
-    interval = record["interval"]
+    relative = record["relative_interval"]
     scores = f"base {record['base']:.4f}; " + "; ".join(
         f"{c['name']} {c[METRIC]:.4f}" for c in record["candidates"][1:])
     return {"Base model": str(config.model),
@@ -342,5 +372,6 @@ def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) ->
             "Training data": ", ".join(config.corpus) + " (no labels)",
             "Exported": chosen,
             "Guard": f"{METRIC} on {record['validation_set']}: {scores}"
-                     + ("" if interval is None else f"; {INTERVAL_LEVEL:.0%} interval of the gain "
-                                                    f"[{interval[0]:+.4f}, {interval[1]:+.4f}]")}
+                     + ("" if relative is None else f"; gain {share(record['relative_gain'])} of the base's, "
+                                                    f"{INTERVAL_LEVEL:.0%} interval [{share(relative[0])}, "
+                                                    f"{share(relative[1])}]")}
