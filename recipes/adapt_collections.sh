@@ -8,6 +8,8 @@
 # w = 0.7, BM25 beside), queries at 64 tokens, passages at 256. ADAPT_OPTIONS adds options to every adapt run; TAG
 # (default: the objective) names the variant folders RUNS_DIR/COLLECTION/TAG-sSEED, each keeping adapt's guard.json
 # beside eval/COLLECTION/ (results.json: the model, BM25, the hybrid) and times.txt. The base's own figures: recipes/hybrid_weights.py (section 11).
+# FROM_TAG (a second round): each run adapts the export of RUNS_DIR/COLLECTION/FROM_TAG-sSEED instead of MODEL, so its
+# teacher is the first round's hybrid (e.g. TAG=round2 FROM_TAG=distill).
 source "$(dirname "$0")/lib.sh"
 MODEL=${1:-$(minilm_path)}
 RUNS=${2:-runs/adapt-collections}
@@ -19,7 +21,9 @@ for collection in $COLLECTIONS; do
   for seed in $SEEDS; do
     for objective in $OBJECTIVES; do
       dir=$RUNS/$collection/${TAG:-$objective}-s$seed
-      [ -f "$dir/adapt/guard.json" ] || timed "$dir" adapt $PY -m retromae adapt --model "$MODEL" \
+      base=$MODEL
+      [ -z "${FROM_TAG:-}" ] || base=$RUNS/$collection/$FROM_TAG-s$seed/adapt/sentence-transformer
+      [ -f "$dir/adapt/guard.json" ] || timed "$dir" adapt $PY -m retromae adapt --model "$base" \
         --corpus "$folder/corpus.jsonl" --output "$dir/adapt" --objective "$objective" --seed "$seed" --resume "${EXTRA[@]}"
       [ -f "$dir/eval/$collection/results.json" ] || timed "$dir" "eval-$collection" $PY -m retromae evaluate \
         --model "$dir/adapt/sentence-transformer" --data "$folder" --split test --bm25 --hybrid \
