@@ -152,15 +152,16 @@ def signals(run: Path, base: str, cache: Path, base_vectors: Path | None) -> dic
     real = per_query(test.qrels, systems(models, test_corpus, test.queries, f"{collection}-test",
                                          (REAL_QUERY_LENGTH, PASSAGE_LENGTH)))
     validation = load_retrieval_set(run / "adapt" / "validation", "test")
+    held = f"{collection}-{run.name}-validation"  # each run holds out its own documents: its own cache folder
     corpus = {i: p.joined() for i, p in validation.corpus.items()}
     keywords, unshared = keyword_queries(validation), unshared_queries(validation)
     held_out = {
         "unshared": per_query({q: validation.qrels[q] for q in unshared},
-                              systems(models, corpus, unshared, f"{collection}-validation", (None, None))),
-        "passage": per_query(validation.qrels, systems(models, corpus, validation.queries, f"{collection}-validation",
+                              systems(models, corpus, unshared, held, (None, None))),
+        "passage": per_query(validation.qrels, systems(models, corpus, validation.queries, held,
                                                        (None, None))),
         "keywords": per_query({q: validation.qrels[q] for q in keywords},
-                              systems(models, corpus, keywords, f"{collection}-validation", (None, None)))}
+                              systems(models, corpus, keywords, held, (None, None)))}
     return {"run": str(run), "collection": collection, "guard": guard, "held_out": held_out, "real": real}
 
 
