@@ -6,8 +6,9 @@ Markdown table per run, then the summary, of three estimates of the candidate's 
 - `points`: the gain on the held-out queries in NDCG@10 points (what the guard printed until issue 62);
 - `share`: the gain as a share of the base's score on the held-out queries (what it prints now), read as a gain on
   the real queries by the base's real score (a user who knows what the base scores there reads it so);
-- `fitted share`: the share times a factor fitted, by least squares through 0, on the runs of the other
-  collections (leave one collection out): what a calibration would gain on a collection it was not fitted on.
+- `fitted points`, `fitted share`: each times a factor fitted, by least squares through 0 of the real gain on the
+  estimate, on the runs of the other collections (leave one collection out): what a calibration would gain on a
+  collection it was not fitted on.
 Each with its 95% interval (the guard's paired bootstrap, `adaptation.guard.measure_gain`), the error (estimate −
 real) and whether the real gain lies in the interval and above its lower end ("at least").
 
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 SEED = 0  # the guard's bootstrap seed is the run's; the intervals here use one seed for every run
+ESTIMATES = ("points", "share")
 
 
 def run_row(record: dict) -> dict:
@@ -38,21 +40,19 @@ def run_row(record: dict) -> dict:
             "real_gain": float(np.mean(list(real["export"].values()))) - real_base,
             "points": (estimate.absolute, estimate.interval),
             "share": (estimate.relative * real_base, tuple(end * real_base for end in estimate.relative_interval)),
-            "relative": estimate.relative, "real_relative": None}
+}
 
 
-def fitted(rows: list[dict]) -> None:
-    """Each row's share estimate times the factor fitted on the other collections' rows (least squares through 0 of
-    the real relative gain on the held-out one)."""
-    for row in rows:
-        row["real_relative"] = row["real_gain"] / row["real_base"]
+def fitted(rows: list[dict], name: str) -> None:
+    """Each row's `name` estimate times the factor fitted on the other collections' rows (least squares through 0 of
+    the real gain on the estimate), under "fitted NAME"."""
     for row in rows:
         others = [other for other in rows if other["collection"] != row["collection"]]
-        held, real = np.array([o["relative"] for o in others]), np.array([o["real_relative"] for o in others])
-        factor = float(held @ real / (held @ held))
-        gain, (low, high) = row["share"]
-        row["factor"] = factor
-        row["fitted share"] = (gain * factor, (low * factor, high * factor))
+        estimate, real = np.array([o[name][0] for o in others]), np.array([o["real_gain"] for o in others])
+        factor = float(estimate @ real / (estimate @ estimate))
+        gain, (low, high) = row[name]
+        row.setdefault("factors", {})[name] = factor
+        row[f"fitted {name}"] = (gain * factor, (low * factor, high * factor))
 
 
 def table(rows: list[dict], estimates: tuple[str, ...]) -> str:
@@ -84,11 +84,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = [run_row(json.loads(line)) for line in args.signals.read_text().splitlines() if line.strip()]
     rows.sort(key=lambda row: (row["collection"], row["seed"]))
-    fitted(rows)
-    print(table(rows, ("points", "share", "fitted share")))
+    for name in ESTIMATES:
+        fitted(rows, name)
+    print(table(rows, (*ESTIMATES, *(f"fitted {name}" for name in ESTIMATES))))
     for collection in sorted({row["collection"] for row in rows}):
-        print(f"- factor fitted without {collection}: "
-              f"{next(row['factor'] for row in rows if row['collection'] == collection):.2f}")
+        factors = next(row["factors"] for row in rows if row["collection"] == collection)
+        print(f"- factors fitted without {collection}: "
+              + ", ".join(f"{name} {factor:.2f}" for name, factor in factors.items()))
 
 
 if __name__ == "__main__":

@@ -397,15 +397,15 @@ def test_a_gain_over_a_base_that_scores_0_has_no_relative_measure():
     assert gain.relative is None and gain.relative_interval is None
 
 
-def test_the_verdict_says_the_gain_as_a_share_of_the_base_and_at_least_its_lower_end():
+def test_the_verdict_says_the_gain_as_a_share_of_the_base_with_its_interval():
     from retromae.adaptation.run import summary
 
     base = Candidate(0, 1.0, 0.5, {f"q{i}": 0.5 for i in range(10)})
     steady = Candidate(8, 0.5, 0.55, {f"q{i}": 0.55 for i in range(10)})
     assert decide(base, [steady], seed=0) is steady
     text = summary(steady, [base, steady], "10 passage queries of held-out documents")
-    assert "exported step 8, averaged with the base at 0.5: +10.0% ndcg@10 over the base, at least +10.0% " in text
-    assert "95% interval [+10.0%, +10.0%]" in text and "(the base 0.5000 → 0.5500 there)" in text
+    assert ("exported step 8, averaged with the base at 0.5: +10.0% ndcg@10 over the base (95% interval [+10.0%, "
+            "+10.0%]), on those queries 0.5000 → 0.5500, estimated on queries made from your corpus") in text
     lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
     assert decide(base, [lucky], seed=0) is base
     text = summary(base, [base, lucky], "10 passage queries of held-out documents")
@@ -620,10 +620,11 @@ def test_the_guard_estimates_recipe_reads_a_share_by_the_real_base_and_fits_leav
 
     rows = [recipe.run_row(record("a", (0.2, 0.22), (0.5, 0.53))),  # held-out +10%, real +6%
             recipe.run_row(record("b", (0.5, 0.55), (0.4, 0.42)))]  # held-out +10%, real +5%
-    recipe.fitted(rows)
+    recipe.fitted(rows, "share")
     assert rows[0]["points"][0] == pytest.approx(0.02) and rows[0]["points"][1] == pytest.approx((0.02, 0.02))
     assert rows[0]["share"][0] == pytest.approx(0.05)  # +10% of the real base's 0.5
-    assert rows[0]["factor"] == pytest.approx(0.5) and rows[1]["factor"] == pytest.approx(0.6)  # the other's 5/10, 6/10
+    assert rows[0]["factors"]["share"] == pytest.approx(0.5)  # the other's real 0.02 on its estimated 0.04
+    assert rows[1]["factors"]["share"] == pytest.approx(0.6)  # 0.03 on 0.05
     assert rows[0]["fitted share"][0] == pytest.approx(0.025)
     text = recipe.table(rows, ("points", "share", "fitted share"))
     assert "| a | 1 | candidate | 0.200 → 0.500 | +0.0300 | +0.0200 [+0.0200, +0.0200] | -0.0100 |" in text

@@ -9,8 +9,8 @@ on average is exported only when the lower end of a seeded paired bootstrap inte
 query, INTERVAL_LEVEL, BOOTSTRAP_RESAMPLES resamples of the queries) is above 0; otherwise the base is the result,
 unchanged. The gain is measured in NDCG@10 points and as a share of the base's score (`Gain`): the held-out queries
 may be much harder or easier than a user's (the base scores 0.09 to 0.70 on them where it scores 0.43 to 0.71 on the
-development collections' real queries), and the gain grows with the level, so the share is what carries to the user's
-queries (docs/RESULTS.md, section 10.7). Does not own the training (`retromae.pretraining.run`,
+development collections' real queries), and a gain in points follows that level (how far each is from the real gain:
+docs/RESULTS.md, section 10.7). Does not own the training (`retromae.pretraining.run`,
 `retromae.adaptation.distill`), search or metrics (`retromae.retrieval`, `retromae.evaluation.metric_registry`).
 """
 

@@ -289,10 +289,8 @@ def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
         interval = "" if candidate.gain is None else f"  {shares(candidate.gain)}"
         lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain}{interval}".rstrip())
     if best is not base:
-        lines.append(f"exported {best.name}: {verdict(best.gain, level)}, estimated on {estimated_on(description)}"
-                     f" (the base {base.score:.4f} → {best.score:.4f} there)"
-                     + ("" if best.gain.relative is None else
-                        ": on your own queries expect about that share of what the base scores on them"))
+        lines.append(f"exported {best.name}: {verdict(best.gain, level)}, on those queries {base.score:.4f} → "
+                     f"{best.score:.4f}, estimated on {estimated_on(description)}")
         return "\n".join(lines)
     challenger = max(scored[1:], key=lambda c: c.score, default=None)
     why = ("" if challenger is None or challenger.gain is None else
@@ -303,13 +301,11 @@ def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
 
 
 def verdict(gain: Gain, level: str) -> str:
-    """The exported candidate's gain in words: as a share of what the base scores (what carries to the user's
-    queries, whatever their level), the lower end of its interval as what it gains at least; in points where the
-    share is undefined."""
+    """The exported candidate's gain in words: as a share of what the base scores, with its interval (in points where
+    the share is undefined)."""
     if gain.relative_interval is None:
-        return f"{gain.absolute:+.4f} {METRIC} over the base, {level} interval {shares(gain)}"
-    return (f"{share(gain.relative)} {METRIC} over the base, at least {share(gain.relative_interval[0])} "
-            f"({level} interval {shares(gain)})")
+        return f"{gain.absolute:+.4f} {METRIC} over the base ({level} interval {shares(gain)})"
+    return f"{share(gain.relative)} {METRIC} over the base ({level} interval {shares(gain)})"
 
 
 def share(relative: float | None) -> str:
