@@ -2,9 +2,9 @@
 
 Reads the JSON lines of `recipes/guard_signals.py` (one per finished run: the base's and the guard's candidate's
 per-query NDCG@10 on the run's held-out passage queries and on the collection's real test queries) and prints a
-Markdown table per run, then the summary, of three estimates of the candidate's real gain on the test queries:
-- `points`: the gain on the held-out queries in NDCG@10 points (what the guard printed until issue 62);
-- `share`: the gain as a share of the base's score on the held-out queries (what it prints now), read as a gain on
+Markdown table per run, then the summary, of four estimates of the candidate's real gain on the test queries:
+- `points`: the gain on the held-out queries in NDCG@10 points (the guard's verdict);
+- `share`: the gain as a share of the base's score on the held-out queries (printed beside it), read as a gain on
   the real queries by the base's real score (a user who knows what the base scores there reads it so);
 - `fitted points`, `fitted share`: each times a factor fitted, by least squares through 0 of the real gain on the
   estimate, on the runs of the other collections (leave one collection out): what a calibration would gain on a

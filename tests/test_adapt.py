@@ -397,19 +397,20 @@ def test_a_gain_over_a_base_that_scores_0_has_no_relative_measure():
     assert gain.relative is None and gain.relative_interval is None
 
 
-def test_the_verdict_says_the_gain_as_a_share_of_the_base_with_its_interval():
+def test_the_verdict_says_the_gain_in_points_and_as_a_share_of_the_base():
     from retromae.adaptation.run import summary
 
     base = Candidate(0, 1.0, 0.5, {f"q{i}": 0.5 for i in range(10)})
     steady = Candidate(8, 0.5, 0.55, {f"q{i}": 0.55 for i in range(10)})
     assert decide(base, [steady], seed=0) is steady
     text = summary(steady, [base, steady], "10 passage queries of held-out documents")
-    assert ("exported step 8, averaged with the base at 0.5: +10.0% ndcg@10 over the base (95% interval [+10.0%, "
-            "+10.0%]), on those queries 0.5000 → 0.5500, estimated on queries made from your corpus") in text
+    assert "  step 8, averaged with the base at 0.5           0.5500  +0.0500    +10.0%  [+0.0500, +0.0500]" in text
+    assert ("exported step 8, averaged with the base at 0.5: +0.0500 over the base (0.5000, +10.0% of it), 95% "
+            "interval [+0.0500, +0.0500], estimated on queries made from your corpus") in text
     lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
     assert decide(base, [lucky], seed=0) is base
     text = summary(base, [base, lucky], "10 passage queries of held-out documents")
-    assert "(step 4, averaged with the base at 0.5: +6.0%, its 95% interval [+0.0%, " in text
+    assert "(step 4, averaged with the base at 0.5: +0.0300, its 95% interval [+0.0000, " in text
     assert text.endswith("reaches the base): exported the base unchanged")
 
 

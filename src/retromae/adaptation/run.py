@@ -278,34 +278,27 @@ def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool)
 
 
 def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
-    """Every candidate's score and its gain over the base, in points and as a share of the base's score with that
-    share's interval, then the verdict against the base in plain words, saying what the figures were estimated on."""
+    """Every candidate's score, its gain over the base (in points and as a share of the base's score) and the interval
+    of that gain, then the verdict against the base in plain words, saying what the figures were estimated on."""
     base = scored[0]
     level = f"{INTERVAL_LEVEL:.0%}"
     lines = [f"validation {METRIC}, estimated on {estimated_on(description)} ({description}):",
-             f"  {'candidate':<45} {METRIC:>8} {'gain':>8} {'relative':>9}  {level} interval of the relative gain"]
+             f"  {'candidate':<45} {METRIC:>8} {'gain':>8} {'relative':>9}  {level} interval of the gain"]
     for candidate in scored:
-        gain = "" if candidate.gain is None else f"{candidate.gain.absolute:+8.4f} {share(candidate.gain.relative):>9}"
-        interval = "" if candidate.gain is None else f"  {shares(candidate.gain)}"
-        lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain}{interval}".rstrip())
+        gain = "" if candidate.gain is None else (f"{candidate.gain.absolute:+8.4f} {share(candidate.gain.relative):>9}"
+                                                  f"  {points(candidate.gain.interval)}")
+        lines.append(f"  {candidate.name:<45} {candidate.score:8.4f} {gain}".rstrip())
     if best is not base:
-        lines.append(f"exported {best.name}: {verdict(best.gain, level)}, on those queries {base.score:.4f} → "
-                     f"{best.score:.4f}, estimated on {estimated_on(description)}")
+        lines.append(f"exported {best.name}: {best.gain.absolute:+.4f} over the base ({base.score:.4f}, "
+                     f"{share(best.gain.relative)} of it), {level} interval {points(best.gain.interval)}, estimated on "
+                     f"{estimated_on(description)}")
         return "\n".join(lines)
     challenger = max(scored[1:], key=lambda c: c.score, default=None)
     why = ("" if challenger is None or challenger.gain is None else
-           f" ({challenger.name}: {share(challenger.gain.relative)}, its {level} interval {shares(challenger.gain)} "
-           "reaches the base)")
+           f" ({challenger.name}: {challenger.gain.absolute:+.4f}, its {level} interval "
+           f"{points(challenger.gain.interval)} reaches the base)")
     lines.append(f"no candidate beat the base beyond the validation's noise{why}: exported the base unchanged")
     return "\n".join(lines)
-
-
-def verdict(gain: Gain, level: str) -> str:
-    """The exported candidate's gain in words: as a share of what the base scores, with its interval (in points where
-    the share is undefined)."""
-    if gain.relative_interval is None:
-        return f"{gain.absolute:+.4f} {METRIC} over the base ({level} interval {shares(gain)})"
-    return f"{share(gain.relative)} {METRIC} over the base ({level} interval {shares(gain)})"
 
 
 def share(relative: float | None) -> str:
@@ -313,11 +306,9 @@ def share(relative: float | None) -> str:
     return "n/a" if relative is None else f"{relative:+.1%}"
 
 
-def shares(gain: Gain) -> str:
-    """A gain's relative interval, "[+2.7%, +6.0%]"; in points where the relative one is undefined."""
-    if gain.relative_interval is None:
-        return f"[{gain.interval[0]:+.4f}, {gain.interval[1]:+.4f}] ({METRIC} points)"
-    return f"[{share(gain.relative_interval[0])}, {share(gain.relative_interval[1])}]"
+def points(interval: tuple[float, float]) -> str:
+    """An interval of a gain in METRIC points, "[+0.0052, +0.0313]"."""
+    return f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"
 
 
 # What a user can run next, by the guard's `systems` names: in words, and the commands that make it.
@@ -357,7 +348,7 @@ def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) ->
     chosen = ("the base, unchanged: no candidate beat it" if best.step == 0 else
               f"the training's step {best.step} averaged with the base at weight {best.weight:g} "
               f"(θ = {best.weight:g}·θ_adapted + {1 - best.weight:g}·θ_base)")
-    relative = record["relative_interval"]
+    interval = record["interval"]
     scores = f"base {record['base']:.4f}; " + "; ".join(
         f"{c['name']} {c[METRIC]:.4f}" for c in record["candidates"][1:])
     return {"Base model": str(config.model),
@@ -368,6 +359,5 @@ def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) ->
             "Training data": ", ".join(config.corpus) + " (no labels)",
             "Exported": chosen,
             "Guard": f"{METRIC} on {record['validation_set']}: {scores}"
-                     + ("" if relative is None else f"; gain {share(record['relative_gain'])} of the base's, "
-                                                    f"{INTERVAL_LEVEL:.0%} interval [{share(relative[0])}, "
-                                                    f"{share(relative[1])}]")}
+                     + ("" if interval is None else f"; {INTERVAL_LEVEL:.0%} interval of the gain {points(interval)}, "
+                                                    f"a gain of {share(record['relative_gain'])} of the base's")}
