@@ -85,6 +85,22 @@ def test_auto_precision_on_a_cpu_is_bf16_where_the_rule_says_and_says_so(tiny_mo
     assert vectors.dtype == np.float32 and cosine.min() > 0.99
 
 
+def test_bf16_on_a_cpu_encodes_on_weights_cast_once_and_cast_again_after_a_change(tiny_model_dir):
+    """In bf16 on a CPU `encode` runs the model on its weights cast to bf16 (the vectors of a bf16 copy of the model),
+    leaves the model's own weights float32 for training, and casts again once a weight changed in place."""
+    encoder = Encoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
+    copy = Encoder.load(tiny_model_dir, device="cpu", dtype="float32")
+    copy.model.to(torch.bfloat16)
+    np.testing.assert_allclose(encoder.encode(TEXTS, show_progress=False), copy.encode(TEXTS, show_progress=False),
+                               atol=1e-6)
+    assert {parameter.dtype for parameter in encoder.model.parameters()} == {torch.float32}
+    with torch.no_grad():  # an optimizer step, an average, a load: in place
+        for model in (encoder.model, copy.model):
+            model.embeddings.word_embeddings.weight.mul_(-1)
+    np.testing.assert_allclose(encoder.encode(TEXTS, show_progress=False), copy.encode(TEXTS, show_progress=False),
+                               atol=1e-6)
+
+
 def test_prefix_and_max_length(plain):
     np.testing.assert_allclose(plain.encode(["x y"], prefix="query: ", show_progress=False),
                                plain.encode(["query: x y"], show_progress=False), atol=1e-6)
