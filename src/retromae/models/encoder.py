@@ -44,7 +44,7 @@ from retromae.models.finite import check_vectors, check_weights
 from retromae.models.low_precision import LowPrecisionWeights
 from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
-from retromae.models.onednn import packed_linears
+from retromae.models.onednn import PackedLinears
 from retromae.models.pretrained import load_model, load_tokenizer
 from retromae.runtime.console import progress
 from retromae.runtime.cpu_features import auto_bf16
@@ -207,6 +207,7 @@ class Encoder:
         self.amp_dtype = amp_dtype
         self.backend = backend  # None: torch runs the forward pass of `encode`
         self._low_precision: LowPrecisionWeights | None = None  # the weights cast for `encode` in bf16 on a CPU
+        self._packed = PackedLinears(torch.float32)  # the weights packed for `encode` in float32 on a CPU
         self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
 
     @property
@@ -378,4 +379,4 @@ class Encoder:
             return contextlib.nullcontext()
         if self.amp_dtype is not None:
             return torch.autocast(self.device.type, dtype=self.amp_dtype)
-        return packed_linears(self.model)
+        return self._packed.applied(self.model)

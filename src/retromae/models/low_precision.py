@@ -2,12 +2,14 @@
 
 Owns `LowPrecisionWeights`: the forward pass of a model with every floating parameter and buffer cast to a lower
 precision (`torch.func.functional_call` over the cast tensors; the model itself keeps its float32 weights, so
-training, saving and the float32 path are untouched). Under autocast a CPU pays at every layer for casting the
-activations and weights of each linear layer and for its layer norms in float32; with the weights cast once the
-whole pass runs in bf16: all-MiniLM-L6-v2 encoded 1.13x the texts a second of bf16 autocast on an Intel Xeon with
-AMX, its vectors within a cosine of 0.99993 of float32's (docs/performance.md). The cast tensors are made again when
-a weight is replaced or changed in place (an optimizer step, averaging, loading): each parameter's storage and
-version counter are the key. Does not own the choice of precision (`retromae.models.encoder.resolve_dtype`).
+training, saving and the float32 path are untouched), its linear layers on oneDNN with their weights packed in that
+precision and the feed-forward GELU fused (`retromae.models.onednn.PackedLinears`). Under autocast a CPU pays at
+every layer for casting the activations and weights of each linear layer and for its layer norms in float32; with
+the weights cast once the whole pass runs in bf16 (all-MiniLM-L6-v2 on an Intel Xeon with AMX: 1.13x the texts a
+second of bf16 autocast, 1.46x with the layers packed and fused; its vectors within a cosine of 0.9999 of
+float32's: docs/performance.md). The cast and packed tensors are made again when a weight is replaced or changed in
+place (an optimizer step, averaging, loading: `onednn.weights_key`). The copy costs the model's size in memory
+again. Does not own the choice of precision (`retromae.models.encoder.resolve_dtype`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-
-def _weights_key(model: nn.Module) -> tuple[tuple[int, int], ...]:
-    """What changes when any parameter is replaced or written in place: its storage and its version counter."""
-    return tuple((parameter.data_ptr(), parameter._version) for parameter in model.parameters())
+from retromae.models.onednn import PackedLinears, weights_key
 
 
 class LowPrecisionWeights:
@@ -31,11 +30,12 @@ class LowPrecisionWeights:
         self.dtype = dtype
         self._key: tuple[tuple[int, int], ...] | None = None
         self._tensors: dict[str, torch.Tensor] = {}
+        self._linears = PackedLinears(dtype)
 
     def tensors(self, model: nn.Module) -> Mapping[str, torch.Tensor]:
         """Every parameter and buffer of `model` by name, the floating ones cast to `dtype` (cast again when a
         weight changed since the last call)."""
-        key = _weights_key(model)
+        key = weights_key(model)
         if key != self._key:
             self._tensors = {}  # the old copy is freed before the new one is made
             named = [*model.named_parameters(), *model.named_buffers()]
@@ -45,5 +45,7 @@ class LowPrecisionWeights:
         return self._tensors
 
     def forward(self, model: nn.Module, **inputs: torch.Tensor) -> object:
-        """`model(**inputs)` computed on the cast tensors."""
-        return functional_call(model, dict(self.tensors(model)), (), inputs)
+        """`model(**inputs)` computed on the cast tensors, its linear layers on the packed ones."""
+        tensors = dict(self.tensors(model))
+        with self._linears.applied(model):
+            return functional_call(model, tensors, (), inputs)
