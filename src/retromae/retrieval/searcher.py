@@ -237,4 +237,5 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
             raise
         raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
     check_max_length(encoder.model.config, options.max_length, "query_max_length", encoder.tokenizer)
+    encoder.weights_fixed = True  # only queries, one call each: the weights cast and packed once serve them all
     return encoder
