@@ -3,8 +3,9 @@
 Both run in this process, on the same device and thread count, interleaved (reference, ours, reference, ...) so
 that load on a shared machine hits both alike; the best of --repeats runs is reported, with the median beside
 it. Ours is `encode_to_dir` (what `retromae encode` runs: token-length-sorted batches, inference mode, shards
-written to disk), in float32 and, if asked, under bfloat16 autocast; the reference is SentenceTransformer.encode
-in float32 and, for a fair low-precision comparison, under the same bfloat16 autocast. Agreement is the lowest
+written to disk), in float32 and, if asked, in bfloat16 (on a CPU: the weights cast once and the layers packed,
+`retromae.models.low_precision`); the reference is SentenceTransformer.encode in float32 and, as the low-precision
+reference a user of it has without changing its model, under bfloat16 autocast. Agreement is the lowest
 cosine similarity between our vectors and the float32 reference.
 
     PYTHONPATH=src HF_HUB_OFFLINE=1 python benchmarks/encode.py --limit 1000 --dtypes float32 bfloat16

@@ -3,13 +3,13 @@
 Every system runs in this one process, on the same threads: torch float32 (the reference; run with
 RETROMAE_CPU_BF16=0 so that `auto` means float32 on a CPU with AMX), ONNX Runtime in float32 and int8, OpenVINO in
 float32 (its int8 and torch's dynamic int8, measured at commit 1408566, are no longer offered: docs/performance.md),
-torch under bf16 autocast (what `--dtype auto` runs on a CPU with AMX) with --bf16, and `SentenceTransformer.encode`
-(torch float32) beside them. Throughput: each encodes the same --sample corpus texts (at --passage-max-length
-tokens, batches of 64) once per round, the systems interleaved round after round so that load on a shared machine
-falls on all alike; the best round is reported with the median, and the ratio of the best to torch float32's best.
-Each export is made (or found) before any clock runs, and its time printed apart. With --ndcg, each system also
-encodes the whole corpus and the queries of --split and is scored as `retromae evaluate` scores (exact search,
-NDCG@10), the full corpus pass timed too.
+torch in bf16 (what `--dtype auto` runs on a CPU with AMX: the weights cast once, the layers packed) with --bf16,
+and `SentenceTransformer.encode` (torch float32) beside them. Throughput: each encodes the same --sample corpus
+texts (at --passage-max-length tokens, batches of 64) once per round, the systems interleaved round after round so
+that load on a shared machine falls on all alike; the best round is reported with the median, and the ratio of the
+best to torch float32's best. Each export is made (or found) before any clock runs, and its time printed apart. With
+--ndcg, each system also encodes the whole corpus and the queries of --split and is scored as `retromae evaluate`
+scores (exact search, NDCG@10), the full corpus pass timed too.
 
     PYTHONPATH=src RETROMAE_CPU_BF16=0 python benchmarks/encode_backends.py \
         --data ../shared/data/beir/scifact --split test --sample 64 --rounds 2 --bf16 --ndcg
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--passage-max-length", type=int, default=256)
     parser.add_argument("--query-max-length", type=int, default=64)
     parser.add_argument("--ndcg", action="store_true", help="also score each system on the whole split")
-    parser.add_argument("--bf16", action="store_true", help="also torch under bf16 autocast")
+    parser.add_argument("--bf16", action="store_true", help="also torch in bf16")
     parser.add_argument("--ndcg-first", nargs="*", default=["torch none"],
                         help="the systems scored first (e.g. 'onnx int8'), each line printed as it is scored")
     args = parser.parse_args()
