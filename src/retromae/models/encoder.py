@@ -350,12 +350,17 @@ class Encoder:
         check_vectors(output, f"the vectors of {self.source or 'the encoder'}")  # none leaves for an index or metric
         return output
 
+    @property
+    def _casts_weights(self) -> bool:
+        """Whether `encode` runs on a copy of the weights cast to bf16 (on a CPU) rather than under autocast."""
+        return self.amp_dtype == torch.bfloat16 and self.device.type == "cpu"
+
     def _forward_pass(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """What `encode` runs on a batch: the backend's forward pass; in bf16 on a CPU, the model on its weights cast
         once (`retromae.models.low_precision`: faster than autocast there); else `embed`."""
         if self.backend is not None:
             return self._backend_forward()
-        if self.amp_dtype == torch.bfloat16 and self.device.type == "cpu":
+        if self._casts_weights:
             if self._low_precision is None:
                 self._low_precision = LowPrecisionWeights(torch.bfloat16)
             cast = self._low_precision
@@ -388,7 +393,7 @@ class Encoder:
         (`retromae.models.onednn`: the same vectors to 1e-6, in about two thirds of the time where MKL lacks AVX-512
         kernels); nothing with an inference backend, which runs its own, nor in bf16 on a CPU, whose weights are cast
         (`_forward_pass`)."""
-        if self.backend is not None or (self.amp_dtype == torch.bfloat16 and self.device.type == "cpu"):
+        if self.backend is not None or self._casts_weights:
             return contextlib.nullcontext()
         if self.amp_dtype is not None:
             return torch.autocast(self.device.type, dtype=self.amp_dtype)

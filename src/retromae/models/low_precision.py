@@ -39,17 +39,19 @@ class LowPrecisionWeights:
         self._linears.forget()
 
     def tensors(self, model: nn.Module) -> Mapping[str, torch.Tensor]:
-        """Every parameter and buffer of `model` by name, the floating ones cast to `dtype` (on the first use)."""
+        """Every parameter and buffer of `model` by name that its packed linear layers do not hold already, the
+        floating ones cast to `dtype` (on the first use; the packed layers' own weights are not cast twice)."""
         if self._model != id(model):
-            self.forget()  # the old copy is freed before the new one is made
+            self._tensors = {}  # the old copy is freed before the new one is made
+            packed = self._linears.packed_tensors()
             named = [*model.named_parameters(), *model.named_buffers()]
             self._tensors = {name: tensor.detach().to(self.dtype) if tensor.is_floating_point() else tensor
-                             for name, tensor in named}
+                             for name, tensor in named if id(tensor) not in packed}
             self._model = id(model)
         return self._tensors
 
     def forward(self, model: nn.Module, **inputs: torch.Tensor) -> object:
-        """`model(**inputs)` computed on the cast tensors, its linear layers on the packed ones."""
-        tensors = dict(self.tensors(model))
+        """`model(**inputs)` computed on the cast tensors, its linear layers on the packed ones (a tensor left out of
+        the cast ones stays the model's own, which only a packed layer would read, and it reads its packed copy)."""
         with self._linears.applied(model):
-            return functional_call(model, tensors, (), inputs)
+            return functional_call(model, dict(self.tensors(model)), (), inputs, strict=False)

@@ -66,13 +66,18 @@ class PackedLinears:
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.dtype = dtype
         self._model: int | None = None  # the id of the model packed
-        self._forwards: list[tuple[nn.Module, functools.partial]] = []
+        self._forwards: list[tuple[nn.Module, nn.Linear, functools.partial]] = []  # module, layer packed, forward
 
     def forget(self) -> None:
         """Free the packed weights: the next use packs the model's weights as they are then."""
         self._model, self._forwards = None, []
 
-    def _pack(self, model: nn.Module) -> list[tuple[nn.Module, functools.partial]]:
+    def packed_tensors(self) -> set[int]:
+        """The ids of the weights and biases of the layers packed (those their packed forward reads instead)."""
+        return {id(tensor) for _, linear, _ in self._forwards for tensor in (linear.weight, linear.bias)
+                if tensor is not None}
+
+    def _pack(self, model: nn.Module) -> list[tuple[nn.Module, nn.Linear, functools.partial]]:
         def packed(linear: nn.Linear, activation: str = "none", algorithm: str = "") -> functools.partial:
             weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().to(self.dtype), None)
             bias = None if linear.bias is None else linear.bias.detach().to(self.dtype)
@@ -80,10 +85,12 @@ class PackedLinears:
 
         if not available():
             return []
-        forwards = [(module, packed(module.dense, "gelu", "none")) for module in model.modules()
-                    if _is_linear_then_gelu(module)]
-        return forwards + [(module, packed(module)) for module in model.modules() if type(module) is nn.Linear
-                           and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32]
+        fused = [(module, module.dense, packed(module.dense, "gelu", "none")) for module in model.modules()
+                 if _is_linear_then_gelu(module)]
+        inside = {id(linear) for _, linear, _ in fused}  # run by their fused module: not packed twice
+        return fused + [(module, module, packed(module)) for module in model.modules() if type(module) is nn.Linear
+                        and id(module) not in inside and module.weight.device.type == "cpu"
+                        and module.weight.dtype == torch.float32]
 
     @contextlib.contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
@@ -92,12 +99,12 @@ class PackedLinears:
             self.forget()  # the old weights are freed before the new ones are packed
             self._forwards = self._pack(model)
             self._model = id(model)
-        for module, forward in self._forwards:
+        for module, _, forward in self._forwards:
             module.forward = forward
         try:
             yield
         finally:
-            for module, _ in self._forwards:
+            for module, _, _ in self._forwards:
                 del module.forward
 
 
