@@ -407,6 +407,9 @@ def test_the_verdict_says_the_gain_in_points_and_as_a_share_of_the_base():
     assert "  step 8, averaged with the base at 0.5           0.5500  +0.0500    +10.0%  [+0.0500, +0.0500]" in text
     assert ("exported step 8, averaged with the base at 0.5: +0.0500 over the base (0.5000, +10.0% of it), 95% "
             "interval [+0.0500, +0.0500], estimated on queries made from your corpus") in text
+    assert "\n  on your own queries expect a gain, not this figure: " in text  # the size does not carry (issue 62)
+    text = summary(steady, [base, steady], "10 of your labelled queries (beir, split dev)")
+    assert "estimated on your labelled queries" in text and "not this figure" not in text
     lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
     assert decide(base, [lucky], seed=0) is base
     text = summary(base, [base, lucky], "10 passage queries of held-out documents")
@@ -448,6 +451,7 @@ def test_the_exports_card_names_the_base_the_objective_the_averaging_and_the_gua
         assert f"**Base model:** {declared_base}" in card and "Unknown" not in card
         assert "objective cropping" in card and f"base {guard['base']:.4f}" in card
         assert ("averaged with the base at weight 0.5" in card) == (guard["chosen"] != "base")
+        assert ("they tell whether it gains on real queries, not how much" in card) == (guard["interval"] is not None)
 
 
 def test_a_validation_fraction_keeps_the_other_labelled_queries_unseen(tmp_path, declared_base):
