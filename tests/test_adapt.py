@@ -634,3 +634,21 @@ def test_the_guard_estimates_recipe_reads_a_share_by_the_real_base_and_fits_leav
     text = recipe.table(rows, ("points", "share", "fitted share"))
     assert "| a | 1 | candidate | 0.200 → 0.500 | +0.0300 | +0.0200 [+0.0200, +0.0200] | -0.0100 |" in text
     assert "- share: mean absolute error 0.0200, mean signed +0.0200" in text  # +0.05 − 0.03, +0.04 − 0.02
+
+
+def test_the_labelled_guard_recipe_scores_drawn_queries_against_the_rest_or_another_split(tmp_path):
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "recipes" / "labelled_guard.py"
+    spec = importlib.util.spec_from_file_location("labelled_guard", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    for name, score in (("base", 0.5), ("candidate", 0.75)):
+        systems = {"m": {f"q{i}": {"ndcg@10": score} for i in range(20)}, "BM25": {}, "m+BM25": {}}
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "per-query.json").write_text(json.dumps({"set": systems}))
+    base, candidate = recipe.per_query(tmp_path / "base"), recipe.per_query(tmp_path / "candidate")
+    assert len(base) == 20 and set(candidate.values()) == {0.75}  # the model's, not BM25's nor the hybrid's
+    assert recipe.sampled(base, candidate, None, 5) == ["5", "0.0000", "+0.0000", "100 of 100", "100 of 100"]
+    # the user's gain on another split: +0.125, every draw's gain +0.25 above it and its interval a point
+    assert recipe.sampled(base, candidate, 0.125, 5) == ["5", "0.1250", "+0.1250", "0 of 100", "0 of 100"]
