@@ -84,8 +84,8 @@ def main() -> None:
         whose = "the gain on the other split" if real is not None else "the gain on the queries not drawn"
         print(f"\n{name}: {len(base)} labelled queries, {whose}"
               + (f" ({real:+.4f})" if real is not None else ""))
-        print(f"| labelled queries | mean absolute error | mean signed | inside the 95% interval | at or above its "
-              f"lower end |\n|---:|---:|---:|---:|---:|")
+        print("| labelled queries | mean absolute error | mean signed | inside the 95% interval | at or above its "
+              "lower end |\n|---:|---:|---:|---:|---:|")
         for size in args.sizes:
             if size < len(base) or (real is not None and size <= len(base)):
                 print("| " + " | ".join(sampled(base, candidate, real, size)) + " |")
