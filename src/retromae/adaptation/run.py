@@ -351,10 +351,12 @@ def estimated_on(description: str) -> str:
 
 
 # What a gain on queries made from the corpus says about a user's own queries (docs/RESULTS.md section 10.9): on every
-# development and trial run it exported, the real gain was above 0, but from a third to over three times this figure.
+# development and trial run that adapted a pre-trained embedder and exported, the real gain was above 0, but from a
+# fifth to over three times this figure.
 WHAT_CARRIES = ("  on your own queries expect a gain, not this figure: queries made from a corpus tell whether the "
-                "candidate gains, not how much (on the collections tried its real gain was a third to over three "
-                "times it); for a figure to take at its word, give --validation a few hundred of your labelled queries")
+                "candidate gains, not how much (on the collections tried the real gain ranged from a small part of it "
+                "to several times it); for a figure to take at its word, give --validation a few hundred of your "
+                "labelled queries")
 
 
 def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) -> dict[str, str]:
