@@ -48,7 +48,7 @@ def pairs(args: argparse.Namespace) -> list[tuple[str, dict[str, float], dict[st
 
 
 def sampled(base: dict[str, float], candidate: dict[str, float], real: float | None, size: int) -> list[str]:
-    """The errors and hits of the guard's gain on `size` queries drawn DRAWS times, as a line of a Markdown table."""
+    """The errors and hits of the guard's gain on `size` queries drawn DRAWS times: the cells of a table's row."""
     from retromae.adaptation.guard import measure_gain
 
     queries = sorted(base)
