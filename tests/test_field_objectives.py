@@ -146,8 +146,11 @@ def test_bf16_autocast_gives_finite_losses(tiny_tokenizer, name):
     assert all(torch.isfinite(value) for value in losses.values())
 
 
+# The tiny tokenizer's learned vocabulary differs from process to process (the WordPiece trainer breaks ties in hash
+# order), and with it these runs: SimCSE at 15 steps ended at 0.002-0.40 of its start on 25 vocabularies and at 0.78
+# on one CI run's; at 30 steps at most 0.07 on the same 25.
 @pytest.mark.parametrize("name,steps", [("dupmae", 40), ("condenser", 30), ("cocondenser", 30), ("contriever", 30),
-                                        ("simcse", 15)])
+                                        ("simcse", 30)])
 def test_loss_falls_when_overfitting_a_few_blocks(tiny_tokenizer, name, steps):
     objective = build(name, tiny_tokenizer, **SMALL_QUEUE).eval()  # no dropout: memorisation
     batch = make_batch(tiny_tokenizer)  # 4 rows: 2 pairs for the pair objectives
