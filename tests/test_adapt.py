@@ -403,16 +403,16 @@ def test_the_verdict_says_the_gain_in_points_and_as_a_share_of_the_base():
     base = Candidate(0, 1.0, 0.5, {f"q{i}": 0.5 for i in range(10)})
     steady = Candidate(8, 0.5, 0.55, {f"q{i}": 0.55 for i in range(10)})
     assert decide(base, [steady], seed=0) is steady
-    text = summary(steady, [base, steady], "10 passage queries of held-out documents")
+    text = summary(steady, [base, steady], "10 passage queries of held-out documents", labelled=False)
     assert "  step 8, averaged with the base at 0.5           0.5500  +0.0500    +10.0%  [+0.0500, +0.0500]" in text
     assert ("exported step 8, averaged with the base at 0.5: +0.0500 over the base (0.5000, +10.0% of it), 95% "
             "interval [+0.0500, +0.0500], estimated on queries made from your corpus") in text
     assert "\n  on your own queries expect a gain, not this figure: " in text  # the size does not carry (issue 62)
-    text = summary(steady, [base, steady], "10 of your labelled queries (beir, split dev)")
+    text = summary(steady, [base, steady], "10 of your labelled queries (beir, split dev)", labelled=True)
     assert "estimated on your labelled queries" in text and "not this figure" not in text
     lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
     assert decide(base, [lucky], seed=0) is base
-    text = summary(base, [base, lucky], "10 passage queries of held-out documents")
+    text = summary(base, [base, lucky], "10 passage queries of held-out documents", labelled=False)
     assert "(step 4, averaged with the base at 0.5: +0.0300, its 95% interval [+0.0000, " in text
     assert text.endswith("reaches the base): exported the base unchanged")
 

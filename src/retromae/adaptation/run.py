@@ -124,7 +124,8 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     record["systems"] = systems(data.validation, base, best)
     write_model_cards([output / "encoder", output / "sentence-transformer"], CARD_TITLE,
                       adapt_facts(config, record, best))
-    report = summary(best, scored, data.description) + "\n" + next_step(config, record["systems"])
+    report = (summary(best, scored, data.description, labelled=config.validation is not None) + "\n"
+              + next_step(config, record["systems"]))
     if config.train is not None:
         stages.start(f"fine-tuning the adapted encoder on {config.train}")
         record["finetuned"] = finetune_adapted(config, output, data.validation)
@@ -277,12 +278,13 @@ def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
 
 
-def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
+def summary(best: Candidate, scored: list[Candidate], description: str, labelled: bool) -> str:
     """Every candidate's score, its gain over the base (in points and as a share of the base's score) and the interval
-    of that gain, then the verdict against the base in plain words, saying what the figures were estimated on."""
+    of that gain, then the verdict against the base in plain words, saying what the figures were estimated on: the
+    user's labelled queries (`labelled`, --validation) or queries made from the corpus, whose gain tells less."""
     base = scored[0]
     level = f"{INTERVAL_LEVEL:.0%}"
-    lines = [f"validation {METRIC}, estimated on {estimated_on(description)} ({description}):",
+    lines = [f"validation {METRIC}, estimated on {estimated_on(labelled)} ({description}):",
              f"  {'candidate':<45} {METRIC:>8} {'gain':>8} {'relative':>9}  {level} interval of the gain"]
     for candidate in scored:
         gain = "" if candidate.gain is None else (f"{candidate.gain.absolute:+8.4f} {share(candidate.gain.relative):>9}"
@@ -291,8 +293,8 @@ def summary(best: Candidate, scored: list[Candidate], description: str) -> str:
     if best is not base:
         lines.append(f"exported {best.name}: {best.gain.absolute:+.4f} over the base ({base.score:.4f}, "
                      f"{share(best.gain.relative)} of it), {level} interval {points(best.gain.interval)}, estimated on "
-                     f"{estimated_on(description)}")
-        if not labelled(description):
+                     f"{estimated_on(labelled)}")
+        if not labelled:
             lines.append(WHAT_CARRIES)
         return "\n".join(lines)
     challenger = max(scored[1:], key=lambda c: c.score, default=None)
@@ -340,14 +342,9 @@ def next_step(config: AdaptConfig, scores: dict[str, float]) -> str:
             + command.format(output=config.output, corpus=config.corpus[0], model=config.model))
 
 
-def labelled(description: str) -> bool:
-    """Whether the guard scored the user's labelled queries (--validation) rather than queries made from the corpus."""
-    return "your labelled" in description
-
-
-def estimated_on(description: str) -> str:
-    """The words saying where the guard's figures come from."""
-    return "your labelled queries" if labelled(description) else "queries made from your corpus"
+def estimated_on(labelled: bool) -> str:
+    """The words saying where the guard's figures come from: the user's labelled queries or the corpus."""
+    return "your labelled queries" if labelled else "queries made from your corpus"
 
 
 # What a gain on queries made from the corpus says about a user's own queries (docs/RESULTS.md section 10.9): on every
@@ -377,5 +374,5 @@ def adapt_facts(config: AdaptConfig, record: dict[str, Any], best: Candidate) ->
             "Guard": f"{METRIC} on {record['validation_set']}: {scores}"
                      + ("" if interval is None else f"; {INTERVAL_LEVEL:.0%} interval of the gain {points(interval)}, "
                                                     f"a gain of {share(record['relative_gain'])} of the base's")
-                     + ("" if interval is None or labelled(record["validation_set"]) else
+                     + ("" if interval is None or config.validation is not None else
                         " (queries made from the corpus: they tell whether it gains on real queries, not how much)")}
