@@ -83,7 +83,7 @@ def load_encoder(args: argparse.Namespace, device: torch.device, folder: Path):
 def family_model(args: argparse.Namespace, folder: Path) -> Path:
     """A random `--architecture` model of `--hidden-size` and `--layers`, beside its family's kind of tokenizer
     (8,000 tokens) trained on the first 5,000 documents of `--corpus`."""
-    texts = (document.text for document in itertools.islice(iter_corpus([args.corpus]), 5000))
+    texts = [document.text for document in itertools.islice(iter_corpus([args.corpus]), 5000)]
     tokenizer = family_tokenizer(texts, args.architecture, 8000, args.max_length)
     return save_random_model(tokenizer, folder, hidden_size=args.hidden_size, layers=args.layers,
                              max_positions=max(512, args.max_length), architecture=args.architecture)

@@ -139,7 +139,7 @@ def main() -> None:
                                                 / "nltk-english.jsonl"))
     args = parser.parse_args()
     print(machine_header(), flush=True)
-    texts = (document.text for document in itertools.islice(iter_corpus([args.corpus]), 3000))
+    texts = [document.text for document in itertools.islice(iter_corpus([args.corpus]), 3000)]
     tokenizer = family_tokenizer(texts, "deberta-v2", args.vocab_size)
     ids = blocks(tokenizer, args.corpus, 4000 + 64, args.length)
     train_ids, held_out = ids[:-64], ids[-64:]

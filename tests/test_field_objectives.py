@@ -297,7 +297,8 @@ def test_queries_without_a_hard_negative_are_left_out_with_a_warning(tiny_tokeni
 @pytest.mark.parametrize("name", ["cocondenser", "contriever"])
 def test_documents_too_short_for_two_views_are_counted_in_the_error(tiny_model_dir, tmp_path, name):
     corpus = tmp_path / "short.jsonl"
-    texts = ["dense retrieval"] * 20 + [" ".join(make_sentences(3, seed=i)) for i in range(2)]
+    # five letters are at most 5 tokens and 2 special ones in any vocabulary: below coCondenser's 8 and Contriever's 10
+    texts = ["dense"] * 20 + [" ".join(make_sentences(3, seed=i)) for i in range(2)]
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
     with pytest.raises(DataError, match=r"only 2 of 22 documents have the \d+ tokens that two views"):
         pretrain(field_config(tiny_model_dir, corpus, tmp_path / "run", name))

@@ -116,6 +116,16 @@ def iter_documents(source: str | Path) -> Iterator[Document]:
     return readers[corpus_format(files[0])](files[0])
 
 
+class CorpusTexts:
+    """The texts of `iter_corpus(sources)`, read afresh on each iteration (a tokenizer's trainer reads them twice)."""
+
+    def __init__(self, sources: Sequence[str | Path] | str | Path):
+        self.sources = sources
+
+    def __iter__(self) -> Iterator[str]:
+        return (document.text for document in iter_corpus(self.sources))
+
+
 def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) -> Iterator[tuple[str, bool]]:
     """(text, whether it ends its document) per piece of the documents of `iter_corpus(sources)`, in order: a
     document of up to `size` characters is one piece, a longer one is cut before one of the characters `splits`

@@ -3,9 +3,10 @@
 Owns: `train_tokenizer(texts, kind, ...)` for "wordpiece" (BERT: uncased, `##` marks a word's continuation),
 "unigram" (XLM-R, DeBERTa-v3: SentencePiece-style, `▁` marks a word start) and "byte-level-bpe" (RoBERTa,
 ModernBERT: `Ġ` marks a word start), each with the special tokens its family names (`[CLS]`-style or `<s>`-style),
-`[CLS] text [SEP]` framing, and ids that do not depend on the trainer's hash order, so that the same texts give the
-same tokenizer. Whole-word masking reads word starts from the fast tokenizer's `word_ids()` for every kind. Does
-not own models (`retromae.pretraining.scratch`) or which family trains which kind (`retromae.backbones.families`).
+`[CLS] text [SEP]` framing, and a vocabulary and ids that do not depend on the trainers' hash order, so that the same
+texts give the same tokenizer in every process. Whole-word masking reads word starts from the fast tokenizer's
+`word_ids()` for every kind. Does not own models (`retromae.pretraining.scratch`) or which family trains which kind
+(`retromae.backbones.families`).
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ ANGLE_TOKENS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "ma
 def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, model_max_length: int = 512,
                     angle_tokens: bool = False) -> PreTrainedTokenizerFast:
     """A fast tokenizer of `kind` trained on `texts`, with `[CLS]`-style special tokens (`<s>`-style with
-    `angle_tokens`, as RoBERTa and XLM-R name them)."""
+    `angle_tokens`, as RoBERTa and XLM-R name them). `texts` is read twice (WordPiece) or once: a list, or an iterable
+    that starts afresh on each `iter`, never a one-pass iterator."""
     if kind not in KINDS:
         raise ValueError(f"unknown tokenizer kind {kind!r}; choose from {', '.join(KINDS)}")
+    if iter(texts) is texts:
+        raise TypeError("train_tokenizer may read its texts twice: give a list or a re-iterable, not an iterator")
     special = ANGLE_TOKENS if angle_tokens else BRACKET_TOKENS
     train = {"wordpiece": _wordpiece, "unigram": _unigram, "byte-level-bpe": _byte_level_bpe}[kind]
     tokenizer = train(texts, vocab_size, list(special.values()), special["unk"])
@@ -43,18 +47,39 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, model_max_
 
 
 def _wordpiece(texts: Iterable[str], vocab_size: int, special: list[str], unk: str) -> Tokenizer:
-    tokenizer = Tokenizer(models.WordPiece(unk_token=unk))
+    tokenizer = _wordpiece_pipeline(models.WordPiece(unk_token=unk))
+    # The trainer gives each `##` continuation token its id when it first meets it in a hash map of the words, and
+    # breaks ties between merges of equal count by id, so which tokens it learns changes from run to run
+    # (huggingface/tokenizers#1794). Given as special tokens, the continuations have ids in sorted order from the
+    # start; the vocabulary then goes into a fresh pipeline where they are ordinary tokens.
+    continuations = _continuation_tokens(tokenizer, texts)
+    # tokenizers' own bar prints blank lines when stderr is not a terminal; it shows under --verbose only.
+    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=special + continuations, show_progress=verbose()))
+    learned = sorted(token for token in tokenizer.get_vocab() if token not in special)  # ids in sorted order too
+    trained = _wordpiece_pipeline(models.WordPiece({token: i for i, token in enumerate(special + learned)},
+                                                   unk_token=unk))
+    trained.add_special_tokens(special)
+    return trained
+
+
+def _wordpiece_pipeline(model: models.WordPiece) -> Tokenizer:
+    """A BERT-style uncased WordPiece pipeline around `model`."""
+    tokenizer = Tokenizer(model)
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    # tokenizers' own bar prints blank lines when stderr is not a terminal; it shows under --verbose only.
-    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special,
-                                                                   show_progress=verbose()))
-    # The trainer numbers tokens of equal frequency in hash-map order, which differs from run to run; numbering
-    # them in sorted order makes the same texts give the same ids, so a seeded model from scratch is reproducible.
-    learned = sorted(token for token in tokenizer.get_vocab() if token not in special)
-    tokenizer.model = models.WordPiece({token: i for i, token in enumerate(special + learned)}, unk_token=unk)
     return tokenizer
+
+
+def _continuation_tokens(tokenizer: Tokenizer, texts: Iterable[str]) -> list[str]:
+    """`##c` for every character c that continues a word of `texts` as `tokenizer` normalises and splits them,
+    sorted: the continuation tokens the WordPiece trainer would make."""
+    characters: set[str] = set()
+    for text in texts:
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(text)):
+            characters.update(word[1:])
+    return [f"##{character}" for character in sorted(characters)]
 
 
 def _unigram(texts: Iterable[str], vocab_size: int, special: list[str], unk: str) -> Tokenizer:

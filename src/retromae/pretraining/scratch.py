@@ -17,7 +17,7 @@ from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrain
 
 from retromae.backbones.families import family_building
 from retromae.backbones.registry import architecture_adapter
-from retromae.data.corpus import iter_corpus
+from retromae.data.corpus import CorpusTexts
 from retromae.models.encoder import default_max_length
 from retromae.models.export import write_encoding_files
 from retromae.models.masked_lm import position_limit
@@ -78,8 +78,7 @@ def init_model(config: InitModelConfig) -> Result:
 
 def trained_tokenizer(config: InitModelConfig) -> PreTrainedTokenizerFast:
     """The family's kind of tokenizer trained on --corpus."""
-    texts = (document.text for document in iter_corpus(config.corpus))
-    return family_tokenizer(texts, config.architecture, config.vocab_size, config.positions)
+    return family_tokenizer(CorpusTexts(config.corpus), config.architecture, config.vocab_size, config.positions)
 
 
 def existing_tokenizer(name: str) -> PreTrainedTokenizerBase:

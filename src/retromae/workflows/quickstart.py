@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from retromae.data.corpus import iter_corpus
+from retromae.data.corpus import CorpusTexts, iter_corpus
 from retromae.data.held_out import check_held_out
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
@@ -106,8 +106,7 @@ def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int, ar
     """The family's kind of tokenizer trained on the corpus and a randomly initialised small model of `architecture`
     (BERT: WordPiece), saved together. It records the length it encodes text with (`model_length`), which its
     pre-trained and fine-tuned exports keep: the quickstart evaluates them with it, as `retromae evaluate` does."""
-    tokenizer = family_tokenizer((document.text for document in iter_corpus(corpus)), architecture,
-                                 budget.vocab_size, 512)
+    tokenizer = family_tokenizer(CorpusTexts(corpus), architecture, budget.vocab_size, 512)
     return save_random_model(tokenizer, folder, hidden_size=budget.hidden_size, layers=budget.layers,
                              max_positions=max(512, budget.max_length), seed=seed, architecture=architecture,
                              max_length=model_length(budget))
