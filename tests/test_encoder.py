@@ -70,6 +70,19 @@ def test_encode_shape_dtype_and_order_do_not_depend_on_length_sorting(plain):
     assert plain.encode([], show_progress=False).shape == (0, 32)
 
 
+def test_the_token_table_holds_each_text_s_ids_tokenised_a_chunk_at_a_time(plain, monkeypatch):
+    """A corpus is tokenised TOKENIZE_CHUNK texts at a time into one int32 array (its token lists at once held about
+    20 KB a text); the ids, the batches and so the vectors are those of one whole-corpus tokenisation."""
+    whole = plain.encode(TEXTS, batch_size=4, show_progress=False)
+    monkeypatch.setattr(encoder_module, "TOKENIZE_CHUNK", 3)
+    ids, offsets = plain.token_table(TEXTS, 16)
+    assert ids.dtype == np.int32 and offsets.shape == (len(TEXTS) + 1,) and offsets[-1] == len(ids)
+    assert [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(TEXTS))] == plain.tokenize(TEXTS, 16)
+    assert np.array_equal(plain.encode(TEXTS, batch_size=4, show_progress=False), whole)
+    empty_ids, empty_offsets = plain.token_table([], 16)
+    assert empty_ids.shape == (0,) and empty_offsets.tolist() == [0]
+
+
 def test_auto_precision_on_a_cpu_is_bf16_where_the_rule_says_and_says_so(tiny_model_dir, monkeypatch, capsys):
     """`auto` follows `cpu_features.auto_bf16` (the suite fixes it to float32; 1 is a CPU with AMX): the vectors
     under bf16 autocast stay close to float32's, and the progress bar names the precision."""

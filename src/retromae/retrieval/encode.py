@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from retromae.data.fields import UniqueIds, id_problem, json_type, read_id_lines
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import Encoder, longest_first
 from retromae.models.encoder_config import beyond_torch
 from retromae.models.finite import check_vectors
 from retromae.retrieval.lineage import texts_fingerprint
@@ -260,8 +260,8 @@ def encode_cached(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], fo
                   show_progress: bool = True, description: str | None = None) -> np.ndarray:
     """Float32 `(N, D)` vectors of `texts` in input order, equal to `encoder.encode(texts, ...)`'s, kept in `folder`
     (an embeddings folder, resumed by shard when a run was killed; read back when complete)."""
-    lengths = [-len(tokens) for tokens in encoder.tokenize(texts, max_length, prefix)] if len(texts) else []
-    order = np.argsort(lengths, kind="stable")  # the order `Encoder.encode` batches in
+    _, offsets = encoder.token_table(texts, max_length, prefix)  # (N + 1,)
+    order = longest_first(offsets)  # the order `Encoder.encode` batches in
     encode_to_dir(encoder, [ids[row] for row in order], [texts[row] for row in order], folder,
                   model_name=model_name, shard_size=batch_size * max(1, CACHE_SHARD_TEXTS // batch_size),
                   batch_size=batch_size, max_length=max_length, prefix=prefix, show_progress=show_progress,
