@@ -21,6 +21,7 @@ from retromae.adaptation.run import NEXT_STEPS, next_step
 from retromae.adaptation.run import adapt as run_adapt
 from retromae.commands import show
 from retromae.data.corpus import Document
+from retromae.models.model_card import card_tags
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 
@@ -408,8 +409,13 @@ def test_the_verdict_says_the_gain_in_points_and_as_a_share_of_the_base():
     assert ("exported step 8, averaged with the base at 0.5: +0.0500 over the base (0.5000, +10.0% of it), 95% "
             "interval [+0.0500, +0.0500], estimated on queries made from your corpus") in text
     assert "\n  on your own queries expect a gain, not this figure: " in text  # the size does not carry (issue 62)
-    text = summary(steady, [base, steady], "10 of your labelled queries (beir, split dev)", labelled=True)
+    text = summary(steady, [base, steady], "10 passage queries of held-out documents", labelled=False,
+                   adapted_before=True)  # a second round: not even the sign carried (docs/RESULTS.md 10.10)
+    assert "\n  this base is an export of retromae adapt" in text and "not this figure" not in text
+    text = summary(steady, [base, steady], "10 of your labelled queries (beir, split dev)", labelled=True,
+                   adapted_before=True)
     assert "estimated on your labelled queries" in text and "not this figure" not in text
+    assert "export of retromae adapt" not in text
     lucky = Candidate(4, 0.5, 0.53, {**{f"q{i}": 0.5 for i in range(9)}, "q9": 0.8})
     assert decide(base, [lucky], seed=0) is base
     text = summary(base, [base, lucky], "10 passage queries of held-out documents", labelled=False)
@@ -452,6 +458,26 @@ def test_the_exports_card_names_the_base_the_objective_the_averaging_and_the_gua
         assert "objective cropping" in card and f"base {guard['base']:.4f}" in card
         assert ("averaged with the base at weight 0.5" in card) == (guard["chosen"] != "base")
         assert ("they tell whether it gains on real queries, not how much" in card) == (guard["interval"] is not None)
+    assert card_tags(output / "sentence-transformer")[-1] == "retromae-adapt" and not guard["adapted_before"]
+    again = adapt(tiny_adapt(output / "sentence-transformer", topical_corpus(tmp_path / "c.jsonl"), tmp_path / "again",
+                             max_steps=2))
+    guard = json.loads((again / "guard.json").read_text())
+    card = (again / "encoder" / "README.md").read_text()
+    assert guard["adapted_before"] and ("on a base adapted before" in card) == (guard["interval"] is not None)
+
+
+def test_card_tags_reads_the_front_matter_of_a_possibly_hostile_card(tmp_path):
+    assert card_tags(tmp_path) == ()  # no card
+    card = tmp_path / "README.md"
+    card.write_text("---\nlibrary_name: x\ntags:\n- a\n  - b\nlicense: mit\n---\n# Title\ntags:\n- not front\n")
+    assert card_tags(tmp_path) == ("a", "b")
+    card.write_text("# no front matter\n---\ntags:\n- a\n---\n")
+    assert card_tags(tmp_path) == ()
+    card.write_bytes(b"---\ntags:\n- caf\xff\n" + b"x" * 10_000_000)  # undecodable, no end of line or matter
+    assert card_tags(tmp_path) == ()
+    card.unlink()
+    card.mkdir()  # not a regular file
+    assert card_tags(tmp_path) == ()
 
 
 def test_a_validation_fraction_keeps_the_other_labelled_queries_unseen(tmp_path, declared_base):
