@@ -63,7 +63,8 @@ def main() -> None:
             write_corpus(size, 10, folder, DATA)
         reference, ours = (in_child(way, folder / "corpus.jsonl", args) for way in WAYS)
         print(f"{size:>8,} | {reference['peak_mb']:>26,.0f}, {reference['s']:5.1f} | "
-              f"{ours['peak_mb']:>16,.0f}, {ours['s']:5.1f} | {ours['peak_mb'] / reference['peak_mb']:.2f}x", flush=True)
+              f"{ours['peak_mb']:>16,.0f}, {ours['s']:5.1f} | {ours['peak_mb'] / reference['peak_mb']:.2f}x",
+              flush=True)
 
 
 if __name__ == "__main__":

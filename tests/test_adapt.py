@@ -17,11 +17,11 @@ from safetensors.torch import load_file
 from retromae.adaptation.config import AdaptConfig
 from retromae.adaptation.data import MIN_HELD_OUT, split_corpus
 from retromae.adaptation.guard import Candidate, Gain, averaged, decide, measure_gain, systems
-from retromae.adaptation.run import NEXT_STEPS, next_step
+from retromae.adaptation.run import NEXT_STEPS, adapted_before, next_step
 from retromae.adaptation.run import adapt as run_adapt
 from retromae.commands import show
 from retromae.data.corpus import Document
-from retromae.models.model_card import card_tags
+from retromae.models.model_card import card_tags, write_model_cards
 from retromae.runtime.errors import DataError
 from retromae.runtime.options import ConfigError
 
@@ -458,12 +458,18 @@ def test_the_exports_card_names_the_base_the_objective_the_averaging_and_the_gua
         assert "objective cropping" in card and f"base {guard['base']:.4f}" in card
         assert ("averaged with the base at weight 0.5" in card) == (guard["chosen"] != "base")
         assert ("they tell whether it gains on real queries, not how much" in card) == (guard["interval"] is not None)
-    assert card_tags(output / "sentence-transformer")[-1] == "retromae-adapt" and not guard["adapted_before"]
-    again = adapt(tiny_adapt(output / "sentence-transformer", topical_corpus(tmp_path / "c.jsonl"), tmp_path / "again",
-                             max_steps=2))
+    exported = guard["chosen"] != "base"  # the base unchanged is not tagged: adapting it again is a first round
+    assert ("retromae-adapt" in card_tags(output / "sentence-transformer")) == exported
+    assert adapted_before(str(output / "sentence-transformer")) == exported and not guard["adapted_before"]
+
+
+def test_a_second_round_is_known_by_the_cards_tag_and_said(tmp_path, declared_base):
+    write_model_cards([declared_base], "an adapted encoder", {}, tags=("retromae-adapt",))  # as adapt's export
+    again = adapt(tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "again", max_steps=2))
     guard = json.loads((again / "guard.json").read_text())
     card = (again / "encoder" / "README.md").read_text()
-    assert guard["adapted_before"] and ("on a base adapted before" in card) == (guard["interval"] is not None)
+    assert guard["adapted_before"]
+    assert ("on a base adapted before" in card) == (guard["interval"] is not None)
 
 
 def test_card_tags_reads_the_front_matter_of_a_possibly_hostile_card(tmp_path):

@@ -122,11 +122,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
                                     config.seed)
     encoder.model.load_state_dict(state)
     export(encoder, config, output, pooling.normalize)
-    record = guard_record(config, output, best, scored, steps, data.description)
-    record["systems"] = systems(data.validation, base, best)
-    record["adapted_before"] = again
-    write_model_cards([output / "encoder", output / "sentence-transformer"], CARD_TITLE,
-                      adapt_facts(config, record, best), tags=(ADAPTED_TAG,))
+    record = exported_record(config, output, data, best, scored, steps, again)
     report = (summary(best, scored, data.description, labelled=config.validation is not None,
                       adapted_before=record["adapted_before"]) + "\n" + next_step(config, record["systems"]))
     if config.train is not None:
@@ -135,6 +131,19 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
         report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
     write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
     return Result(output, (report,))  # the verdict is a result: standard output (docs/output.md)
+
+
+def exported_record(config: AdaptConfig, output: Path, data: Prepared, best: Candidate, scored: list[Candidate],
+                    steps: int, again: bool) -> dict:
+    """guard.json's record of the export (`scored`: the guard's candidates, the base first), whose cards it writes:
+    tagged ADAPTED_TAG unless the base was kept."""
+    base = scored[0]
+    record = guard_record(config, output, best, scored, steps, data.description)
+    record["systems"] = systems(data.validation, base, best)
+    record["adapted_before"] = again
+    write_model_cards([output / "encoder", output / "sentence-transformer"], CARD_TITLE,
+                      adapt_facts(config, record, best), tags=(ADAPTED_TAG,) if best is not base else ())
+    return record
 
 
 def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: PoolingConfig,

@@ -307,6 +307,7 @@ class Encoder:
                               max_length=max_length, return_attention_mask=False,
                               return_token_type_ids=False)["input_ids"]
 
+    @checked_arguments(EncoderArguments, unchecked=("texts",), max_length="max_length", prefix="prefix")
     def token_table(self, texts: Sequence[str], max_length: int | None = None,
                     prefix: str = "") -> tuple[np.ndarray, np.ndarray]:
         """`tokenize`'s ids of every text in one flat int32 array `(T,)`, text i's at `offsets[i]:offsets[i + 1]`

@@ -19,7 +19,7 @@ from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import read_json_file
 
 CARD = "README.md"
-ADAPTED_TAG = "retromae-adapt"  # the tag of a `retromae adapt` export's card
+ADAPTED_TAG = "retromae-adapt"  # the tag of the card of a `retromae adapt` export that is not the base unchanged
 FRONT_MATTER_LINES, FRONT_MATTER_LINE_CHARACTERS = 50, 4096  # how far `card_tags` reads for the front matter's end
 
 
