@@ -61,7 +61,7 @@ def card_tags(folder: str | Path) -> tuple[str, ...]:
         return ()
     with path.open(encoding="utf-8", errors="replace") as file:
         lines = [file.readline(FRONT_MATTER_LINE_CHARACTERS).rstrip("\n") for _ in range(FRONT_MATTER_LINES)]
-    if not lines or lines[0].strip() != "---" or "---" not in (line.strip() for line in lines[1:]):
+    if lines[0].strip() != "---" or "---" not in (line.strip() for line in lines[1:]):
         return ()
     front = lines[1:1 + [line.strip() for line in lines[1:]].index("---")]
     tags, listing = [], False
