@@ -188,7 +188,7 @@ def test_a_cuda_device_on_a_machine_without_one_is_one_line(tmp_path, data, tiny
     error = capsys.readouterr().err.strip()
     assert "--device cuda: this machine has no CUDA device" in error and "\n" not in error
     assert cli(command, "--model", tiny_model_dir, *args[command], "--device", "gpu") == 2
-    assert "--device gpu: not a torch device" in capsys.readouterr().err
+    assert "--device: 'gpu' is not a device a command runs on" in capsys.readouterr().err
 
 
 def test_default_names_say_which_model_not_what_its_folder_holds(tmp_path):

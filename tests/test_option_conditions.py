@@ -41,12 +41,12 @@ def another_value(config_cls: type, field: dataclasses.Field) -> Any:
             value = (default or 1) / 2 if spec.scalar is float else max(int(domain.low or 1), 1)
         value = spec.scalar(value)
     else:
-        value = next(text for text in ("x2", "efSearch=16", "HNSW32") if _passes(field, text))
+        value = next(text for text in ("x2", "efSearch=16", "HNSW32", "cpu") if _passes(field, text))
     return [value] if spec.is_list else value
 
 
 def _passes(field: dataclasses.Field, text: str) -> bool:
-    """Whether the option's own `check` (a faiss string) takes `text`."""
+    """Whether the option's own `check` (a faiss string, a device name) takes `text`."""
     try:
         field.metadata["check"] and field.metadata["check"](text)
     except ValueError:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import tiny_beir
 
 import retromae
 from retromae.cli import build_parser, discover_commands, main
@@ -384,3 +385,110 @@ def test_skip_from_names_the_layers_the_backbone_has(layers, skip_from, message)
     with pytest.raises(ConfigError) as error:
         Condenser(model, MaskingSettings(4, 50, 0.3, False), skip_from=skip_from)
     assert str(error.value).startswith(message) and "from 1 to 0" not in str(error.value)
+
+
+# --- text that is no Unicode text, run tags and device names: checked with every other option value ------------------
+
+NOT_UTF8 = b"a\xffb".decode("utf-8", "surrogateescape")  # what Python's argv holds for a byte that is not UTF-8
+
+
+def text_options(command: Command) -> list[dataclasses.Field]:
+    """The options of `command` that take text or a path (one or a list)."""
+    specs = _field_specs(command.config_cls)
+    return [field for field in options(command.config_cls) if field.name in specs
+            and specs[field.name].scalar in (str, Path)]
+
+
+def value_cases(command: Command, field: dataclasses.Field, text: str, folder: Path) -> dict[str, str]:
+    """way → outcome of `text` given to `field` of `command` on the command line, in a JSON config file and through
+    the Python API (the config class itself)."""
+    required = required_values(command.config_cls, field.name)
+    argv = [part for name, value in required.items() for part in (f"--{name.replace('_', '-')}",
+                                                                  *(value if isinstance(value, list) else [value]))]
+    path = folder / f"{command.name}-{field.name}.json"
+    path.write_text(json.dumps({**required, field.name: text}))  # JSON: "\udcff", an escape a file may hold
+    value = [text] if _field_specs(command.config_cls)[field.name].is_list else text
+    in_file = _outcome(lambda: _parse_and_build(command, [command.name, "--config", str(path)]), field)
+    if in_file.startswith(f"refused elsewhere: {path}: field '{field.name}' is not Unicode text"):
+        in_file = "refused"  # the JSON reader's own refusal (`runtime.lines`), naming the file and the option
+    return {"command line": _outcome(lambda: _parse_and_build(command, [command.name, *argv,
+                                                                        f"{flag(field)}={text}"]), field),
+            "config file": in_file,
+            "python api": _outcome(lambda: command.config_cls(**{**required, field.name: value}), field)}
+
+
+def test_every_text_or_path_option_refuses_what_is_not_unicode_text_in_one_line_naming_it(tmp_path):
+    """`search --query $'apple \\xff'`, `encode --passage-prefix $'\\xff'` and `bm25 --tag $'a\\xff'` ended in
+    tracebacks (a TypeError from the tokenizer, a UnicodeEncodeError after the whole search): every option's text,
+    a path's too, is refused in one line naming the option, whichever way it is given."""
+    failed, tried = [], 0
+    for command in commands():
+        for field in text_options(command):
+            for way, outcome in value_cases(command, field, NOT_UTF8, tmp_path).items():
+                tried += 1
+                if outcome != "refused":
+                    failed.append(f"{way}: {command.name} {flag(field)}: {outcome}")
+    assert not failed, "\n".join(failed[:20])
+    assert tried > 200
+
+
+def test_the_refusal_says_which_byte_and_where(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--query: holds the byte 0xFF, which is not UTF-8, at character 7: an "
+                                          r"option's value must be UTF-8 text"):
+        retromae.search(index="i", query="apple \udcff", model="m")
+    with pytest.raises(ConfigError, match=r"^--tag: holds the lone surrogate U\+D800 at character 2"):
+        retromae.bm25(corpus="c", queries="q", output=str(tmp_path / "run"), tag="a\ud800")
+    assert list(tmp_path.iterdir()) == []
+
+
+def commands_with(name: str) -> list[Command]:
+    """The commands that have the option `name`."""
+    return [command for command in commands() if name in {field.name for field in options(command.config_cls)}]
+
+
+def test_the_registry_has_the_commands_with_a_tag_and_a_device():
+    assert [command.name for command in commands_with("tag")] == ["bm25", "search"]
+    assert {command.name for command in commands_with("device")} >= {"encode", "evaluate", "score", "search"}
+
+
+@pytest.mark.parametrize("tag", ["a b", "", "a\tb", " a", "a\n"])
+def test_every_tag_option_refuses_a_tag_a_trec_run_cannot_hold(tag, tmp_path):
+    """`bm25 --tag "a b"` was refused by a ValueError traceback when the run was written, after the search."""
+    for command in commands_with("tag"):
+        field = next(field for field in options(command.config_cls) if field.name == "tag")
+        assert set(value_cases(command, field, tag, tmp_path).values()) == {"refused"}, command.name
+
+
+@pytest.mark.parametrize("device", ["meta", "", "cpu:99", "gpu", "cuda:-1", "cuda:01", "CUDA", "xla"])
+def test_every_device_option_refuses_a_device_no_command_runs_on(device, tmp_path):
+    """`encode --device meta` ended in a RuntimeError traceback; `--device ""` was taken as the default and
+    `--device cpu:99` as the CPU."""
+    for command in commands_with("device"):
+        field = next(field for field in options(command.config_cls) if field.name == "device")
+        assert set(value_cases(command, field, device, tmp_path).values()) == {"refused"}, command.name
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:12", "mps"])
+def test_every_device_option_takes_the_devices_torch_runs_on(device, tmp_path):
+    """Whether this machine has the device is said when the model is placed (`runtime.devices.resolve_device`)."""
+    for command in commands_with("device"):
+        field = next(field for field in options(command.config_cls) if field.name == "device")
+        outcomes = value_cases(command, field, device, tmp_path)
+        assert "refused" not in outcomes.values(), (command.name, outcomes)
+
+
+def test_the_python_api_refuses_a_device_and_a_tag_before_any_work(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    import torch
+
+    from retromae.models.encoder import Encoder
+    from retromae.retrieval import run as retrieval_run
+
+    with pytest.raises(ConfigError, match=r"^device: 'meta' is not a device a command runs on.* \(as --device\)$"):
+        Encoder.load(str(tiny_model_dir), device=torch.device("meta"))
+    monkeypatch.setattr(retrieval_run, "bm25_search", lambda *args: pytest.fail("searched before the tag's check"))
+    tiny_beir(tmp_path / "beir")
+    assert main(["bm25", "--data", str(tmp_path / "beir"), "--output", str(tmp_path / "run.trec"), "--tag",
+                 "a b"]) == 2
+    assert capsys.readouterr().err == ("retromae: error: --tag: 'a b' cannot be written in a TREC run: it holds a "
+                                       "space at character 2\n")
+    assert not (tmp_path / "run.trec").exists()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retromae.data.held_out import HeldOut, Queries
+from retromae.data.retrieval_sets import check_split
 from retromae.models.encoder_config import POOLINGS, BackendOptions
 from retromae.runtime.options import (
     FRACTION,
@@ -54,7 +55,7 @@ class AdaptConfig(TrainingConfig, BackendOptions):
                                           "each one's highest tf-idf words, the document searched for), or for "
                                           "distill a passage taken out of it (the rest searched for)", reads="path")
     validation_split: str = option("test", "qrels split of --validation (a test split warns: the model would then "
-                                           "be chosen on the queries it is judged on)")
+                                           "be chosen on the queries it is judged on)", check=check_split)
     validation_queries: int = option(1000, "the guard scores at most this many queries (held-out documents "
                                            "without --validation: at most this many, and a tenth of the corpus at "
                                            "most): the more, the narrower the interval of a candidate's gain", POSITIVE)
@@ -128,7 +129,7 @@ class AdaptConfig(TrainingConfig, BackendOptions):
     train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
                                      "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
                                      "finetune`'s defaults, into OUTPUT/finetuned/", reads="path")
-    train_split: str = option("train", "qrels split of a --train folder")
+    train_split: str = option("train", "qrels split of a --train folder", check=check_split)
     cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
     # --validation (the guard's queries and the unseen ones) is never what --train fine-tunes on (`data.held_out`)
     HELD_OUT: ClassVar[tuple[HeldOut, ...]] = (

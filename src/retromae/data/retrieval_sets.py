@@ -1,6 +1,7 @@
 """Readers and writers for retrieval sets, TREC runs and STS pairs.
 
-Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`), the MS MARCO layout
+Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`; a split is a name, never a path:
+`check_split`, the check of every split option), the MS MARCO layout
 (`collection.tsv`, `queries*.tsv`, `qrels*.tsv`; a .tsv corpus or queries file may start with a header row naming its
 columns, `data.fields.tsv_columns`), a corpus argument read by the one rule of `data.corpus.corpus_files` (a
 folder stands for its corpus file), a queries argument (a file, or a folder holding `queries.jsonl` or
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,14 @@ from retromae.data.fields import (
 from retromae.data.ranking import ranked
 from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.lines import check_regular_file, file_kind, finite_number, json_object_line, numbered_lines
+from retromae.runtime.lines import (
+    check_regular_file,
+    file_kind,
+    finite_number,
+    integer_field,
+    json_object_line,
+    numbered_lines,
+)
 from retromae.runtime.options import require
 
 if TYPE_CHECKING:
@@ -47,6 +56,7 @@ QUERIES_NAMES = ("queries.jsonl", "queries.tsv")  # a queries argument naming a 
 QRELS_FORMATS = ("auto", "beir", "trec")
 BEIR_COLUMNS = ("query-id", "corpus-id", "score")
 TREC_ITERATIONS = ("0", "Q0")
+SPLIT_NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")  # a split's name: no path separator, no control character
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +229,9 @@ def _qrels_layout(path: Path, first: str, qrels_format: str) -> tuple[bool, tupl
     never loses its first line, and a header of other names is an error naming the names to use."""
     fields = _split_fields(first)
     if set(BEIR_COLUMNS) <= set(fields):  # a header names the columns (BEIR: query-id corpus-id score)
+        if qrels_format == "trec":  # a declared layout the file contradicts: refused, never overridden unsaid
+            raise DataError(f"{path}:1: starts with a BEIR header ({first.strip()!r}), but --qrels-format trec "
+                            "declares header-less 'qid 0 docid rel' lines; give --qrels-format beir or auto")
         return True, tuple(fields.index(name) for name in BEIR_COLUMNS), len(fields)
     if qrels_format == "beir" or (qrels_format == "auto" and len(fields) == 3):
         return False, (0, 1, 2), 3
@@ -256,15 +269,11 @@ def load_qrels(path: Path, qrels_format: str = "auto", limit: int | None = None)
             if header:
                 continue
         qid, docid, grade = _qrel_fields(path, number, line, *layout)
-        try:
-            value = int(grade)
-        except ValueError:
-            header = (f" (a header line is recognised by its names: {chr(9).join(BEIR_COLUMNS)!r})"
-                      if number == first_number else "")
-            raise DataError(f"{path}:{number}: relevance grade {grade!r} is not an integer{header}") from None
+        header = (f" (a header line is recognised by its names: {chr(9).join(BEIR_COLUMNS)!r})"
+                  if number == first_number else "")
+        value = integer_field(path, number, grade, "relevance grade", hint=header)
         check_id(qid, f"{path}:{number}", "query id")
         check_id(docid, f"{path}:{number}", "document id")
-        finite_number(path, number, value, "relevance grade")  # a 400-digit grade would overflow every gain
         first_lines.setdefault(qid, number)
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
         if previous != value:
@@ -327,8 +336,25 @@ def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict
     logger.warning("%s: dropped them: %s", paths["qrels"], "; ".join(parts))
 
 
+def split_problem(split: str) -> str | None:
+    """What is wrong with `split` as the name of a split, or None: it is joined into file names (`qrels/{split}.tsv`,
+    `sts-{split}.csv`), so a path separator or `..` would read outside the folder."""
+    if SPLIT_NAME.fullmatch(split) and ".." not in split:
+        return None
+    return f"a split is a name such as test or dev, not a path (no '/', '\\', '..' or control character), got {split!r}"
+
+
+def check_split(split: str) -> None:
+    """ValueError saying what is wrong with `split` (`split_problem`): the `check` of every split option."""
+    problem = split_problem(split)
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def split_files(folder: Path, split: str) -> dict[str, Path]:
     """The queries and qrels files of one split of a BEIR or MS MARCO folder (`load_retrieval_set` names them)."""
+    problem = split_problem(split)
+    require(problem is None, "split", str(problem))
     return {"queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
                                       "queries.tsv"], "queries"),
             "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
@@ -398,10 +424,7 @@ def read_trec_run(path: Path, limit: int | None = None) -> dict[str, dict[str, f
         qid, _, docid, rank, score, _ = fields
         check_id(qid, f"{path}:{number}", "query id")
         check_id(docid, f"{path}:{number}", "document id")
-        try:
-            int(rank)
-        except ValueError:
-            raise DataError(f"{path}:{number}: rank {rank!r} or score {score!r} is not a number") from None
+        integer_field(path, number, rank, "rank")
         value = finite_number(path, number, score, "score")
         docs = run.setdefault(qid, {})
         if docid in docs:
@@ -413,10 +436,11 @@ def read_trec_run(path: Path, limit: int | None = None) -> dict[str, dict[str, f
 
 
 def _check_token(value: str, what: str) -> None:
-    """ValueError when `value` breaks the id rule (`data.fields.id_problem`): a run of it could not be read back."""
+    """DataError when `value` breaks the id rule (`data.fields.id_problem`): a run of it could not be read back. (The
+    commands refuse a bad --tag before the search: `retrieval.config.check_run_tag`.)"""
     problem = id_problem(value)
     if problem is not None:
-        raise ValueError(f"{what} {value!r} cannot be written to a TREC run: it {problem}")
+        raise DataError(f"{what} {value!r} cannot be written to a TREC run: it {problem}")
 
 
 def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "retromae") -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retromae.data.corpus import CORPUS_NAMES
+from retromae.data.retrieval_sets import check_split
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k
@@ -57,7 +58,7 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
             "fusion": acts_with("hybrid"),
             **encoder_acts(WITH_MODEL, "query_prefix", "passage_prefix", "query_max_length", "passage_max_length",
                            "factory"),
-            "params": WITH_MODEL & NOT_BINARY, "shortlist": WITH_MODEL & WITH_BINARY}
+            "params": WITH_MODEL & NOT_BINARY, "shortlist": WITH_MODEL & WITH_BINARY, "top_k": WITH_MODEL}
 
     model: list[str] | None = option(None, "model(s) to evaluate (our export, sentence-transformers folder, HF "
                                            "encoder); several: one table, a column group each",
@@ -70,7 +71,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     data: list[Path] = option(help="one or more BEIR / MS MARCO folders, or a folder holding such folders (a row "
                                    "each in one table, and their average); or STS pairs (an STS Benchmark file, or "
                                    "its folder holding sts-{split}.csv)", reads="path")
-    split: str = option("test", "split: qrels/{split}.tsv, qrels.{split}.tsv or sts-{split}.csv")
+    split: str = option("test", "split: qrels/{split}.tsv, qrels.{split}.tsv or sts-{split}.csv",
+                        check=check_split)
     qrels_format: str = option("auto", "the qrels files' layout: auto (a header naming query-id, corpus-id, score; "
                                        "else 3 fields = BEIR, 'qid 0 docid rel' = TREC), or declare beir or trec "
                                        "for a file without a header", choices=QRELS_FORMATS)

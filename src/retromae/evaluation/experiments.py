@@ -22,18 +22,20 @@ own running experiments, nor computing metrics, nor what `adapt` writes (`retrom
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retromae.evaluation.axes import clamp_axis
-from retromae.evaluation.curves import ProbePoint, plot_probe_curves, probe_points, probe_section
+from retromae.evaluation.curves import PROBE_PREFIX, ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
+from retromae.objectives import OBJECTIVES
 from retromae.objectives.summary import describe_pretraining
 from retromae.runtime.console import Result
-from retromae.runtime.errors import DataError
+from retromae.runtime.errors import DataError, RetroMAEError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.lines import appended_records, numbered_lines, read_json_file
+from retromae.runtime.lines import appended_records, finite_number, numbered_lines, read_json_file
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
 GUARD_FILE = "guard.json"  # what `retromae adapt` writes (adapt.run.GUARD_FILE; not imported: it loads torch)
+WHOLE_FIELDS = ("step", "tokens")  # the fields of a metrics.jsonl record read as whole numbers
+LOSS_FIELDS = ("loss", "encoder_mlm")  # and as numbers, beside the probe scores (`curves.PROBE_PREFIX`)
 
 
 @dataclass
@@ -73,23 +77,53 @@ def pyplot():
 
 
 def read_metrics(metrics: Path) -> list[dict]:
-    """The records of a training run's metrics.jsonl (a last record cut by a kill left out)."""
-    return appended_records(metrics)[0]
+    """The records of a training run's metrics.jsonl (a last record cut by a kill left out), each checked
+    (`_checked_record`)."""
+    records = appended_records(metrics)[0]
+    numbers = [number for number, _ in numbered_lines(metrics)][:len(records)]
+    return [_checked_record(metrics, number, record) for number, record in zip(numbers, records, strict=True)]
+
+
+def _checked_record(path: Path, number: int, record: Any) -> dict:
+    """A metrics.jsonl record: a JSON object with a whole-number step, and each field read from it (`WHOLE_FIELDS`,
+    `LOSS_FIELDS`, the probe scores) a finite number; DataError naming the file, line and field otherwise."""
+    if not isinstance(record, dict):
+        raise DataError(f"{path}:{number}: expected a JSON object of a training step, got {record!r:.60}")
+    if "step" not in record:
+        raise DataError(f"{path}:{number}: has no field 'step'")
+    for key, value in record.items():
+        if key in WHOLE_FIELDS or key in LOSS_FIELDS or key.startswith(PROBE_PREFIX):
+            _json_number(path, number, key, value, whole=key in WHOLE_FIELDS)
+    return record
+
+
+def _json_number(path: Path, number: int, key: str, value: Any, whole: bool = False) -> float:
+    """A number read from line `number` of `path`: a JSON number (not text, not true or false; a whole one of at
+    least 0 with `whole`), finite (`lines.finite_number`); DataError naming the file, line and field otherwise."""
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or (whole and value < 0):
+        wanted = "a whole number of at least 0" if whole else "a number"
+        raise DataError(f"{path}:{number}: field {key!r} is {value!r:.60}, not {wanted}")
+    return finite_number(path, number, value, f"field {key!r}")
 
 
 def losses(records: list[dict], key: str = "loss") -> list[tuple[int, float]]:
     """(step, value of `key`: the total loss or one component) of every training record of a metrics.jsonl."""
-    return [(int(record["step"]), float(record[key])) for record in records if key in record]
+    return [(record["step"], float(record[key])) for record in records if key in record]
 
 
 def read_times(path: Path) -> dict[str, float]:
-    """STAGE → seconds from a times.txt (a stage timed twice keeps its last time)."""
+    """STAGE → seconds from a times.txt (a stage timed twice keeps its last time), each a finite number of at least
+    0 (`lines.finite_number`): DataError naming the file and line otherwise."""
     times = {}
     for number, line in numbered_lines(path):
         fields = line.split()
         if len(fields) != 2:
             raise DataError(f"{path}:{number}: expected 'STAGE SECONDS', got {line!r}")
-        times[fields[0]] = float(fields[1])
+        seconds = finite_number(path, number, fields[1], "seconds")
+        if seconds < 0:
+            raise DataError(f"{path}:{number}: seconds {fields[1]!r} is negative")
+        times[fields[0]] = seconds
     return times
 
 
@@ -140,15 +174,29 @@ def _pretraining_cell(pretrain: Path) -> str:
     says so."""
     if not pretrain.is_dir():
         return "none"
-    if not (pretrain / "config.json").exists():
+    path = pretrain / "config.json"
+    if not path.exists():
         return f"unknown (no {pretrain.name}/config.json)"
-    return describe_pretraining(read_json_file(pretrain / "config.json"))
+    config = read_json_file(path)
+    objective = config.get("objective")
+    if not isinstance(objective, str) or objective not in list(OBJECTIVES):
+        shown = f"is {objective!r}" if "objective" in config else "is missing"
+        raise DataError(f"{path}: field 'objective' {shown}, not one of {', '.join(OBJECTIVES)}")
+    try:
+        return describe_pretraining(config)
+    except KeyError as error:
+        raise DataError(f"{path}: has no field {error}: not the config.json of a `retromae pretrain` run") from None
+    except (TypeError, ValueError, RetroMAEError) as error:
+        raise DataError(f"{path}: not the config.json of a `retromae pretrain` run ({error})") from None
 
 
 def _score(path: Path, metric: str, value: Any) -> float:
-    """An evaluation's score as a float; DataError naming the file and metric when it is not a number."""
+    """An evaluation's score as a float; DataError naming the file and metric when it is not a finite number (an
+    integer beyond a float's range included)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DataError(f"{path}: {metric!r} is {value!r}, not a number")
+    if isinstance(value, int) and abs(value) > sys.float_info.max:
+        raise DataError(f"{path}: {metric!r} is a whole number beyond a float's range, not a finite score")
     return float(value)
 
 

@@ -27,7 +27,7 @@ from retromae.evaluation.experiments import read_metrics
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, cutoffs
 from retromae.evaluation.metrics import evaluate_run
 from retromae.evaluation.probe_options import BEST_PROBE_DIR, ProbeOptions, probe_metrics
-from retromae.evaluation.sts import sts_correlations
+from retromae.evaluation.sts import check_gold, sts_correlations
 from retromae.models.encoder import Encoder, PoolingConfig
 from retromae.models.export import export_encoder, export_sentence_transformer, save_head
 from retromae.retrieval.search import TextOptions, dense_search
@@ -84,6 +84,7 @@ class Probe:
             self.corpus = self.retrieval.corpus_texts()
         if self.active and options.probe_sts:
             self.sts = load_sts_pairs(Path(options.probe_sts))
+            check_gold(self.sts[2], options.probe_sts)  # before training: no correlation with constant gold scores
 
     def __call__(self, trainer: Trainer) -> dict[str, float]:
         step = trainer.state.step
@@ -124,7 +125,7 @@ class Probe:
         if self.sts is not None:
             first, second, gold = self.sts
             vectors = [encoder.encode(side, batch_size=batch, show_progress=False) for side in (first, second)]
-            correlations = sts_correlations(*vectors, gold)
+            correlations = sts_correlations(*vectors, gold, self.options.probe_sts)
             scores.update({f"probe_{name}": correlations[key] for name, key in probe_metrics(CORRELATION).items()})
         return scores
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from retromae.data.retrieval_sets import check_split
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, Metric, long_title, parse_key, reported_keys
 from retromae.runtime.options import POSITIVE, SEED, Acts, Options, acts_with, option, require
 
@@ -68,7 +69,7 @@ class ProbeOptions(Options):
                                      "queries are searched zero-shot with the encoder's vector (the objective's "
                                      f"pooling: [CLS], mean for Contriever); {RETRIEVAL_HELP[0]} go into "
                                      f"metrics.jsonl as {RETRIEVAL_HELP[1]}", reads="path")
-    probe_split: str = option("test", "qrels split of --probe")
+    probe_split: str = option("test", "qrels split of --probe", check=check_split)
     probe_sts: str | None = option(None, f"probe STS too (or only): an STS Benchmark tsv; {STS_HELP[0]} of cosine "
                                          f"similarities → {STS_HELP[1]}", reads="path")
     probe_every: int = option(500, "probe every N steps (a multiple of --log-every), before the first step and at "

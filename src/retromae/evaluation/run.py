@@ -97,13 +97,14 @@ def evaluate_one(config: EvaluateConfig, data: Path) -> dict[str, Any]:
 
 
 def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
-    from retromae.evaluation.sts import sts_correlations  # numpy: only for STS, so `evaluate --run` stays light
+    from retromae.evaluation.sts import check_gold, sts_correlations  # numpy: only for STS (`evaluate --run` light)
 
     require(bool(config.models), "model", "STS evaluation needs a model (a run has no similarities)")
     first, second, gold = load_sts_pairs(path)
+    check_gold(gold, str(path))  # before the model loads
     encoder = config.load_encoder()
     options = {"batch_size": config.batch_size}
-    return sts_correlations(encoder.encode(first, **options), encoder.encode(second, **options), gold)
+    return sts_correlations(encoder.encode(first, **options), encoder.encode(second, **options), gold, str(path))
 
 
 def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, float], dict[str, Any] | None]:

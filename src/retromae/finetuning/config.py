@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from retromae.data.retrieval_sets import check_split
 from retromae.models.encoder_config import POOLINGS
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
@@ -47,7 +48,7 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
                         reads="model")
     data: str = option(help="training file (JSON lines: query, pos, neg[, pos_scores, neg_scores]) or a BEIR / "
                             "MS MARCO folder whose --split qrels give the positives", reads="path")
-    split: str = option("train", "qrels split of a --data folder")
+    split: str = option("train", "qrels split of a --data folder", check=check_split)
     negatives: str = option("auto", "hard negatives: none (in-batch only), file (the training file's neg lists), "
                                     "bm25 or model (mined before training from the training set's passages); "
                                     "auto: file for a training file, none for a folder", choices=NEGATIVE_SOURCES)

@@ -90,10 +90,11 @@ def longest_first(offsets: np.ndarray) -> np.ndarray:
     return np.argsort(-np.diff(offsets), kind="stable")
 
 
-def _read_json(source: str, filename: str) -> dict[str, Any] | None:
-    """A JSON file of a local folder or hub repository, or None when it has no such file."""
+def _read_json(source: str, filename: str, kind: type = dict) -> Any:
+    """A JSON file (a `kind`: an object, else an array) of a local folder or hub repository, or None when it has no
+    such file; ModelLoadError naming the file when it holds another JSON value (`model_source.read_json`)."""
     if os.path.isdir(source):
-        return read_json(Path(source) / filename)
+        return read_json(Path(source) / filename, kind)
     try:
         downloaded = Path(hf_hub_download(source, filename))
     except LocalEntryNotFoundError as error:  # offline and not cached: a subclass of EntryNotFoundError
@@ -102,7 +103,7 @@ def _read_json(source: str, filename: str) -> dict[str, Any] | None:
         return None
     except Exception as error:  # any other hub failure (missing repo, bad id, network) means it cannot load
         raise _load_error(source, f"not a local folder, and the Hugging Face Hub lookup failed: {error}") from error
-    return read_json(downloaded)
+    return read_json(downloaded, kind)
 
 
 def _load_error(source: str, reason: str) -> ModelLoadError:
@@ -139,7 +140,9 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize."""
     spec, pooling, normalize = FolderSpec(), None, False
     for module in modules:
-        kind = module.get("type", "").rsplit(".", 1)[-1]
+        if not isinstance(module, dict):
+            raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists {module!r}, not a module (an object)")
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         path = module.get("path", "")
         if kind == "Transformer":
             spec.subfolder = path
@@ -158,13 +161,24 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     return spec
 
 
+def _our_spec(path: str, ours: dict[str, Any]) -> FolderSpec:
+    """What our `retromae_encoder.json` (`path`) declares; ModelLoadError naming the file and the field holding a
+    value of another type or domain (`"normalize": "false"` is no boolean, `"pooling": "max"` no pooling of ours);
+    its `max_length` is checked against the tokenizer (`_check_declared_length`)."""
+    pooling, normalize = ours.get("pooling", "cls"), ours.get("normalize", False)
+    if not (isinstance(pooling, str) and pooling in POOLINGS):
+        raise ModelLoadError(f"{path}: pooling is {pooling!r}; it must be one of {', '.join(POOLINGS)}")
+    if not isinstance(normalize, bool):
+        raise ModelLoadError(f"{path}: normalize is {normalize!r}; it must be true or false")
+    return FolderSpec(pooling=PoolingConfig(pooling, normalize), max_length=ours.get("max_length"), declared=True)
+
+
 def describe_folder(source: str) -> FolderSpec:
     """Pooling, normalisation, max length and transformer subfolder declared by a model folder or hub repo."""
     ours = _read_json(source, ENCODER_FILE)
     if ours is not None:
-        return FolderSpec(pooling=PoolingConfig(ours.get("pooling", "cls"), bool(ours.get("normalize", False))),
-                          max_length=ours.get("max_length"), declared=True)
-    modules = _read_json(source, "modules.json")
+        return _our_spec(os.path.join(source, ENCODER_FILE), ours)
+    modules = _read_json(source, "modules.json", list)
     if modules is not None:
         return _sentence_transformers_spec(source, modules)
     return FolderSpec()

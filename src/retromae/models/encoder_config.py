@@ -14,6 +14,7 @@ import dataclasses
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
+from retromae.runtime.devices import check_device_name
 from retromae.runtime.options import POSITIVE, Acts, Options, option, require
 
 if TYPE_CHECKING:
@@ -106,7 +107,8 @@ class EncoderOptions(BackendOptions):
     dtype: str = option("auto", "compute precision of the torch backend; auto: bf16 (or fp16) autocast on GPU, bf16 "
                                 "on a CPU with AMX ($RETROMAE_CPU_BF16=0: float32), float32 on other CPUs",
                         choices=("auto", *DTYPE_NAMES), acts=TORCH_FLOAT)
-    device: str | None = option(None, "torch device, e.g. cpu or cuda:1; default: this process's GPU if any")
+    device: str | None = option(None, "torch device: cpu, cuda, cuda:N or mps; default: this process's GPU if any",
+                                check=check_device_name)
     batch_size: int = option(64, "texts per forward pass", POSITIVE)
 
     def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
@@ -146,5 +148,8 @@ def dtype_name(dtype: Any) -> Any:
 
 
 def device_name(device: Any) -> Any:
-    """A torch device as the text `--device` takes; anything else as it is."""
-    return str(device) if type(device).__name__ == "device" else device
+    """A torch device as the text `--device` takes (the CPU without the index a process's own device may carry:
+    Accelerate's is cpu:0); anything else as it is."""
+    if type(device).__name__ != "device":
+        return device
+    return "cpu" if device.type == "cpu" else str(device)

@@ -5,25 +5,29 @@ Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finet
 sentence-transformers folder (the transformer in the folder itself or in a module folder such as `0_Transformer/`),
 a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
 pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, ids beyond the
-model's embeddings, a corpus read as mostly `[UNK]`), and that a folder's safetensors files are whole
-(`check_safetensors`: a truncated one is named before a library fails on it without its name). Does not own
+model's embeddings, a corpus read as mostly `[UNK]`) and of a tokenizer.json before the tokenizers library reads it
+(`check_tokenizer_file`); that every file of a model folder is a regular file (`check_model_files`: a FIFO would hang
+its reader); and that a folder's safetensors files are whole and their headers true (`check_safetensors`: a
+truncated file, a header whose offsets, shapes or types lie, an integer weight are named before a library fails on
+them without their name, or reads them as other numbers). Does not own
 loading weights (`retromae.models.encoder`, `retromae.models.masked_lm`) nor a folder's pooling
 (`retromae.models.encoder.describe_folder`).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 import struct
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from retromae.runtime.errors import DataError, ModelLoadError
-from retromae.runtime.lines import read_json_file
+from retromae.runtime.lines import file_kind, loads_finite, read_json_file
 
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
 # from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
@@ -40,6 +44,16 @@ MAX_UNKNOWN_SHARE = 0.5  # a corpus read as more [UNK] than this is another lang
 HUB_ID = re.compile(r"(?!.*(--|\.\.))((?![-.])[\w.-]{1,96}(?<![-.])/)?(?![-.])[\w.-]{1,96}(?<![-.])", re.ASCII)
 PASS = ("pass a finished `retromae pretrain`/`finetune` output folder, its encoder/, a sentence-transformers "
         "folder, a Hugging Face model folder (config.json with its weights and tokenizer) or a hub name")
+# safetensors' tensor types and their sizes in bytes; a model's weights are of the floating-point ones
+SAFETENSORS_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+                      "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+FLOATING_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+# The only integer tensors of a model checkpoint: BERT-family buffers (all-MiniLM-L6-v2 saves embeddings.position_ids
+# as I64). Any other integer or boolean tensor is a weight whose bytes would be read as other numbers.
+INTEGER_BUFFERS = ("position_ids", "token_type_ids")
+MAX_HEADER = 100_000_000  # the largest safetensors header the safetensors library reads
+TOKEN_IDS = 1 << 32  # the tokenizers library stores a token id as an unsigned 32-bit number
+SHOWN_CHARACTERS = 60  # of a value from a hostile file shown in an error
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,7 @@ def resolve_model(name: str | Path, option: str = "--model") -> ModelSource:
     folder = Path(path)
     if not folder.is_dir():
         raise ModelLoadError(f"{option} {given}: no such folder; {PASS}")
-    inner = next((folder / sub for sub in RUN_MODELS if (folder / sub / "config.json").is_file()), None)
+    inner = next((folder / sub for sub in RUN_MODELS if os.path.lexists(folder / sub / "config.json")), None)
     if inner is not None:
         return _model_folder(given, inner, option, kind="run")
     return _model_folder(given, folder, option)
@@ -88,12 +102,21 @@ def resolve_model(name: str | Path, option: str = "--model") -> ModelSource:
 def resolve_tokenizer(name: str | Path, option: str = "--tokenizer") -> ModelSource:
     """Like `resolve_model`, but a folder holding only a tokenizer (tokenizer.json, tokenizer_config.json) is one."""
     folder = Path(os.path.expanduser(str(name)))
+    if folder.is_dir():
+        check_model_files(folder)
     if any((folder / file).is_file() for file in TOKENIZER_FILES) and not (folder / "config.json").is_file():
         return ModelSource(str(name), str(folder), "", "tokenizer")
     return resolve_model(name, option)
 
 
 def _model_folder(given: str, folder: Path, option: str, kind: str | None = None) -> ModelSource:
+    """The source a model folder is (`_folder_source`), once its files are known to be files (`check_model_files`)."""
+    source = _folder_source(given, folder, option, kind)
+    check_model_files(folder)
+    return source
+
+
+def _folder_source(given: str, folder: Path, option: str, kind: str | None = None) -> ModelSource:
     if (folder / ENCODER_FILE).is_file():
         return ModelSource(given, str(folder), "", kind or "encoder")
     modules = read_json(folder / "modules.json")
@@ -113,15 +136,36 @@ def _transformer_path(modules: list[Any], folder: Path) -> str:
     raise ModelLoadError(f"{folder / 'modules.json'}: no Transformer module; not a sentence-transformers text model")
 
 
-def read_json(path: Path) -> Any:
-    """The JSON value of a model folder's file, or None when there is no such file; ModelLoadError when invalid or
-    when it holds NaN or an infinity (a config's `layer_norm_eps: NaN` would make every vector NaN)."""
-    if not path.is_file():
+def read_json(path: Path, kind: type = object) -> Any:
+    """The JSON value of a model folder's file, or None when there is no such file; ModelLoadError when it is not a
+    regular file, is invalid, is not a `kind` (`read_json_file`) or holds NaN or an infinity (a config's
+    `layer_norm_eps: NaN` would make every vector NaN)."""
+    if file_kind(path) == "missing":
         return None
     try:
-        return read_json_file(path, object)
+        return read_json_file(path, kind)
     except DataError as error:
         raise ModelLoadError(str(error)) from None
+
+
+def check_model_files(folder: Path, levels: int = 2) -> None:
+    """ModelLoadError naming the first entry of a model folder or of its subfolders (`levels`: the folder and its
+    sentence-transformers module folders) that is neither a regular file nor a folder. Any file in them may be read,
+    by us or by transformers, tokenizers or sentence-transformers (config.json, tokenizer files, safetensors shards
+    and their index, retromae_encoder.json, modules.json, 1_Pooling/config.json): a FIFO would block that reader
+    forever, a device never end. Checked where a folder is resolved and before transformers reads it
+    (`pretrained.check_folder`); our own reads check again (`read_json`, `check_safetensors`)."""
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as error:
+        raise ModelLoadError(f"{folder}: cannot list the model folder ({error.strerror})") from None
+    for entry in entries:
+        kind = file_kind(entry)
+        if kind == "a folder" and levels > 1:
+            check_model_files(entry, levels - 1)
+        elif kind not in (None, "a folder", "missing"):  # missing: a dangling link, which readers find absent
+            raise ModelLoadError(f"{entry}: is {kind}, not a regular file; a model folder holds only files and "
+                                 "folders")
 
 
 def unfinished_run(folder: Path) -> str | None:
@@ -162,6 +206,51 @@ def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) 
                              f"{vocab_size}; use the tokenizer the model was made with")
 
 
+def check_tokenizer_file(folder: Path) -> None:
+    """ModelLoadError naming a folder's tokenizer.json, before the tokenizers library reads it, when it is no JSON
+    object with a vocabulary (`model.vocab`), an id is no unsigned 32-bit whole number, two tokens share an id (every
+    word would become the same token) or the unknown token it names is not in its vocabulary (tokenizers would fail
+    at the first unknown word, mid-run). transformers checks none of this."""
+    path = folder / "tokenizer.json"
+    tokenizer = read_json(path, dict)
+    if tokenizer is None:
+        return
+    model = tokenizer.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    added = tokenizer.get("added_tokens", [])
+    if not isinstance(vocab, dict | list) or not isinstance(added, list):
+        raise ModelLoadError(f"{path}: has no vocabulary (a \"model\" object with a \"vocab\") or no list of "
+                             "\"added_tokens\"")
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    added_ids = [token.get("id") if isinstance(token, dict) else token for token in added]
+    bad = [value for value in ids + added_ids if type(value) is not int or not 0 <= value < TOKEN_IDS]
+    if bad:
+        raise ModelLoadError(f"{path}: the token id {_shown(bad[0])} is no whole number from 0 to {TOKEN_IDS - 1}")
+    shared = [(value, count) for value, count in Counter(ids).items() if count > 1]
+    if shared:
+        raise ModelLoadError(f"{path}: its vocabulary gives {shared[0][1]} tokens the id {shared[0][0]}; each token "
+                             "needs its own id, or the model cannot tell them apart")
+    _check_unknown_token(path, model, vocab)
+
+
+def _check_unknown_token(path: Path, model: dict[str, Any], vocab: dict[str, int] | list[Any]) -> None:
+    """ModelLoadError when the unknown token a tokenizer model names (`unk_token`, or a Unigram's `unk_id`) is not in
+    its vocabulary."""
+    unknown = model.get("unk_token")
+    if isinstance(vocab, dict) and unknown is not None and unknown not in vocab:
+        raise ModelLoadError(f"{path}: its unknown token {_shown(unknown)} is not in its vocabulary; the first word "
+                             "it does not know would stop the run")
+    index = model.get("unk_id")
+    if isinstance(vocab, list) and index is not None and not (type(index) is int and 0 <= index < len(vocab)):
+        raise ModelLoadError(f"{path}: its unk_id {_shown(index)} is no index of its {len(vocab)} tokens")
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)`, cut to `SHOWN_CHARACTERS`: a value from a hostile file, in an error."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARACTERS else f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters)"
+
+
 def unknown_share(tokenizer: Any, ids: Iterable[int]) -> float:
     """The share of the ordinary (non-special) token ids in `ids` that are the tokenizer's unknown token."""
     special, unknown = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}, tokenizer.unk_token_id
@@ -181,28 +270,84 @@ def check_unknown_share(tokenizer: Any, ids: Sequence[int], source: str, data: s
 
 
 def check_safetensors(location: str | Path) -> None:
-    """ModelLoadError naming the first `*.safetensors` file of a folder (or the file itself) that is truncated or
-    not a safetensors file: its size must be 8 bytes of header length, the JSON header, and the tensors' bytes the
-    header lists. Reads only the headers; a hub name (nothing on disk) passes."""
+    """ModelLoadError naming the first `*.safetensors` file of a folder (or the file itself) that is not a regular
+    file, is truncated, is not a safetensors file, or whose header lies (`_tensor_span`), before any library reads
+    it: its size must be 8 bytes of header length, the JSON header, and the tensors' bytes the header lists, one
+    after another. Reads only the headers; a hub name (nothing on disk) passes."""
     location = Path(location)
-    files = sorted(location.glob("*.safetensors")) if location.is_dir() else [location] if location.is_file() else []
+    if not location.is_dir():
+        files = [location] if os.path.lexists(location) else []
+    else:
+        files = sorted(location.glob("*.safetensors"))
     for path in files:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            head = handle.read(8)
-            length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-            try:
-                header = json.loads(handle.read(length)) if 0 <= length <= size - 8 else None
-            except (ValueError, UnicodeDecodeError):
-                header = None
-        if not isinstance(header, dict):
-            raise ModelLoadError(f"{path}: not a safetensors file, or truncated inside its header ({size} bytes)")
-        ends = [entry.get("data_offsets", [0, 0])[1] for key, entry in header.items()
-                if key != "__metadata__" and isinstance(entry, dict)]
-        expected = 8 + length + max(ends, default=0)
-        if size != expected:
-            raise ModelLoadError(f"{path}: truncated or damaged safetensors file: {size} bytes, its header "
-                                 f"describes {expected}")
+        _check_safetensors_file(path)
+
+
+def _check_safetensors_file(path: Path) -> None:
+    kind = file_kind(path)
+    if kind is not None:
+        raise ModelLoadError(f"{path}: is {kind}, not a regular file")
+    size = path.stat().st_size
+    header, length = _safetensors_header(path, size)
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values()):
+        raise ModelLoadError(f"{path}: damaged safetensors file: its __metadata__ is no object of strings")
+    end = 0
+    for (begin, stop), name in sorted((_tensor_span(path, name, entry), name) for name, entry in header.items()):
+        if begin != end:
+            raise ModelLoadError(f"{path}: damaged safetensors file: the bytes of tensor {_shown(name)} start at "
+                                 f"{begin} of its data, not at {end}, where those before it end")
+        end = stop
+    if size != 8 + length + end:
+        raise ModelLoadError(f"{path}: truncated or damaged safetensors file: {size} bytes, its header "
+                             f"describes {8 + length + end}")
+
+
+def _safetensors_header(path: Path, size: int) -> tuple[dict[str, Any], int]:
+    """The JSON object of a safetensors file's header, and its length in bytes."""
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        text = handle.read(length) if 0 <= length <= min(size - 8, MAX_HEADER) else None
+    if text is None:
+        raise ModelLoadError(f"{path}: not a safetensors file, or truncated inside its header ({size} bytes)")
+    try:
+        header = loads_finite(text.decode("utf-8"))
+    except ValueError as error:  # not UTF-8 or JSON; NaN, a 5000-digit number, deep nesting (`loads_finite`)
+        raise ModelLoadError(f"{path}: damaged safetensors file: its header is no valid JSON ({error})") from None
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"{path}: damaged safetensors file: its header is no JSON object")
+    return header, length
+
+
+def _tensor_span(path: Path, name: str, entry: Any) -> tuple[int, int]:
+    """The byte range `data_offsets` of one tensor of a safetensors header; ModelLoadError naming the file and the
+    tensor unless its dtype is a safetensors type, floating-point but for `INTEGER_BUFFERS`, its shape a list of
+    whole numbers, and its range as long as its shape of that type needs."""
+    where = f"{path}: tensor {_shown(name)}"
+    dtype = entry.get("dtype") if isinstance(entry, dict) else None
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise ModelLoadError(f"{where}: the dtype {_shown(dtype)} is no safetensors type "
+                             f"({', '.join(SAFETENSORS_DTYPES)})")
+    if dtype not in FLOATING_DTYPES and name.rsplit(".", 1)[-1] not in INTEGER_BUFFERS:
+        raise ModelLoadError(f"{where}: is {dtype}, but a model's weights are floating-point numbers "
+                             f"({', '.join(FLOATING_DTYPES)}); its bytes would be read as other numbers")
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if not _whole_numbers(shape):
+        raise ModelLoadError(f"{where}: its shape {_shown(shape)} is no list of whole numbers")
+    if not (_whole_numbers(offsets) and len(offsets) == 2 and offsets[0] <= offsets[1]):
+        raise ModelLoadError(f"{where}: its data_offsets {_shown(offsets)} are no pair [begin, end] of byte "
+                             "positions with begin <= end")
+    needed = math.prod(shape) * SAFETENSORS_DTYPES[dtype]
+    if offsets[1] - offsets[0] != needed:
+        raise ModelLoadError(f"{where}: holds {offsets[1] - offsets[0]} bytes, but a {dtype} tensor of shape "
+                             f"{_shown(shape)} takes {needed}")
+    return offsets[0], offsets[1]
+
+
+def _whole_numbers(value: Any) -> bool:
+    """Whether `value` is a list of whole numbers (not booleans), none negative."""
+    return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
 
 
 def is_random_init(model: str | Path) -> bool:

@@ -4,10 +4,12 @@ Owns: every `from_pretrained` call of the package, each with `trust_remote_code=
 on standard input whether to run a folder's code) and `use_safetensors=True` (never a pickle); the refusals, in our
 words, of a folder that asks to run its own Python code (`auto_map`), of a folder whose weights are pickles only
 (`pytorch_model.bin`), of a `model_type` transformers does not know, of a config.json size or rate no model can be
-built from (`CONFIG_NUMBERS`) and of a tokenizer whose declared max length is no positive number; and the rule that
-weights load whole: after loading, every weight the checkpoint lacks, every tensor it holds that the model has no
-place for and every tensor of another shape is refused, naming a few and the count (transformers would start them
-from random weights and go on), but for these, the only legitimate ones:
+built from (`CONFIG_NUMBERS`), an activation it does not know or a `pad_token_id` outside the vocabulary, of a JSON
+file it reads that is no JSON object, and of a tokenizer whose declared max length is no positive number; a library's
+failure while reading (safetensors' SafetensorError, the tokenizers library's plain Exception) as one line; and the
+rule that weights load whole: after loading, every weight the checkpoint lacks, every tensor it holds that the model
+has no place for and every tensor of another shape is refused, naming a few and the count (transformers would start
+them from random weights and go on), but for these, the only legitimate ones:
 
 - a task head the checkpoint lacks, where the caller says it may start fresh (`fresh_head`): the masked-LM head
   of a sentence encoder about to be pre-trained, the classifier of a reranker about to be trained, the pooler of an
@@ -26,13 +28,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from retromae.models.model_source import check_safetensors, read_json
+from safetensors import SafetensorError
+
+from retromae.models.model_source import check_model_files, check_safetensors, check_tokenizer_file, read_json
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.options import PROBABILITY, Domain, between
 
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index", "tf_model.h5",
                   "flax_model.msgpack", "pytorch_model.pt", "model.pt")
 SHOWN = 3  # names shown of a longer list
+# The JSON files of a model folder transformers reads, each an object (tokenizer.json: `check_tokenizer_file`)
+TRANSFORMERS_JSON = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                     "generation_config.json", "model.safetensors.index.json")
+# The config.json fields naming an activation function (BERT's, ModernBERT's, DistilBERT's, GPT-2's)
+ACTIVATION_FIELDS = ("hidden_act", "hidden_activation", "activation", "activation_function")
+# What a library raises for a file it cannot read: the tokenizers library raises a plain Exception
+LIBRARY_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError, SafetensorError)
 NO_CODE = "retromae never runs a model folder's own code"
 # The sizes and rates of a config.json that transformers builds a model's tensors from, with what each may be: the
 # sizes whole numbers (bounded so that a typo cannot ask for all the memory there is), the rates numbers.
@@ -63,6 +74,8 @@ def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: 
     from transformers import AutoTokenizer  # transformers: only when a tokenizer is read
 
     check_folder(folder, subfolder, what, weights=False)
+    if (Path(folder) / subfolder).is_dir():
+        check_tokenizer_file(Path(folder) / subfolder)
     tokenizer = _guarded(what or folder, AutoTokenizer.from_pretrained, folder, subfolder=subfolder,
                          trust_remote_code=False, **options)
     length = tokenizer.model_max_length
@@ -119,6 +132,9 @@ def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool
     if not path.is_dir():
         return
     what = what or str(path)
+    check_model_files(path)
+    for name in TRANSFORMERS_JSON:
+        read_json(path / name, dict)
     for name in ("config.json", "tokenizer_config.json"):
         code = _auto_map(read_json(path / name))
         if code:
@@ -126,6 +142,7 @@ def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool
                                  f"{NO_CODE}: use a model of a family transformers knows (BERT, RoBERTa, ...)")
     _check_model_type(path, what)
     _check_config_numbers(path / "config.json")
+    _check_config_choices(path / "config.json")
     if weights:
         _check_weight_files(path, what)
 
@@ -168,6 +185,26 @@ def _check_config_numbers(path: Path) -> None:
                                  "be built from it)")
 
 
+def _check_config_choices(path: Path) -> None:
+    """ModelLoadError naming config.json and the field when an activation function is one transformers does not know
+    (it fails building the model, naming only the value) or `pad_token_id` is no token of `vocab_size` (an assertion
+    deep inside torch's embedding)."""
+    from transformers.activations import ACT2FN  # transformers: only when a folder's config is checked
+
+    config = read_json(path)
+    if not isinstance(config, dict):
+        return
+    for name in ACTIVATION_FIELDS:
+        value = config.get(name)
+        if value is not None and not (isinstance(value, str) and value in ACT2FN):
+            raise ModelLoadError(f"{path}: {name} is {value!r}, an activation function transformers does not know "
+                                 f"(it knows {len(ACT2FN)}, such as gelu, relu, silu)")
+    pad, vocab = config.get("pad_token_id"), config.get("vocab_size")
+    if pad is not None and (type(pad) is not int or (type(vocab) is int and not -vocab <= pad < vocab)):
+        raise ModelLoadError(f"{path}: pad_token_id is {pad!r}; it must be the id of a token of the vocabulary "
+                             f"(vocab_size {vocab}) or null")
+
+
 def _check_weight_files(path: Path, what: str) -> None:
     """Pickle-only weights refused in our words; truncated safetensors named (`check_safetensors`)."""
     if not any(path.glob("*.safetensors")):
@@ -189,7 +226,9 @@ def _guarded(what: str, load: Any, *args: Any, **options: Any) -> Any:
         return load(*args, **options)
     except ModelLoadError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError) as error:
+    except Exception as error:
+        if not isinstance(error, LIBRARY_ERRORS) and type(error) is not Exception:
+            raise
         text = " ".join(str(error).split())
         if "trust_remote_code" in text:
             text = f"it asks to run its own code; {NO_CODE}"

@@ -9,7 +9,6 @@ head). Does not own data reading, masking, objectives or the loop itself; it wir
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +40,7 @@ from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objectiv
 from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.runtime.errors import ModelLoadError
-from retromae.runtime.lines import read_json_file
+from retromae.runtime.lines import loads_finite, read_json_file
 from retromae.runtime.options import config_to_dict, save_config
 from retromae.training.loop import Trainer
 from retromae.training.setup import AUTOCAST_DTYPES, claim_output, start_run, whole_model
@@ -164,12 +163,12 @@ def head_modules(names: list[str]) -> list[str]:
 def previous_objective(folder: Path) -> str:
     """The objective named in a previous run's config.json (with its variant, e.g. its decoding), or 'unknown'."""
     try:
-        saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        saved = loads_finite((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "unknown"
-    name = saved.get("objective", "unknown")
-    if name not in OBJECTIVES:
-        return name
+    name = saved.get("objective") if isinstance(saved, dict) else None
+    if not isinstance(name, str) or name not in OBJECTIVES:
+        return name if isinstance(name, str) else "unknown"
     options = OBJECTIVES[name].options
     variant = options.from_values(saved).variant
     return f"{name} ({variant} {options.VARIANT})" if variant else name

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from retromae.data.retrieval_sets import check_split
 from retromae.retrieval.mining_options import MiningOptions
+from retromae.runtime.devices import check_device_name
 from retromae.runtime.options import POSITIVE, Acts, acts_with_folder, at_least, option
 from retromae.runtime.run_folder import OutputOptions
 from retromae.training.config import HeadTrainingConfig
@@ -33,7 +35,7 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
                              "encoder, a sentence-transformers folder, or a pre-training output", reads="model")
     data: str = option(help="training file (JSON lines: query, pos, neg) or a BEIR / MS MARCO folder and --split",
                        reads="path")
-    split: str = option("train", "qrels split of a --data folder")
+    split: str = option("train", "qrels split of a --data folder", check=check_split)
     negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
                                     "bi-encoder); auto: file for a training file, bm25 for a folder",
                             choices=("auto", "file", "bm25", "model"))
@@ -56,4 +58,5 @@ class ScoreConfig(OutputOptions):
     batch_size: int = option(64, "pairs per forward pass", POSITIVE)
     max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
                                                   "model reads", at_least(8))
-    device: str | None = option(None, "torch device; default: the GPU if any")
+    device: str | None = option(None, "torch device: cpu, cuda, cuda:N or mps; default: the GPU if any",
+                                check=check_device_name)

@@ -34,6 +34,7 @@ import numpy as np
 
 from retromae.retrieval.config import BM25Params
 from retromae.retrieval.top_k import capped_top_k, ranked_top_k
+from retromae.retrieval.vector_files import read_array
 from retromae.runtime.console import notice, step, verbose
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
@@ -194,10 +195,7 @@ def _read_vocab(path: Path) -> dict[str, int]:
 
 def _load_array(path: Path, kinds: str) -> np.ndarray:
     """A one-dimensional array of one of numpy's `kinds` ("f", "iu") read without pickle."""
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        raise DataError(f"{path}: not a numpy array file ({error})") from None
+    array = read_array(path)
     if array.ndim != 1 or array.dtype.kind not in kinds:
         raise DataError(f"{path}: holds {array.dtype} of shape {array.shape}, not a flat array of the right kind")
     return array

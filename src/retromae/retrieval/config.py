@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from retromae.data.fields import id_problem
+from retromae.data.retrieval_sets import check_split
 from retromae.models.encoder_config import EncoderOptions, encoder_acts
 from retromae.retrieval.faiss_options import (
     NOT_BINARY,
     SHORTLIST,
     SHORTLIST_RANGE,
+    WHEN_TRAINED,
     WITH_BINARY,
     check_factory,
     check_search_params,
@@ -145,7 +148,8 @@ class IndexConfig(OutputOptions, BM25Params):
     shortlist: int | None = option(None, f"--factory binary: rows rescored per query with the float vectors, as a "
                                          f"multiple of k (the Hamming search's best SHORTLIST x k); stored with the "
                                          f"index; default {SHORTLIST}", SHORTLIST_RANGE, acts=WITH_BINARY)
-    seed: int = option(0, "seed of the training sample for IVF/PQ indexes", SEED)
+    seed: int = option(0, "seed of the training sample for indexes that are trained (IVF, PQ, SQ, int8, PCA, ...)",
+                       SEED, acts=WHEN_TRAINED)
     hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
                                  "fuses BM25 with the model")
     corpus: Path | None = option(None, "corpus file whose texts --hybrid indexes; default: the one the embeddings "
@@ -159,6 +163,14 @@ def non_blank(text: str) -> None:
     """ValueError for a query of no text (spaces only): it would match every document alike."""
     if not text.strip():
         raise ValueError("must not be empty")
+
+
+def check_run_tag(tag: str) -> None:
+    """ValueError for a tag a TREC run cannot hold in its last column (the id rule, `data.fields.id_problem`: not
+    empty, no whitespace), said before the search rather than when its run is written."""
+    problem = id_problem(tag)
+    if problem is not None:
+        raise ValueError(f"{tag!r} cannot be written in a TREC run: it {problem}")
 
 
 # `search`'s options that act only where it encodes queries itself: with --queries an embeddings folder the vectors
@@ -208,7 +220,7 @@ class SearchConfig(OutputOptions, EncoderOptions):
                                    SHORTLIST_RANGE)
     query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
-    tag: str = option("retromae", "run tag written in the last column")
+    tag: str = option("retromae", "run tag written in the last column (no whitespace)", check=check_run_tag)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -224,7 +236,7 @@ class BM25Config(OutputOptions, BM25Params):
                           ({"data": None, "corpus": "x", "queries": "x"},))}
     data: Path | None = option(None, "BEIR or MS MARCO folder; its --split queries are searched",
                                required_unless="--corpus and --queries", reads="path")
-    split: str = option("test", "split whose judged queries are searched (with --data)")
+    split: str = option("test", "split whose judged queries are searched (with --data)", check=check_split)
     corpus: Path | None = option(None, "corpus (with --queries): a .jsonl or .tsv file or a folder holding one",
                                  required_unless="--data", reads="path")
     queries: Path | None = option(None, "queries (with --corpus): queries.jsonl or queries.tsv, or a folder "
@@ -232,7 +244,7 @@ class BM25Config(OutputOptions, BM25Params):
                                   required_unless="--data", reads="path")
     output: Path = option(help="TREC run file to write")
     top_k: int = option(100, "documents retrieved per query", TOP_K, aliases=("--k",))
-    tag: str = option("bm25", "run tag written in the last column")
+    tag: str = option("bm25", "run tag written in the last column (no whitespace)", check=check_run_tag)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -250,7 +262,7 @@ class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25",
                                reads="model")
     data: Path = option(help="BEIR / MS MARCO folder (positives from --split qrels) or a training file", reads="path")
-    split: str = option("train", "qrels split of a --data folder")
+    split: str = option("train", "qrels split of a --data folder", check=check_split)
     negatives: str = option("model", "what ranks the passages negatives are drawn from: model (dense, exact "
                                      "search) or bm25", choices=("model", "bm25"), aliases=("--method",))
     output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")

@@ -16,8 +16,10 @@ with the same manifest, a run continues (or, finished, is left as it is); with a
 `overwrite`, which deletes the files listed above first.
 
 A reader (`load_embeddings`) refuses embeddings.npy or ids.txt that are not the files of encode.json's generation
-(one replaced by another command writing into the folder). A resumed run checks every shard it finds (float32,
-the model's width, its rows, finite) before it counts or merges it, naming the shard that is not.
+(one replaced by another command writing into the folder), an encode.json whose fields are not of their type and
+domain, and vectors that are not the float32 `(count, dim)` it records (`retrieval.vector_files`, the one reader of
+.npy files). A resumed run checks every shard it finds (float32, the model's width, its rows, finite) before it
+counts or merges it, naming the shard that is not.
 
 Shard i holds rows [i * shard_size, (i + 1) * shard_size). Under Accelerate each process encodes the shards
 with `i % num_processes == process_index`; a killed run that is started again skips every finished shard.
@@ -41,12 +43,12 @@ import numpy as np
 from retromae.data.fields import UniqueIds, id_problem, json_type, read_id_lines
 from retromae.models.encoder import Encoder, longest_first
 from retromae.models.encoder_config import beyond_torch
-from retromae.models.finite import check_vectors
 from retromae.retrieval.lineage import texts_fingerprint
+from retromae.retrieval.vector_files import check_encoding_record, read_vectors
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
-from retromae.runtime.lines import read_json_file
+from retromae.runtime.lines import check_regular_file, read_json_file
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.processes import process_state
 from retromae.runtime.run_folder import claim_folder, file_fingerprint, input_fingerprint
@@ -107,16 +109,9 @@ def _shard_done(path: Path, rows: int, dim: int) -> bool:
 
 
 def _read_shard(path: Path, rows: int, dim: int) -> np.ndarray:
-    """Shard `path`, checked to hold `rows` finite float32 vectors of width `dim`: DataError naming it if not."""
-    try:
-        vectors = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        raise DataError(f"{path}: not a shard of this encoding ({error}); delete it to encode its rows again") from None
-    if vectors.dtype != np.float32 or vectors.shape != (rows, dim):
-        raise DataError(f"{path}: holds {vectors.dtype} of shape {vectors.shape}, not float32 of shape ({rows}, {dim}) "
-                        "as this encoding writes; delete it to encode its rows again")
-    check_vectors(vectors, str(path))
-    return vectors
+    """Shard `path`, checked to hold `rows` finite float32 vectors of width `dim` (`read_vectors`): DataError naming
+    it if not."""
+    return read_vectors(path, rows, dim, remedy="; not a shard of this encoding: delete it to encode its rows again")
 
 
 def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, info: dict[str, Any]) -> None:
@@ -229,15 +224,16 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
     """Ids, float32 `(N, D)` vectors and encode info of an embeddings folder written by `encode_to_dir`."""
     folder = Path(folder)
     for name in (EMBEDDINGS_FILE, IDS_FILE):
-        if not (folder / name).is_file():
+        if not (folder / name).exists():
             raise DataError(f"{folder}: not an embeddings folder (no {name}); create one with `retromae encode`")
-    vectors = np.load(folder / EMBEDDINGS_FILE, mmap_mode="r" if mmap else None, allow_pickle=False)
-    ids = read_id_lines(folder / IDS_FILE)
-    if vectors.ndim != 2 or vectors.shape[0] != len(ids):
-        raise DataError(f"{folder}: {EMBEDDINGS_FILE} has shape {vectors.shape} but {IDS_FILE} lists {len(ids)} ids")
-    check_vectors(vectors, str(folder / EMBEDDINGS_FILE), ids)
+        check_regular_file(folder / name)
     info_path = folder / INFO_FILE
-    info = read_json_file(info_path) if info_path.is_file() else {}
+    info = check_encoding_record(read_json_file(info_path), str(info_path)) if info_path.exists() else {}
+    ids = read_id_lines(folder / IDS_FILE)
+    if info.get("count", len(ids)) != len(ids):
+        raise DataError(f"{info_path}: field 'count' is {info['count']} but {folder / IDS_FILE} lists {len(ids)} ids")
+    vectors = read_vectors(folder / EMBEDDINGS_FILE, len(ids), info.get("dim"), ids=ids, mmap=mmap,
+                           remedy=f" as {INFO_FILE} and {IDS_FILE} record; encode the folder again")
     _check_generation(folder, info)
     return ids, vectors, info
 

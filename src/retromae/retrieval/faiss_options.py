@@ -48,6 +48,19 @@ WITH_BINARY = Acts(lambda config: config.factory == BINARY, "with --factory bina
                    {"factory": BINARY}, ({"factory": "Flat"},))
 NOT_BINARY = Acts(lambda config: config.factory != BINARY, "with a --factory other than binary (a binary index "
                   "takes --shortlist, no faiss search parameter)", {"factory": "Flat"}, ({"factory": BINARY},))
+# The factory components faiss trains before vectors are added (coarse quantizers, product and scalar quantizers,
+# transforms): only an index holding one is trained on a sample of the vectors, drawn with `--seed`.
+TRAINED_PARTS = ("IVF", "IMI", "PQ", "SQ", "PCA", "ITQ", "LSH", "RR")
+
+
+def trains(factory: str) -> bool:
+    """Whether the index `factory` names is trained before vectors are added (int8 is faiss's SQ8: trained)."""
+    return any(part in COMPRESSED.get(factory, factory) for part in TRAINED_PARTS)
+
+
+WHEN_TRAINED = Acts(lambda config: trains(config.factory), "with a --factory that is trained (IVF, PQ, SQ, int8, "
+                    "PCA, ...: its training sample is drawn with the seed)", {"factory": "IVF4,Flat"},
+                    ({"factory": "Flat"}, {"factory": "HNSW32"}, {"factory": BINARY}))
 
 
 def index_type(factory: str) -> str:

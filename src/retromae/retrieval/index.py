@@ -13,7 +13,10 @@ search returning higher-is-better scores, and the index folder:
 
 index.json is written last: a file of the folder whose fingerprint differs from the one recorded there (ids.txt
 replaced by `retromae encode --output` into the folder, say) belongs to another generation and is refused by
-`load_index`. A writer holds the folder's exclusive lock (`run_folder.claim_folder`); `reading` takes the shared
+`load_index`, which also refuses a file of the folder that is not a regular file (before faiss or numpy opens it,
+folders without fingerprints included), an index.json field not of its type and domain or disagreeing with the files
+(count, dim), and a faiss index whose float tables (a Flat index's vectors, quantizers' centroids) hold NaN or
+infinity. A writer holds the folder's exclusive lock (`run_folder.claim_folder`); `reading` takes the shared
 one, so that a reader never sees half of a rewrite. Does not own encoding (`retrieval.encode`) or turning hits into
 runs (`retrieval.search`).
 """
@@ -45,10 +48,11 @@ from retromae.retrieval.faiss_options import (
     index_type,
 )
 from retromae.retrieval.top_k import capped_top_k, ranked_top_k
+from retromae.retrieval.vector_files import check_encoding_record, read_vectors
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
-from retromae.runtime.lines import read_json_file
+from retromae.runtime.lines import check_regular_file, file_kind, read_json_file
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.run_folder import LOCK_FILE, file_fingerprint, held_here
 
@@ -64,6 +68,7 @@ LEXICAL_DIR = "bm25"
 TRAIN_SAMPLE = 200_000
 EXACT_BLOCK = 256
 RESCORE_ROWS = 1 << 16  # float rows a binary index gathers for one block of queries' shortlists (96 MB at 384-d)
+REBUILD = "; rebuild the index with `retromae index --overwrite`"
 
 
 def import_faiss() -> Any | None:
@@ -386,45 +391,69 @@ def reading(folder: str | Path) -> Iterator[None]:
 
 def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     """The index, its row ids and its index.json info from a folder written by `save_index`, each file checked to
-    be the one index.json recorded (its generation)."""
+    be the one index.json recorded (its generation), each field of index.json of its type and domain and agreeing
+    with the files (count, dim), and a faiss index's float tables finite."""
     folder = Path(folder)
-    if not (folder / INDEX_INFO).is_file():
+    if not (folder / INDEX_INFO).exists():  # (a regular file: checked by its reader)
         raise DataError(f"{folder}: not an index folder (no {INDEX_INFO}); create one with `retromae index`")
     info = _read_index_info(folder / INDEX_INFO)
     check_generation(folder, info)
     ids = read_id_lines(folder / IDS_FILE)
+    if info.get("count", len(ids)) != len(ids):
+        raise DataError(f"{folder / INDEX_INFO}: field 'count' is {info['count']} but {folder / IDS_FILE} lists "
+                        f"{len(ids)} ids")
     if info["backend"] == "numpy":
-        vectors = _load_rows(folder / NUMPY_FILE, ids, mmap=False)
+        vectors = read_vectors(folder / NUMPY_FILE, len(ids), info.get("dim"), ids=ids, mmap=False, remedy=REBUILD)
         index = ExactIndex(vectors.shape[1], info["metric"])
         index.vectors = vectors
     elif info.get("type") == BINARY:
         index = _load_binary(folder, ids, info)
     else:
-        faiss = import_faiss()
-        if faiss is None:
-            raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
-        index = _read_faiss(faiss.read_index, folder / FAISS_FILE, "faiss index")
-    if index.ntotal != len(ids):
-        raise DataError(f"{folder}: the index holds {index.ntotal} vectors but {IDS_FILE} lists {len(ids)} ids")
+        index = _load_faiss(folder)
+    if index.ntotal != len(ids) or index.d != info.get("dim", index.d):
+        raise DataError(f"{folder / INDEX_INFO}: records {info.get('dim')}-dimensional vectors, but the index holds "
+                        f"{index.ntotal} vectors of {index.d} dimensions for the {len(ids)} ids of {IDS_FILE}{REBUILD}")
     return index, ids, info
 
 
-def _load_rows(path: Path, ids: list[str], mmap: bool) -> np.ndarray:
-    """Float32 rows `(N, D)` of a .npy file of the index folder (memory-mapped with `mmap`), checked finite."""
-    try:
-        vectors = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        raise DataError(f"{path}: not a numpy array file ({error})") from None
-    if vectors.ndim != 2 or vectors.dtype != np.float32 or len(vectors) != len(ids):
-        raise DataError(f"{path}: holds {vectors.dtype} of shape {vectors.shape}, not float32 rows, one per id of "
-                        f"{IDS_FILE} ({len(ids)})")
-    check_vectors(vectors, str(path), ids)
-    return vectors
+def _load_faiss(folder: Path) -> Any:
+    """The faiss index of a folder (index.faiss), every float table it keeps checked finite (`_check_faiss_finite`)."""
+    faiss = import_faiss()
+    if faiss is None:
+        raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
+    index = _read_faiss(faiss.read_index, folder / FAISS_FILE, "faiss index")
+    _check_faiss_finite(faiss, index, folder / FAISS_FILE)
+    return index
+
+
+def _float_tables(faiss: Any, index: Any) -> Iterator[np.ndarray]:
+    """Every float table a faiss index keeps (no copy of the vectors): a Flat index's vectors (also the storage of
+    HNSW and the coarse quantizer of IVF, read through the wrappers), a scalar quantizer's trained ranges (int8) and
+    a product quantizer's centroids. The codes of the quantized types are integers, with no NaN to hold."""
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexFlatCodes) and hasattr(index, "get_xb"):
+        yield faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d).reshape(index.ntotal, index.d)
+    for table in ("sq", "pq"):
+        quantizer = getattr(index, table, None)
+        if quantizer is not None:
+            yield faiss.vector_to_array(quantizer.trained if table == "sq" else quantizer.centroids)
+    for attribute in ("quantizer", "storage", "index", "base_index", "refine_index"):
+        inner = getattr(index, attribute, None)
+        if inner is not None and isinstance(inner, faiss.Index):
+            yield from _float_tables(faiss, inner)
+
+
+def _check_faiss_finite(faiss: Any, index: Any, path: Path) -> None:
+    """NonFiniteError naming `path` when a float table of the faiss `index` holds a NaN or an infinity (a Flat
+    index with a NaN row would silently drop that document from every result)."""
+    for table in _float_tables(faiss, index):
+        check_vectors(table.reshape(len(table), -1) if table.ndim > 1 else table.reshape(1, -1), str(path))
 
 
 def _read_faiss(read: Callable[[str], Any], path: Path, what: str) -> Any:
     """`read(path)` (faiss's reader of a float or a binary index), its RuntimeError as a DataError naming the file
-    (a binary index recorded as another type, or the reverse)."""
+    (a binary index recorded as another type, or the reverse); one that is not a regular file is never opened."""
+    check_regular_file(path, what)
     try:
         return read(str(path))
     except RuntimeError as error:
@@ -436,7 +465,7 @@ def _load_binary(folder: Path, ids: list[str], info: dict[str, Any]) -> BinaryIn
     faiss = import_faiss()
     if faiss is None:
         raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
-    vectors = _load_rows(folder / VECTORS_FILE, ids, mmap=True)
+    vectors = read_vectors(folder / VECTORS_FILE, len(ids), info.get("dim"), ids=ids, remedy=REBUILD)
     binary = _read_faiss(faiss.read_index_binary, folder / FAISS_FILE, "faiss binary index")
     if binary.d != 8 * _code_bytes(vectors.shape[1]):
         raise DataError(f"{folder / FAISS_FILE}: a binary index of {binary.d} bits for {vectors.shape[1]}-dimensional "
@@ -465,16 +494,22 @@ def check_generation(folder: Path, info: dict[str, Any]) -> None:
         path = folder / name
         if Path(name).is_absolute() or ".." in Path(name).parts:
             raise DataError(f"{folder / INDEX_INFO}: names {name!r}, outside the index folder")
-        if not path.is_file() or file_fingerprint(path) != recorded:
-            state = "is missing" if not path.is_file() else "was replaced after the index was written"
+        kind = file_kind(path)
+        if kind not in (None, "missing"):
+            raise DataError(f"{path}: is {kind}, not a regular file{REBUILD}")
+        if kind == "missing" or file_fingerprint(path) != recorded:
+            state = "is missing" if kind == "missing" else "was replaced after the index was written"
             raise DataError(f"{path}: {state} (it does not belong to generation {info.get('generation')} recorded "
                             f"in {folder / INDEX_INFO}, e.g. `retromae encode --output` into this folder); rebuild "
                             "the index with `retromae index --overwrite`")
 
 
 def _read_index_info(path: Path) -> dict[str, Any]:
-    """index.json, checked to name a backend and a metric this module writes."""
+    """index.json, checked to name a backend and a metric this module writes, and each other field of its type and
+    domain (`_check_index_fields`)."""
+    check_regular_file(path)
     info = read_json_file(path)
+    _check_index_fields(info, path)
     if info.get("backend") not in ("numpy", "faiss") or info.get("metric") not in METRICS:
         raise DataError(f"{path}: backend {info.get('backend')!r} and metric {info.get('metric')!r}: not an index "
                         f"description of `retromae index` (backend numpy or faiss, metric {' or '.join(METRICS)})")
@@ -490,3 +525,23 @@ def _read_index_info(path: Path) -> dict[str, Any]:
         if info["backend"] != "faiss":
             raise DataError(f"{path}: backend {info['backend']!r}: a binary index is a faiss index")
     return info
+
+
+def _check_index_fields(info: dict[str, Any], path: Path) -> None:
+    """DataError naming index.json and the field: text fields that are not text, count and dim that are not whole
+    numbers in range, an encoder record that is not one (`check_encoding_record`) or disagrees with the index's
+    count or dim, a corpus record that is not an object."""
+    for name in ("factory", "params", "generation", "embeddings_generation"):
+        if info.get(name) is not None and not isinstance(info[name], str):
+            raise DataError(f"{path}: field {name!r} is {info[name]!r}, not text")
+    check_encoding_record({name: info[name] for name in ("count", "dim") if name in info}, str(path))
+    if info.get("corpus") is not None and not isinstance(info["corpus"], dict):
+        raise DataError(f"{path}: field 'corpus' is {info['corpus']!r}, not a JSON object")
+    if "encoder" not in info:
+        return
+    encoder = check_encoding_record(info["encoder"], f"{path}: encoder")
+    differ = [name for name in ("count", "dim") if name in encoder and name in info and encoder[name] != info[name]]
+    if differ:
+        shown = ", ".join(f"{name} {info[name]} but the encoder's {encoder[name]}" for name in differ)
+        raise DataError(f"{path}: records {shown}: the index is not of the vectors its encoder record "
+                        f"describes{REBUILD}")

@@ -4,7 +4,9 @@ Owns: writing text, JSON lines, numpy arrays and whole directories through a tem
 the permissions an ordinary write would give under the user's umask (the temporary names start private: 0600
 files, 0700 folders, and a colleague could not read an exported model); appending a line whole or not at all; and
 turning a failed write into one `FileSystemError` naming the path the user asked for and the cause (`writing`),
-also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words.
+also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words; and the rule of
+what a write may replace (`replaced_file`, `replaced_folder`): a file output only a regular file (through a symbolic
+link to one, which stays), a folder output only a folder, never a device, a FIFO, a socket or a link to nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from retromae.runtime.errors import FileSystemError, RetroMAEError
+from retromae.runtime.lines import file_kind
 
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
@@ -64,10 +67,44 @@ def _nearly_full(path: Path) -> bool:
         return False
 
 
+def replaced_file(path: Path, what: str = "output") -> Path:
+    """The file a write to `path` replaces: `path` when nothing or a regular file is there; the regular file a
+    symbolic link at `path` points to (the write goes through the link, which stays, as a shell's `>` would write).
+    FileSystemError naming `path` for anything else there (a device, a FIFO, a socket, a folder, a link to nothing),
+    which a rename would destroy; its advice names `what` (an option, e.g. --output)."""
+    path = Path(path)
+    kind = _kind_there(path)
+    if kind is not None:
+        raise FileSystemError(f"{path}: is {kind}, not a regular file; a write replaces only a regular file: choose "
+                              f"another {what}")
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def replaced_folder(path: Path, what: str = "output") -> None:
+    """FileSystemError naming `path` when something other than a folder is there (a file, a device, a FIFO, a
+    socket, a link to nothing): a folder output replaces only a folder."""
+    kind = _kind_there(Path(path))
+    if os.path.lexists(path) and kind != "a folder":
+        raise FileSystemError(f"{path}: is {kind or 'a file'}, not a folder; choose another {what}")
+
+
+def _kind_there(path: Path) -> str | None:
+    """What is at `path` when it is neither nothing nor a regular file (`file_kind`; a symbolic link followed, one
+    to nothing said so); None for nothing there or a regular file."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        kind = file_kind(path)
+    except OSError as error:  # a loop of symbolic links, a folder that may not be searched
+        raise FileSystemError(f"{path}: cannot be written: {error.strerror}") from error
+    return f"a dangling symbolic link (to {os.readlink(path)})" if kind == "missing" else kind
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path` in one rename."""
-    path = Path(path)
+    """Yield a temporary path beside the file `path` names (`replaced_file`); on success it replaces that file in
+    one rename."""
+    path = replaced_file(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -106,8 +143,9 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 @contextlib.contextmanager
 def atomic_directory(path: Path) -> Iterator[Path]:
-    """Yield a fresh temporary directory beside `path`; on success it replaces `path`."""
+    """Yield a fresh temporary directory beside `path`; on success it replaces `path` (a folder, `replaced_folder`)."""
     path = Path(path)
+    replaced_folder(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -129,6 +167,7 @@ def append_line(path: Path, line: str) -> None:
     file ends with the record whole or without it. (A kill inside that one write may still tear it: readers of
     appended files drop a torn last line.)"""
     data = (line + "\n").encode("utf-8")
+    path = replaced_file(path)  # a FIFO would block the write until a reader came
     with writing(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:

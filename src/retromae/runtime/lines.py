@@ -10,8 +10,13 @@ is wrong`, and so they all accept the same text:
 
 - a UTF-8 byte-order mark at the start of the file is skipped, and CRLF (Windows) line ends read as LF;
 - a number must be finite: JSON's NaN, Infinity and numbers too large for a float (1e999) are refused where the
-  line is parsed, and a number read from a text field goes through `finite_number`, so no NaN or infinity enters
-  from a file (teacher scores, grades, similarity scores, run scores);
+  line is parsed, and a number read from a text field goes through `finite_number` (`integer_field`), so no NaN or
+  infinity enters from a file (teacher scores, grades, similarity scores, run scores); a text field's number is in
+  plain ASCII decimal notation (not `1_000`, `٣` or `１`, which Python's int() and float() take);
+- JSON text is parsed in one place, `loads_finite`, which refuses, besides what is not JSON, what the parser cannot
+  turn into a value or what no reader takes: an integer of thousands of digits, arrays or objects nested more than
+  `MAX_NESTING` deep (the parser's recursion), a key given twice in one object (which value was meant?), and a lone
+  surrogate from a `\\ud800` escape (not Unicode text: it would crash the first write of it as UTF-8);
 - control characters are not kept: NUL and every other C0 control but tab (a field separator) and newline
   (inside JSON strings), and DEL, become a space, in raw lines and in JSON strings alike (`clean_text`), so a
   stray NUL from a binary export neither ends a string early in a tokenizer nor makes a JSON line invalid.
@@ -20,6 +25,7 @@ is wrong`, and so they all accept the same text:
 from __future__ import annotations
 
 import codecs
+import collections
 import gzip
 import itertools
 import json
@@ -27,15 +33,26 @@ import math
 import os
 import re
 import stat
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from retromae.runtime.errors import DataError
 
 BOM = "\ufeff"
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # C0 but tab and newline, and DEL
+MAX_NESTING = 100  # levels of arrays and objects in one JSON value: no file we read needs more than a few
+SURROGATE = re.compile("[\ud800-\udfff]")  # half a UTF-16 pair: not Unicode text, and no UTF-8 can hold it
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how JSON text spells one
+# Numbers in text fields (qrels grades, run scores, STS scores): plain ASCII decimal notation, spaces around allowed;
+# int() and float() would also take `1_000`, Arabic-Indic `٣` or fullwidth `１`. NaN and infinities are spelled
+# as float() spells them, to be refused as not finite.
+INTEGER_TEXT = re.compile(r" *[+-]?[0-9]+ *")
+NUMBER_TEXT = re.compile(r" *[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)? *")
+NON_FINITE_TEXT = re.compile(r" *[+-]?(nan|inf|infinity) *", re.IGNORECASE | re.ASCII)
+PLAIN_NOTATION = "plain decimal notation: ASCII digits, a sign, a point, an exponent"
 
 
 FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
@@ -135,25 +152,91 @@ def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, final: bool, path: P
         raise DataError(f"{path}:{number}: invalid UTF-8 at byte {offset + err.start} of the line") from None
 
 
-class NonFiniteNumber(ValueError):
-    """A JSON number that is not a finite float (NaN, Infinity, 1e999); its text is the message."""
+class UnreadableData(ValueError):
+    """Text a parser could not turn into a value a reader takes: a number not finite or too long to read, arrays and
+    objects nested too deep, a key given twice, a lone surrogate; its message says which, to follow `FILE:LINE: `."""
+
+
+def shortened(text: str) -> str:
+    """`text` as a refusal shows it: at most 20 characters (a 5,000-digit number is named by its start and length),
+    a lone surrogate written as its escape (`\\ud800`), so that the message can be printed."""
+    shown = text if len(text) <= 20 else f"{text[:12]}... ({len(text)} characters)"
+    return shown.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise NonFiniteNumber(text)
+        _refuse_constant(text)
     return value
 
 
-def _refuse_constant(text: str) -> float:
-    raise NonFiniteNumber(text)
+def _refuse_constant(text: str) -> NoReturn:
+    raise UnreadableData(f"the number {shortened(text)} is not finite (NaN or infinite)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The object of `pairs`; UnreadableData naming a key given twice (which value would be meant?)."""
+    mapping = dict(pairs)
+    if len(mapping) < len(pairs):
+        counts = collections.Counter(key for key, _ in pairs)
+        twice = next(key for key, _ in pairs if counts[key] > 1)
+        raise UnreadableData(f"{shortened(twice)} given twice")  # as config files say it
+    return mapping
+
+
+def check_nesting(value: Any) -> None:
+    """UnreadableData when the arrays and objects (lists and mappings) of a parsed JSON or YAML `value` nest more
+    than MAX_NESTING levels deep, or hold themselves (a YAML alias can make a list its own item)."""
+    _check_level(value, 1, {})
+
+
+def _check_level(value: Any, level: int, reached: dict[int, int]) -> None:
+    """`check_nesting` of `value` at `level`; a container shared by YAML aliases is walked again only when it is
+    reached deeper than before (`reached`: id → level), so a few lines of aliases standing for a billion items are
+    walked in a few steps."""
+    if reached.get(id(value), 0) >= level:
+        return
+    reached[id(value)] = level
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        if isinstance(item, dict | list):
+            if level >= MAX_NESTING:
+                raise UnreadableData(f"arrays or objects nested more than {MAX_NESTING} levels deep")
+            _check_level(item, level + 1, reached)
+
+
+def _check_unicode(value: Any, field: str) -> None:
+    """UnreadableData naming the first field (`metadata.title`, `neg[2]`) or key of `value` that holds a lone
+    surrogate: a code point of half a UTF-16 pair, which no text may hold (it cannot be written out as UTF-8)."""
+    if isinstance(value, str) and SURROGATE.search(value):
+        raise UnreadableData(f"field {shortened(field or '(the value)')!r} is not Unicode text: it holds a lone "
+                             "surrogate (a JSON \\ud800-\\udfff escape not paired as UTF-16)")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and SURROGATE.search(key):
+            raise UnreadableData(f"the key '{shortened(key)}' is not Unicode text: it holds a lone surrogate")
+        _check_unicode(item, f"{field}[{key}]" if isinstance(key, int) else f"{field}.{key}" if field else key)
 
 
 def loads_finite(text: str) -> Any:
-    """`json.loads(text)`, refusing NaN, Infinity and numbers beyond a float: `NonFiniteNumber` naming the number
-    (every JSON we read: data lines, model folders' files, checkpoints' state)."""
-    return json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)
+    """`json.loads(text)`, the one JSON parser of files we read (data lines, model and run folders' files,
+    checkpoints' state, config files): UnreadableData saying what is wrong for NaN, Infinity and numbers beyond a
+    float, an integer too long to read (more than `sys.get_int_max_str_digits()` digits), arrays and objects nested
+    more than MAX_NESTING levels deep, a key given twice in one object and a string or key holding a lone surrogate
+    (a `\\ud800` escape); json.JSONDecodeError for text that is not JSON."""
+    try:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant,
+                           object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise UnreadableData(f"arrays or objects nested more than {MAX_NESTING} levels deep") from None
+    except (UnreadableData, json.JSONDecodeError):
+        raise
+    except ValueError:  # int(): more digits than Python converts
+        raise UnreadableData(f"a number of more than {sys.get_int_max_str_digits()} digits") from None
+    check_nesting(value)
+    if SURROGATE_ESCAPE.search(text):  # the only way a lone surrogate enters: the text itself is strict UTF-8
+        _check_unicode(value, "")
+    return value
 
 
 JSON_KINDS = {dict: "an object", list: "an array"}
@@ -161,14 +244,14 @@ JSON_KINDS = {dict: "an object", list: "an array"}
 
 def read_json_file(path: Path, kind: type = dict) -> Any:
     """The JSON value of a whole file (a run folder's info, manifest or results, a model folder's config), read as a
-    possibly hostile file is: DataError naming the file when it is not UTF-8 JSON, holds NaN or an infinity, or its
+    possibly hostile file is: DataError naming the file when it is not UTF-8 JSON, `loads_finite` refuses it, or its
     value is not a `kind` (`dict`: an object, `list`: an array, `object`: anything)."""
     path = Path(path)
     check_regular_file(path, missing_ok=True)  # a missing file: the OSError names it (exit 1)
     try:
         value = loads_finite(path.read_text(encoding="utf-8"))
-    except NonFiniteNumber as err:
-        raise DataError(f"{path}: the number {err} is not finite (NaN or infinite)") from None
+    except UnreadableData as err:
+        raise DataError(f"{path}: {err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(value, kind):
@@ -177,18 +260,21 @@ def read_json_file(path: Path, kind: type = dict) -> Any:
 
 
 def parse_json_line(path: Path, number: int, line: str) -> Any:
-    """The JSON value on one line of `path`, its strings cleaned (`clean_text`); a non-finite number is an error."""
+    """The JSON value on one line of `path`, its strings cleaned (`clean_text`); what `loads_finite` refuses (a
+    non-finite number, a key given twice, a lone surrogate, ...) is an error naming the file and line."""
     try:
         return _clean_value(loads_finite(line))
-    except NonFiniteNumber as err:
-        raise DataError(f"{path}:{number}: the number {err} is not finite (NaN or infinite)") from None
+    except UnreadableData as err:
+        raise DataError(f"{path}:{number}: {err}") from None
     except json.JSONDecodeError as err:
         raise DataError(f"{path}:{number}: malformed JSON ({err.msg} at column {err.colno})") from None
 
 
 def finite_number(path: Path, number: int, value: Any, what: str) -> float:
-    """`value` (a field's text, or a parsed JSON number) as a finite float; DataError naming the file and line when
-    it is not a number, or is NaN or infinite."""
+    """`value` (a field's text, or a parsed JSON number) as a finite float; DataError naming the file, line and
+    `what` when it is not a number (a text only in plain decimal notation, `NUMBER_TEXT`), or is NaN or infinite."""
+    if isinstance(value, str) and not (NUMBER_TEXT.fullmatch(value) or NON_FINITE_TEXT.fullmatch(value)):
+        raise DataError(f"{path}:{number}: {what} {shortened(value)!r} is not a number ({PLAIN_NOTATION})")
     try:
         result = float(value)
     except (TypeError, ValueError):
@@ -196,9 +282,20 @@ def finite_number(path: Path, number: int, value: Any, what: str) -> float:
     except OverflowError:  # an integer beyond a float's range
         result = math.inf
     if not math.isfinite(result):
-        shown = value if len(str(value)) <= 20 else f"{str(value)[:12]}... ({len(str(value))} characters)"
-        raise DataError(f"{path}:{number}: {what} {shown!r} is not finite (NaN, infinite or beyond a float's range)")
+        raise DataError(f"{path}:{number}: {what} {shortened(str(value))!r} is not finite (NaN, infinite or beyond a "
+                        "float's range)")
     return result
+
+
+def integer_field(path: Path, number: int, text: str, what: str, *, hint: str = "") -> int:
+    """The integer a text field spells in plain decimal notation (`INTEGER_TEXT`, where int() would also take
+    `1_000`, `٣` or `１`), within a float's range; DataError naming the file, line and `what` (then `hint`, when
+    given, in place of the rule)."""
+    if not INTEGER_TEXT.fullmatch(text):
+        raise DataError(f"{path}:{number}: {what} {shortened(text)!r} is not an integer"
+                        f"{hint or ' (ASCII digits 0-9, optionally signed)'}")
+    finite_number(path, number, text, what)  # a 400-digit grade would overflow every sum of gains
+    return int(text)
 
 
 def json_object_line(path: Path, number: int, line: str) -> dict:

@@ -2,7 +2,8 @@
 
 Owns: declaring a documented field (`option`) with its domain (`Domain`: the numbers it accepts; the named ones
 `POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `FINITE`, and
-`at_least`/`between`), the one check of every field against its type, choices, domain and own `check` (`check_fields`,
+`at_least`/`between`), the one check of every field against its type, choices, domain and own `check`, text and paths
+being Unicode text (`text_problem`: no byte that is not UTF-8, no lone surrogate) (`check_fields`,
 run by `Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
 alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would change nothing), the
 same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config dataclass into
@@ -37,7 +38,14 @@ import yaml
 from retromae.runtime.console import notice
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.lines import check_regular_file
+from retromae.runtime.lines import (
+    MAX_NESTING,
+    SURROGATE,
+    UnreadableData,
+    check_nesting,
+    check_regular_file,
+    loads_finite,
+)
 
 ConfigT = TypeVar("ConfigT")
 REQUIRED = dataclasses.MISSING
@@ -58,6 +66,7 @@ _TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "tru
 
 
 INT64 = 2**63 - 1  # a whole-number option beyond this fits no tensor or array
+MAX_CONFIG_SIZE = 10_000_000  # characters and items of a config file's values, YAML aliases expanded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +342,9 @@ class _ConfigLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool | type(None)):  # `? [a, b]`: a list can name nothing
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a name, not a "
+                                  f"{type(key).__name__}")
             if key in seen:
                 raise ConfigError(f"line {key_node.start_mark.line + 1}: {key} given twice")
             seen.add(key)
@@ -343,32 +355,54 @@ _ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+
                                     list("-+0123456789."))
 
 
-def _json_mapping(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    twice = sorted({key for key in keys if keys.count(key) > 1})
-    if twice:
-        raise ConfigError(f"{', '.join(twice)} given twice")
-    return dict(pairs)
-
-
 def load_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values; a key given twice is
-    refused."""
+    """Read a YAML or JSON mapping of option names (snake_case or kebab-case) to values; a key given twice, a key
+    that is not a name, and what the parser cannot turn into a value (`_parsed_config`) are refused naming the file."""
     check_regular_file(Path(path), "config file", missing_ok=True)  # a FIFO or /dev/zero would never end
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is skipped
     except OSError as error:
         raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
-    is_json = Path(path).suffix == ".json"
-    try:
-        values = json.loads(text, object_pairs_hook=_json_mapping) if is_json else yaml.load(text, _ConfigLoader)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {error}") from error
-    except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from error
+    values = _parsed_config(Path(path), text)
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of option names to values")
     return {str(key).replace("-", "_"): value for key, value in values.items()}
+
+
+def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
+    """The characters and items of a config file's value with its YAML aliases expanded (`sizes`: id → the size of
+    a list or mapping already counted), counted without expanding them: a few lines of aliases can stand for 10**9
+    items, which any message showing the value would print."""
+    if isinstance(value, str):
+        return len(value) + 1
+    if not isinstance(value, dict | list):
+        return 1
+    if id(value) not in sizes:
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        sizes[id(value)] = 1 + sum(_expanded_size(item, sizes) for item in items)
+    return sizes[id(value)]
+
+
+def _parsed_config(path: Path, text: str) -> Any:
+    """The value of a config file's `text`: JSON by the one JSON parser (`loads_finite`), else YAML, nested at most
+    `MAX_NESTING` deep; ConfigError naming `path` for text that is not JSON or YAML or that its parser cannot turn
+    into a value (nested thousands deep, an integer of thousands of digits, a date that is none)."""
+    is_json = path.suffix == ".json"
+    try:
+        values = loads_finite(text) if is_json else yaml.load(text, _ConfigLoader)
+        check_nesting(values)
+        if _expanded_size(values, {}) > MAX_CONFIG_SIZE:
+            raise ConfigError(f"its values, with YAML aliases expanded, hold more than {MAX_CONFIG_SIZE:,} characters "
+                              "and items")
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {error}") from error
+    except (ConfigError, UnreadableData) as error:
+        raise ConfigError(f"{path}: {error}") from error
+    except RecursionError:
+        raise ConfigError(f"{path}: mappings or lists nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as error:  # YAML: int() of thousands of digits, a date out of range
+        raise ConfigError(f"{path}: not valid YAML: {str(error).split(';')[0][:200]}") from None
+    return values
 
 
 def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str, Any]) -> ConfigT:
@@ -589,6 +623,8 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
         raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
     elif scalar is Path:
         value = Path(value)
+    if scalar in (str, Path) and (problem := text_problem(str(value))) is not None:
+        raise ConfigError(f"{flag}: {problem}")
     choices = choices_of(field)
     if choices is not None and value not in choices:
         raise ConfigError(f"{flag}: must be one of {', '.join(map(str, choices))}, got {_shown(value)}")
@@ -598,6 +634,19 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
         except ValueError as error:
             raise ConfigError(f"{flag}: {error}") from None
     return value
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` is no Unicode text (a lone surrogate: Python's stand-in for a byte of a command-line argument that
+    is not UTF-8, or a JSON `\\ud800` escape), which no tokenizer takes and no UTF-8 file can hold; None when it is."""
+    found = SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    what = f"the byte 0x{code - 0xDC00:02X}, which is not UTF-8," if 0xDC80 <= code <= 0xDCFF else (
+        f"the lone surrogate U+{code:04X}")
+    return (f"holds {what} at character {found.start() + 1}: an option's value must be UTF-8 text (a file's name "
+            "too: rename it, or link to it under a UTF-8 name)")
 
 
 def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int | float:

@@ -35,7 +35,8 @@ from typing import Any
 
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import FileSystemError
-from retromae.runtime.io import write_text_atomic
+from retromae.runtime.io import replaced_file, replaced_folder, write_text_atomic
+from retromae.runtime.lines import loads_finite
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, reading_options
 
 MARKER = "retromae-run.json"
@@ -141,7 +142,7 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[st
 def read_marker(folder: Path) -> dict[str, Any] | None:
     """The marker of `folder` (command and identity), or None when there is none or it is unreadable."""
     try:
-        marker = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+        marker = loads_finite((Path(folder) / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) else None
@@ -237,7 +238,7 @@ def _read_record(path: Path) -> Any:
     try:
         if not path.is_file() or path.stat().st_size > RECORD_BYTES:
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_finite(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -357,14 +358,16 @@ def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours:
 def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "output",
                inputs: Iterable[str | Path] = ()) -> None:
     """Refuse to replace an existing output file unless `overwrite` (the write itself is atomic, `retromae.runtime.io`),
-    a folder in its place, a file another process is writing (its lock, `hold`), and a file among `inputs` (the
-    paths the command reads, `check_apart`)."""
+    a folder in its place, anything else that is not a regular file (a device, a FIFO, a socket, a link to nothing:
+    `replaced_file`, the rule every write meets, checked here before the work), a file another process is writing
+    (its lock, `hold`), and a file among `inputs` (the paths the command reads, `check_apart`)."""
     if path is None:
         return
     check_apart(path, inputs, kind="file", option_name=option_name)
     path, option_name = Path(path), f"--{option_name.replace('_', '-')}"
     if path.is_dir():
         raise FileSystemError(f"{path}: is a folder; {option_name} takes a file name")
+    replaced_file(path, option_name)
     refusal = hold(path, path.parent / f".{path.name}.lock", resumable=False)
     if refusal is not None:
         raise refusal
@@ -409,7 +412,9 @@ def _make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        blocking = next((p for p in (folder, *folder.parents) if os.path.lexists(p) and not p.is_dir()), folder)
+        if not os.path.isfile(blocking):
+            replaced_folder(blocking)  # a FIFO, a device, a link to nothing: named as what it is
         raise FileSystemError(f"{blocking}: is a file, not a folder") from None
 
 

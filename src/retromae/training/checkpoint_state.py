@@ -341,7 +341,7 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     with _reading(path):
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}
-            aliases = json.loads((handle.metadata() or {}).get("aliases", "{}"))
+            aliases = loads_finite((handle.metadata() or {}).get("aliases", "{}"))
         for name, tensor in tensors.items():
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"tensor {name} holds non-finite values")
