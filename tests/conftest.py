@@ -125,6 +125,23 @@ def tiny_beir(folder: Path, seed: int = 7) -> None:
         (folder / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
 
 
+def command_inputs(folder: Path, tiny_model: Path) -> dict[str, Path]:
+    """In `folder`: a model folder, a BEIR folder, its encoding, its index and a training file, keyed as the commands'
+    case tables name them (M, B, E, I, T, C: the corpus, Q: the queries)."""
+    from retromae.cli import main
+
+    model, beir = folder / "model", folder / "beir"
+    shutil.copytree(tiny_model, model)
+    tiny_beir(beir)
+    assert main(["encode", "--model", str(model), "--corpus", str(beir / "corpus.jsonl"), "--output",
+                 str(folder / "emb"), "--no-progress"]) == 0
+    assert main(["index", "--embeddings", str(folder / "emb"), "--output", str(folder / "idx")]) == 0
+    (folder / "train.jsonl").write_text(json.dumps({"query": "a cat", "pos": ["the cat sat"], "neg": ["a dog"]})
+                                        + "\n")
+    return {"M": model, "B": beir, "E": folder / "emb", "I": folder / "idx", "T": folder / "train.jsonl",
+            "C": beir / "corpus.jsonl", "Q": beir / "queries.jsonl"}
+
+
 def shared_data(relative: str) -> Path:
     """A path under ../shared/data, or skip the test with the reason when it is absent."""
     path = SHARED_DATA / relative

@@ -12,15 +12,13 @@ every command in the CLI's registry, then the writers themselves.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
 import pytest
-from conftest import tiny_beir
+from conftest import command_inputs
 
 from retromae.cli import build_parser, main
 from retromae.runtime.errors import FileSystemError
@@ -54,17 +52,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def inputs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     """A model folder, a BEIR folder, its encoding, its index and a training file."""
-    folder = tmp_path_factory.mktemp("inputs")
-    model, beir = folder / "model", folder / "beir"
-    shutil.copytree(tiny_model_dir, model)
-    tiny_beir(beir)
-    assert main(["encode", "--model", str(model), "--corpus", str(beir / "corpus.jsonl"), "--output",
-                 str(folder / "emb"), "--no-progress"]) == 0
-    assert main(["index", "--embeddings", str(folder / "emb"), "--output", str(folder / "idx")]) == 0
-    (folder / "train.jsonl").write_text(json.dumps({"query": "a cat", "pos": ["the cat sat"], "neg": ["a dog"]})
-                                        + "\n")
-    return {"M": model, "B": beir, "E": folder / "emb", "I": folder / "idx", "T": folder / "train.jsonl",
-            "C": beir / "corpus.jsonl", "Q": beir / "queries.jsonl"}
+    return command_inputs(tmp_path_factory.mktemp("inputs"), tiny_model_dir)
 
 
 def make(kind: str, path: Path) -> None:

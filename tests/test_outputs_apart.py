@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import tiny_beir
+from conftest import command_inputs
 
 from retromae.cli import main
 from retromae.runtime.options import ConfigError
@@ -27,17 +27,9 @@ def snapshot(*paths: Path) -> dict[str, bytes]:
 @pytest.fixture()
 def inputs(tiny_model_dir, tmp_path, capsys):
     """A model folder, a BEIR folder, its encoding, its index, a training file and a pre-training corpus."""
-    model, beir = tmp_path / "model", tmp_path / "beir"
-    shutil.copytree(tiny_model_dir, model)
-    tiny_beir(beir)
-    assert main(["encode", "--model", str(model), "--corpus", str(beir / "corpus.jsonl"), "--output",
-                 str(tmp_path / "emb"), "--no-progress"]) == 0
-    assert main(["index", "--embeddings", str(tmp_path / "emb"), "--output", str(tmp_path / "idx")]) == 0
-    (tmp_path / "train.jsonl").write_text(json.dumps({"query": "a cat", "pos": ["the cat sat"], "neg": ["a dog"]})
-                                          + "\n")
+    found = command_inputs(tmp_path, tiny_model_dir)
     capsys.readouterr()
-    return {"M": model, "B": beir, "E": tmp_path / "emb", "I": tmp_path / "idx", "T": tmp_path / "train.jsonl",
-            "C": beir / "corpus.jsonl", "Q": beir / "queries.jsonl", "tmp": tmp_path}
+    return {**found, "tmp": tmp_path}
 
 
 # Each command with its --output on an input (the letters name `inputs`); all with --overwrite.

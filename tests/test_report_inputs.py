@@ -128,6 +128,7 @@ def test_a_declared_qrels_format_the_file_contradicts_is_refused(tmp_path, capsy
 
 @pytest.mark.parametrize("args, option", [
     (["evaluate", "--run", "{run}", "--data", "{beir}", "--top-k", "1"], "--top-k"),
+    (["evaluate", "--run", "{run}", "--data", "{beir}", "--cache-dir", "{out}"], "--cache-dir"),
     (["index", "--embeddings", "{beir}", "--output", "{out}", "--seed", "5"], "--seed"),
     (["index", "--embeddings", "{beir}", "--output", "{out}", "--seed", "5", "--factory", "HNSW32"], "--seed"),
     (["index", "--embeddings", "{beir}", "--output", "{out}", "--seed", "5", "--factory", "binary"], "--seed"),

@@ -61,6 +61,8 @@ def evaluate(config: EvaluateConfig | None = None, /, **options: Any) -> dict[st
     config = config if config is not None else EvaluateConfig(**options)
     sets = config.data_sets()
     if not config.is_table(sets):
+        require(config.cache_dir is None, "cache_dir", "acts only with a table (several data sets or models, --bm25, "
+                "--hybrid, --compare or an --output folder): one data set alone is encoded once, uncached")
         return evaluate_one(config, next(iter(sets.values())))
     table = evaluate_table(config, sets)
     return {**table.as_dict(), "table": table.text()}
