@@ -94,6 +94,33 @@ def test_every_output_refuses_what_is_not_a_regular_file_or_folder_even_with_ove
     assert unchanged(kind, target)
 
 
+# Each command's folder it writes in (a cache), with the rest of a command line that reaches its check
+FOLDER_CASES = {
+    "adapt": "adapt --model M --pooling cls --corpus C --output OUT --max-steps 2 --cache-dir DIR",
+    "evaluate": "evaluate --model M --data B --bm25 --output OUT --cache-dir DIR",
+    "pretrain": "pretrain --model M --corpus C --output OUT --max-steps 1 --max-length 32 --cache-dir DIR",
+}
+
+
+def test_the_folder_cases_are_every_cache_option_of_every_command():
+    assert set(FOLDER_CASES) == {name for name, config_cls in COMMANDS.items()
+                                 if any(field.name == "cache_dir" for field in dataclasses.fields(config_cls))}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling link"])
+@pytest.mark.parametrize("command", FOLDER_CASES)
+def test_every_cache_folder_option_refuses_what_is_not_a_folder_before_the_work(command, kind, inputs, tmp_path,
+                                                                                capsys):
+    folder = tmp_path / "cache"
+    make(kind, folder)
+    words = FOLDER_CASES[command].split()
+    places = {"OUT": tmp_path / "out", "DIR": folder}
+    assert main([str(places.get(word, inputs.get(word, word))) for word in words]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"retromae: error: --cache-dir: {folder}: is a "), lines
+    assert unchanged(kind, folder) and not (tmp_path / "out").exists()
+
+
 def test_a_refused_output_runs_no_search_first(inputs, tmp_path, monkeypatch, capsys):
     """The claim says it before the work: a long search is not run to be refused when its run is written."""
     from retromae.retrieval import run as retrieval_run

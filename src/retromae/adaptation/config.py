@@ -13,6 +13,7 @@ from typing import ClassVar
 from retromae.data.held_out import HeldOut, Queries
 from retromae.data.retrieval_sets import check_split
 from retromae.models.encoder_config import POOLINGS, BackendOptions
+from retromae.runtime.io import check_folder_option
 from retromae.runtime.options import (
     FRACTION,
     OPEN_UNIT,
@@ -130,7 +131,8 @@ class AdaptConfig(TrainingConfig, BackendOptions):
                                      "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
                                      "finetune`'s defaults, into OUTPUT/finetuned/", reads="path")
     train_split: str = option("train", "qrels split of a --train folder", check=check_split)
-    cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
+    cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)",
+                                    check=check_folder_option)
     # --validation (the guard's queries and the unseen ones) is never what --train fine-tunes on (`data.held_out`)
     HELD_OUT: ClassVar[tuple[HeldOut, ...]] = (
         HeldOut(Queries("validation", "validation_split"), Queries("train", "train_split"),

@@ -29,6 +29,7 @@ from retromae.retrieval.faiss_options import (
 )
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
+from retromae.runtime.io import check_folder_option
 from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, Acts, ConfigError, acts_with, option, require
 from retromae.runtime.run_folder import OutputOptions
 
@@ -100,7 +101,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
                                        "same command started again resumes)")
     cache_dir: Path | None = option(None, "a table's corpus vectors cache, a folder per model (and its encoding "
                                           "options) and data set, which evaluations may share; default: "
-                                          "OUTPUT/embeddings with an --output folder, else none")
+                                          "OUTPUT/embeddings with an --output folder, else none",
+                                    check=check_folder_option)
     save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set alone; a "
                                          "table writes every system's run into its --output folder: runs/SET/"
                                          "SYSTEM.trec)")

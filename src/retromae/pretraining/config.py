@@ -27,6 +27,7 @@ from retromae.evaluation.probe_options import ProbeOptions
 from retromae.losses import VOCABULARY_LOSSES, liger_installed
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.objectives.options import RUN_DEFAULTS
+from retromae.runtime.io import check_folder_option
 from retromae.runtime.options import (
     NON_NEGATIVE,
     OPEN_UNIT,
@@ -91,7 +92,8 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
     pad_to_multiple_of: int | None = option(None, "round each batch's length up to a multiple of this (few distinct "
                                                   "shapes for the GPU's kernel caches and --compile); default: 64 on "
                                                   "CUDA, none on CPU (0: none)", NON_NEGATIVE)
-    cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)")
+    cache_dir: str | None = option(None, "token store cache folder (default: $RETROMAE_CACHE or ~/.cache/retromae)",
+                                    check=check_folder_option)
 
     @classmethod
     def option_sections(cls) -> dict[str, set[str]]:

@@ -88,6 +88,15 @@ def replaced_folder(path: Path, what: str = "output") -> None:
         raise FileSystemError(f"{path}: is {kind or 'a file'}, not a folder; choose another {what}")
 
 
+def check_folder_option(path: str | Path) -> None:
+    """The check of an option naming a folder a command writes in (a cache): ValueError when something other than a
+    folder is there (`replaced_folder`), so that it is refused with the other options, before any work."""
+    try:
+        replaced_folder(Path(path), "folder")
+    except FileSystemError as error:
+        raise ValueError(str(error)) from None
+
+
 def _kind_there(path: Path) -> str | None:
     """What is at `path` when it is neither nothing nor a regular file (`file_kind`; a symbolic link followed, one
     to nothing said so); None for nothing there or a regular file."""
