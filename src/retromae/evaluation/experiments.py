@@ -35,7 +35,7 @@ from retromae.objectives.summary import describe_pretraining
 from retromae.runtime.console import Result
 from retromae.runtime.errors import DataError, RetroMAEError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.lines import appended_records, finite_number, numbered_lines, read_json_file
+from retromae.runtime.lines import finite_number, numbered_lines, numbered_records, read_json_file
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 if TYPE_CHECKING:
@@ -79,9 +79,7 @@ def pyplot():
 def read_metrics(metrics: Path) -> list[dict]:
     """The records of a training run's metrics.jsonl (a last record cut by a kill left out), each checked
     (`_checked_record`)."""
-    records = appended_records(metrics)[0]
-    numbers = [number for number, _ in numbered_lines(metrics)][:len(records)]
-    return [_checked_record(metrics, number, record) for number, record in zip(numbers, records, strict=True)]
+    return [_checked_record(metrics, number, record) for number, record in numbered_records(metrics)[0]]
 
 
 def _checked_record(path: Path, number: int, record: Any) -> dict:

@@ -133,16 +133,16 @@ def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool
         return
     what = what or str(path)
     check_model_files(path)
-    for name in TRANSFORMERS_JSON:
-        read_json(path / name, dict)
+    found = {name: read_json(path / name, dict) for name in TRANSFORMERS_JSON}  # each read once, an object or None
     for name in ("config.json", "tokenizer_config.json"):
-        code = _auto_map(read_json(path / name))
+        code = _auto_map(found[name])
         if code:
             raise ModelLoadError(f"{what}: its {name} asks to run the folder's own code ({', '.join(code)}); "
                                  f"{NO_CODE}: use a model of a family transformers knows (BERT, RoBERTa, ...)")
-    _check_model_type(path, what)
-    _check_config_numbers(path / "config.json")
-    _check_config_choices(path / "config.json")
+    config = found["config.json"] or {}
+    _check_model_type(config, what)
+    _check_config_numbers(config, path / "config.json")
+    _check_config_choices(config, path / "config.json")
     if weights:
         _check_weight_files(path, what)
 
@@ -157,23 +157,20 @@ def _auto_map(config: Any) -> list[str]:
     return sorted({str(item) for item in flat}) or ["auto_map"]
 
 
-def _check_model_type(path: Path, what: str) -> None:
+def _check_model_type(config: dict[str, Any], what: str) -> None:
     from transformers import CONFIG_MAPPING  # transformers: only when a folder's model type is checked
 
-    config = read_json(path / "config.json")
-    kind = config.get("model_type") if isinstance(config, dict) else None
+    kind = config.get("model_type")
     if kind is not None and kind not in CONFIG_MAPPING:
         raise ModelLoadError(f"{what}: its config.json names model_type {kind!r}, which transformers does not know; "
                              "use a model of a family it knows (BERT, RoBERTa, ModernBERT, DeBERTa-v2, ...)")
 
 
-def _check_config_numbers(path: Path) -> None:
-    """ModelLoadError naming config.json and the first of its sizes and rates (`CONFIG_NUMBERS`) that is not a number
-    of the kind and range the model's tensors can be built from (transformers checks none: `hidden_size: 0` builds
-    an empty model, `1e12` asks for more memory than any machine has, `"64"` fails deep inside torch)."""
-    config = read_json(path)
-    if not isinstance(config, dict):
-        return
+def _check_config_numbers(config: dict[str, Any], path: Path) -> None:
+    """ModelLoadError naming config.json (`path`, read as `config`) and the first of its sizes and rates
+    (`CONFIG_NUMBERS`) that is not a number of the kind and range the model's tensors can be built from (transformers
+    checks none: `hidden_size: 0` builds an empty model, `1e12` asks for more memory than any machine has, `"64"`
+    fails deep inside torch)."""
     for name, (kind, domain) in CONFIG_NUMBERS.items():
         value = config.get(name)
         if value is None:
@@ -185,15 +182,12 @@ def _check_config_numbers(path: Path) -> None:
                                  "be built from it)")
 
 
-def _check_config_choices(path: Path) -> None:
-    """ModelLoadError naming config.json and the field when an activation function is one transformers does not know
-    (it fails building the model, naming only the value) or `pad_token_id` is no token of `vocab_size` (an assertion
-    deep inside torch's embedding)."""
+def _check_config_choices(config: dict[str, Any], path: Path) -> None:
+    """ModelLoadError naming config.json (`path`, read as `config`) and the field when an activation function is one
+    transformers does not know (it fails building the model, naming only the value) or `pad_token_id` is no token of
+    `vocab_size` (an assertion deep inside torch's embedding)."""
     from transformers.activations import ACT2FN  # transformers: only when a folder's config is checked
 
-    config = read_json(path)
-    if not isinstance(config, dict):
-        return
     for name in ACTIVATION_FIELDS:
         value = config.get(name)
         if value is not None and not (isinstance(value, str) and value in ACT2FN):

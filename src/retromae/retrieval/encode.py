@@ -44,7 +44,7 @@ from retromae.data.fields import UniqueIds, id_problem, json_type, read_id_lines
 from retromae.models.encoder import Encoder, longest_first
 from retromae.models.encoder_config import beyond_torch
 from retromae.retrieval.lineage import texts_fingerprint
-from retromae.retrieval.vector_files import check_encoding_record, read_vectors
+from retromae.retrieval.vector_files import check_encoding_record, check_recorded_count, read_vectors
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
@@ -230,8 +230,7 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
     info_path = folder / INFO_FILE
     info = check_encoding_record(read_json_file(info_path), str(info_path)) if info_path.exists() else {}
     ids = read_id_lines(folder / IDS_FILE)
-    if info.get("count", len(ids)) != len(ids):
-        raise DataError(f"{info_path}: field 'count' is {info['count']} but {folder / IDS_FILE} lists {len(ids)} ids")
+    check_recorded_count(info, info_path, folder / IDS_FILE, ids)
     vectors = read_vectors(folder / EMBEDDINGS_FILE, len(ids), info.get("dim"), ids=ids, mmap=mmap,
                            remedy=f" as {INFO_FILE} and {IDS_FILE} record; encode the folder again")
     _check_generation(folder, info)

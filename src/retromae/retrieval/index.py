@@ -48,7 +48,7 @@ from retromae.retrieval.faiss_options import (
     index_type,
 )
 from retromae.retrieval.top_k import capped_top_k, ranked_top_k
-from retromae.retrieval.vector_files import check_encoding_record, read_vectors
+from retromae.retrieval.vector_files import check_encoding_record, check_recorded_count, read_vectors
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
@@ -399,9 +399,7 @@ def load_index(folder: str | Path) -> tuple[Any, list[str], dict[str, Any]]:
     info = _read_index_info(folder / INDEX_INFO)
     check_generation(folder, info)
     ids = read_id_lines(folder / IDS_FILE)
-    if info.get("count", len(ids)) != len(ids):
-        raise DataError(f"{folder / INDEX_INFO}: field 'count' is {info['count']} but {folder / IDS_FILE} lists "
-                        f"{len(ids)} ids")
+    check_recorded_count(info, folder / INDEX_INFO, folder / IDS_FILE, ids)
     if info["backend"] == "numpy":
         vectors = read_vectors(folder / NUMPY_FILE, len(ids), info.get("dim"), ids=ids, mmap=False, remedy=REBUILD)
         index = ExactIndex(vectors.shape[1], info["metric"])

@@ -6,7 +6,8 @@ allocated; DataError naming the file otherwise), `read_vectors` (the float rows 
 index.npy, vectors.npy: exactly little-endian float32, two-dimensional, the recorded count and width, finite; no
 other dtype is converted, since every writer of the project writes float32) and `check_encoding_record` (the fields
 of encode.json, and of its copy under "encoder" in index.json: each of its type and domain, DataError naming the
-file and the field). Does not own the folders' layouts (`retrieval.encode`, `retrieval.index`, `retrieval.bm25`).
+file and the field), and `check_recorded_count` (a record's count against its ids). Does not own the folders'
+layouts (`retrieval.encode`, `retrieval.index`, `retrieval.bm25`).
 """
 
 from __future__ import annotations
@@ -87,3 +88,10 @@ def check_encoding_record(record: Any, where: str) -> dict[str, Any]:
         if record.get(name) is not None and not isinstance(record[name], dict):
             raise DataError(f"{where}: field {name!r} is {record[name]!r}, not a JSON object")
     return record
+
+
+def check_recorded_count(record: dict[str, Any], where: Path, ids_file: Path, ids: list[str]) -> None:
+    """DataError naming `where` (encode.json, index.json) when the `count` it records is not the number of `ids`
+    listed in `ids_file`."""
+    if record.get("count", len(ids)) != len(ids):
+        raise DataError(f"{where}: field 'count' is {record['count']} but {ids_file} lists {len(ids)} ids")

@@ -310,6 +310,12 @@ def appended_records(path: Path) -> tuple[list[Any], int | None]:
     """The JSON values of a file written by appending one line per record (metrics.jsonl), and the number of its
     last line when a kill or a full disk cut that record (no line end and not valid JSON: it is left out), else
     None. Any other malformed line is an error naming it."""
+    records, torn = numbered_records(path)
+    return [record for _, record in records], torn
+
+
+def numbered_records(path: Path) -> tuple[list[tuple[int, Any]], int | None]:
+    """`appended_records` with each record's line number: (number, value) pairs."""
     path = Path(path)
     check_regular_file(path, missing_ok=True)
     with path.open("rb") as handle:
@@ -319,7 +325,7 @@ def appended_records(path: Path) -> tuple[list[Any], int | None]:
     records = []
     for index, (number, line) in enumerate(entries):
         try:
-            records.append(parse_json_line(path, number, line))
+            records.append((number, parse_json_line(path, number, line)))
         except DataError:
             if index == len(entries) - 1 and not whole:
                 return records, number

@@ -390,7 +390,8 @@ def _parsed_config(path: Path, text: str) -> Any:
     is_json = path.suffix == ".json"
     try:
         values = loads_finite(text) if is_json else yaml.load(text, _ConfigLoader)
-        check_nesting(values)
+        if not is_json:  # (JSON: `loads_finite` checked it)
+            check_nesting(values)
         if _expanded_size(values, {}) > MAX_CONFIG_SIZE:
             raise ConfigError(f"its values, with YAML aliases expanded, hold more than {MAX_CONFIG_SIZE:,} characters "
                               "and items")
