@@ -325,6 +325,37 @@ def test_every_loader_refuses_a_damaged_tokenizer_json(damage, loader, copy):
     assert message.startswith(f"{folder / 'tokenizer.json'}: ") and re.search(expected, message), message
 
 
+def _bad_utf8_line(path: Path) -> None:
+    """Line 3 of a text vocabulary file made invalid UTF-8 (a Latin-1 byte), the file otherwise kept."""
+    lines = path.read_bytes().split(b"\n") if path.exists() else [b"a", b"b", b"c"]
+    path.write_bytes(b"\n".join([*lines[:2], b"caf\xe9", *lines[3:]]))
+
+
+# (the file damaged, how, what the refusal says): a folder's vocabulary files other than tokenizer.json, damaged with
+# and without a tokenizer.json beside them (without one, transformers builds the tokenizer from them)
+VOCABULARY_DAMAGES = {
+    "vocab.txt not UTF-8": ("vocab.txt", _bad_utf8_line, r":3: invalid UTF-8 at byte 3 of the line"),
+    "merges.txt not UTF-8": ("merges.txt", _bad_utf8_line, r":3: invalid UTF-8 at byte 3 of the line"),
+    "vocab.json a key twice": ("vocab.json", lambda path: path.write_text('{"a": 0, "a": 1}'), r": a given twice"),
+    "vocab.json a negative id": ("vocab.json", lambda path: path.write_text('{"a": -1}'),
+                                 r"the token id -1 is no whole number"),
+    "vocab.json a list": ("vocab.json", lambda path: path.write_text("[]"), r"holds a JSON list, not an object"),
+}
+
+
+@pytest.mark.parametrize("with_tokenizer_json", [True, False], ids=["beside tokenizer.json", "alone"])
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("damage", VOCABULARY_DAMAGES)
+def test_every_loader_refuses_a_damaged_vocabulary_file_naming_it(damage, loader, with_tokenizer_json, copy):
+    name, change, expected = VOCABULARY_DAMAGES[damage]
+    folder = copy()
+    if not with_tokenizer_json:
+        (folder / "tokenizer.json").unlink()
+    change(folder / name)
+    message = refusal(LOADERS[loader], folder)
+    assert message.startswith(f"{folder / name}") and re.search(expected, message), message
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_tokenizers_of_every_kind_we_train_pass(kind, tmp_path):
     """WordPiece, Unigram (a list vocabulary and an unk_id) and byte-level BPE (no unknown token) pass the check."""

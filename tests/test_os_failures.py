@@ -476,9 +476,14 @@ def test_a_txt_corpus_read_in_pieces_gives_the_documents_read_whole(tmp_path, mo
     assert len(texts) == 1 and len([*iter_corpus([lines])]) == 5
 
 
-def test_a_line_read_in_pieces_names_invalid_utf8_at_its_byte(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus_module, "LINE_PIECE_BYTES", 4)
+@pytest.mark.parametrize("piece", [1, 2, 3, 4, 5, 100])
+@pytest.mark.parametrize("line", [b"abcdefgh\xffij\n", b"abc\xc3\xa9fgh\xffij\n", b"abcdefgh\xc3"],
+                         ids=["ascii", "a character cut by the pieces", "a character begun at the end, no line end"])
+def test_a_line_read_in_pieces_names_invalid_utf8_at_its_byte(tmp_path, monkeypatch, piece, line):
+    """The byte named is the bad byte's position in the line, wherever the pieces cut it (a character held back
+    between pieces, a last line without its line end, whose bad byte was once named one too far)."""
+    monkeypatch.setattr(corpus_module, "LINE_PIECE_BYTES", piece)
     path = tmp_path / "bad.txt"
-    path.write_bytes(b"good line\nabcdefgh\xffij\n")
+    path.write_bytes(b"good line\n" + line)
     with pytest.raises(DataError, match=f"{path}:2: invalid UTF-8 at byte 8 of the line"):
         list(iter_corpus_pieces([path], 100, " "))

@@ -173,16 +173,56 @@ def test_a_fifo_in_an_index_folder_is_refused_before_it_is_opened(folders, tmp_p
     assert nothing_written(tmp_path)
 
 
-def test_a_flat_faiss_index_with_a_nan_row_is_refused_not_searched_without_the_document(folders, tmp_path, capsys):
+def _poison_rows(faiss, index, rows) -> None:
+    """A NaN in the row of document 3 (a Flat, HNSW or IVF-Flat index's stored vectors)."""
+    rows[3] = np.nan
+    index.add(rows)
+
+
+def _poison_inverted_list(faiss, index, rows) -> None:
+    """A NaN written into the first non-empty inverted list of an IVF-Flat index after the clean rows were added."""
+    index.add(rows)
+    lists = faiss.extract_index_ivf(index).invlists
+    number = next(n for n in range(lists.nlist) if lists.list_size(n))
+    faiss.rev_swig_ptr(lists.get_codes(number), lists.code_size).view(np.float32)[0] = np.nan
+
+
+def _poison_transform(faiss, index, rows) -> None:
+    """A NaN in the matrix a PCA pre-transform applies to every vector."""
+    index.add(rows)
+    transform = faiss.downcast_VectorTransform(faiss.downcast_index(index).chain.at(0))
+    matrix = faiss.vector_to_array(transform.A)
+    matrix[0] = np.nan
+    faiss.copy_array_to_vector(matrix, transform.A)
+
+
+def _poison_quantizer(faiss, index, rows) -> None:
+    """A NaN in the coarse quantizer's centroids of an IVF index."""
+    index.add(rows)
+    quantizer = faiss.downcast_index(faiss.extract_index_ivf(index).quantizer)
+    faiss.rev_swig_ptr(quantizer.get_xb(), quantizer.d)[0] = np.nan
+
+
+# Every float table a faiss index may keep, poisoned in an index of the factory that keeps it (before, only a Flat
+# index's vectors, a scalar or product quantizer's tables were checked: an IVF-Flat list or a PCA matrix with a NaN
+# was searched, the document lost from every result or every score NaN).
+POISONED_TABLES = {"Flat rows": ("Flat", _poison_rows), "HNSW storage": ("HNSW8", _poison_rows),
+                   "IVF-Flat inverted list": ("IVF2,Flat", _poison_inverted_list),
+                   "IVF coarse quantizer": ("IVF2,Flat", _poison_quantizer),
+                   "PCA matrix": ("PCA8,Flat", _poison_transform)}
+
+
+@pytest.mark.parametrize("table", list(POISONED_TABLES))
+def test_a_faiss_index_with_a_nan_in_any_float_table_is_refused_not_searched(folders, tmp_path, capsys, table):
     import faiss
 
+    factory, poison = POISONED_TABLES[table]
     copy = legacy_copy(folders, "flat", tmp_path)
-    index = faiss.read_index(str(copy / "index.faiss"))
-    rows = index.reconstruct_n(0, index.ntotal)
-    rows[3] = np.nan
-    rebuilt = faiss.IndexFlatIP(index.d)
-    rebuilt.add(rows)
-    faiss.write_index(rebuilt, str(copy / "index.faiss"))
+    rows = faiss.read_index(str(copy / "index.faiss")).reconstruct_n(0, len((copy / "ids.txt").read_text().split()))
+    index = faiss.index_factory(rows.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(rows)
+    poison(faiss, index, rows)
+    faiss.write_index(index, str(copy / "index.faiss"))
     code = run("search", "--index", copy, "--queries", folders / "queries", "--output", tmp_path / "out.trec")
     refused(capsys, code, str(copy / "index.faiss"), "NaN")
     assert nothing_written(tmp_path)

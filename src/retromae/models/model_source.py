@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.runtime.errors import DataError, ModelLoadError
-from retromae.runtime.lines import file_kind, loads_finite, read_json_file
+from retromae.runtime.lines import file_kind, loads_finite, numbered_line_pieces, read_json_file
 
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
 # from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
@@ -54,6 +54,10 @@ INTEGER_BUFFERS = ("position_ids", "token_type_ids")
 MAX_HEADER = 100_000_000  # the largest safetensors header the safetensors library reads
 TOKEN_IDS = 1 << 32  # the tokenizers library stores a token id as an unsigned 32-bit number
 SHOWN_CHARACTERS = 60  # of a value from a hostile file shown in an error
+# The vocabulary files a slow or converted tokenizer reads when a folder has no tokenizer.json (WordPiece's vocab.txt,
+# byte-level BPE's merges.txt; its vocab.json is JSON), each read as UTF-8 text line by line
+TEXT_VOCABULARIES = ("vocab.txt", "merges.txt")
+VOCABULARY_PIECE = 1 << 20  # bytes of a vocabulary line checked at a time (a hostile file may be one line)
 
 
 @dataclass(frozen=True)
@@ -210,10 +214,12 @@ def check_tokenizer_file(folder: Path) -> None:
     """ModelLoadError naming a folder's tokenizer.json, before the tokenizers library reads it, when it is no JSON
     object with a vocabulary (`model.vocab`), an id is no unsigned 32-bit whole number, two tokens share an id (every
     word would become the same token) or the unknown token it names is not in its vocabulary (tokenizers would fail
-    at the first unknown word, mid-run). transformers checks none of this."""
+    at the first unknown word, mid-run); and its text vocabulary files (`_check_vocabulary_files`), with or without
+    a tokenizer.json. transformers checks none of this."""
     path = folder / "tokenizer.json"
     tokenizer = read_json(path, dict)
     if tokenizer is None:
+        _check_vocabulary_files(folder)
         return
     model = tokenizer.get("model")
     vocab = model.get("vocab") if isinstance(model, dict) else None
@@ -231,6 +237,25 @@ def check_tokenizer_file(folder: Path) -> None:
         raise ModelLoadError(f"{path}: its vocabulary gives {shared[0][1]} tokens the id {shared[0][0]}; each token "
                              "needs its own id, or the model cannot tell them apart")
     _check_unknown_token(path, model, vocab)
+    _check_vocabulary_files(folder)
+
+
+def _check_vocabulary_files(folder: Path) -> None:
+    """ModelLoadError naming the file and line of a folder's vocab.txt or merges.txt that is not UTF-8 text (a
+    tokenizer built from it failed with a UnicodeDecodeError that named no file), or naming its vocab.json when that
+    is no JSON object of token ids (read by our one JSON parser: duplicate keys, NaN, nesting)."""
+    for name in TEXT_VOCABULARIES:
+        if file_kind(folder / name) != "missing":
+            try:
+                for _ in numbered_line_pieces(folder / name, VOCABULARY_PIECE):
+                    pass
+            except DataError as error:
+                raise ModelLoadError(str(error)) from None
+    vocab = read_json(folder / "vocab.json", dict)
+    bad = [value for value in (vocab or {}).values() if type(value) is not int or not 0 <= value < TOKEN_IDS]
+    if bad:
+        raise ModelLoadError(f"{folder / 'vocab.json'}: the token id {_shown(bad[0])} is no whole number from 0 to "
+                             f"{TOKEN_IDS - 1}")
 
 
 def _check_unknown_token(path: Path, model: dict[str, Any], vocab: dict[str, int] | list[Any]) -> None:

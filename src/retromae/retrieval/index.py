@@ -426,11 +426,17 @@ def _load_faiss(folder: Path) -> Any:
 
 def _float_tables(faiss: Any, index: Any) -> Iterator[np.ndarray]:
     """Every float table a faiss index keeps (no copy of the vectors): a Flat index's vectors (also the storage of
-    HNSW and the coarse quantizer of IVF, read through the wrappers), a scalar quantizer's trained ranges (int8) and
-    a product quantizer's centroids. The codes of the quantized types are integers, with no NaN to hold."""
+    HNSW and the coarse quantizer of IVF, read through the wrappers), an IVF-Flat index's inverted lists, the
+    matrices of a pre-transform (PCA, OPQ), a scalar quantizer's trained ranges (int8) and a product quantizer's
+    centroids. The codes of the quantized types are integers, with no NaN to hold."""
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexFlatCodes) and hasattr(index, "get_xb"):
         yield faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d).reshape(index.ntotal, index.d)
+    if isinstance(index, faiss.IndexIVFFlat):
+        yield from _inverted_list_vectors(faiss, index)
+    if isinstance(index, faiss.IndexPreTransform):
+        for position in range(index.chain.size()):
+            yield from _transform_tables(faiss, faiss.downcast_VectorTransform(index.chain.at(position)))
     for table in ("sq", "pq"):
         quantizer = getattr(index, table, None)
         if quantizer is not None:
@@ -439,6 +445,28 @@ def _float_tables(faiss: Any, index: Any) -> Iterator[np.ndarray]:
         inner = getattr(index, attribute, None)
         if inner is not None and isinstance(inner, faiss.Index):
             yield from _float_tables(faiss, inner)
+
+
+def _inverted_list_vectors(faiss: Any, index: Any) -> Iterator[np.ndarray]:
+    """The vectors an IVF-Flat index keeps in its inverted lists (float32 rows stored as bytes), a view of each list."""
+    lists = index.invlists
+    for number in range(lists.nlist):
+        size = lists.list_size(number)
+        if size:
+            codes = faiss.rev_swig_ptr(lists.get_codes(number), size * lists.code_size)
+            yield codes.view(np.float32).reshape(size, -1)
+
+
+def _transform_tables(faiss: Any, transform: Any) -> Iterator[np.ndarray]:
+    """The float tables a transform of an IndexPreTransform applies to every vector: a linear map's matrix and bias
+    (PCA, OPQ, random rotation) and a mean subtracted (centering, ITQ), read through ITQ's inner PCA."""
+    for table in ("A", "b", "mean"):
+        values = getattr(transform, table, None)
+        if values is not None and values.size():
+            yield faiss.vector_to_array(values)
+    inner = getattr(transform, "pca_then_itq", None)
+    if inner is not None:
+        yield from _transform_tables(faiss, inner)
 
 
 def _check_faiss_finite(faiss: Any, index: Any, path: Path) -> None:

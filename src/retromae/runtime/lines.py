@@ -145,11 +145,13 @@ def numbered_line_pieces(path: Path, piece_bytes: int) -> Iterator[tuple[int, st
 
 def _decode(decoder: codecs.IncrementalDecoder, raw: bytes, final: bool, path: Path, number: int,
             offset: int) -> str:
-    """The text of the bytes `raw` of line `number` (a character cut at the piece's end waits for the next)."""
+    """The text of the bytes `raw` of line `number`, which start at byte `offset` of the line (a character cut at the
+    piece's end waits for the next: an error's position counts from the first byte the decoder still holds)."""
+    held = len(decoder.getstate()[0])
     try:
         return decoder.decode(raw, final=final)
     except UnicodeDecodeError as err:
-        raise DataError(f"{path}:{number}: invalid UTF-8 at byte {offset + err.start} of the line") from None
+        raise DataError(f"{path}:{number}: invalid UTF-8 at byte {offset - held + err.start} of the line") from None
 
 
 class UnreadableData(ValueError):
