@@ -365,9 +365,9 @@ def test_a_pretraining_failing_before_its_first_step_hands_its_folder_back(tiny_
     assert main(argv) == 0
 
 
-# Inputs that are folders retromae wrote (an encoding, an index, a run, report variants) and that their own readers
-# check when they open them; `--input`, the old spelling of --corpus/--queries (deprecated).
-OWN_FOLDERS = {"embeddings", "index", "init_from", "variants", "input"}
+# Inputs that are folders retromae wrote (an encoding: --embeddings, --recall-queries; an index, a run, report
+# variants) and that their own readers check when they open them; `--input`, the old spelling of --corpus/--queries.
+OWN_FOLDERS = {"embeddings", "recall_queries", "index", "init_from", "variants", "input"}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -15,13 +15,17 @@ from retromae.data.fields import id_problem
 from retromae.data.retrieval_sets import check_split
 from retromae.models.encoder_config import EncoderOptions, encoder_acts
 from retromae.retrieval.faiss_options import (
+    APPROXIMATE,
     NOT_BINARY,
     SHORTLIST,
     SHORTLIST_RANGE,
+    TUNED,
     WHEN_TRAINED,
     WITH_BINARY,
     check_factory,
     check_search_params,
+    param_names,
+    search_knob,
 )
 from retromae.retrieval.fusion import METHODS
 from retromae.retrieval.mining_options import MiningOptions
@@ -32,6 +36,7 @@ from retromae.runtime.options import (
     TOP_K,
     Acts,
     ConfigError,
+    Domain,
     Options,
     acts_with,
     acts_with_folder,
@@ -150,10 +155,28 @@ class IndexConfig(OutputOptions, BM25Params):
                                          f"index; default {SHORTLIST}", SHORTLIST_RANGE, acts=WITH_BINARY)
     seed: int = option(0, "seed of the training sample for indexes that are trained (IVF, PQ, SQ, int8, PCA, ...)",
                        SEED, acts=WHEN_TRAINED)
+    recall_queries: Path | None = option(None, "embeddings folder of queries (`retromae encode --queries`, the "
+                                               "index's model) on which the index's recall@10 against exact search "
+                                               "is measured (at most 1,000 of them), printed and stored",
+                                         reads="path", acts=APPROXIMATE)
+    target_recall: float | None = option(None, "recall@10 the index must reach on --recall-queries: its search knob "
+                                               "(HNSW efSearch, IVF nprobe, binary shortlist) is set to the lowest "
+                                               "value reaching it on half of them, measured on the other half and "
+                                               "stored with the index; refused when out of the index's reach",
+                                         Domain(0, 1, low_open=True),
+                                         acts=TUNED & acts_with("recall_queries", on="queries", off=None))
     hybrid: bool = option(False, "also build a BM25 index (bm25s) of the same documents, so that `retromae search` "
                                  "fuses BM25 with the model")
     corpus: Path | None = option(None, "corpus file whose texts --hybrid indexes; default: the one the embeddings "
                                        "folder records (encode.json)", reads="path")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        knob = search_knob(self.factory)
+        if self.target_recall is not None and knob is not None:
+            given = self.shortlist is not None if knob == "shortlist" else knob in param_names(self.params)
+            flag = "--shortlist" if knob == "shortlist" else f"--params {knob}=..."
+            require(not given, "target_recall", f"sets {knob} itself; give {flag} or --target-recall, not both")
 
 
 SHOWN_K, RUN_K = 10, 100

@@ -63,6 +63,30 @@ WHEN_TRAINED = Acts(lambda config: trains(config.factory), "with a --factory tha
                     ({"factory": "Flat"}, {"factory": "HNSW32"}, {"factory": BINARY}))
 
 
+def search_knob(factory: str) -> str | None:
+    """The one search setting that trades the index `factory` names between speed and recall (`retrieval.recall`
+    sets it for a target recall): nprobe for an IVF (or IMI) index, whatever its quantizer, efSearch for HNSW, the
+    shortlist of a binary index; None for the indexes that search every code alike (Flat, int8, PQ, LSH, ...)."""
+    if factory == BINARY:
+        return "shortlist"
+    spec = COMPRESSED.get(factory, factory)
+    if "IVF" in spec or "IMI" in spec:
+        return "nprobe"
+    return "efSearch" if "HNSW" in spec else None
+
+
+def param_names(params: str) -> list[str]:
+    """The names of faiss search parameters ("efSearch=128,nprobe=32" -> efSearch, nprobe)."""
+    return [part.partition("=")[0].strip() for part in params.split(",") if part.strip()]
+
+
+APPROXIMATE = Acts(lambda config: config.factory != "Flat", "with an approximate --factory (Flat finds what exact "
+                   "search finds)", {"factory": "HNSW8"}, ({"factory": "Flat"},))
+TUNED = Acts(lambda config: search_knob(config.factory) is not None, "with a --factory searched with a knob that "
+             "trades speed for recall (HNSW: efSearch, IVF: nprobe, binary: the shortlist)", {"factory": "HNSW8"},
+             ({"factory": "Flat"}, {"factory": "int8"}))
+
+
 def index_type(factory: str) -> str:
     """The type index.json records for `factory` (one of `INDEX_TYPES`)."""
     return factory if factory in COMPRESSED else "factory"

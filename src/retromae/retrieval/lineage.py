@@ -66,18 +66,21 @@ def check_model(model: str, record: dict[str, Any], where: Path, given: bool) ->
                           f"those fingerprinted in {where}); --model names the model to use")
 
 
-def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path) -> None:
-    """ConfigError when query vectors (encode.json of `queries`) were made otherwise than the index's documents:
-    another model (by fingerprint, else by path), pooling, normalisation or width."""
+def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path,
+                        flag: str = "--queries") -> None:
+    """ConfigError naming `flag` when query vectors (encode.json of `queries`) were made otherwise than the
+    documents of `index` (an index or embeddings folder) as `recorded`: another model (by fingerprint, else by path),
+    pooling, normalisation or width."""
     by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
     keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
     differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
     if differ:
         shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
-        raise ConfigError(f"--queries: {queries} was encoded otherwise than the documents of {index} ({shown}); "
+        raise ConfigError(f"{flag}: {queries} was encoded otherwise than the documents of {index} ({shown}); "
                           "encode the queries with the index's model, or give a queries file")
+    record = index / ("index.json" if (index / "index.json").is_file() else "encode.json")
     check_inference(recorded_inference(query_info, queries / "encode.json"),
-                    recorded_inference(recorded, index / "index.json"), f"--queries: {queries} was", index)
+                    recorded_inference(recorded, record), f"{flag}: {queries} was", index)
 
 
 def recorded_inference(record: dict[str, Any], where: Path) -> tuple[str, str]:

@@ -33,11 +33,13 @@ from retromae.retrieval.index import (
     LEXICAL_DIR,
     NUMPY_FILE,
     VECTORS_FILE,
+    BinaryIndex,
     build_index,
     reading,
     save_index,
 )
 from retromae.retrieval.lineage import check_query_vectors, check_texts
+from retromae.retrieval.recall import Recall, measure_recall, tune
 from retromae.retrieval.searcher import Hit, QueryEncoding, Run, Searcher
 from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
@@ -96,14 +98,41 @@ def index(config: IndexConfig) -> Result:
         ids, vectors, encoding = load_embeddings(config.embeddings)
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                             seed=config.seed, shortlist=config.shortlist)
+        params, recall = searched_as(config, built, vectors, ids, encoding)
     corpus = corpus_record(config, encoding)
     lexical = lexical_index(config, ids, corpus, encoding) if config.hybrid else None
-    info = {"factory": config.factory, "params": config.params, "encoder": encoding,
-            "embeddings_generation": encoding.get("generation"), "corpus": corpus}
+    info = {"factory": config.factory, "params": params, "encoder": encoding,
+            "embeddings_generation": encoding.get("generation"), "corpus": corpus,
+            "recall": recall.record() if recall is not None else None}
     save_index(built, config.output, ids, info, lexical)
     mark_started(config.output)
     sides = f"{config.factory}, {config.metric}" + (", with BM25" if lexical is not None else "")
-    return Result(Path(config.output), (f"indexed {len(ids)} vectors into {config.output} ({sides})",))
+    lines = (f"indexed {len(ids)} vectors into {config.output} ({sides})",)
+    if recall is not None:
+        lines += (recall.line(),)
+    elif config.factory != "Flat":
+        lines += (f"{config.factory} searches approximately: --recall-queries FOLDER (your queries, encoded by "
+                  "`retromae encode --queries`) measures how much of exact search it finds",)
+    return Result(Path(config.output), lines)
+
+
+def searched_as(config: IndexConfig, built: Any, vectors: np.ndarray, ids: list[str],
+                encoding: dict[str, Any]) -> tuple[str, Recall | None]:
+    """The search parameters stored with an index (--params, with the knob `--target-recall` chose) and its recall
+    against exact search on --recall-queries (`retrieval.recall`; None without them)."""
+    from retromae.retrieval.encode import load_embeddings  # torch: only when the command runs
+
+    if config.recall_queries is None:
+        return config.params, None
+    with reading(config.recall_queries):
+        _, queries, query_info = load_embeddings(config.recall_queries)
+        check_query_vectors(query_info, encoding, Path(config.recall_queries), Path(config.embeddings),
+                            "--recall-queries")
+        if config.target_recall is None:
+            return config.params, measure_recall(built, vectors, ids, config.metric, queries, config.factory)
+        setting, recall = tune(built, vectors, ids, config.metric, queries, config.factory, config.target_recall)
+    shortlist = isinstance(built, BinaryIndex)  # kept by the index itself, not in its faiss parameters
+    return (config.params if shortlist else ",".join(filter(None, (config.params, setting)))), recall
 
 
 def corpus_record(config: IndexConfig, encoding: dict[str, Any]) -> dict[str, Any] | None:
