@@ -76,6 +76,12 @@ def test_a_target_needs_enough_queries_to_hold_half_out(clustered):
         tune(index, vectors, ids, "ip", queries[:19], "HNSW8", 0.9)
 
 
+def test_no_queries_is_refused_not_a_nan(clustered):
+    vectors, queries, ids = clustered
+    with pytest.raises(DataError, match="--recall-queries: the folder holds no query vectors"):
+        measure_recall(build_index(vectors, "HNSW8"), vectors, ids, "ip", queries[:0], "HNSW8")
+
+
 def test_a_document_equal_to_the_kth_best_counts_whichever_copy_is_returned():
     """Every document twice: the index may return either copy of a tie at the k-th place, and is exact either way."""
     rng = np.random.default_rng(0)

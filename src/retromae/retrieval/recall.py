@@ -104,7 +104,11 @@ def tune(index: Any, vectors: np.ndarray, ids: Sequence[str], metric: str, queri
 
 
 def _sample(queries: np.ndarray) -> np.ndarray:
-    """At most `MOST_QUERIES` rows of `queries`, drawn with `SAMPLE_SEED`, in their order, as float32."""
+    """At most `MOST_QUERIES` rows of `queries`, drawn with `SAMPLE_SEED`, in their order, as float32; DataError for
+    none (a recall of no query is no figure)."""
+    if len(queries) == 0:
+        raise DataError("--recall-queries: the folder holds no query vectors; encode some queries with "
+                        "`retromae encode --queries`")
     rows = np.arange(len(queries))
     if len(rows) > MOST_QUERIES:
         rows = np.sort(np.random.default_rng(SAMPLE_SEED).choice(len(rows), MOST_QUERIES, replace=False))
