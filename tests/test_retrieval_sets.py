@@ -171,6 +171,18 @@ def test_malformed_lines_name_file_and_line(tmp_path, name, text, reader, messag
         reader(path)
 
 
+@pytest.mark.parametrize("grade", [2**31, -2**31, 10**300])
+@pytest.mark.parametrize(("layout", "line"), [("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t{}\n", 3),
+                                              ("q1 0 d1 1\nq1 0 d2 {}\n", 2)])
+def test_a_relevance_grade_beyond_a_c_int_is_refused_naming_file_and_line(tmp_path, grade, layout, line):
+    """Round six: two grades of 1.7e308 made NDCG inf/inf = NaN; a grade is what trec_eval reads, a C int."""
+    path = write(tmp_path / "qrels.tsv", layout.format(grade))
+    with pytest.raises(DataError, match=rf"qrels.tsv:{line}: relevance grade '{str(grade)[:12]}.* is beyond what "
+                                        r"trec_eval reads \(a C int\): give a whole number from -2147483647 to "):
+        load_qrels(path)
+    assert load_qrels(write(tmp_path / "edge.tsv", layout.format(2**31 - 1)))["q1"]["d2"] == 2**31 - 1
+
+
 def test_invalid_utf8_names_the_line_and_unknown_formats_are_rejected(tmp_path):
     path = tmp_path / "queries.tsv"
     path.write_bytes(b"1\tfine\n2\tbad \xff byte\n")

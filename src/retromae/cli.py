@@ -2,8 +2,9 @@
 
 Owns: discovering subcommands, parsing, the global `--verbose` (the libraries' own output, see
 `retromae.runtime.console`) and `--threads` (the CPU threads, `retromae.runtime.threads`, set before a command imports
-torch), turning library errors into a one-line message and exit code 2, failures of the operating system into one line
-naming the path and the cause (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
+torch), turning library errors into a one-line message and exit code 2 (a panic of the tokenizers library too,
+`runtime.errors.tokenizer_panics`), failures of the operating system into one line naming the path and the cause
+(exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
 `kill`) into the same line (exit code 143), refusing a multi-process launch that started one process
 (`retromae.runtime.processes`), and running the checks that need no heavy import before the command
 (`retromae.preflight`: a missing input path or `--model` folder), and handing a failed command's outputs back
@@ -37,7 +38,7 @@ from retromae import __version__, commands
 from retromae.preflight import check_arguments
 from retromae.runtime.console import library_output
 from retromae.runtime.cpu_features import bf16_override
-from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line
+from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
 from retromae.runtime.options import check_command_line
 from retromae.runtime.processes import check_launch
 from retromae.runtime.threads import configure_threads
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if options_class is not None:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
         check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
-        with sigterm_as_interrupt(), library_output(verbose):
+        with sigterm_as_interrupt(), library_output(verbose), tokenizer_panics():
             status = handler(args) or 0
         succeeded = status == 0
         return status

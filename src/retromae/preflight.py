@@ -1,8 +1,9 @@
-"""Checks of a command's options answered before any heavy import (torch, transformers): an input path that does
-not exist (every option whose field declares `reads="path"`, `runtime.options.reading_options`), an input whose
-format is not the one the command reads (the head of each file read by the command's own reader,
-`retromae.data.inputs`), a model option (`reads="model"` or `"tokenizer"`: --model, --teacher, --tokenizer) that
-names no model folder, and a hub name when the Hugging Face hub cannot be
+"""Checks of a command's options answered before any heavy import (torch, transformers): a current directory that no
+longer exists (`check_current_directory`: no relative path can be read from it, and torch's math library aborts its
+import there), an input path that does not exist (every option whose field declares `reads="path"`,
+`runtime.options.reading_options`), an input whose format is not the one the command reads (the head of each file
+read by the command's own reader, `retromae.data.inputs`), a model option (`reads="model"` or `"tokenizer"`:
+--model, --teacher, --tokenizer) that names no model folder, and a hub name when the Hugging Face hub cannot be
 reached and the model is not cached. The same checks run on options from the command line, a `--config` file and
 the Python API (`check_config`, which `retromae.api` runs on every call).
 
@@ -32,7 +33,7 @@ from urllib.parse import urlsplit
 from retromae.data.held_out import check_held_out
 from retromae.data.inputs import check_format, declared_formats
 from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
-from retromae.runtime.errors import DataError, ModelLoadError
+from retromae.runtime.errors import DataError, FileSystemError, ModelLoadError
 from retromae.runtime.options import MODEL_READS, build_config, reading_options
 
 T = TypeVar("T")
@@ -53,11 +54,25 @@ def check_arguments(args: argparse.Namespace, options_class: type | None) -> Non
 
 def check_paths(options: object, options_class: type | None = None) -> None:
     """DataError for an input option (`reads="path"`) of `options` (parsed arguments of `options_class`, or a config)
-    naming a path that does not exist (`hf:NAME` aside)."""
+    naming a path that does not exist (`hf:NAME` aside), after `check_current_directory`."""
+    check_current_directory()
     for option in reading_options(options_class or type(options), ("path",)):
         for path in _values(getattr(options, option, None)):
             if not path.startswith("hf:") and not os.path.exists(os.path.expanduser(path)):
                 raise DataError(f"--{option.replace('_', '-')} {path}: no such file or folder")
+
+
+def check_current_directory() -> None:
+    """FileSystemError when the current directory no longer exists (deleted or moved away while the shell stayed in
+    it): every relative path would resolve against nothing (`os.path.abspath`: a bare "No such file or directory"),
+    and importing torch aborts there (oneMKL: "Cannot load libtorch_cpu.so"). Named by $PWD when the shell set it."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        shown = f" ({os.environ['PWD']})" if os.environ.get("PWD") else ""
+        raise FileSystemError(f"the current directory{shown} no longer exists (deleted or moved away): relative "
+                              "paths cannot be read from it, and torch cannot load there; cd to a folder that exists "
+                              "(and give paths from it, or absolute ones)") from None
 
 
 def configured(config_cls: type[T], args: argparse.Namespace) -> T:

@@ -88,7 +88,7 @@ def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: in
 
 def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, float]]:
     """`METRIC` of a run on the validation set, on average and per query."""
-    means, queries = evaluate_run(validation.qrels, run, (CUTOFF,), per_query=True)
+    means, queries = evaluate_run(validation.qrels, run, (CUTOFF,), per_query=True, source="the validation set")
     return means[METRIC], {query_id: scores[METRIC] for query_id, scores in queries.items()}
 
 

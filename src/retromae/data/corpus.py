@@ -243,8 +243,9 @@ def _has_paragraph_break(path: Path) -> bool:
 
 
 def _read_txt(path: Path) -> Iterator[Document]:
-    """One document per line, or per blank-line separated paragraph when the file has a blank line inside."""
-    lines = numbered_lines(path, keep_blank=True)
+    """One document per line, or per blank-line separated paragraph when the file has a blank line inside. A line
+    is bounded by the file's size only: a .txt corpus is never compressed, and one may be a single line (text8)."""
+    lines = numbered_lines(path, keep_blank=True, line_bytes=path.stat().st_size)
     if not _has_paragraph_break(path):
         for number, line in lines:
             if line.strip():

@@ -1,7 +1,8 @@
 """The rules of the fields read from data files: ids, typed JSON fields, and id lists.
 
 Owns: the id rule (`check_id`, `id_problem`): an id is a JSON string (in JSON formats; a number is refused, since
-its spelling is not kept: `4983.0`, `4.983e3`, lost leading zeros), not empty, without any whitespace (no space or
+its spelling is not kept: `4983.0`, `4.983e3`, lost leading zeros), not empty, of at most MAX_ID_CHARACTERS (1,000)
+characters (ids are held in every table and run, and a 500 MB one took 2.7 GB), without any whitespace (no space or
 tab, which separate the fields of TREC runs and qrels; no character at which `str.splitlines` ends a line: line
 feed, carriage return, form feed, vertical tab, the separators U+001C-U+001E, U+0085, U+2028, U+2029; so no leading
 or trailing space either); the typed fields of a JSON record (`string_field`, `document_fields`: a `text` that is an
@@ -24,14 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from retromae.runtime.errors import DataError
-from retromae.runtime.lines import check_regular_file
+from retromae.runtime.lines import check_regular_file, quoted
 
 LINE_END = b"\n"
 WHITESPACE = re.compile(r"\s")  # exactly str.isspace's characters, which include every line end splitlines knows
 CHARACTER_NAMES = {" ": "a space", "\t": "a tab", "\n": "a line feed", "\u00a0": "a no-break space",
                    "\u2028": "a line separator (U+2028)", "\u2029": "a paragraph separator (U+2029)"}
+# The most characters an id holds: the longest ids of public sets are Wikipedia titles (at most 255 bytes, KILT)
+# and URLs; an id is held in every table, run and message that names its text.
+MAX_ID_CHARACTERS = 1000
 ID_RULE = ("an id holds no whitespace and no line break (TREC runs and qrels separate fields by whitespace; "
-           "ids.txt holds one id a line)")
+           f"ids.txt holds one id a line), and at most {MAX_ID_CHARACTERS:,} characters")
 TEXT_FIELDS = ("text", "contents")  # a document's text: BEIR and retromae JSON lines; Pyserini
 DOCUMENT_LAYOUTS = ("a document is a JSON object with its text in 'text' (BEIR: '_id', optional 'title', 'text') or "
                     "in 'contents' (Pyserini: 'id', 'contents')")
@@ -52,10 +56,12 @@ def json_type(value: Any) -> str:
 
 
 def id_problem(value: str) -> str | None:
-    """What breaks the id rule in the string `value` ("is empty", "holds a space at character 3 (its end)"), or
-    None when it keeps it."""
+    """What breaks the id rule in the string `value` ("is empty", "holds a space at character 3 (its end)", "is
+    1,200 characters long"), or None when it keeps it."""
     if not value:
         return "is empty"
+    if len(value) > MAX_ID_CHARACTERS:
+        return f"is {len(value):,} characters long (an id holds at most {MAX_ID_CHARACTERS:,})"
     found = WHITESPACE.search(value)
     if found is None:
         return None
@@ -73,18 +79,18 @@ def check_id(value: Any, where: str, what: str = "id") -> str:
             example = int(value) if isinstance(value, float) and value.is_integer() else value
             hint = (f'; ids are strings: write "{example}", spelled as the qrels and runs spell it (JSON does not '
                     "keep a number's spelling: 4983, 4983.0 and 4.983e3 are one number)")
-        raise DataError(f"{where}: {what} must be a string, got {json_type(value)} {value!r}{hint}")
+        raise DataError(f"{where}: {what} must be a string, got {json_type(value)} {quoted(value)}{hint}")
     if not value:
         raise DataError(f"{where}: empty {what}")
     problem = id_problem(value)
     if problem is not None:
-        raise DataError(f"{where}: {what} {value!r} {problem}; {ID_RULE}")
+        raise DataError(f"{where}: {what} {quoted(value)} {problem}; {ID_RULE}")
     return value
 
 
 def missing_field(record: dict, where: str, names: tuple[str, ...], layout: str) -> DataError:
     """The error for a record lacking all of `names`: the fields accepted (`layout`) and those the record holds."""
-    held = ", ".join(repr(name) for name in list(record)[:8]) or "none"
+    held = ", ".join(quoted(name) for name in list(record)[:8]) or "none"
     wanted = " or ".join(repr(name) for name in names)
     return DataError(f"{where}: missing field {wanted}; {layout} (this one holds {held})")
 
@@ -150,8 +156,8 @@ def tsv_columns(path: Path, number: int, line: str, kind: str) -> tuple[dict[str
         role = roles.get(name.lower())
         if role is None or role in columns:
             problem = f"a second {role} column" if role else "no column a .tsv " + kind + " file holds"
-            raise DataError(f"{path}:{number}: a header row (its first column {fields[0]!r} names the ids) names "
-                            f"{name!r}, {problem}; a header names an id ({', '.join(ID_COLUMNS)}), a text "
+            raise DataError(f"{path}:{number}: a header row (its first column {quoted(fields[0])} names the ids) "
+                            f"names {quoted(name)}, {problem}; a header names an id ({', '.join(ID_COLUMNS)}), a text "
                             f"({', '.join(TEXT_COLUMNS)})" + (" and optionally a title" if kind == "corpus" else ""))
         columns[role] = position
     if "text" not in columns:
@@ -172,8 +178,9 @@ def tsv_fields(path: Path, number: int, line: str, columns: dict[str, int], kind
 
 def repeated_id(value: str, where: str, first: str, what: str = "id") -> DataError:
     """The refusal of an id met again at `where` (FILE:LINE) after `first` (FILE:LINE of its first occurrence)."""
-    return DataError(f"{where}: {what} {value!r} was given before, at {first}; each {what} names one text (a repeated "
-                     "one would stand for two, and one of them would vanish from every result): make them unique")
+    return DataError(f"{where}: {what} {quoted(value)} was given before, at {first}; each {what} names one text (a "
+                     "repeated one would stand for two, and one of them would vanish from every result): make them "
+                     "unique")
 
 
 class UniqueIds:
@@ -190,7 +197,8 @@ class UniqueIds:
 
 def read_id_lines(path: Path) -> list[str]:
     """The ids of a file holding one id a line (ids.txt), split at line feeds only (never at the other characters
-    `str.splitlines` knows); each checked by the id rule, an error naming the file and line."""
+    `str.splitlines` knows); each checked by the id rule (its length limit bounds a line), an error naming the file
+    and line."""
     path = Path(path)
     check_regular_file(path)
     data = path.read_bytes()
@@ -201,7 +209,8 @@ def read_id_lines(path: Path) -> list[str]:
     ids = text.split("\n")
     if ids[-1] == "":
         ids.pop()  # the line end of the last id
-    if "" in ids or WHITESPACE.search(text.replace("\n", "")):  # rare: name the first bad line
+    if "" in ids or WHITESPACE.search(text.replace("\n", "")) \
+            or max(map(len, ids), default=0) > MAX_ID_CHARACTERS:  # rare: name the first bad line
         for number, value in enumerate(ids, start=1):
             check_id(value, f"{path}:{number}")
     if len(set(ids)) != len(ids):  # rare: name both lines of the first repeated id

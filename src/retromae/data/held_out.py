@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.runtime.errors import DataError
+from retromae.runtime.lines import quoted
 
 SHOWN_IDS = 3  # ids the refusal names
 
@@ -91,7 +92,7 @@ def check_held_out(config: Any) -> None:
         same_folder = held_given[0].is_dir() and held_given[0].resolve() == training_given[0].resolve()
         shared = trained_on(held, training, same_folder)
         if shared:
-            examples = ", ".join(repr(qid) for qid in shared[:SHOWN_IDS]) + (", ..." if len(shared) > SHOWN_IDS else "")
+            examples = ", ".join(map(quoted, shared[:SHOWN_IDS])) + (", ..." if len(shared) > SHOWN_IDS else "")
             how = "the same ids in one folder" if same_folder else "the same texts"
             raise DataError(f"{declared.held_out.flag()} {held_file}: {len(shared):,} of its {len(held):,} queries "
                             f"({examples}) are among those {declared.training.flag()} {training_file} trains on "

@@ -38,12 +38,14 @@ from retromae.data.ranking import ranked
 from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import (
+    SHORT_LINE_BYTES,
     check_regular_file,
     file_kind,
     finite_number,
     integer_field,
     json_object_line,
     numbered_lines,
+    quoted,
 )
 from retromae.runtime.options import require
 
@@ -56,6 +58,7 @@ QUERIES_NAMES = ("queries.jsonl", "queries.tsv")  # a queries argument naming a 
 QRELS_FORMATS = ("auto", "beir", "trec")
 BEIR_COLUMNS = ("query-id", "corpus-id", "score")
 TREC_ITERATIONS = ("0", "Q0")
+MAX_GRADE = 2**31 - 1  # a relevance grade is a whole number trec_eval reads as a C int
 SPLIT_NAME = re.compile(r"[^/\\\x00-\x1f\x7f]+")  # a split's name: no path separator, no control character
 
 
@@ -211,9 +214,9 @@ def load_queries(path: Path, limit: int | None = None) -> dict[str, str]:
         raise DataError(f"{path}: no queries")
     if empty:
         query_id, number = next(iter(empty.items()))
-        raise DataError(f"{path}:{number}: query {query_id!r} has no text ({len(empty)} of the {len(queries)} queries "
-                        "have none); an empty query finds nothing and would lower every mean: give each a text or "
-                        "remove it")
+        raise DataError(f"{path}:{number}: query {quoted(query_id)} has no text ({len(empty)} of the {len(queries)} "
+                        "queries have none); an empty query finds nothing and would lower every mean: give each a "
+                        "text or remove it")
     return queries
 
 
@@ -230,7 +233,7 @@ def _qrels_layout(path: Path, first: str, qrels_format: str) -> tuple[bool, tupl
     fields = _split_fields(first)
     if set(BEIR_COLUMNS) <= set(fields):  # a header names the columns (BEIR: query-id corpus-id score)
         if qrels_format == "trec":  # a declared layout the file contradicts: refused, never overridden unsaid
-            raise DataError(f"{path}:1: starts with a BEIR header ({first.strip()!r}), but --qrels-format trec "
+            raise DataError(f"{path}:1: starts with a BEIR header ({quoted(first.strip())}), but --qrels-format trec "
                             "declares header-less 'qid 0 docid rel' lines; give --qrels-format beir or auto")
         return True, tuple(fields.index(name) for name in BEIR_COLUMNS), len(fields)
     if qrels_format == "beir" or (qrels_format == "auto" and len(fields) == 3):
@@ -262,7 +265,7 @@ def load_qrels(path: Path, qrels_format: str = "auto", limit: int | None = None)
     qrels: dict[str, dict[str, int]] = {}
     first_lines: dict[str, int] = {}  # query id → the line of its first judgment
     layout, first_number = None, 0
-    for number, line in numbered_lines(path, limit=limit):
+    for number, line in numbered_lines(path, limit=limit, line_bytes=SHORT_LINE_BYTES):
         if layout is None:
             first_number = number
             header, *layout = _qrels_layout(path, line, qrels_format)
@@ -272,12 +275,16 @@ def load_qrels(path: Path, qrels_format: str = "auto", limit: int | None = None)
         header = (f" (a header line is recognised by its names: {chr(9).join(BEIR_COLUMNS)!r})"
                   if number == first_number else "")
         value = integer_field(path, number, grade, "relevance grade", hint=header)
+        if abs(value) > MAX_GRADE:  # summed gains of grades near a float's limit reach inf, and NDCG inf/inf = NaN
+            raise DataError(f"{path}:{number}: relevance grade {quoted(grade)} is beyond what trec_eval reads "
+                            f"(a C int): give a whole number from {-MAX_GRADE} to {MAX_GRADE}")
         check_id(qid, f"{path}:{number}", "query id")
         check_id(docid, f"{path}:{number}", "document id")
         first_lines.setdefault(qid, number)
         previous = qrels.setdefault(qid, {}).setdefault(docid, value)
         if previous != value:
-            raise DataError(f"{path}:{number}: query {qid!r} judges document {docid!r} twice ({previous}, {value})")
+            raise DataError(f"{path}:{number}: query {quoted(qid)} judges document {quoted(docid)} twice ({previous}, "
+                            f"{value})")
     if not qrels:
         raise DataError(f"{path}: no relevance judgments")
     return qrels if limit is not None else _without_unanswerable(qrels, path, first_lines)
@@ -293,8 +300,9 @@ def _without_unanswerable(qrels: dict[str, dict[str, int]], path: Path,
                         "metric would be 0: relevant documents need a positive grade")
     if unanswerable:
         first = min(unanswerable, key=first_lines.__getitem__)
-        logger.warning("%s:%d: %d of %d queries (the first: %r) judge no document above 0; they are left out (every "
-                       "ranking would score 0 on them)", path, first_lines[first], len(unanswerable), len(qrels), first)
+        logger.warning("%s:%d: %d of %d queries (the first: %s) judge no document above 0; they are left out (every "
+                       "ranking would score 0 on them)", path, first_lines[first], len(unanswerable), len(qrels),
+                       quoted(first))
     return {qid: docs for qid, docs in qrels.items() if qid not in unanswerable}
 
 
@@ -309,7 +317,7 @@ def _find(folder: Path, names: list[str], what: str) -> Path:
 
 
 def _examples(ids: set[str]) -> str:
-    return ", ".join(repr(i) for i in sorted(ids)[:MAX_IDS_SHOWN])
+    return ", ".join(quoted(i) for i in sorted(ids)[:MAX_IDS_SHOWN])
 
 
 def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict, paths: dict[str, Path]) -> None:
@@ -417,7 +425,7 @@ def read_trec_run(path: Path, limit: int | None = None) -> dict[str, dict[str, f
     first lines only)."""
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for number, line in numbered_lines(path, limit=limit):
+    for number, line in numbered_lines(path, limit=limit, line_bytes=SHORT_LINE_BYTES):
         fields = line.split()
         if len(fields) != 6:
             raise DataError(f"{path}:{number}: expected 'qid Q0 docid rank score tag', found {len(fields)} fields")
@@ -428,7 +436,7 @@ def read_trec_run(path: Path, limit: int | None = None) -> dict[str, dict[str, f
         value = finite_number(path, number, score, "score")
         docs = run.setdefault(qid, {})
         if docid in docs:
-            raise DataError(f"{path}:{number}: document {docid!r} appears twice for query {qid!r}")
+            raise DataError(f"{path}:{number}: document {quoted(docid)} appears twice for query {quoted(qid)}")
         docs[docid] = value
     if not run:
         raise DataError(f"{path}: the run is empty")
@@ -440,7 +448,7 @@ def _check_token(value: str, what: str) -> None:
     commands refuse a bad --tag before the search: `retrieval.config.check_run_tag`.)"""
     problem = id_problem(value)
     if problem is not None:
-        raise DataError(f"{what} {value!r} cannot be written to a TREC run: it {problem}")
+        raise DataError(f"{what} {quoted(value)} cannot be written to a TREC run: it {problem}")
 
 
 def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "retromae") -> None:
@@ -455,8 +463,8 @@ def write_trec_run(run: dict[str, dict[str, float]], path: Path, tag: str = "ret
             score = docs[docid]
             _check_token(docid, "document id")
             if not math.isfinite(score):
-                raise NonFiniteError(f"{path}: not written: the score of document {docid!r} for query {qid!r} is "
-                                     f"{score} (the vectors or the index hold NaN or infinite values)")
+                raise NonFiniteError(f"{path}: not written: the score of document {quoted(docid)} for query "
+                                     f"{quoted(qid)} is {score} (the vectors or the index hold NaN or infinite values)")
             lines.append(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
     write_text_atomic(Path(path), "".join(lines))
 

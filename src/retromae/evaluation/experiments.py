@@ -35,7 +35,14 @@ from retromae.objectives.summary import describe_pretraining
 from retromae.runtime.console import Result
 from retromae.runtime.errors import DataError, RetroMAEError
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.lines import finite_number, numbered_lines, numbered_records, read_json_file
+from retromae.runtime.lines import (
+    SHORT_LINE_BYTES,
+    finite_number,
+    numbered_lines,
+    numbered_records,
+    quoted,
+    read_json_file,
+)
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 
 if TYPE_CHECKING:
@@ -86,7 +93,7 @@ def _checked_record(path: Path, number: int, record: Any) -> dict:
     """A metrics.jsonl record: a JSON object with a whole-number step, and each field read from it (`WHOLE_FIELDS`,
     `LOSS_FIELDS`, the probe scores) a finite number; DataError naming the file, line and field otherwise."""
     if not isinstance(record, dict):
-        raise DataError(f"{path}:{number}: expected a JSON object of a training step, got {record!r:.60}")
+        raise DataError(f"{path}:{number}: expected a JSON object of a training step, got {quoted(record)}")
     if "step" not in record:
         raise DataError(f"{path}:{number}: has no field 'step'")
     for key, value in record.items():
@@ -101,8 +108,8 @@ def _json_number(path: Path, number: int, key: str, value: Any, whole: bool = Fa
     kinds = (int,) if whole else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or (whole and value < 0):
         wanted = "a whole number of at least 0" if whole else "a number"
-        raise DataError(f"{path}:{number}: field {key!r} is {value!r:.60}, not {wanted}")
-    return finite_number(path, number, value, f"field {key!r}")
+        raise DataError(f"{path}:{number}: field {quoted(key)} is {quoted(value)}, not {wanted}")
+    return finite_number(path, number, value, f"field {quoted(key)}")
 
 
 def losses(records: list[dict], key: str = "loss") -> list[tuple[int, float]]:
@@ -114,13 +121,13 @@ def read_times(path: Path) -> dict[str, float]:
     """STAGE → seconds from a times.txt (a stage timed twice keeps its last time), each a finite number of at least
     0 (`lines.finite_number`): DataError naming the file and line otherwise."""
     times = {}
-    for number, line in numbered_lines(path):
+    for number, line in numbered_lines(path, line_bytes=SHORT_LINE_BYTES):
         fields = line.split()
         if len(fields) != 2:
-            raise DataError(f"{path}:{number}: expected 'STAGE SECONDS', got {line!r}")
+            raise DataError(f"{path}:{number}: expected 'STAGE SECONDS', got {quoted(line)}")
         seconds = finite_number(path, number, fields[1], "seconds")
         if seconds < 0:
-            raise DataError(f"{path}:{number}: seconds {fields[1]!r} is negative")
+            raise DataError(f"{path}:{number}: seconds {quoted(fields[1])} is negative")
         times[fields[0]] = seconds
     return times
 
@@ -178,7 +185,7 @@ def _pretraining_cell(pretrain: Path) -> str:
     config = read_json_file(path)
     objective = config.get("objective")
     if not isinstance(objective, str) or objective not in list(OBJECTIVES):
-        shown = f"is {objective!r}" if "objective" in config else "is missing"
+        shown = f"is {quoted(objective)}" if "objective" in config else "is missing"
         raise DataError(f"{path}: field 'objective' {shown}, not one of {', '.join(OBJECTIVES)}")
     try:
         return describe_pretraining(config)
@@ -192,9 +199,9 @@ def _score(path: Path, metric: str, value: Any) -> float:
     """An evaluation's score as a float; DataError naming the file and metric when it is not a finite number (an
     integer beyond a float's range included)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DataError(f"{path}: {metric!r} is {value!r}, not a number")
+        raise DataError(f"{path}: {quoted(metric)} is {quoted(value)}, not a number")
     if isinstance(value, int) and abs(value) > sys.float_info.max:
-        raise DataError(f"{path}: {metric!r} is a whole number beyond a float's range, not a finite score")
+        raise DataError(f"{path}: {quoted(metric)} is a whole number beyond a float's range, not a finite score")
     return float(value)
 
 

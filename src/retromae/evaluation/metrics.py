@@ -1,7 +1,9 @@
 """Ranking metrics over plain dicts: qrels (qid → docid → grade) and runs (qid → docid → score).
 
 Owns: ranking a run's documents and averaging every registered ranking metric (`evaluation.metric_registry`:
-NDCG@k, MRR@k, Recall@k, MAP@k, P@k with trec_eval's definitions) over the queries. Ties in score are broken as
+NDCG@k, MRR@k, Recall@k, MAP@k, P@k with trec_eval's definitions) over the queries, and refusing a metric value that
+is not a finite number (never a NaN in results): every metric path (evaluate, the pre-training probe, adapt's guard
+and validation, quickstart) computes through `evaluate_run`. Ties in score are broken as
 trec_eval does, by `data.ranking`'s one rule: the larger document id (in code-point order) ranks first.
 Does not own the metrics' definitions (`evaluation.metric_registry`), models, torch, reading files (see
 `retromae.data.retrieval_sets`).
@@ -14,6 +16,8 @@ from collections.abc import Sequence
 
 from retromae.data.ranking import ranked
 from retromae.evaluation.metric_registry import RANKING, JudgedRanking, metrics
+from retromae.runtime.errors import NonFiniteError
+from retromae.runtime.lines import quoted
 
 
 def rank_documents(scores: dict[str, float], k: int | None = None) -> list[str]:
@@ -32,12 +36,14 @@ def evaluate_run(
     run: dict[str, dict[str, float]],
     k_values: Sequence[int] = (10, 100),
     per_query: bool = False,
+    source: str = "the qrels",
 ) -> dict[str, float] | tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Mean of every metric at every k over the queries of `qrels`; a query absent from `run` (or with no results)
     scores 0 and counts in the mean (BEIR's `EvaluateRetrieval` drops such queries: its means are then higher).
 
     Keys: `NAME@k` for every registered ranking metric, in registration order (`ndcg@k`, `mrr@k`, `recall@k`,
-    `map@k`, `p@k`). With `per_query`, also returns qid → those keys.
+    `map@k`, `p@k`). With `per_query`, also returns qid → those keys. A value that is not finite is refused
+    (`check_finite`, naming `source`: the query set) before anything is averaged or written.
     """
     k_values = sorted(set(k_values))
     if not k_values or any(not isinstance(k, int) or k < 1 for k in k_values):
@@ -48,9 +54,20 @@ def evaluate_run(
         qid: query_metrics(judged, rank_documents(run.get(qid, {}), max(k_values)), k_values)
         for qid, judged in qrels.items()
     }
+    check_finite(scores, source)
     keys = next(iter(scores.values()))  # every query has the same keys, in the registry's order
     means = {key: math.fsum(query[key] for query in scores.values()) / len(scores) for key in keys}
     return (means, scores) if per_query else means
+
+
+def check_finite(scores: dict[str, dict[str, float]], source: str) -> None:
+    """NonFiniteError naming `source`, the metric and the first query whose value is NaN or infinite (grades near a
+    float's limit sum to infinity, and NDCG's inf/inf is NaN)."""
+    for qid, values in scores.items():
+        for key, value in values.items():
+            if not math.isfinite(value):
+                raise NonFiniteError(f"{source}: {key} of query {quoted(qid)} is {value}, not a finite number: its "
+                                     "relevance grades are too large for the metric's sums")
 
 
 def empty_queries(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> int:

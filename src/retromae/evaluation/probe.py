@@ -120,7 +120,7 @@ class Probe:
             ks = cutoffs(list(probed.values()))
             run = dense_search(encoder, self.corpus, self.retrieval.queries, k=max(ks), passages=TextOptions(),
                                questions=TextOptions(), batch_size=batch, show_progress=False)
-            results = evaluate_run(self.retrieval.qrels, run, ks)
+            results = evaluate_run(self.retrieval.qrels, run, ks, source=self.options.probe)
             scores.update({f"probe_{name}": results[key] for name, key in probed.items()})
         if self.sts is not None:
             first, second, gold = self.sts

@@ -121,8 +121,8 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
     if config.save_run is not None:
         write_trec_run(run, config.save_run)
     if config.per_query:
-        return evaluate_run(data.qrels, run, config.k_values, per_query=True)
-    return evaluate_run(data.qrels, run, config.k_values), None
+        return evaluate_run(data.qrels, run, config.k_values, per_query=True, source=str(path))
+    return evaluate_run(data.qrels, run, config.k_values, source=str(path)), None
 
 
 def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,
@@ -254,7 +254,7 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
     row = SetRow(name, len(data.queries), len(data.corpus))
     for system in systems.names():
         empty.count(system, name, data.qrels, runs[system])
-        row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True)
+        row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True, source=name)
         row.per_query[system] = per_query
     return row, runs
 def cache_key(config: EvaluateConfig, model: str, encoder: Encoder) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from retromae.data.batch_sampler import check_step
 from retromae.data.long_texts import clip_texts
 from retromae.data.training_groups import TrainingSet
 from retromae.runtime.errors import DataError
@@ -62,10 +63,11 @@ def plan_epoch(positives: Sequence[frozenset[int]], order: Sequence[int], global
 
 
 class GroupBatchSampler:
-    """Yields each process's micro-batch of `Group`s, forever, starting at micro-batch `start`."""
+    """Yields each process's micro-batch of `Group`s, forever, starting at micro-batch `start`; an optimiser step of
+    `accumulation` global batches may wrap round the data (`data.batch_sampler.check_step`)."""
 
     def __init__(self, data: TrainingSet, batch_size: int, group_size: int, seed: int, rank: int = 0,
-                 world_size: int = 1, start: int = 0, with_scores: bool = False) -> None:
+                 world_size: int = 1, start: int = 0, with_scores: bool = False, accumulation: int = 1) -> None:
         self.data, self.batch_size, self.group_size, self.seed = data, batch_size, group_size, seed
         self.rank, self.start, self.with_scores = rank, start, with_scores
         self.global_batch = batch_size * world_size
@@ -73,9 +75,11 @@ class GroupBatchSampler:
         if len(data.texts) < self.global_batch * group_size:
             raise DataError(f"{data.source}: {len(data.texts)} distinct passages, fewer than one global batch "
                             f"of {self.global_batch} groups of {group_size}")
-        if not self.epoch_plan(0):
+        batches = len(self.epoch_plan(0))
+        if not batches:
             raise DataError(f"{data.source}: cannot form one batch of {self.global_batch} queries with distinct "
                             f"positives ({len(data.examples)} queries)")
+        check_step(batches, accumulation, f"{data.source}: its {len(data.examples):,} queries")
 
     def epoch_plan(self, epoch: int) -> list[list[int]]:
         order = torch.randperm(len(self.positives), generator=torch.Generator().manual_seed(self.seed + epoch))

@@ -82,7 +82,9 @@ class Miner:
                               query_encoder=self.query_encoder)
 
     def mine(self, method: str, accelerator: Accelerator, seed: int, show_progress: bool = True) -> None:
-        """Replace every example's negatives with freshly mined ones (mined on process 0, sent to the others)."""
+        """Replace every example's negatives with freshly mined ones (mined on process 0, sent to the others), the
+        rank window first checked against the passages on every process (`MiningOptions.check_window`)."""
+        self.options.check_window(len(self.data.texts), self.data.source)
         negatives = [None]
         if accelerator.is_main_process:
             negatives = [choose_negatives(self.data, self.rankings(method, show_progress), self.options, seed)]

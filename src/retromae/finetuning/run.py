@@ -104,7 +104,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
 
     def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
         return GroupBatchSampler(data, config.batch_size, group_size, config.seed, rank, world, start,
-                                 with_scores=config.distill)
+                                 with_scores=config.distill, accumulation=config.gradient_accumulation_steps)
 
     collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
                                      config.passage_max_length), GroupDataset(data)

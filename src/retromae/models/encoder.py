@@ -50,7 +50,7 @@ from retromae.models.pretrained import load_model, load_tokenizer
 from retromae.runtime.console import progress
 from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
-from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.errors import ModelLoadError, tokenizer_panics
 from retromae.runtime.io import atomic_directory, write_text_atomic
 from retromae.runtime.options import checked_arguments, require
 from retromae.runtime.run_folder import quiet_entry_point
@@ -315,11 +315,13 @@ class Encoder:
     @checked_arguments(EncoderArguments, unchecked=("texts",), max_length="max_length", prefix="prefix")
     def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
         """Token ids of each text (prefix prepended), truncated, unpadded; a long text is read only as far as its
-        first tokens (`retromae.data.long_texts`)."""
+        first tokens (`retromae.data.long_texts`). A panic of the tokenizers library is a ModelLoadError naming the
+        tokenizer (`tokenizer_panics`), for a caller of this public class as for the CLI."""
         max_length = max_length or self.max_length
-        return self.tokenizer(clip_texts(self.tokenizer, texts, max_length, prefix), truncation=True,
-                              max_length=max_length, return_attention_mask=False,
-                              return_token_type_ids=False)["input_ids"]
+        with tokenizer_panics():
+            return self.tokenizer(clip_texts(self.tokenizer, texts, max_length, prefix), truncation=True,
+                                  max_length=max_length, return_attention_mask=False,
+                                  return_token_type_ids=False)["input_ids"]
 
     @checked_arguments(EncoderArguments, unchecked=("texts",), max_length="max_length", prefix="prefix")
     def token_table(self, texts: Sequence[str], max_length: int | None = None,

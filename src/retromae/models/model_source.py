@@ -4,13 +4,14 @@ Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finet
 (which stands for its `encoder/` or `reranker/`), our exported encoder folder (`retromae_encoder.json`), a
 sentence-transformers folder (the transformer in the folder itself or in a module folder such as `0_Transformer/`),
 a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
-pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, ids beyond the
-model's embeddings, a corpus read as mostly `[UNK]`) and of a tokenizer.json before the tokenizers library reads it
-(`check_tokenizer_file`); that every file of a model folder is a regular file (`check_model_files`: a FIFO would hang
-its reader); and that a folder's safetensors files are whole and their headers true (`check_safetensors`: a
-truncated file, a header whose offsets, shapes or types lie, an integer weight are named before a library fails on
-them without their name, or reads them as other numbers). Does not own
-loading weights (`retromae.models.encoder`, `retromae.models.masked_lm`) nor a folder's pooling
+pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, more tokens than the
+model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`: ids beyond the model's
+embeddings, a special token that is a word's id too, a sample text it cannot read) and of a tokenizer.json before the
+tokenizers library reads it (`check_tokenizer_file`); that every file of a model folder is a regular file
+(`check_model_files`: a FIFO would hang its reader); and that a folder's safetensors files are whole and their headers
+true (`check_safetensors`: a truncated file, a header whose offsets, shapes or types lie, an integer weight are named
+before a library fails on them without their name, or reads them as other numbers). Does not own loading weights
+(`retromae.models.encoder`, `retromae.models.masked_lm`) nor a folder's pooling
 (`retromae.models.encoder.describe_folder`).
 """
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retromae.runtime.errors import DataError, ModelLoadError
+from retromae.runtime.errors import DataError, ModelLoadError, tokenizer_panics
 from retromae.runtime.lines import file_kind, loads_finite, numbered_line_pieces, read_json_file
 
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
@@ -58,6 +59,7 @@ SHOWN_CHARACTERS = 60  # of a value from a hostile file shown in an error
 # byte-level BPE's merges.txt; its vocab.json is JSON), each read as UTF-8 text line by line
 TEXT_VOCABULARIES = ("vocab.txt", "merges.txt")
 VOCABULARY_PIECE = 1 << 20  # bytes of a vocabulary line checked at a time (a hostile file may be one line)
+PROBE = "A sample of text to read."  # what every tokenizer must read into ordinary tokens when it is loaded
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def _found(folder: Path) -> str:
 
 def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) -> None:
     """ModelLoadError when a tokenizer knows only its special tokens (the folder had no vocabulary: every word
-    would become [UNK]) or yields ids beyond the model's `vocab_size` embeddings."""
+    would become [UNK]) or has more tokens than the model's `vocab_size` embeddings (a folder's largest id is
+    checked against its config.json when the tokenizer is loaded: `check_tokenizer_reads`)."""
     special = set(tokenizer.all_special_ids)
     if len(tokenizer) <= len(special):
         raise ModelLoadError(f"{source}: its tokenizer knows only its {len(tokenizer)} special tokens, so every word "
@@ -208,6 +211,44 @@ def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) 
     if vocab_size is not None and len(tokenizer) > vocab_size:
         raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens but the model embeds only "
                              f"{vocab_size}; use the tokenizer the model was made with")
+
+
+def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) -> None:
+    """ModelLoadError naming `where` (a tokenizer's tokenizer.json, folder or hub name) unless the tokenizer reads
+    text into ids a model of `vocab_size` embeddings (None: not known) can look up: every id of its vocabulary and
+    added tokens below `vocab_size`; no special token with the id of a word (the model could not tell them apart);
+    and `PROBE` read as at least one token besides its special ones ([UNK] counts: the text was read), framed by
+    special tokens below `vocab_size` only (the post-processor's [CLS] and [SEP]). Each failure loads, but ends
+    mid-run (an index beyond the embeddings) or reads every text alike (a normalizer that erases all); a panic while
+    reading is one line (`tokenizer_panics`)."""
+    vocab = tokenizer.get_vocab()
+    special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
+    largest, token = max(((index, token) for token, index in vocab.items()), default=(-1, ""))
+    if vocab_size is not None and largest >= vocab_size:
+        raise ModelLoadError(f"{where}: the token {_shown(token)} has the id {largest}, but the model embeds only "
+                             f"{vocab_size} tokens (ids 0 to {vocab_size - 1}); use the tokenizer the model was made "
+                             "with")
+    names = set(tokenizer.all_special_tokens)
+    word = next(((word, index) for word, index in vocab.items() if index in special and word not in names), None)
+    if word is not None:
+        raise ModelLoadError(f"{where}: its special token {_shown(special[word[1]])} has the id {word[1]} of the word "
+                             f"{_shown(word[0])}; the model could not tell the word from the special token: give "
+                             "each its own id")
+    with tokenizer_panics():
+        plain = tokenizer(PROBE, add_special_tokens=False)["input_ids"]
+        framed = tokenizer(PROBE)["input_ids"]
+    if all(index in special and index != tokenizer.unk_token_id for index in plain):
+        read = " ".join(tokenizer.convert_ids_to_tokens(plain)) or "nothing"
+        raise ModelLoadError(f"{where}: it reads the text {PROBE!r} as {read}: its normalizer or pre-tokenizer "
+                             "erases text, so every text would read alike; use the tokenizer the model was made with")
+    for index in Counter(framed) - Counter(plain):  # what its post-processor adds around a text
+        if vocab_size is not None and index >= vocab_size:
+            raise ModelLoadError(f"{where}: its post-processor adds the id {index} around every text, but the model "
+                                 f"embeds only {vocab_size} tokens; use the tokenizer the model was made with")
+        if index not in special:
+            raise ModelLoadError(f"{where}: its post-processor adds the id {index} "
+                                 f"({_shown(tokenizer.convert_ids_to_tokens(index))}) around every text, the id of "
+                                 "no special token; use the tokenizer the model was made with")
 
 
 def check_tokenizer_file(folder: Path) -> None:

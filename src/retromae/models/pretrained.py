@@ -30,8 +30,14 @@ from typing import Any
 
 from safetensors import SafetensorError
 
-from retromae.models.model_source import check_model_files, check_safetensors, check_tokenizer_file, read_json
-from retromae.runtime.errors import ModelLoadError
+from retromae.models.model_source import (
+    check_model_files,
+    check_safetensors,
+    check_tokenizer_file,
+    check_tokenizer_reads,
+    read_json,
+)
+from retromae.runtime.errors import ModelLoadError, tokenizer_read
 from retromae.runtime.options import PROBABILITY, Domain, between
 
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index", "tf_model.h5",
@@ -70,20 +76,32 @@ def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
 
 def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: Any) -> Any:
     """The tokenizer of a checked folder or hub name; ModelLoadError when its declared max length is no positive
-    whole number (a tokenizer would truncate every text to nothing)."""
+    whole number (a tokenizer would truncate every text to nothing) or it cannot read text into ids the folder's
+    model embeds (`check_tokenizer_reads`, against config.json's vocab_size), naming its tokenizer.json (else the
+    folder), which is also what a panic of the tokenizers library names from then on (`tokenizer_read`)."""
     from transformers import AutoTokenizer  # transformers: only when a tokenizer is read
 
-    check_folder(folder, subfolder, what, weights=False)
-    if (Path(folder) / subfolder).is_dir():
-        check_tokenizer_file(Path(folder) / subfolder)
+    config = check_folder(folder, subfolder, what, weights=False)
+    path = Path(folder) / subfolder
+    if path.is_dir():
+        check_tokenizer_file(path)
     tokenizer = _guarded(what or folder, AutoTokenizer.from_pretrained, folder, subfolder=subfolder,
                          trust_remote_code=False, **options)
     length = tokenizer.model_max_length
     if isinstance(length, bool) or not isinstance(length, int | float) or not length > 0:
-        where = Path(folder) / subfolder / "tokenizer_config.json"
-        raise ModelLoadError(f"{where}: model_max_length {length!r} is no number of tokens; give a positive whole "
-                             "number (or remove it)")
+        raise ModelLoadError(f"{path / 'tokenizer_config.json'}: model_max_length {length!r} is no number of tokens; "
+                             "give a positive whole number (or remove it)")
+    where = _tokenizer_source(path, what or folder)
+    tokenizer_read(where)
+    check_tokenizer_reads(tokenizer, where, config.get("vocab_size"))
     return tokenizer
+
+
+def _tokenizer_source(path: Path, name: str) -> str:
+    """What an error names a tokenizer by: its folder's tokenizer.json, else the folder, else (a hub name) `name`."""
+    if not path.is_dir():
+        return name
+    return str(path / "tokenizer.json") if (path / "tokenizer.json").is_file() else str(path)
 
 
 def load_model(auto_class: Any, folder: str, subfolder: str = "", what: str = "", fresh_head: bool = False,
@@ -124,13 +142,14 @@ def check_loaded(model: Any, info: dict[str, Any], what: str, fresh_head: bool) 
     return head
 
 
-def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool = True) -> None:
+def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool = True) -> dict[str, Any]:
     """Refuse, before transformers reads it, a local folder that asks to run its own code, names a model type
-    transformers does not know, or (`weights`) holds its weights only as pickles or truncated safetensors. A hub
-    name is checked by transformers itself, under `trust_remote_code=False` and `use_safetensors=True`."""
+    transformers does not know, or (`weights`) holds its weights only as pickles or truncated safetensors; returns
+    its config.json (empty without one). A hub name is checked by transformers itself, under
+    `trust_remote_code=False` and `use_safetensors=True`."""
     path = Path(folder) / subfolder
     if not path.is_dir():
-        return
+        return {}
     what = what or str(path)
     check_model_files(path)
     found = {name: read_json(path / name, dict) for name in TRANSFORMERS_JSON}  # each read once, an object or None
@@ -145,6 +164,7 @@ def check_folder(folder: str, subfolder: str = "", what: str = "", weights: bool
     _check_config_choices(config, path / "config.json")
     if weights:
         _check_weight_files(path, what)
+    return config
 
 
 def _auto_map(config: Any) -> list[str]:

@@ -128,7 +128,8 @@ def train_reranker(config: RerankerConfig) -> Path:
     data = _training_set(config, accelerator)
 
     def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
-        return GroupBatchSampler(data, config.batch_size, config.group_size, config.seed, rank, world, start)
+        return GroupBatchSampler(data, config.batch_size, config.group_size, config.seed, rank, world, start,
+                                 accumulation=config.gradient_accumulation_steps)
 
     trainer = Trainer(ListwiseObjective(model, config.group_size), GroupDataset(data),
                       PairCollator(tokenizer, config.max_length), config, accelerator=accelerator,

@@ -38,7 +38,7 @@ from retromae.retrieval.vector_files import read_array
 from retromae.runtime.console import notice, step, verbose
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
-from retromae.runtime.lines import read_json_file
+from retromae.runtime.lines import quoted, read_json_file
 from retromae.runtime.options import ConfigError, require
 
 PARAMS_FILE = "params.json"
@@ -227,7 +227,7 @@ def empty_results(run: Mapping[str, Mapping[str, float]], what: str = "BM25") ->
     one-word query whose word is in no document, or only stopwords); returns the count."""
     empty = [query_id for query_id, hits in run.items() if not hits]
     if empty:
-        example = ", ".join(repr(query_id) for query_id in empty[:3])
+        example = ", ".join(quoted(query_id) for query_id in empty[:3])
         notice(f"retromae: warning: {what}: {len(empty)} of {len(run)} queries got no results (no query word in any "
                f"document, after stopwords; e.g. {example}); they count as 0 in every metric")
     return len(empty)

@@ -48,7 +48,7 @@ from retromae.retrieval.vector_files import check_encoding_record, check_recorde
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
-from retromae.runtime.lines import check_regular_file, read_json_file
+from retromae.runtime.lines import check_regular_file, quoted, read_json_file
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.processes import process_state
 from retromae.runtime.run_folder import claim_folder, file_fingerprint, input_fingerprint
@@ -140,7 +140,8 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
     for row, doc_id in enumerate(ids):
         problem = id_problem(doc_id) if isinstance(doc_id, str) else f"is {json_type(doc_id)}, not a string"
         if problem is not None:
-            raise DataError(f"id {doc_id!r} (row {row}) cannot be written one per line to {IDS_FILE}: it {problem}")
+            raise DataError(f"id {quoted(doc_id)} (row {row}) cannot be written one per line to {IDS_FILE}: it "
+                            f"{problem}")
     if len(set(ids)) != len(ids):  # rare: name the rows of the first repeated id
         seen = UniqueIds()
         for row, doc_id in enumerate(ids):

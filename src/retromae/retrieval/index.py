@@ -52,7 +52,7 @@ from retromae.retrieval.vector_files import check_encoding_record, check_recorde
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path, write_text_atomic
-from retromae.runtime.lines import check_regular_file, file_kind, read_json_file
+from retromae.runtime.lines import check_regular_file, file_kind, open_own_file, quoted, read_json_file
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.run_folder import LOCK_FILE, file_fingerprint, held_here
 
@@ -256,22 +256,22 @@ def set_search_params(index: Any, params: str, where: str = "--params") -> None:
     (`check_search_params`; a refusal names `where` they came from: the option, or an index.json)."""
     _checked(where, check_search_params, params)
     if params and isinstance(index, BinaryIndex):
-        raise ConfigError(f"{where}: {params!r}: no faiss search parameter applies to a binary index (its shortlist "
-                          "is --shortlist)")
+        raise ConfigError(f"{where}: {quoted(params)}: no faiss search parameter applies to a binary index (its "
+                          "shortlist is --shortlist)")
     if not params or isinstance(index, ExactIndex):
         return
     faiss = import_faiss()
     try:
         faiss.ParameterSpace().set_index_parameters(index, params)
     except RuntimeError as error:
-        raise ConfigError(f"--params: {params!r} does not apply to this index: "
+        raise ConfigError(f"--params: {quoted(params)} does not apply to this index: "
                           f"{str(error).strip().splitlines()[-1]}") from error
 
 
 def _checked(where: str, check: Any, value: Any) -> None:
     """`check(value)` (`retrieval.faiss_options`), its ValueError as a ConfigError naming `where`."""
     if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected text, got {value!r}")
+        raise ConfigError(f"{where}: expected text, got {quoted(value)}")
     try:
         check(value)
     except ValueError as error:
@@ -367,13 +367,14 @@ def _save_rows(vectors: np.ndarray, path: Path) -> None:
 def reading(folder: str | Path) -> Iterator[None]:
     """Hold the shared lock of an index (or embeddings) folder while reading it: ConfigError at once when a writer
     (`retromae index`, `retromae encode`) holds its exclusive lock, and a writer that starts meanwhile is refused.
-    A folder whose lock file can be neither opened nor created (read-only) is read as it is."""
+    A folder whose lock file can be neither opened nor created (read-only) is read as it is; DataError when the
+    lock is not a regular file (`open_own_file`: a symbolic link is not followed, a FIFO not waited on)."""
     lock = Path(os.path.abspath(Path(folder) / LOCK_FILE))
     if held_here(lock):  # this process wrote the folder (a library user encoding, then indexing): its own outputs
         yield
         return
     try:
-        descriptor = os.open(lock, os.O_RDONLY) if lock.exists() else os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = open_own_file(lock, os.O_RDONLY if os.path.lexists(lock) else os.O_RDWR | os.O_CREAT)
     except OSError:
         yield
         return
@@ -519,7 +520,7 @@ def check_generation(folder: Path, info: dict[str, Any]) -> None:
     for name, recorded in files.items():
         path = folder / name
         if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise DataError(f"{folder / INDEX_INFO}: names {name!r}, outside the index folder")
+            raise DataError(f"{folder / INDEX_INFO}: names {quoted(name)}, outside the index folder")
         kind = file_kind(path)
         if kind not in (None, "missing"):
             raise DataError(f"{path}: is {kind}, not a regular file{REBUILD}")
@@ -537,12 +538,13 @@ def _read_index_info(path: Path) -> dict[str, Any]:
     info = read_json_file(path)
     _check_index_fields(info, path)
     if info.get("backend") not in ("numpy", "faiss") or info.get("metric") not in METRICS:
-        raise DataError(f"{path}: backend {info.get('backend')!r} and metric {info.get('metric')!r}: not an index "
-                        f"description of `retromae index` (backend numpy or faiss, metric {' or '.join(METRICS)})")
+        raise DataError(f"{path}: backend {quoted(info.get('backend'))} and metric {quoted(info.get('metric'))}: not "
+                        "an index description of `retromae index` (backend numpy or faiss, metric "
+                        f"{' or '.join(METRICS)})")
     if info.get("lexical") not in (None, LEXICAL_DIR):
-        raise DataError(f"{path}: lexical {info.get('lexical')!r}: not {LEXICAL_DIR!r} or null")
+        raise DataError(f"{path}: lexical {quoted(info.get('lexical'))}: not {LEXICAL_DIR!r} or null")
     if info.get("type", "factory") not in INDEX_TYPES:
-        raise DataError(f"{path}: type {info.get('type')!r}: not one of {', '.join(INDEX_TYPES)}")
+        raise DataError(f"{path}: type {quoted(info.get('type'))}: not one of {', '.join(INDEX_TYPES)}")
     if info.get("type") == BINARY:
         try:
             check_shortlist(info.get("shortlist"))
@@ -559,10 +561,10 @@ def _check_index_fields(info: dict[str, Any], path: Path) -> None:
     count or dim, a corpus record that is not an object."""
     for name in ("factory", "params", "generation", "embeddings_generation"):
         if info.get(name) is not None and not isinstance(info[name], str):
-            raise DataError(f"{path}: field {name!r} is {info[name]!r}, not text")
+            raise DataError(f"{path}: field {name!r} is {quoted(info[name])}, not text")
     check_encoding_record({name: info[name] for name in ("count", "dim") if name in info}, str(path))
     if info.get("corpus") is not None and not isinstance(info["corpus"], dict):
-        raise DataError(f"{path}: field 'corpus' is {info['corpus']!r}, not a JSON object")
+        raise DataError(f"{path}: field 'corpus' is {quoted(info['corpus'])}, not a JSON object")
     if "encoder" not in info:
         return
     encoder = check_encoding_record(info["encoder"], f"{path}: encoder")

@@ -34,6 +34,7 @@ from typing import Any
 from retromae.models.encoder_config import BACKENDS, QUANTIZATIONS, backend_of
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import input_fingerprint
 
@@ -75,7 +76,7 @@ def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], qu
     keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
     differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
     if differ:
-        shown = ", ".join(f"{key} {query_info.get(key)!r} against {recorded[key]!r}" for key in differ)
+        shown = ", ".join(f"{key} {quoted(query_info.get(key))} against {quoted(recorded[key])}" for key in differ)
         raise ConfigError(f"{flag}: {queries} was encoded otherwise than the documents of {index} ({shown}); "
                           "encode the queries with the index's model, or give a queries file")
     record = index / ("index.json" if (index / "index.json").is_file() else "encode.json")
@@ -88,8 +89,8 @@ def recorded_inference(record: dict[str, Any], where: Path) -> tuple[str, str]:
     without them is torch's float32 (made before the backends); ConfigError naming `where` for another value."""
     backend, quantize = backend_of(record.get("backend"), record.get("quantize"))
     if backend not in BACKENDS or quantize not in QUANTIZATIONS:
-        raise ConfigError(f"{where}: records backend {backend!r} and quantize {quantize!r}; a record holds one of "
-                          f"{', '.join(BACKENDS)} and one of {', '.join(QUANTIZATIONS)}")
+        raise ConfigError(f"{where}: records backend {quoted(backend)} and quantize {quoted(quantize)}; a record holds "
+                          f"one of {', '.join(BACKENDS)} and one of {', '.join(QUANTIZATIONS)}")
     return backend, quantize
 
 

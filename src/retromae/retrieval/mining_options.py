@@ -2,7 +2,9 @@
 imports no numpy, faiss or torch.
 
 Owns `MiningOptions` (the rank window and negatives per query) shared by `retromae mine`, `finetune` and
-`train-reranker`. Does not own ranking or choosing negatives (`retromae.retrieval.mining`).
+`train-reranker`, and the window's check against the passages ranked (`check_window`: a window wholly beyond them
+is refused before the work; one reaching past them is cut there, as a top-k is). Does not own ranking or choosing
+negatives (`retromae.retrieval.mining`).
 """
 
 from __future__ import annotations
@@ -24,3 +26,10 @@ class MiningOptions(Options):
 
     def __post_init__(self) -> None:
         require(self.rank_end >= self.rank_start, "rank_end", "must not be below --rank-start")
+
+    def check_window(self, passages: int, source: str) -> None:
+        """ConfigError naming --rank-start when the window lies wholly beyond the `passages` of `source` that mining
+        ranks (a ranking holds each at most once): it would mine no negative at all."""
+        require(self.rank_start <= passages, "rank_start",
+                f"the window of ranks {self.rank_start} to {self.rank_end} lies beyond the {passages:,} passages of "
+                f"{source} that mining ranks, so no negative could be mined; give --rank-start {passages} or less")

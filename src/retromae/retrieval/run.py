@@ -45,6 +45,7 @@ from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
 from retromae.runtime.console import Result
 from retromae.runtime.errors import DataError
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import process_state
 from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, mark_started, run_identity
@@ -155,7 +156,7 @@ def lexical_index(config: IndexConfig, ids: list[str], corpus: dict[str, Any] | 
     missing = [doc_id for doc_id in ids if doc_id not in passages]
     if missing:
         raise DataError(f"{path}: lacks {len(missing)} of the {len(ids)} ids of {config.embeddings} (e.g. "
-                        f"{missing[0]!r}); give the corpus they were encoded from with --corpus")
+                        f"{quoted(missing[0])}); give the corpus they were encoded from with --corpus")
     texts = [passages[doc_id].joined() for doc_id in ids]
     check_texts(ids, texts, encoding, path, where, "give the corpus they were encoded from with --corpus")
     params = BM25Params(**{f.name: getattr(config, f.name) for f in dataclasses.fields(BM25Params)})
@@ -223,7 +224,7 @@ def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], 
     missing = next((query_id for query_id in ids if query_id not in texts), None)
     if missing is not None:
         raise ConfigError(f"--queries: {path} (recorded in {Path(config.queries) / INFO_FILE}) has no query "
-                          f"{missing!r}; encode the queries again")
+                          f"{quoted(missing)}; encode the queries again")
     return ids, vectors, {query_id: texts[query_id] for query_id in ids}
 
 
@@ -281,6 +282,7 @@ def mine(config: MineConfig) -> Result:
 
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
     data = load_training_data(config.data, config.split)
+    config.check_window(len(data.texts), data.source)
     if config.negatives == "bm25":
         rankings = bm25_rankings(data, config.rank_end)
     else:

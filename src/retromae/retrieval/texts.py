@@ -16,6 +16,7 @@ from typing import Any
 from retromae.retrieval.lineage import check_texts, file_change, recorded_path
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError
 
 
@@ -47,7 +48,7 @@ def document_texts(ids: Sequence[str], record: Any, where: str, override: str, g
     passages = load_corpus(path)
     missing = next((doc_id for doc_id in ids if doc_id not in passages), None)
     if missing is not None:
-        raise DataError(f"{path}: has no document {missing!r} of the index; {override} names the indexed corpus")
+        raise DataError(f"{path}: has no document {quoted(missing)} of the index; {override} names the indexed corpus")
     texts = [passages[doc_id].joined() for doc_id in ids]
     check_texts(ids, texts, encoding or {}, path, where, f"{override} names the corpus the index was encoded from")
     return texts

@@ -20,7 +20,7 @@ import numpy as np
 from retromae.models.encoder_config import POOLINGS
 from retromae.models.finite import check_vectors
 from retromae.runtime.errors import DataError
-from retromae.runtime.lines import check_regular_file
+from retromae.runtime.lines import check_regular_file, quoted
 from retromae.runtime.options import Domain, between
 
 VECTOR_DTYPE = np.dtype("<f4")  # what every writer of vectors writes: little-endian float32
@@ -75,18 +75,19 @@ def check_encoding_record(record: Any, where: str) -> dict[str, Any]:
         raise DataError(f"{where}: is {type(record).__name__}, not a JSON object of how the vectors were made")
     for name in TEXT_FIELDS:
         if name in record and not isinstance(record[name], str):
-            raise DataError(f"{where}: field {name!r} is {record[name]!r}, not text")
+            raise DataError(f"{where}: field {name!r} is {quoted(record[name])}, not text")
     for name, domain in NUMBER_FIELDS.items():
         value = record.get(name)
         if name in record and (isinstance(value, bool) or not isinstance(value, int) or not domain.holds(value)):
-            raise DataError(f"{where}: field {name!r} is {value!r}; it must be a whole number and {domain.describe()}")
+            raise DataError(f"{where}: field {name!r} is {quoted(value)}; it must be a whole number and "
+                            f"{domain.describe()}")
     if "pooling" in record and record["pooling"] not in POOLINGS:
-        raise DataError(f"{where}: field 'pooling' is {record['pooling']!r}, not one of {', '.join(POOLINGS)}")
+        raise DataError(f"{where}: field 'pooling' is {quoted(record['pooling'])}, not one of {', '.join(POOLINGS)}")
     if "normalize" in record and not isinstance(record["normalize"], bool):
-        raise DataError(f"{where}: field 'normalize' is {record['normalize']!r}, not true or false")
+        raise DataError(f"{where}: field 'normalize' is {quoted(record['normalize'])}, not true or false")
     for name in ("source", "files"):
         if record.get(name) is not None and not isinstance(record[name], dict):
-            raise DataError(f"{where}: field {name!r} is {record[name]!r}, not a JSON object")
+            raise DataError(f"{where}: field {name!r} is {quoted(record[name])}, not a JSON object")
     return record
 
 

@@ -1,13 +1,20 @@
 """The error types users see: each message names the file, line or option at fault.
 
-Owns: the exception hierarchy and the one-line form of an operating-system error (`os_error_line`). The CLI prints
-any `RetroMAEError` as one line and exits with code 2; a `FileSystemError` or any other `OSError` as one line
-naming the path, with code 1.
+Owns: the exception hierarchy, the one-line form of an operating-system error (`os_error_line`) and that of a panic
+of the tokenizers library (`tokenizer_panics`, naming the tokenizer read last: `tokenizer_read`). The CLI prints any
+`RetroMAEError` as one line and exits with code 2; a `FileSystemError` or any other `OSError` as one line naming the
+path, with code 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+
+# Where the tokenizer read last came from (`tokenizer_read`): what a panic of the tokenizers library names
+_TOKENIZER_READ: list[str] = []
+PANIC_SHOWN = 200  # characters of a panic's message shown (a Rust panic may quote the whole text it failed on)
 
 
 class RetroMAEError(Exception):
@@ -37,3 +44,27 @@ def os_error_line(error: OSError) -> str:
     cause = error.strerror or (os.strerror(error.errno) if error.errno else str(error))
     paths = [str(os.fsdecode(name)) for name in (error.filename, error.filename2) if name is not None]
     return f"{' -> '.join(paths)}: {cause}" if paths else cause
+
+
+def tokenizer_read(where: str) -> None:
+    """Note `where` (a model folder's tokenizer.json, the folder, or a hub name) as the tokenizer read last: the one
+    a panic of the tokenizers library names (`tokenizer_panics`)."""
+    _TOKENIZER_READ[:] = [where]
+
+
+@contextlib.contextmanager
+def tokenizer_panics() -> Iterator[None]:
+    """Within: a panic of the tokenizers library raised as a ModelLoadError naming the tokenizer read last. A panic
+    (pyo3's PanicException) is a BaseException, which `except Exception` misses: a regular expression of a
+    tokenizer.json's normalizer or pre-tokenizer that backtracks past Oniguruma's limit on some text raises one
+    wherever that text is tokenised, so the CLI enters this around a command, the Python API around each entry point
+    and `Encoder.tokenize`, and `model_source.check_tokenizer_reads` around its sample text."""
+    try:
+        yield
+    except BaseException as error:
+        if type(error).__name__ != "PanicException" or not _TOKENIZER_READ:
+            raise
+        text = " ".join(str(error).split())[:PANIC_SHOWN]
+        raise ModelLoadError(f"{_TOKENIZER_READ[0]}: the tokenizers library failed reading a text with this "
+                             f"tokenizer ({text}), as a regular expression of its normalizer or pre-tokenizer that "
+                             "backtracks does; use the tokenizer files of the model it was made from") from None

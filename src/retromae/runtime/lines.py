@@ -4,7 +4,9 @@ Owns: decoding a UTF-8 file (gzip-compressed when it ends in .gz) into numbered 
 JSON, reading a whole JSON file (`read_json_file`, the one reader of the JSON files in run and model folders),
 reading a line too long to hold in pieces (`numbered_line_pieces`), reading an appended JSON-lines log whose
 last record a kill may have cut (`appended_records`), and refusing, before a byte is read, a path that is not a
-regular file (`check_regular_file`: a FIFO would block, `/dev/zero` never end). Every line-based reader (corpora,
+regular file (`check_regular_file`: a FIFO would block, `/dev/zero` never end), and, for the files retromae keeps for
+itself in a folder it manages (locks, run markers, a checkpoint's files), anything but a regular file there, a
+symbolic link not followed (`check_own_file`, `open_own_file`). Every line-based reader (corpora,
 retrieval sets, training files, pairs, STS, runs) goes through here, so their errors read alike: `FILE:LINE: what
 is wrong`, and so they all accept the same text:
 
@@ -19,13 +21,18 @@ is wrong`, and so they all accept the same text:
   surrogate from a `\\ud800` escape (not Unicode text: it would crash the first write of it as UTF-8);
 - control characters are not kept: NUL and every other C0 control but tab (a field separator) and newline
   (inside JSON strings), and DEL, become a space, in raw lines and in JSON strings alike (`clean_text`), so a
-  stray NUL from a binary export neither ends a string early in a tokenizer nor makes a JSON line invalid.
+  stray NUL from a binary export neither ends a string early in a tokenizer nor makes a JSON line invalid;
+- a line is bounded: at most LINE_BYTES (64 MiB) where a line holds texts, SHORT_LINE_BYTES (64 KiB) in the
+  formats of ids and numbers (qrels, TREC runs, times.txt); a longer one is refused naming it, read no further than
+  the bound (gzip makes a line's length independent of the file's size: a 0.5 MB file can hold a 500 MB line);
+- a message shows an id or a text taken from a file through `quoted` (`shortened` to SHOWN_CHARACTERS), never whole.
 """
 
 from __future__ import annotations
 
 import codecs
 import collections
+import functools
 import gzip
 import itertools
 import json
@@ -44,6 +51,15 @@ from retromae.runtime.errors import DataError
 BOM = "\ufeff"
 CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # C0 but tab and newline, and DEL
 MAX_NESTING = 100  # levels of arrays and objects in one JSON value: no file we read needs more than a few
+# The longest line a reader takes (`numbered_lines`), its line feed aside: gzip makes a line's length independent
+# of the file's size, and a line is held about five times over while it is decoded, cleaned and parsed. A line
+# holding texts (a corpus document, a query, a training group's passages, an STS pair): 64 MiB, about ten million
+# words, several times the longest novel (In Search of Lost Time: 1.3 million words). A line of ids and numbers
+# (qrels, TREC runs, a run folder's times.txt): 64 KiB, three ids at their longest (`data.fields.MAX_ID_CHARACTERS`,
+# 4 bytes a character) with room to spare.
+LINE_BYTES = 64 << 20
+SHORT_LINE_BYTES = 64 << 10
+SHOWN_CHARACTERS = 80  # the most of an id or a text from a file that a message shows (`quoted`)
 SURROGATE = re.compile("[\ud800-\udfff]")  # half a UTF-16 pair: not Unicode text, and no UTF-8 can hold it
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how JSON text spells one
 # Numbers in text fields (qrels grades, run scores, STS scores): plain ASCII decimal notation, spaces around allowed;
@@ -59,13 +75,21 @@ FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)")
               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def file_kind(path: Path) -> str | None:
+def file_kind(path: Path, *, follow_links: bool = True) -> str | None:
     """What `path` is when it is not a regular file ("a named pipe (FIFO)", "a character device", ...; symbolic
-    links followed), or None for a regular file; "missing" when nothing is there."""
+    links followed, or with `follow_links` False "a symbolic link (to TARGET)"), or None for a regular file;
+    "missing" when nothing is there."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.stat(path, follow_symlinks=follow_links).st_mode
     except FileNotFoundError:
         return "missing"
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(path)})"
+    return _mode_kind(mode)
+
+
+def _mode_kind(mode: int) -> str | None:
+    """What a file of mode `mode` is (`FILE_KINDS`), or None for a regular file."""
     if stat.S_ISREG(mode):
         return None
     return next((kind for test, kind in FILE_KINDS if test(mode)), "not a regular file")
@@ -81,6 +105,33 @@ def check_regular_file(path: Path, what: str = "file", *, missing_ok: bool = Fal
     if kind == "missing":
         raise DataError(f"{path}: no such {what}")
     raise DataError(f"{path}: is {kind}, not a regular {what}")
+
+
+def check_own_file(path: Path) -> None:
+    """DataError naming `path` and what is there unless a regular file or nothing is, a symbolic link not followed:
+    a file retromae writes for itself in a folder it manages and reads back (an output's lock, a run marker, a
+    checkpoint's files) is only ever a regular file it made, and anything else was put there: a link would send the
+    write of a lock to another file (truncating it) or read one from elsewhere, a FIFO would block the command."""
+    kind = file_kind(Path(path), follow_links=False)
+    if kind is not None and kind != "missing":
+        raise _not_own_file(path, kind)
+
+
+def _not_own_file(path: Path, kind: str) -> DataError:
+    return DataError(f"{path}: is {kind}, not a regular file; retromae writes this file itself: remove it")
+
+
+def open_own_file(path: Path, flags: int) -> int:
+    """A descriptor of the file `path` (`check_own_file`), opened with `flags` (`os.O_CREAT` makes it 0644 less the
+    umask) never through a symbolic link nor waiting (`O_NOFOLLOW`, `O_NONBLOCK`), and checked again once open (a
+    FIFO put there meanwhile opens at once with `O_NONBLOCK`, and is refused)."""
+    check_own_file(path)
+    descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    kind = _mode_kind(os.fstat(descriptor).st_mode)
+    if kind is not None:
+        os.close(descriptor)
+        raise _not_own_file(path, kind)
+    return descriptor
 
 
 def clean_text(text: str) -> str:
@@ -99,16 +150,24 @@ def _clean_value(value: Any) -> Any:
     return value
 
 
-def numbered_lines(path: Path, *, keep_blank: bool = False, limit: int | None = None) -> Iterator[tuple[int, str]]:
+def numbered_lines(path: Path, *, keep_blank: bool = False, limit: int | None = None,
+                   line_bytes: int | None = None) -> Iterator[tuple[int, str]]:
     """(1-based line number, cleaned line without its end-of-line) per line; blank lines only with `keep_blank`;
-    the first `limit` lines only when given (a check of a file's head before the work)."""
+    the first `limit` lines only when given (a check of a file's head before the work). A line longer than
+    `line_bytes` bytes (LINE_BYTES when not given; SHORT_LINE_BYTES for the formats of ids and numbers) is an error
+    naming it, read no further than the bound."""
     path = Path(path)
     check_regular_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
+    bound = LINE_BYTES if line_bytes is None else line_bytes
     number = 0
     try:
         with opener(path, "rb") as handle:
-            for number, raw in enumerate(itertools.islice(handle, limit), start=1):
+            lines = iter(functools.partial(handle.readline, bound + 1), b"")
+            for number, raw in enumerate(itertools.islice(lines, limit), start=1):
+                if len(raw) > bound and not raw.endswith(b"\n"):
+                    raise DataError(f"{path}:{number}: the line is longer than {bound:,} bytes, the most a line of "
+                                    "this file may hold")
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as err:
@@ -159,11 +218,19 @@ class UnreadableData(ValueError):
     objects nested too deep, a key given twice, a lone surrogate; its message says which, to follow `FILE:LINE: `."""
 
 
-def shortened(text: str) -> str:
-    """`text` as a refusal shows it: at most 20 characters (a 5,000-digit number is named by its start and length),
-    a lone surrogate written as its escape (`\\ud800`), so that the message can be printed."""
-    shown = text if len(text) <= 20 else f"{text[:12]}... ({len(text)} characters)"
+def shortened(text: str, size: int = 20) -> str:
+    """`text` as a refusal shows it: at most `size` characters (a 5,000-digit number is named by its start and
+    length), a lone surrogate written as its escape (`\\ud800`), so that the message can be printed."""
+    shown = text if len(text) <= size else f"{text[:size - 8]}... ({len(text)} characters)"
     return shown.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def quoted(value: Any) -> str:
+    """How every message shows an id or a text taken from a file (or any JSON value read from one): quoted as repr
+    quotes it, and `shortened` to SHOWN_CHARACTERS, so that an id of megabytes never fills a terminal or a log."""
+    if isinstance(value, str):
+        return repr(shortened(value, SHOWN_CHARACTERS))
+    return shortened(repr(value), SHOWN_CHARACTERS)
 
 
 def _finite_float(text: str) -> float:
@@ -280,7 +347,7 @@ def finite_number(path: Path, number: int, value: Any, what: str) -> float:
     try:
         result = float(value)
     except (TypeError, ValueError):
-        raise DataError(f"{path}:{number}: {what} {value!r} is not a number") from None
+        raise DataError(f"{path}:{number}: {what} {quoted(value)} is not a number") from None
     except OverflowError:  # an integer beyond a float's range
         result = math.inf
     if not math.isfinite(result):

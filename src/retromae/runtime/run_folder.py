@@ -15,7 +15,9 @@ output: claiming one takes an operating-system lock (`fcntl.flock` on `.retromae
 beside a file; in a distributed run the main process holds it) until the command ends (the CLI) or the process exits
 (a library user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is
 never blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
-writable). Does not own what the outputs hold, nor checkpoints (`retromae.training.checkpoints`).
+writable), and that the lock and the marker there are regular files (`runtime.lines.check_own_file`: a symbolic link
+is never followed, a FIFO never opened). Does not own what the outputs hold, nor checkpoints
+(`retromae.training.checkpoints`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from retromae.runtime.console import quiet_by_default
-from retromae.runtime.errors import FileSystemError
+from retromae.runtime.errors import DataError, FileSystemError, tokenizer_panics
 from retromae.runtime.io import replaced_file, replaced_folder, write_text_atomic
-from retromae.runtime.lines import loads_finite
+from retromae.runtime.lines import check_own_file, loads_finite, open_own_file
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, reading_options
 
 MARKER = "retromae-run.json"
@@ -140,9 +142,12 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[st
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
-    """The marker of `folder` (command and identity), or None when there is none or it is unreadable."""
+    """The marker of `folder` (command and identity), or None when there is none or it is unreadable; DataError
+    naming it when something other than a regular file is there (`check_own_file`: a FIFO would block)."""
+    path = Path(folder) / MARKER
+    check_own_file(path)
     try:
-        marker = loads_finite((Path(folder) / MARKER).read_text(encoding="utf-8"))
+        marker = loads_finite(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) else None
@@ -394,7 +399,7 @@ def hold(output: Path, lock: Path, resumable: bool = True) -> Exception | None:
     try:
         _make_folder(lock.parent)
         descriptor = _locked(lock)
-    except FileSystemError as error:
+    except (FileSystemError, DataError) as error:
         return error
     except BlockingIOError:
         holder = _holder(lock)
@@ -419,11 +424,12 @@ def _make_folder(folder: Path) -> None:
 
 
 def _locked(lock: Path) -> int:
-    """A descriptor of `lock` holding its exclusive lock (BlockingIOError when another process holds it). Taken again
-    when the file was removed meanwhile by the process that released it (`release`), so that two processes never
-    hold locks on two different files of one name."""
+    """A descriptor of `lock` holding its exclusive lock (BlockingIOError when another process holds it), opened as a
+    file of our own (`open_own_file`: DataError for a symbolic link, a FIFO, anything but a regular file there, so
+    that no other file is truncated to our pid). Taken again when the file was removed meanwhile by the process that
+    released it (`release`), so that two processes never hold locks on two different files of one name."""
     while True:
-        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = open_own_file(lock, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if os.path.exists(lock) and os.path.samestat(os.fstat(descriptor), os.stat(lock)):
@@ -481,12 +487,13 @@ def released_after() -> Iterator[None]:
 
 def quiet_entry_point(function: Callable[..., Any]) -> Callable[..., Any]:
     """An entry point of the Python API (`console.quiet_by_default`: the libraries quiet, no `say` lines unless
-    asked), its outputs released when it returns (`released_after`), so that a later command may continue them."""
+    asked), its outputs released when it returns (`released_after`), so that a later command may continue them; a
+    panic of the tokenizers library raised as a ModelLoadError (`errors.tokenizer_panics`), as the CLI reports it."""
     quiet = quiet_by_default(function)
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
-        with released_after():
+        with released_after(), tokenizer_panics():
             return quiet(*args, **kwargs)
 
     return entry_point

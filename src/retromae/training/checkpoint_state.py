@@ -9,16 +9,18 @@ Owns the files of `checkpoints/step-N/` beside the run marker:
                            optimiser's groups and its non-tensor values, the number of processes that wrote it
     rng-R.json             process R's random generators (Python, NumPy, torch CPU and CUDA)
 
-Tensors are read by safetensors, everything else as JSON whose numbers must be finite; a file that is neither, or
-does not fit the model, is refused in one line naming it. A checkpoint in Accelerate's layout (`save_state`: pickles
-such as `custom_checkpoint_0.pkl`, `random_states_0.pkl`, `optimizer.bin`, which Accelerate reads with
-`weights_only=False`) is refused unopened. The optimiser's state is keyed by parameter name, so one layout serves one
-process, DDP, FSDP and DeepSpeed; under FSDP the full state dicts are gathered to process 0 to be written and every
-process reads them (`torch.distributed.checkpoint.state_dict`); under DeepSpeed (ZeRO 1, 2 or 3) the same is done
-with DeepSpeed's own accessors: the model's float32 master weights and each parameter's optimiser state (`exp_avg`,
-...) gathered whole, by parameter name, and written back into the engine's partitions on resume. DeepSpeed's own
-checkpoint files (pickles its engine reads with `weights_only=False`) are never written nor read. A checkpoint is
-thus the same files whatever wrote it. Under DeepSpeed's fp16 the dynamic loss scale is not kept (it starts again).
+Tensors are read by safetensors, everything else as JSON whose numbers must be finite; a file that is neither, or does
+not fit the model, is refused in one line naming it, and so is anything but a regular file at one of these names
+(`runtime.lines.check_own_file`: a symbolic link is not followed, a FIFO not opened) and a recorded step other than the
+checkpoint's own (its folder's name, its schedule's) or beyond --max-steps. A checkpoint in Accelerate's layout
+(`save_state`: pickles such as `custom_checkpoint_0.pkl`, `random_states_0.pkl`, `optimizer.bin`, which Accelerate reads
+with `weights_only=False`) is refused unopened. The optimiser's state is keyed by parameter name, so one layout serves
+one process, DDP, FSDP and DeepSpeed; under FSDP the full state dicts are gathered to process 0 to be written and every
+process reads them (`torch.distributed.checkpoint.state_dict`); under DeepSpeed (ZeRO 1, 2 or 3) the same is done with
+DeepSpeed's own accessors: the model's float32 master weights and each parameter's optimiser state (`exp_avg`, ...)
+gathered whole, by parameter name, and written back into the engine's partitions on resume. DeepSpeed's own checkpoint
+files (pickles its engine reads with `weights_only=False`) are never written nor read. A checkpoint is thus the same
+files whatever wrote it. Under DeepSpeed's fp16 the dynamic loss scale is not kept (it starts again).
 
 Does not own where checkpoints live, their names, staging, pruning (`retromae.training.checkpoints`) or run markers
 (`retromae.runtime.run_folder`).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -43,7 +46,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from retromae.runtime.io import share_as_umask_allows
-from retromae.runtime.lines import loads_finite
+from retromae.runtime.lines import check_own_file, loads_finite
 from retromae.runtime.options import ConfigError
 
 FORMAT = 1
@@ -274,19 +277,21 @@ def _rng_states() -> dict[str, Any]:
 
 
 def load_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-                        accelerator: Accelerator) -> dict[str, int]:
-    """Restore what `save_training_state` wrote into `folder` (every process calls it); returns the counters.
+                        accelerator: Accelerator, *, step: int, max_steps: int) -> dict[str, int]:
+    """Restore what `save_training_state` wrote into `folder`, the checkpoint of step `step` (its name's) of a run
+    of `max_steps` steps (every process calls it); returns the counters.
 
     ConfigError naming the file for a checkpoint in the old pickle layout, or a file that is damaged, hostile, or
-    of another model."""
+    of another model; naming state.json for a step other than `step` or beyond `max_steps` (`_check_step`)."""
     state_path = folder / STATE_FILE
-    if not state_path.is_file():
+    if not os.path.lexists(state_path):
         raise ConfigError(_not_this_format(folder))
     state = _read_json(state_path)
     with _reading(state_path):
         if state["format"] != FORMAT:
             raise ValueError(f"format {state['format']!r}; this retromae reads format {FORMAT}")
         counters, processes = _counters(state["counters"]), state["processes"]
+        _check_step(state_path, counters["step"], state["scheduler"]["last_epoch"], step, max_steps)
         if type(processes) is not int or processes < 1:
             raise ValueError(f"processes must be a positive integer, not {processes!r}")
         groups, values = _optimizer_structure(state["optimizer"])
@@ -326,6 +331,7 @@ def _reading(path: Path) -> Iterator[None]:
 
 
 def _read_json(path: Path) -> Any:
+    check_own_file(path)
     with _reading(path):
         return loads_finite(path.read_text(encoding="utf-8"))
 
@@ -338,6 +344,7 @@ def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file, the aliases of its metadata restored; each floating tensor finite."""
+    check_own_file(path)
     with _reading(path):
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}
@@ -354,6 +361,18 @@ def _counters(saved: Any) -> dict[str, int]:
     if not all(type(value) is int and value >= 0 for value in counters.values()):
         raise ValueError(f"counters must be non-negative integers, not {counters}")
     return counters
+
+
+def _check_step(path: Path, recorded: int, scheduled: Any, step: int, max_steps: int) -> None:
+    """ConfigError naming state.json (`path`) unless the step it records and its schedule's are `step`, the step of
+    its checkpoint's name, and at most `max_steps`: a step beyond the run's end would export the checkpoint's weights
+    as the finished model, one short of its name would train steps again."""
+    if recorded != step or scheduled != step:
+        raise ConfigError(f"{path}: records step {recorded} (its schedule step {scheduled!r}), but it is the "
+                          f"checkpoint of step {step}; {path.parent} is damaged (delete it to resume from another)")
+    if step > max_steps:
+        raise ConfigError(f"{path}: the checkpoint of step {step}, beyond --max-steps {max_steps}; give --max-steps "
+                          f"{step} or more to resume it")
 
 
 def _optimizer_structure(saved: Any) -> tuple[list[dict], dict[str, dict[str, Any]]]:

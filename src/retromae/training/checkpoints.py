@@ -106,17 +106,21 @@ def save_checkpoint(final: Path, model: nn.Module, optimizer: torch.optim.Optimi
 def resume_from(config: TrainingConfig, identity: dict, model: nn.Module, optimizer: torch.optim.Optimizer,
                 scheduler: Any, accelerator: Accelerator) -> dict[str, int] | None:
     """With --resume, the loop's counters of this run's newest checkpoint, its model, optimiser and scheduler loaded
-    into these; None for a fresh start. Several processes first check that they share the output folder."""
+    into these; None for a fresh start. A newest checkpoint that cannot be resumed (damaged, another run's, its step
+    not its name's or beyond --max-steps) is refused naming its file, never passed over for an older one. Several
+    processes first check that they share the output folder."""
     output = Path(config.output)
     if accelerator.num_processes > 1 and (config.save_every or config.resume):
         check_shared_folder(output, MARKER, accelerator)
     if not config.resume:
         return None
-    checkpoint = latest_checkpoint(output)
-    if checkpoint is None:
+    found = checkpoints_by_step(output)
+    if not found:
         accelerator.print(f"no checkpoint under {output / 'checkpoints'}; starting from step 0")
         return None
+    step, checkpoint = found[-1]
     check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), identity)
-    state = load_training_state(checkpoint, model, optimizer, scheduler, accelerator)
+    state = load_training_state(checkpoint, model, optimizer, scheduler, accelerator, step=step,
+                                max_steps=config.max_steps)
     accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
     return state

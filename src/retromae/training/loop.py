@@ -240,7 +240,8 @@ def data_loader(trainer: Trainer) -> DataLoader:
         sampler = trainer.batch_sampler(rank, world, start)
     else:
         sampler = ResumableBatchSampler(len(trainer.dataset), config.batch_size, config.seed, rank, world,
-                                        start=start, lengths=example_lengths(trainer.dataset, config))
+                                        start=start, lengths=example_lengths(trainer.dataset, config),
+                                        accumulation=config.gradient_accumulation_steps)
     workers = loader_workers(config, accelerator.device, trainer.on_step is not None)
     return batch_loader(trainer.dataset, sampler, trainer.collate, workers, accelerator.device, config.seed)
 

@@ -178,13 +178,14 @@ def evaluate_dense(model: Path, data_dir: Path, budget: Budget) -> dict[str, flo
     dtype = "float32" if budget.mixed_precision == "no" else "auto"
     run = dense_search(Encoder.load(str(model), dtype=dtype), data.corpus_texts(), data.queries, k=max(CUTOFFS),
                        passages=TextOptions(), questions=TextOptions())
-    return evaluate_run(data.qrels, run, CUTOFFS)
+    return evaluate_run(data.qrels, run, CUTOFFS, source=str(data_dir))
 
 
 def evaluate_bm25(data_dir: Path) -> dict[str, float]:
     """BM25's metrics on the test split."""
     data = load_retrieval_set(data_dir, "test")
-    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=max(CUTOFFS)), CUTOFFS)
+    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=max(CUTOFFS)), CUTOFFS,
+                        source=str(data_dir))
 
 
 def run_variant(objective: str | None, options: dict[str, Any], initial: Path, corpus: list[str], data: Path,
