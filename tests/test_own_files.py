@@ -188,10 +188,10 @@ def run(inputs, tmp_path) -> Path:
 
 
 def outputs(run: Path) -> dict[str, bytes]:
-    """The run's exports, metrics and marker by name: a refused resume changes none of them (config.json records
-    the options of the latest command, here another --output, before the checkpoint is read)."""
+    """The run's exports, metrics, marker and config.json by name: a refused resume changes none of them (its
+    config.json is written only once the checkpoint is read and checked)."""
     return {str(path.relative_to(run)): path.read_bytes() for path in sorted(run.rglob("*"))
-            if path.is_file() and path.name != "config.json" and "checkpoints" not in path.parts}
+            if path.is_file() and "checkpoints" not in path.parts}
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -26,7 +26,7 @@ from retromae.models.export import export_encoder, export_sentence_transformer
 from retromae.models.model_card import write_model_cards
 from retromae.models.model_source import check_unknown_share
 from retromae.runtime.console import say
-from retromae.runtime.options import ConfigError, save_config
+from retromae.runtime.options import ConfigError
 from retromae.training.checkpoints import latest_checkpoint
 from retromae.training.loop import Trainer
 from retromae.training.setup import claim_output, start_run, whole_model
@@ -116,8 +116,6 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,
                       batch_sampler=sampler, on_step=refresher, description=describe(config, source))
-    if accelerator.is_main_process:
-        save_config(config, output / "config.json")
     trainer.run()
     trained = whole_model(accelerator, trainer.model,
                           lambda: _dual_encoder(config, *_load_encoders(config, accelerator.device), group_size))

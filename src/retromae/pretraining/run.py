@@ -41,7 +41,7 @@ from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.lines import loads_finite, read_json_file
-from retromae.runtime.options import config_to_dict, save_config
+from retromae.runtime.options import config_to_dict
 from retromae.training.loop import Trainer
 from retromae.training.setup import AUTOCAST_DTYPES, claim_output, start_run, whole_model
 
@@ -72,8 +72,6 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     probe = make_probe(config, tokenizer, accelerator.is_main_process)
     trainer = Trainer(objective, dataset, collate, config, accelerator=accelerator, description=describe(config),
                       log_extra=probe)
-    if trainer.accelerator.is_main_process:
-        save_config(config, output / "config.json")
     trainer.run()
     trained = whole_model(accelerator, trainer.model,
                           lambda: build_objective(config.objective, load_backbone(config)[0], tokenizer, config))

@@ -36,7 +36,7 @@ from retromae.runtime.console import Result, progress
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import atomic_directory
-from retromae.runtime.options import ConfigError, save_config
+from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import claim_file, input_paths
 from retromae.training.loop import Trainer
 from retromae.training.setup import claim_output, start_run, whole_model
@@ -134,8 +134,6 @@ def train_reranker(config: RerankerConfig) -> Path:
     trainer = Trainer(ListwiseObjective(model, config.group_size), GroupDataset(data),
                       PairCollator(tokenizer, config.max_length), config, accelerator=accelerator,
                       batch_sampler=sampler, description=f"training the reranker ({config.max_steps:,} steps)")
-    if accelerator.is_main_process:
-        save_config(config, output / "config.json")
     trainer.run()
     def fresh() -> ListwiseObjective:  # the structure the gathered weights go into (FSDP, DeepSpeed)
         return ListwiseObjective(_load_classifier(config.model, trained=False)[0], config.group_size)

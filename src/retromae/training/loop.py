@@ -33,6 +33,7 @@ from retromae.data.workers import started_workers, worker_context
 from retromae.runtime.console import TrainingSummary, progress, say
 from retromae.runtime.errors import NonFiniteError
 from retromae.runtime.io import writing
+from retromae.runtime.options import save_config
 from retromae.runtime.run_folder import mark_started, run_identity
 from retromae.training.checkpoints import check_room, checkpoint_path, latest_checkpoint, resume_from, save_checkpoint
 from retromae.training.config import TrainingConfig
@@ -106,6 +107,8 @@ class Trainer:
         started = time.perf_counter()
         check_room(self.config, self.model)
         metrics = self._resume()
+        if self.accelerator.is_main_process:  # after the resume is checked: a refused one leaves the run's record
+            save_config(self.config, self.output / "config.json")
         batches = started_workers(data_loader(self))
         log = RunLog(progress(self.summary.description, self.config.max_steps, "step", initial=self.state.step,
                               enabled=self.accelerator.is_local_main_process), self.summary, metrics)
