@@ -27,7 +27,13 @@ from retromae.cli import main
 from retromae.models.encoder import Encoder, describe_folder
 from retromae.models.export import export_encoder, load_head
 from retromae.models.masked_lm import load_masked_lm
-from retromae.models.model_source import HEAD_FILE, check_safetensors, check_tokenizer_file, check_tokenizer_reads
+from retromae.models.model_source import (
+    HEAD_FILE,
+    check_safetensors,
+    check_tokenizer,
+    check_tokenizer_file,
+    check_tokenizer_reads,
+)
 from retromae.models.pretrained import _guarded, load_tokenizer
 from retromae.models.tokenizer_training import KINDS, train_tokenizer
 from retromae.reranking.run import _load_classifier
@@ -427,6 +433,19 @@ def test_every_loader_refuses_a_damaged_vocabulary_file_naming_it(damage, loader
     change(folder / name)
     message = refusal(LOADERS[loader], folder)
     assert message.startswith(f"{folder / name}") and re.search(expected, message), message
+
+
+def test_a_tokenizer_id_beyond_the_embeddings_is_refused_after_loading_whatever_its_source(copy):
+    """A hub model's tokenizer is not read from a folder before it loads, so the loaded tokenizer's largest id is
+    checked against the loaded model's embeddings too (before, only the count of its tokens was)."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = copy()
+    vocab_set("##s", 5000)(folder / "tokenizer.json")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    with pytest.raises(ModelLoadError, match=r"^some/hub-model: the tokenizer has \d+ tokens \(ids up to 5000\) but "
+                                             r"the model embeds only 125"):
+        check_tokenizer(tokenizer, "some/hub-model", 125)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -199,8 +199,9 @@ def _found(folder: Path) -> str:
 
 def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) -> None:
     """ModelLoadError when a tokenizer knows only its special tokens (the folder had no vocabulary: every word
-    would become [UNK]) or has more tokens than the model's `vocab_size` embeddings (a folder's largest id is
-    checked against its config.json when the tokenizer is loaded: `check_tokenizer_reads`)."""
+    would become [UNK]) or has more tokens, or a larger id, than the model's `vocab_size` embeddings hold (checked
+    here for every source, a hub name's included; a folder's ids were checked against its config.json when the
+    tokenizer was loaded: `check_tokenizer_reads`)."""
     special = set(tokenizer.all_special_ids)
     if len(tokenizer) <= len(special):
         raise ModelLoadError(f"{source}: its tokenizer knows only its {len(tokenizer)} special tokens, so every word "
@@ -208,9 +209,10 @@ def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) 
                              "copy in the tokenizer files of the model it was made from, or pass a folder or hub "
                              "name that has them (`retromae init-model --tokenizer NAME` makes a model folder with "
                              "both)")
-    if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens but the model embeds only "
-                             f"{vocab_size}; use the tokenizer the model was made with")
+    largest = max(tokenizer.get_vocab().values(), default=-1)
+    if vocab_size is not None and (len(tokenizer) > vocab_size or largest >= vocab_size):
+        raise ModelLoadError(f"{source}: the tokenizer has {len(tokenizer)} tokens (ids up to {largest}) but the "
+                             f"model embeds only {vocab_size}; use the tokenizer the model was made with")
 
 
 def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) -> None:
