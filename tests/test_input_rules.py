@@ -344,9 +344,10 @@ def test_the_names_of_the_rule_are_the_readers_names():
 
 def test_a_pretraining_failing_before_its_first_step_hands_its_folder_back(tiny_model_dir, tiny_corpus, tmp_path,
                                                                           monkeypatch, capsys):
-    """The disk fills when `pretrain` writes its config.json (after it claimed the folder, before its first step):
-    nothing of it is left (marker, lock, config, the folder it made), and the same command then runs."""
-    import retromae.pretraining.run as pretraining
+    """The disk fills when `pretrain` writes its config.json (after it claimed the folder, before its first step:
+    the training loop writes it once a resume is checked): nothing of it is left (marker, lock, config, the folder it
+    made), and the same command then runs."""
+    import retromae.training.loop as loop
 
     output = tmp_path / "run"
     argv = ["pretrain", "--model", str(tiny_model_dir), "--corpus", str(tiny_corpus), "--output", str(output),
@@ -356,7 +357,7 @@ def test_a_pretraining_failing_before_its_first_step_hands_its_folder_back(tiny_
     def full_disk(config, path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(pretraining, "save_config", full_disk)
+    monkeypatch.setattr(loop, "save_config", full_disk)
     assert main(argv) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (f"retromae: error: {output / 'config.json'}: No "
                                                                 "space left on device")
