@@ -9,6 +9,7 @@ recall reached; documents equal to the k-th best count as found whichever of the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -59,6 +60,21 @@ def test_the_knob_chosen_is_the_lowest_rung_reaching_the_target_and_stays_set(cl
     assert rungs.index(value) > 0  # (the data make the target need more than the cheapest rung)
     _set(index, knob, rungs[rungs.index(value) - 1])  # the rung below falls short on the choosing queries
     assert measure_recall(index, vectors, ids, "ip", queries[0::2], factory).value < 0.97
+
+
+def test_the_figure_carries_its_interval_and_a_target_above_it_is_said(clustered):
+    vectors, queries, ids = clustered
+    exact = measure_recall(build_index(vectors, "IVF32,Flat", params="nprobe=32"), vectors, ids, "ip", queries,
+                           "IVF32,Flat")
+    assert exact.interval == (1.0, 1.0)  # every query finds all ten: no spread
+    cheap = measure_recall(build_index(vectors, "IVF32,Flat", params="nprobe=1"), vectors, ids, "ip", queries,
+                           "IVF32,Flat")
+    per_query_spread = cheap.interval[1] - cheap.interval[0]
+    assert cheap.interval[0] < cheap.value < cheap.interval[1] and 0 < per_query_spread < 0.2
+    short = dataclasses.replace(cheap, chosen_on=(0.99, 100), target=0.99)
+    assert "below the target 0.99 beyond its noise" in short.line()  # its interval lies under the target
+    met = dataclasses.replace(exact, chosen_on=(1.0, 100), target=0.99)
+    assert "below the target" not in met.line()
 
 
 def test_a_target_beyond_the_codes_is_refused_naming_the_recall_reached(clustered):
@@ -124,7 +140,10 @@ def test_index_measures_chooses_stores_and_search_uses_the_setting(encoded, tmp_
     recall = info["recall"]
     assert info["params"] == recall["setting"] and recall["setting"].startswith("nprobe=")
     assert recall["chosen_on"]["value"] >= 0.9 and recall["queries"] == recall["chosen_on"]["queries"] == 24
-    line = f"recall@10 against exact search: {recall['value']:.3f} with {recall['setting']} on 24 queries held out"
+    low, high = recall["interval"]
+    assert low <= recall["value"] <= high
+    line = (f"recall@10 against exact search: {recall['value']:.3f} (95% interval {low:.3f}-{high:.3f}) with "
+            f"{recall['setting']} on 24 queries held out")
     assert line in said
     from retromae.retrieval.searcher import Searcher
 

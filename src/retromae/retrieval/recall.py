@@ -6,9 +6,9 @@ document found counts when its exact score reaches the k-th best exact score, so
 several equal documents (duplicates are common in real corpora) is not said to miss. And `tune`: the lowest setting
 of the index's search knob (`faiss_options.search_knob`: efSearch of HNSW, nprobe of IVF, a binary index's
 shortlist) whose recall reaches a target on half of the queries, tried on a ladder of settings from the cheapest,
-and its recall on the other half, which played no part in the choice (the figure printed); a target out of the
-index's reach is refused, naming the recall at its most thorough setting. Does not own building or searching
-(`retrieval.index`).
+and its recall on the other half, which played no part in the choice (the figure printed, with its 95% interval over
+those queries, and a warning when the target lies above it); a target out of the index's reach is refused, naming the
+recall at its most thorough setting. Does not own building or searching (`retrieval.index`).
 
 Why queries and not the indexed vectors: documents taken as queries lie where the index was built and are found more
 easily than queries are. On 100,000 documents (MiniLM) HNSW32 at efSearch 16 found 0.969 of the exact top 10 for
@@ -17,6 +17,7 @@ documents and 0.881 for 2,202 real queries; IVF256 at nprobe 1, 0.669 and 0.536 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,25 +47,32 @@ class Recall:
     k: int
     queries: int
     setting: str
+    interval: tuple[float, float]
     chosen_on: tuple[float, int] | None = None
+    target: float | None = None
 
     def record(self) -> dict[str, Any]:
         """What index.json keeps of it."""
-        record = {"at": self.k, "value": round(self.value, 4), "queries": self.queries, "setting": self.setting}
+        record = {"at": self.k, "value": round(self.value, 4), "interval": [round(end, 4) for end in self.interval],
+                  "queries": self.queries, "setting": self.setting}
         if self.chosen_on is not None:
             record["chosen_on"] = {"value": round(self.chosen_on[0], 4), "queries": self.chosen_on[1]}
         return record
 
     def line(self) -> str:
-        """The line `retromae index` prints."""
+        """The line `retromae index` prints: the recall with its 95% interval over the queries, and, with a target,
+        a warning when the held-out queries put the target above the interval (too few queries chose it)."""
+        figure = f"{self.value:.3f} (95% interval {self.interval[0]:.3f}-{self.interval[1]:.3f})"
         if self.chosen_on is None:
             knob = self.setting.partition("=")[0]
             hint = f"; --target-recall chooses {knob} for a recall" if knob != NO_KNOB else ""
-            return (f"recall@{self.k} against exact search: {self.value:.3f} on {self.queries:,} queries "
-                    f"({self.setting}{hint})")
-        return (f"recall@{self.k} against exact search: {self.value:.3f} with {self.setting} on {self.queries:,} "
-                f"queries held out from the choice ({self.chosen_on[0]:.3f} on the {self.chosen_on[1]:,} it was "
-                "chosen on)")
+            return f"recall@{self.k} against exact search: {figure} on {self.queries:,} queries ({self.setting}{hint})"
+        line = (f"recall@{self.k} against exact search: {figure} with {self.setting} on {self.queries:,} queries held "
+                f"out from the choice ({self.chosen_on[0]:.3f} on the {self.chosen_on[1]:,} it was chosen on)")
+        if self.target is not None and self.interval[1] < self.target:
+            line += (f"; below the target {self.target} beyond its noise: the queries that chose it were too few or "
+                     "unlike the others; give more --recall-queries")
+        return line
 
 
 def measure_recall(index: Any, vectors: np.ndarray, ids: Sequence[str], metric: str, queries: np.ndarray,
@@ -95,8 +103,7 @@ def tune(index: Any, vectors: np.ndarray, ids: Sequence[str], metric: str, queri
             bar.update(1)
             if chosen.value >= target:
                 held_out = measuring.recall(index, setting)
-                return setting, Recall(held_out.value, held_out.k, held_out.queries, setting,
-                                       (chosen.value, chosen.queries))
+                return setting, dataclasses.replace(held_out, chosen_on=(chosen.value, chosen.queries), target=target)
     raise DataError(f"--target-recall {target}: this {factory} index reaches recall@{RECALL_K} {chosen.value:.3f} at "
                     f"its most thorough setting ({setting}): its codes lose more than a longer search finds again; "
                     "give a --factory that keeps more of each vector (e.g. add ,RFlat to rescore with the float "
@@ -170,4 +177,7 @@ class _Truth:
         products = np.einsum("qkd,qd->qk", rows, self.queries)
         scores = products if self.metric == "ip" else -((rows - self.queries[:, None, :]) ** 2).sum(-1)
         reached = (scores >= self.floor[:, None] - SCORE_TOLERANCE * (1 + np.abs(self.floor[:, None]))) & (found >= 0)
-        return Recall(float(reached.sum(1).mean() / self.k), self.k, len(self.queries), setting)
+        per_query = reached.sum(1) / self.k  # (Q,)
+        value = float(per_query.mean())
+        margin = 1.96 * float(per_query.std(ddof=1)) / np.sqrt(len(per_query)) if len(per_query) > 1 else 0.0
+        return Recall(value, self.k, len(per_query), setting, (max(0.0, value - margin), min(1.0, value + margin)))
