@@ -13,14 +13,16 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import retromae
 from retromae.cli import main
-from retromae.runtime.options import ConfigError, Options
+from retromae.runtime.options import ConfigError, Options, _field_specs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_option_domains import API_VALUES, commands, in_domain  # noqa: E402  (the registry walk of the CLI)
@@ -55,8 +57,116 @@ def test_every_public_method_taking_an_option_declares_how_each_argument_is_chec
     for name, method, signature in taking_options:
         declared = getattr(method, "checked_options", None)
         assert declared is not None, f"{name} takes options ({set(arguments(signature)) & OPTION_NAMES}) unchecked"
-        undeclared = set(arguments(signature)) - set(declared) - set(method.unchecked)
+        undeclared = set(arguments(signature)) - set(declared) - set(method.text_lists) - set(method.unchecked)
         assert not undeclared, f"{name}: {undeclared} neither checked nor declared unchecked"
+
+
+def takes_texts(parameter: inspect.Parameter) -> bool:
+    """Whether an argument is a sequence of texts (or a mapping of them): by its annotation."""
+    return any(kind in str(parameter.annotation) for kind in ("Sequence[str]", "Mapping[str, str]"))
+
+
+def test_every_argument_taking_texts_is_checked_as_texts():
+    """An argument annotated as a sequence (or mapping) of texts is checked: as a list of texts (`text_lists`) or
+    as the texts of an option (`Searcher.search`'s query, `run`'s queries)."""
+    found = []
+    for name, method, signature in public_methods():
+        for argument, parameter in signature.parameters.items():
+            if takes_texts(parameter) and argument not in getattr(method, "unchecked", ()):
+                found.append(f"{name}.{argument}")
+                assert argument in getattr(method, "text_lists", ()) or argument in getattr(
+                    method, "checked_options", {}), f"{name}({argument}=...) takes texts unchecked"
+    assert {"Encoder.encode.texts", "Encoder.tokenize.texts", "Encoder.token_table.texts",
+            "Searcher.run.queries"} <= set(found)
+
+
+def given_for(method: object, argument: str, value: object) -> dict[str, object]:
+    """The required arguments of `method` (each "x"), with `argument` set to `value`."""
+    signature = inspect.signature(inspect.unwrap(method))
+    given: dict[str, object] = {
+        name: ["x"] if name in method.text_lists else {"q": "x"} if "Mapping" in str(parameter.annotation) else "x"
+        for name, parameter in signature.parameters.items()
+        if parameter.default is inspect.Parameter.empty and name not in ("self", "cls")}
+    given[argument] = value
+    return given
+
+
+def _texts() -> object:
+    yield "a"
+
+
+BAD_TEXTS = {"one str": "apple pie", "bytes": b"apple", "None in it": [None], "numbers": [1, 2],
+             "mapping": {"a": "b"}, "generator": _texts(), "a lone surrogate": ["a\udcff"], "a set": {"a"},
+             "bytes in it": [b"a"]}
+TEXT_LIST_CASES = [(name, argument) for name, method, _ in public_methods()
+                   for argument in getattr(method, "text_lists", ())]
+
+
+@pytest.mark.parametrize(("method_name", "argument"), TEXT_LIST_CASES, ids=[f"{m}-{a}" for m, a in TEXT_LIST_CASES])
+def test_every_list_of_texts_refuses_what_is_no_list_of_texts(method_name, argument):
+    """`Encoder.encode("apple pie")` encoded 9 texts, one per character, and `[None]`, `[1, 2]`, a mapping or a
+    lone surrogate raised the tokenizer's bare errors: each is refused in one line naming the argument, and a list,
+    a tuple or a numpy array of texts is taken, as a list of plain str."""
+    class_name, _, attribute = method_name.partition(".")
+    method = getattr(getattr(retromae, class_name), attribute)
+    for what, value in BAD_TEXTS.items():
+        with pytest.raises(ConfigError) as refused:
+            method.check(None, **given_for(method, argument, value))
+        message = str(refused.value)
+        assert message.startswith(f"{argument}: ") and "\n" not in message and len(message) < 300, (what, message)
+    for value in (["apple pie", ""], ("apple pie",), np.array(["apple", "pie"])):
+        passed = method.check(None, **given_for(method, argument, value)).arguments[argument]
+        assert type(passed) is list and all(type(text) is str for text in passed)
+        assert passed == [str(text) for text in value]
+
+
+class Lying(os.PathLike):
+    """A path-like naming one folder the first time it is asked and another after: checked as the first, used as
+    the second before."""
+
+    def __init__(self, first: str, then: str) -> None:
+        self.asked, self.first, self.then = 0, first, then
+
+    def __fspath__(self) -> str:
+        self.asked += 1
+        return self.first if self.asked == 1 else self.then
+
+
+def checked_scalars() -> list[tuple[str, str, str, type]]:
+    """(Class.method, argument, option, the option's type) of every checked argument read as its option (no function
+    of its own) whose option holds a whole number or a path."""
+    found = []
+    for name, method, _ in public_methods():
+        for argument, spec in getattr(method, "checked_options", {}).items():
+            if isinstance(spec, str):
+                scalar = _field_specs(method.config_class)[spec].scalar
+                field = next(field for field in dataclasses.fields(method.config_class) if field.name == spec)
+                if scalar in (int, float, Path) or field.metadata.get("reads") is not None:
+                    found.append((name, argument, spec, scalar))
+    return found
+
+
+@pytest.mark.parametrize(("method_name", "argument", "option", "scalar"), checked_scalars(),
+                         ids=[f"{m}-{a}" for m, a, _, _ in checked_scalars()])
+def test_every_checked_argument_reaches_the_method_as_checked(method_name, argument, option, scalar):
+    """`search(k=3.0)` and `encode(batch_size=2.0)` passed the check and then raised TypeError: the method ran on
+    the value given, not the value checked. It now gets what the check made of it, as a config's field holds it and as
+    the command line reads `--top-k 3.0`: an int for a whole number given as a float, and a path-like's one path."""
+    class_name, _, attribute = method_name.partition(".")
+    method = getattr(getattr(retromae, class_name), attribute)
+    field = next(field for field in dataclasses.fields(method.config_class) if field.name == option)
+    if scalar is int:
+        value = next(number for number in (3, 64, 1, 0) if in_domain(field, method.config_class, number))
+        for given in (float(value), np.float32(value), np.int64(value)):
+            passed = method.check(None, **given_for(method, argument, given)).arguments[argument]
+            assert type(passed) is int and passed == value, (given, passed)
+    elif scalar is float:
+        passed = method.check(None, **given_for(method, argument, 1)).arguments[argument]
+        assert type(passed) is float
+    else:  # a path, or the name of a model (a folder)
+        lying = Lying("/tmp", "/")
+        passed = method.check(None, **given_for(method, argument, lying)).arguments[argument]
+        assert lying.asked == 1 and os.fspath(passed) == "/tmp"
 
 
 def passes_check(field: dataclasses.Field, value: object) -> bool:
@@ -89,11 +199,14 @@ def test_every_checked_argument_is_refused_exactly_outside_its_option_s_domain(m
     option, read = (spec, None) if isinstance(spec, str) else spec
     config_cls = method.config_class
     field = next(field for field in dataclasses.fields(config_cls) if field.name == option)
-    given = {name: "x" for name, parameter in signature.parameters.items()
-             if parameter.default is inspect.Parameter.empty and name not in ("self", "cls")}
-    given[argument] = value
-    read_value = read(value) if read is not None and value is not None else value
-    refused = (value is None and signature.parameters[argument].default is not None) or not in_domain(
+    given = given_for(method, argument, value)
+    try:  # its own reader may refuse what it cannot read (`Searcher.run`'s queries: a mapping of texts)
+        read_value = read(value) if read is not None and value is not None else value
+    except ConfigError:
+        read_value, unreadable = None, True
+    else:
+        unreadable = False
+    refused = unreadable or (value is None and signature.parameters[argument].default is not None) or not in_domain(
         field, config_cls, read_value) or not passes_check(field, read_value)
     try:
         method.check(None, **given)
@@ -122,6 +235,13 @@ def test_a_searcher_checks_as_the_command_does(tiny_model_dir, tmp_path, capsys)
             call()
         assert str(refused.value).startswith(said)
     assert len(searcher.search("cats", k=3)) == 3
+    # a whole number given as a float runs as the int it was checked as (before: TypeError from a slice)
+    assert len(searcher.search("cats", k=3.0)) == 3 and len(searcher.search(["cats"], k=np.float32(2))[0]) == 2
+    assert searcher.encoder.encode(["a", "b"], batch_size=2.0, max_length=8.0, show_progress=False).shape[0] == 2
+    with pytest.raises(ConfigError, match="^texts: expected a list of texts, got one text"):
+        searcher.encoder.encode("apple pie")  # before: 9 vectors, one per character
+    with pytest.raises(ConfigError, match="^queries: expected a mapping of query ids to texts"):
+        searcher.run(["cats"])
     capsys.readouterr()
     for args in (["--query", ""], ["--query", "x", "--top-k", "2.5"], ["--query", "x", "--top-k", "0"]):
         assert main(["search", "--index", str(tmp_path / "i"), *args]) == 2

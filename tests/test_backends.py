@@ -10,8 +10,11 @@ encode.json and index.json; a query side encoded otherwise than the documents re
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -19,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_sentences, tiny_beir
+import torch
+from conftest import make_sentences, tiny_beir, tiny_bert_config
 
 from retromae.cli import main
 from retromae.models import backends
@@ -270,3 +274,145 @@ def test_adapt_encodes_its_teacher_and_guard_passes_with_the_backend(tmp_path, m
     adapt(config)
     assert len(set(made)) >= 2  # the base's weights and a candidate's
     assert (tmp_path / "out" / "encoder").is_dir()
+
+
+# An export found on disk is checked against the weights it stands for (audit seven, section 2): each kind of lie
+# under a record naming this model's weights and each file's fingerprint (as whoever planted it would write), for
+# each backend installed, is refused in one line naming the file, exit 2, the planted files left alone.
+LIES = {"onnx": ["other weights", "garbage", "truncated", "another width", "external data absolute",
+                 "external data above the folder", "external data linked outside", "external data a FIFO"],
+        "openvino": ["other weights", "garbage", "truncated weights", "another width"]}
+LIBRARIES = {"onnx": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnxruntime", "onnx")}
+
+
+@pytest.fixture(scope="module")
+def planted(model, tmp_path_factory) -> dict[str, Path]:
+    """Honest exports of three models beside them: this one, one of other weights (same architecture), one of
+    another width (hidden size 48, the model's 32)."""
+    from transformers import BertModel
+
+    root = tmp_path_factory.mktemp("planted")
+    other, wide = root / "other", root / "wide"
+    encoder = Encoder.load(model)
+    generator = torch.Generator().manual_seed(5)
+    for parameter in encoder.model.parameters():
+        parameter.data.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    encoder.save(other)
+    config = tiny_bert_config(encoder.model.config.vocab_size)
+    config.hidden_size, config.intermediate_size = 48, 96
+    BertModel(config).save_pretrained(wide)
+    encoder.tokenizer.save_pretrained(wide)
+    found = {"model": model, "other": other, "wide": wide}
+    if all(importlib.util.find_spec(name) for name in LIBRARIES["openvino"]):
+        for folder in found.values():
+            vectors(folder, "openvino", "none")  # the ONNX file first, then OpenVINO's
+    return found
+
+
+def plant(victim: Path, backend: str, lie: str, planted: dict[str, Path], outside: Path) -> Path:
+    """`victim`'s export folder for `backend` holding `lie`, recorded as made from `victim`'s weights."""
+    import onnx
+
+    relative = Path(EXPORT_FILES[backend, "none"])
+    folder = victim / relative.parent
+    folder.mkdir(parents=True)
+    source = planted["other" if lie == "other weights" else "wide" if lie == "another width" else "model"]
+    for path in (source / relative.parent).iterdir():
+        if path.name != EXPORT_RECORD:
+            shutil.copy(path, folder / path.name)
+    target = folder / relative.name
+    if lie == "garbage":
+        target.write_bytes(b"\x08\x07garbage" * 999)
+    elif lie.startswith("truncated"):
+        cut = target.with_suffix(".bin") if backend == "openvino" else target
+        cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    elif lie.startswith("external data"):
+        proto = onnx.load(str(target))
+        tensor = max(proto.graph.initializer, key=lambda tensor: len(tensor.raw_data))
+        data, location = tensor.raw_data, "model.onnx.data"
+        outside.parent.mkdir(exist_ok=True)
+        outside.write_bytes(data)
+        if lie.endswith("absolute"):
+            location = str(outside)
+        elif lie.endswith("above the folder"):
+            location = f"../../{outside.parent.name}/{outside.name}"
+            (victim.parent / outside.parent.name).mkdir(exist_ok=True)
+            shutil.copy(outside, victim.parent / outside.parent.name / outside.name)
+        elif lie.endswith("linked outside"):
+            (folder / location).symlink_to(outside)
+        else:
+            os.mkfifo(folder / location)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", "0"), ("length", str(len(data)))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        onnx.save(proto, str(target))
+    weights = json.loads((planted["model"] / relative.parent / EXPORT_RECORD).read_text())[relative.name]["weights"]
+    record = {path.name: {"weights": weights, "fingerprint": backends.file_fingerprint(path)}
+              for path in folder.iterdir() if not stat.S_ISFIFO(path.lstat().st_mode)}
+    (folder / EXPORT_RECORD).write_text(json.dumps(record))
+    return target
+
+
+@pytest.mark.parametrize("backend,lie", [(backend, lie) for backend in LIES for lie in LIES[backend]])
+def test_an_export_that_is_not_these_weights_is_refused_in_one_line(tmp_path, model, planted, beir, capfd,
+                                                                       backend, lie):
+    for name in LIBRARIES[backend]:
+        pytest.importorskip(name)
+    victim = tmp_path / "victim" / "model"
+    shutil.copytree(model, victim, ignore=shutil.ignore_patterns("onnx", "openvino"))
+    if lie == "external data a FIFO":  # the model folder's own scan refuses a FIFO: this one is in the cache
+        (victim / "onnx").mkdir()
+        (victim / "onnx" / "model.onnx").write_bytes(b"shipped")  # not ours: the export goes to the cache folder
+        weights = json.loads((model / "onnx" / EXPORT_RECORD).read_text())["model.onnx"]["weights"]
+        victim = backends.default_cache_dir() / "exports" / weights
+        shutil.rmtree(victim, ignore_errors=True)
+    target = plant(victim, backend, lie, planted, tmp_path / "outside" / "model.onnx.data")
+    before = {path.name: path.lstat().st_mtime_ns for path in target.parent.iterdir()}
+    model_folder = tmp_path / "victim" / "model"
+    capfd.readouterr()
+    code = cli("encode", "--model", model_folder, "--corpus", beir / "corpus.jsonl", "--output", tmp_path / "out",
+               "--backend", backend, "--no-progress")
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    if lie == "external data a FIFO":  # never read: a file the record lacks, so the export is made again
+        shutil.rmtree(victim)
+        assert code == 0 and f"{target.parent / 'model.onnx.data'} was not exported from these weights" in err
+        return
+    assert code == 2 and f"{target}: " in err and f"delete {target.parent} " in err, err
+    assert {path.name: path.lstat().st_mtime_ns for path in target.parent.iterdir()} == before  # left as it was
+
+
+def test_an_export_found_is_probed_once_per_process(tmp_path, model, monkeypatch):
+    """The probe runs when an export is found on disk, once per process and export; not for one just made."""
+    pytest.importorskip("onnxruntime")
+    fresh = tmp_path / "fresh"
+    shutil.copytree(model, fresh, ignore=shutil.ignore_patterns("onnx", "openvino"))
+    probed = []
+    real = backends._probe
+    monkeypatch.setattr(backends, "_probe", lambda *args: probed.append(args[1]) or real(*args))
+    for _ in range(3):
+        vectors(fresh, "onnx", "int8")
+    assert probed == []  # made by this process
+    monkeypatch.setattr(backends, "_PROBED", set())
+    for _ in range(3):
+        vectors(fresh, "onnx", "int8")
+    assert probed == [fresh / EXPORT_FILES["onnx", "int8"]]
+
+
+@pytest.mark.parametrize("backend,quantize", [("onnx", "int8"), ("openvino", "none")])
+def test_an_export_made_from_a_lying_onnx_file_is_refused(tmp_path, model, planted, beir, capfd, backend, quantize):
+    """int8 and OpenVINO are made from onnx/model.onnx when it is found: made from another model's file, the new
+    export is probed too."""
+    for name in LIBRARIES[backend]:
+        pytest.importorskip(name)
+    victim = tmp_path / "victim" / "model"
+    shutil.copytree(model, victim, ignore=shutil.ignore_patterns("onnx", "openvino"))
+    plant(victim, "onnx", "other weights", planted, tmp_path / "unused")
+    capfd.readouterr()
+    assert cli("encode", "--model", victim, "--corpus", beir / "corpus.jsonl", "--output", tmp_path / "out",
+               "--backend", backend, *(["--quantize", quantize] if quantize != "none" else []), "--no-progress") == 2
+    err = capfd.readouterr().err
+    target = victim / EXPORT_FILES[backend, quantize]
+    assert len(err.strip().splitlines()) == 1 and f"{target}: its vectors of a probe batch" in err, err

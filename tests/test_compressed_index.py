@@ -183,3 +183,46 @@ def test_evaluate_searches_over_a_compressed_index(encoded, tiny_model_dir, kind
         assert compressed == flat
     else:
         assert compressed.keys() == flat.keys() and all(abs(compressed[m] - flat[m]) <= 0.1 for m in flat)
+
+
+# A factory's size weighed against the vectors before faiss allocates (audit 7, section 6): more lists or codewords
+# than training vectors, an LSQ table past the free memory; faiss's errors from `add` and `train` as one line.
+TOO_BIG_FOR_20 = {"IVF16777216,Flat": "IVF16777216 asks for 16777216 lists, but there are 20 vectors",
+                  "IVF21,Flat": "give at most 20 lists, e.g. IVF4 ",
+                  "IVF4(IVF64,Flat),Flat": "IVF64 asks for 64 lists",
+                  "IMI2x5,Flat": "IMI2x5 asks for 32 centroids in each of its 2 parts",
+                  "PQ4": "PQ4 has 256 codewords a codebook (8 bits), but there are 20 vectors",
+                  "IVF4,PQ8x5": "PQ8x5 has 32 codewords",
+                  "LSQ4x12": "LSQ4x12 has 4096 codewords", "IVF4,LSQ4x12": "LSQ4x12 has 4096 codewords",
+                  "LSQ4x16": "LSQ4x16 has 65536 codewords", "RQ4x12": "RQ4x12 has 4096 codewords",
+                  "PRQ2x2x6": "PRQ2x2x6 has 64 codewords", "PLSQ2x2x5": "PLSQ2x2x5 has 32 codewords",
+                  "IDMap,Flat": "cannot add 20 vectors to this index: ",
+                  "NSG64,Flat": "cannot add 20 vectors to this index: "}
+
+
+@pytest.mark.parametrize(("factory", "message"), list(TOO_BIG_FOR_20.items()))
+def test_a_factory_too_big_for_its_vectors_is_one_line_naming_factory(factory, message):
+    vectors = np.random.default_rng(0).standard_normal((20, 16)).astype(np.float32)
+    with pytest.raises(ConfigError, match=r"^--factory: ") as refused:
+        build_index(vectors, factory)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_an_lsq_whose_table_passes_the_free_memory_is_refused_before_faiss(monkeypatch):
+    from retromae.retrieval import faiss_options
+
+    monkeypatch.setattr(faiss_options, "available_memory", lambda: (1 << 20) - 1)
+    vectors = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    with pytest.raises(ConfigError, match=r"LSQ2x8 trains with a table of 2² x 256² numbers, 1,048,576 bytes, more "
+                                          r"than the 1,048,575 bytes"):
+        build_index(vectors, "LSQ2x8")
+
+
+def test_the_index_command_refuses_a_factory_too_big_for_its_vectors_in_one_line(encoded, capsys):
+    count = sum(1 for _ in open(encoded / "docs" / "ids.txt", encoding="utf-8"))
+    for factory in (f"IVF{count + 1},Flat", "LSQ4x12", "IDMap,Flat", "NSG64,Flat"):
+        capsys.readouterr()
+        assert cli("index", "--embeddings", encoded / "docs", "--output", encoded / "x", "--factory", factory) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("retromae: error: --factory: ") and len(err.splitlines()) == 1, err
+        assert not (encoded / "x" / "index.json").exists()

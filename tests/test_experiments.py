@@ -163,3 +163,74 @@ def test_report_reads_an_adapt_folder(tmp_path, tiny_model_dir, capsys):
     (folder / "guard.json").write_text(json.dumps({"metric": "ndcg@10"}))
     with pytest.raises(DataError, match="not a guard record of `retromae adapt`"):
         read_variant(folder)
+
+
+# init-model's sizes (audit 7, section 5): each option's bound is the model-folder reader's (`CONFIG_NUMBERS`), and
+# the parameters, as float32, are weighed against the memory the machine has free before torch allocates them.
+SIZE_FIELDS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "layers": "num_hidden_layers",
+               "max_positions": "max_position_embeddings"}
+SMALL = {"vocab_size": 100, "hidden_size": 64, "layers": 1, "max_positions": 8}
+
+
+def size_cases():
+    """(option, value, refused by its bound) at and past each bound of the table the reader checks config.json by."""
+    from retromae.models.pretrained import CONFIG_NUMBERS
+
+    for name, field in SIZE_FIELDS.items():
+        domain = CONFIG_NUMBERS[field][1]
+        for value, past in ((int(domain.high), False), (int(domain.high) + 1, True), (SMALL[name], False),
+                            (SMALL[name] - 1, True), (int(domain.high) * 64, True)):
+            if name == "hidden_size" and not past:
+                value = value // 64 * 64
+            yield name, value, past
+
+
+@pytest.mark.parametrize(("name", "value", "past"), list(size_cases()))
+def test_init_model_sizes_hold_the_reader_s_bounds_and_the_machine_s_memory(tiny_model_dir, tmp_path, monkeypatch,
+                                                                          name, value, past):
+    from retromae.pretraining import config as config_module
+    from retromae.pretraining.config import InitModelConfig, model_parameters
+    from retromae.runtime.options import ConfigError
+
+    sizes = {**SMALL, name: value}
+    build = {"output": tmp_path / "m", "corpus": [str(tmp_path / "c.txt")], **sizes}
+    monkeypatch.setattr(config_module, "available_memory", lambda: 1 << 62)
+    if past:
+        with pytest.raises(ConfigError, match=rf"^--{name.replace('_', '-')}: must lie in \[\d+, \d+\], got {value}$"):
+            InitModelConfig(**build)
+        return
+    InitModelConfig(**build)  # within its bound, with memory enough: accepted
+    count = model_parameters(sizes["vocab_size"], sizes["hidden_size"], sizes["layers"], sizes["max_positions"])
+    monkeypatch.setattr(config_module, "available_memory", lambda: 4 * count - 1)
+    with pytest.raises(ConfigError, match=rf"about {count:,} parameters, {4 * count:,} bytes as float32, more than "
+                                          rf"the {4 * count - 1:,} bytes this machine has free"):
+        InitModelConfig(**build)
+
+
+@pytest.mark.parametrize("flags", [["--max-positions", "2000000"], ["--max-positions", "100000000"],
+                                   ["--layers", "100000"], ["--hidden-size", "65536", "--layers", "1024"],
+                                   ["--architecture", "roberta", "--max-positions", "1048576", "--layers", "1"]])
+def test_init_model_refuses_a_model_no_loader_reads_or_no_memory_holds_before_building(tiny_model_dir, tmp_path,
+                                                                                       capsys, flags):
+    """The audit's cases: a model every loader refuses (2,000,000 positions, or RoBERTa's offset past 2^20) or one
+    the allocator would die on is refused in one line, exit 2, before any weight is written."""
+    output = tmp_path / "m"
+    assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(output), "--hidden-size", "64",
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not (output / "model.safetensors").exists()
+
+
+def test_init_model_weighs_the_tokenizer_s_vocabulary_before_building(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """With --tokenizer the vocabulary is known once it is read: the weights are weighed with it, before torch."""
+    from retromae.pretraining import config as config_module
+    from retromae.pretraining.config import model_parameters
+
+    without = model_parameters(0, 64, 1, 8)
+    monkeypatch.setattr(config_module, "available_memory", lambda: 4 * without + 64)
+    output = tmp_path / "m"
+    assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(output), "--hidden-size", "64",
+                 "--layers", "1", "--max-positions", "8"]) == 2
+    assert "tokens holds about" in capsys.readouterr().err
+    assert not (output / "model.safetensors").exists()

@@ -24,6 +24,7 @@ from safetensors import SafetensorError
 
 import retromae
 from retromae.cli import main
+from retromae.models import model_source
 from retromae.models.encoder import Encoder, describe_folder
 from retromae.models.export import export_encoder, load_head
 from retromae.models.masked_lm import load_masked_lm
@@ -312,7 +313,18 @@ def special_ids(token: str, ids):
         "ids", [ids(data["model"]["vocab"])]))
 
 
+def padded_past_its_vocabulary(path: Path) -> None:
+    """tokenizer.json, still valid JSON, one byte larger than a tokenizer of config.json's vocab_size may take."""
+    vocab_size = json.loads((path.parent / "config.json").read_text())["vocab_size"]
+    room = model_source.TOKENIZER_FIXED_BYTES + model_source.TOKENIZER_BYTES_PER_TOKEN * vocab_size
+    text = path.read_text()
+    path.write_text(text + " " * (room + 1 - len(text.encode())))
+
+
 TOKENIZER_DAMAGES = {
+    "larger than its model's vocabulary takes (audit 7, section 9)": (
+        padded_past_its_vocabulary, r"is [\d,]+ bytes, more than a tokenizer of the model's \d+ tokens \(config.json "
+                                    r"vocab_size\) takes \(at most [\d,]+: 8,388,608 and 512 a token\); not read"),
     "not JSON": (lambda path: path.write_text("{not json"), r"not valid JSON"),
     "empty": (lambda path: path.write_text(""), r"not valid JSON"),
     "an array": (lambda path: path.write_text("[]"), r"holds a JSON list, not an object"),
@@ -361,6 +373,24 @@ def test_every_loader_refuses_a_damaged_tokenizer_json(damage, loader, copy):
     change(folder / "tokenizer.json")
     message = refusal(LOADERS[loader], folder)
     assert message.startswith(f"{folder / 'tokenizer.json'}: ") and re.search(expected, message), message
+
+
+@pytest.mark.parametrize(("bound", "value", "expected"), [
+    ("MAX_TOKENIZER_BYTES", 1000, r"is [\d,]+ bytes, more than the 1,000 any model's tokenizer takes"),
+    ("MAX_TOKENIZER_ENTRIES", 10, r"holds \d+ tokens and \d+ added tokens, more than the 10 any model's tokenizer "
+                                  r"holds")])
+def test_a_tokenizer_json_past_what_any_model_holds_is_refused_before_the_tokenizers_library(copy, monkeypatch, bound,
+                                                                                           value, expected):
+    """The bounds no real tokenizer reaches (a file of at most 64 MiB, at most 2^20 tokens; the largest public ones:
+    about 35 MB and 262,000 tokens), lowered here so that a small tokenizer passes them: refused in one line naming
+    tokenizer.json, whatever config.json says, before transformers or the tokenizers library reads it."""
+    folder = copy()
+    monkeypatch.setattr(model_source, bound, value)
+    read = []
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", lambda *args, **kwargs: read.append(args))
+    message = refusal(LOADERS["encoder"], folder)
+    assert message.startswith(f"{folder / 'tokenizer.json'}: ") and re.search(expected, message), message
+    assert read == []
 
 
 # A pre-tokenizer whose regular expression backtracks past Oniguruma's limit on a long run of one letter: the

@@ -13,7 +13,15 @@ import pytest
 from conftest import make_sentences, run_metrics, tiny_beir
 
 from retromae.cli import main
-from retromae.runtime.processes import LaunchError, check_launch, check_process_count, launched_processes
+from retromae.runtime.processes import (
+    LAUNCHER_NUMBERS,
+    LaunchError,
+    check_environment,
+    check_launch,
+    check_process_count,
+    launched_processes,
+    local_processes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -41,6 +49,64 @@ def test_the_launchers_environment_gives_the_process_count():
     check_process_count(1)
     with pytest.raises(LaunchError, match="sees 2: each would do the whole work alone"):
         check_process_count(2)
+
+
+WHOLE_LAUNCH = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29500"}
+
+
+def not_whole(name: str) -> list[str]:
+    """Values no launcher variable takes (`name`'s own lowest bound less one among them)."""
+    low, high, _ = LAUNCHER_NUMBERS[name]
+    return ["abc", "", " ", "-1", "1.0", "1e3", "\u00b2", "\u0662", "9" * 30, str(low - 1),
+            *([str(high + 1)] if high is not None else [])]
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHER_NUMBERS))
+def test_every_launcher_number_is_a_whole_number_in_its_domain(name):
+    """`LOCAL_WORLD_SIZE=0 retromae finetune` ended in ZeroDivisionError, `=abc` and `=` in int()'s ValueError, `=-1`
+    in a "-20.2 GB" refusal: each variable of a launch that is a number is read by one reader and refused, in one
+    line naming it and its value, before Accelerate (whose bare int() would raise) or our memory budget reads it."""
+    for value in not_whole(name):
+        env = {**WHOLE_LAUNCH, name: value}
+        with pytest.raises(LaunchError) as refused:
+            check_environment(env)
+        message = str(refused.value)
+        assert message.startswith(f"{name}=") and "whole number" in message and "\n" not in message, message
+        assert len(message) < 400
+    check_environment({**WHOLE_LAUNCH, name: f" {WHOLE_LAUNCH.get(name, '1')} "})  # spaces around digits: taken
+
+
+@pytest.mark.parametrize("missing", ["MASTER_ADDR", "MASTER_PORT", "RANK"])
+def test_a_launch_of_several_processes_is_whole_before_accelerate_reads_it(missing):
+    """`WORLD_SIZE=2 retromae pretrain` without MASTER_ADDR ended in Accelerate's traceback: a launch of several
+    processes names what it lacks, and a rank beyond the launch's size, in one line."""
+    check_environment(WHOLE_LAUNCH)
+    env = {key: value for key, value in WHOLE_LAUNCH.items() if key != missing}
+    with pytest.raises(LaunchError, match=f"^WORLD_SIZE=4 without {missing}: "):
+        check_launch("pretrain", True, env)
+    check_launch("evaluate", False, {})  # a command in one process, without a launcher: nothing asked
+    for name, value in (("RANK", "4"), ("LOCAL_RANK", "2"), ("LOCAL_WORLD_SIZE", "5")):
+        with pytest.raises(LaunchError, match=f"^{name}={value}: "):
+            check_environment({**WHOLE_LAUNCH, name: value})
+
+
+def test_local_world_size_is_read_by_the_one_reader(monkeypatch, tmp_path, capsys):
+    """The memory budget's share of the machine: LOCAL_WORLD_SIZE through `local_processes`, and the command
+    refuses its audit values in one line (exit 2), before torch is imported."""
+    assert local_processes({}) == 1 and local_processes(WHOLE_LAUNCH) == 2
+    import torch
+
+    from retromae.finetuning.memory import memory_budget
+
+    for value in ("0", "abc", "", "-1", "99"):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+        with pytest.raises(LaunchError, match="^LOCAL_WORLD_SIZE="):
+            memory_budget(torch.device("cpu"))
+        assert main(["finetune", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "d"), "--output",
+                     str(tmp_path / "ft")]) == 2
+        assert capsys.readouterr().err.startswith("retromae: error: LOCAL_WORLD_SIZE=")
+    assert not (tmp_path / "ft").exists()
 
 
 def test_accelerate_cpu_launch_of_two_processes_is_refused(tiny_model_dir, tiny_corpus, tmp_path):

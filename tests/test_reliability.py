@@ -440,3 +440,59 @@ def test_resume_accepts_the_same_inputs_named_from_another_directory(tiny_model_
     relative_model = os.path.relpath(tiny_model_dir, tiny_corpus.parent)
     pretrain(run_config(Path(relative_model), Path(tiny_corpus.name), output, max_steps=3, resume=True))
     assert [m["step"] for m in run_metrics(output)] == [1, 2, 3]
+
+
+def _identity_cases() -> list[tuple[str, type, str]]:
+    """(command, its config class, one of its free-text options) of every command: each option typed text that
+    reads nothing (`path_options`)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_option_domains import commands
+
+    from retromae.runtime.options import _field_specs, path_options
+
+    return [(command.name, command.config_cls, name) for command in commands()
+            for name, spec in _field_specs(command.config_cls).items()
+            if spec.scalar is str and name not in path_options(command.config_cls)]
+
+
+def _unchecked_config(config_cls: type, **values: object) -> object:
+    """An instance of `config_cls` at its defaults ("x" where it has none) with `values`, built without its checks:
+    the identity alone is under test."""
+    import dataclasses
+
+    config = object.__new__(config_cls)
+    for field in dataclasses.fields(config_cls):
+        default = (field.default if field.default is not dataclasses.MISSING else field.default_factory()
+                   if field.default_factory is not dataclasses.MISSING else "x")
+        object.__setattr__(config, field.name, values.get(field.name, default))
+    return config
+
+
+@pytest.mark.parametrize(("command", "config_cls", "name"), _identity_cases(),
+                         ids=[f"{command}-{name}" for command, _, name in _identity_cases()])
+def test_a_text_option_is_never_looked_up_as_a_path_in_the_identity(command, config_cls, name, tmp_path,
+                                                                       monkeypatch):
+    """`evaluate --query-prefix` or `report --title` of 300 characters ended with "File name too long" (exit 1, the
+    value quoted whole, no option named): the run's identity stat()ed every text option as a path. Only the options
+    that name paths are looked up; a text is kept as given, even where it names a file of the current directory."""
+    from retromae.runtime.run_folder import run_identity
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Results").write_text("")
+    for value in ("query: " * 43, "Results"):  # 301 characters; a file's name here
+        identity = run_identity(_unchecked_config(config_cls, **{name: value}), neutral=())
+        assert identity[name] == value
+
+
+def test_a_path_option_that_cannot_be_looked_up_is_named(tmp_path):
+    """A path option's value the system cannot look up (a part over 255 bytes) is refused in one line naming the
+    option, not by the CLI's last resort quoting the value whole."""
+    from retromae.retrieval.config import BM25Config
+    from retromae.runtime.run_folder import run_identity
+
+    with pytest.raises(ConfigError) as refused:
+        run_identity(_unchecked_config(BM25Config, queries="q" * 300), neutral=())
+    message = str(refused.value)
+    assert message.startswith("--queries: cannot look up 'qqq") and "\n" not in message and len(message) < 200

@@ -117,6 +117,32 @@ def test_qrels_naming_unknown_documents_or_queries_warn_once_with_counts(beir_fo
     assert list(data.queries) == ["q1"]
 
 
+@pytest.mark.parametrize(("corpus_id", "judged_id", "how"), [
+    ("caf\u00e91", "cafe\u03011", "NFC normalisation"),  # NFC in the corpus, NFD in the qrels (audit 7, section 8)
+    ("cafe\u03011", "caf\u00e91", "NFC normalisation"),
+    ("D3", "d3", "case folding"), ("Doc\u00c91", "doce\u03011", "NFC normalisation and case folding")])
+def test_a_dropped_id_that_looks_like_a_corpus_id_is_shown_in_code_points(beir_folder, caplog, corpus_id, judged_id,
+                                                                         how):
+    """The id is still dropped (ids are compared character for character), but the warning says which corpus id it
+    equals once normalised, in code points, and how many queries left the evaluation with it."""
+    write(beir_folder / "corpus.jsonl", jsonl([{"_id": "d1", "text": "a"}, {"_id": corpus_id, "text": "b"}]))
+    write(beir_folder / "qrels" / "test.tsv", f"query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\t{judged_id}\t1\n")
+    data = load_retrieval_set(beir_folder)
+    assert list(data.queries) == ["q1"]
+    [message] = [record.getMessage() for record in caplog.records if "dropped them" in record.getMessage()]
+    assert (f"1 of them equal a corpus id once Unicode-normalised (NFC) or case-folded, while ids are compared "
+            f"character for character: e.g. {ascii(judged_id)} of the qrels is {ascii(corpus_id)} of the corpus "
+            f"after {how}") in message
+    assert "1 queries lost all their relevant judgments and leave the evaluation" in message
+
+
+def test_a_dropped_id_like_no_corpus_id_says_nothing_of_normalisation(beir_folder, caplog):
+    write(beir_folder / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tghost\t1\n")
+    load_retrieval_set(beir_folder)
+    [message] = [record.getMessage() for record in caplog.records if "dropped them" in record.getMessage()]
+    assert "normalised" not in message and "lost all" not in message  # q1 keeps d1
+
+
 def test_no_query_left_is_an_error(beir_folder):
     write(beir_folder / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\tghost\t1\n")
     with pytest.raises(DataError, match="test.tsv: no judged query left"):

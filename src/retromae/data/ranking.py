@@ -2,17 +2,20 @@
 
 It is the order trec_eval (and pytrec_eval, and so BEIR) ranks a run's documents in, so a metric computed here on a
 run equals theirs on the run file written from it. Every place that cuts a ranking at k or writes one asks this
-module: faiss and numpy top-k, BM25 (both through `retrieval.top_k`), fusion, the hits of `Searcher`, TREC run
-files, the metrics, mining and `adapt`'s teacher lists. With one fixed rule a document's rank does not depend on how
-many results were kept (`evaluate --metrics ndcg@10` equals the default run's NDCG@10) nor on a backend's order of
-equal scores. Does not own producing scores (`retromae.retrieval`) nor reading or writing run files
-(`data.retrieval_sets`).
+module: faiss and numpy top-k, BM25 (both through `retrieval.top_k`, on arrays: `ranked_rows`), fusion, the hits
+of `Searcher`, TREC run files, the metrics, mining and `adapt`'s teacher lists. With one fixed rule a document's
+rank does not depend on how many results were kept (`evaluate --metrics ndcg@10` equals the default run's NDCG@10)
+nor on a backend's order of equal scores. Does not own producing scores (`retromae.retrieval`) nor reading or
+writing run files (`data.retrieval_sets`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Key = TypeVar("Key", bound=Hashable)
 Run = dict[str, dict[str, float]]  # query id → document id → score: a ranking per query, in no order until `ranked`
@@ -24,6 +27,34 @@ def ranked(scores: Mapping[Key, float], k: int | None = None,
     that are not the ids themselves (rows of an index) are ordered by their ids, `ids[key]`."""
     name = (lambda key: ids[key]) if ids is not None else (lambda key: key)
     return sorted(scores, key=lambda key: (scores[key], name(key)), reverse=True)[:k]
+
+
+def ranked_rows(scores: np.ndarray, rows: np.ndarray, k: int,
+                ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """`ranked` on a block of results, each query's `(scores, rows)` `(W, n)`, rows -1 where none: each query's
+    first k `(W, min(k, n))` best first, ties by `ids[row]` descending, then in the given order (as `ranked`); the
+    missing last. A query's rows must be distinct and its scores numbers (NaN is not ordered). Memory: a few (W, n)
+    arrays; time: a sort of them and one of the ids of their distinct rows."""
+    import numpy as np  # numpy: only where a backend's block is ranked (the CLI's light checks read this module)
+
+    order = np.lexsort((-_id_places(rows, ids), -scores), axis=1)[:, :k]  # (W, k): scores, then ids, descending
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+
+
+def _id_places(rows: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+    """Each of `rows`' `(W, n)` place among their distinct rows' ids in code-point order, equal ids at one place;
+    -1 where no row."""
+    import numpy as np  # numpy: only where a backend's block is ranked
+
+    seen = np.zeros(len(ids) + 1, dtype=bool)  # (N + 1,): a row's flag, row -1's the last
+    seen[rows] = True
+    distinct = np.flatnonzero(seen[:-1])  # (U,)
+    names = [ids[row] for row in distinct.tolist()]
+    by_id = sorted(range(len(names)), key=names.__getitem__)
+    steps = [names[before] != names[after] for before, after in zip(by_id, by_id[1:], strict=False)]
+    places = np.full(len(ids) + 1, -1, dtype=np.int64)  # (N + 1,): a row's place, row -1's -1
+    places[distinct[by_id]] = np.cumsum([0, *steps])
+    return places[rows]
 
 
 def cut_run(run: Mapping[str, Mapping[str, float]], k: int) -> dict[str, dict[str, float]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from retromae.runtime.lines import (
     json_object_line,
     numbered_lines,
     quoted,
+    shortened,
 )
 from retromae.runtime.options import require
 
@@ -321,17 +323,22 @@ def _examples(ids: set[str]) -> str:
 
 
 def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict, paths: dict[str, Path]) -> None:
-    """Remove judgments naming an unknown query or document, with one warning giving the counts."""
+    """Remove judgments naming an unknown query or document, with one warning giving the counts, how many queries
+    lost every relevant judgment (they leave the evaluation), and, where a dropped document id equals a corpus id
+    after NFC normalisation or case folding, one such pair in code points (`_lookalike`): on screen the two look
+    the same. Ids stay compared byte for byte."""
     unknown_queries = {qid for qid in qrels if qid not in queries}
     dropped_by_query = sum(len(qrels.pop(qid)) for qid in unknown_queries)
     unknown_docs: set[str] = set()
-    dropped_by_doc = 0
+    dropped_by_doc = emptied = 0
     for docs in qrels.values():
         missing = [docid for docid in docs if docid not in corpus]
         unknown_docs.update(missing)
         dropped_by_doc += len(missing)
+        relevant = any(grade > 0 for grade in docs.values())
         for docid in missing:
             del docs[docid]
+        emptied += relevant and not any(grade > 0 for grade in docs.values())
     if not dropped_by_query and not dropped_by_doc:
         return
     parts = []
@@ -340,8 +347,38 @@ def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict
                      f"{paths['queries'].name} (e.g. {_examples(unknown_queries)})")
     if dropped_by_doc:
         parts.append(f"{dropped_by_doc} judgments name {len(unknown_docs)} documents missing from "
-                     f"{paths['corpus'].name} (e.g. {_examples(unknown_docs)})")
+                     f"{paths['corpus'].name} (e.g. {_examples(unknown_docs)}){_lookalike(unknown_docs, corpus)}")
+    if emptied:
+        parts.append(f"{emptied} queries lost all their relevant judgments and leave the evaluation")
     logger.warning("%s: dropped them: %s", paths["qrels"], "; ".join(parts))
+
+
+def _folded(text: str) -> str:
+    """`text` NFC-normalised and case-folded: the key under which two ids that look alike on screen meet."""
+    return (text if text.isascii() else unicodedata.normalize("NFC", text)).casefold()
+
+
+def _lookalike(missing: set[str], corpus: dict) -> str:
+    """", and N of them equal a corpus id after NFC normalisation ... (e.g. 'cafe\\u03011' is 'caf\\xe91' ...)" when
+    some ids of `missing` equal an id of `corpus` after NFC normalisation or case folding (one pass over the corpus
+    ids, only when judgments were dropped); else ""."""
+    wanted = {_folded(docid): docid for docid in sorted(missing, reverse=True)}  # the first id of each key kept
+    found = {}
+    for docid in corpus:
+        key = _folded(docid)
+        if key in wanted and key not in found:
+            found[key] = docid
+    if not found:
+        return ""
+    key = min(found, key=wanted.__getitem__)
+    dropped, kept = wanted[key], found[key]
+    nfc = unicodedata.normalize("NFC", dropped) == unicodedata.normalize("NFC", kept)
+    how = "NFC normalisation" if nfc else "case folding" if dropped.casefold() == kept.casefold() else (
+        "NFC normalisation and case folding")
+    count = sum(1 for docid in missing if _folded(docid) in found)
+    return (f", and {count} of them equal a corpus id once Unicode-normalised (NFC) or case-folded, while ids are "
+            f"compared character for character: e.g. {shortened(ascii(dropped), 60)} of the qrels is "
+            f"{shortened(ascii(kept), 60)} of the corpus after {how}")
 
 
 def split_problem(split: str) -> str | None:

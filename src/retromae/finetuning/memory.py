@@ -18,7 +18,6 @@ forward's temporaries and the backward's gradients, and what the allocator keeps
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,9 @@ from pathlib import Path
 import torch
 
 from retromae.finetuning.model import DualEncoder
-from retromae.runtime.cgroups import UNIFIED, own_groups, read_setting
+from retromae.runtime.cgroups import cgroup_headroom, meminfo_available, read_setting
 from retromae.runtime.options import ConfigError
+from retromae.runtime.processes import local_processes
 
 # Resident growth over a forward and backward pass of all-MiniLM-L6-v2 on the CPU, divided by the bytes autograd
 # saved: 1.25 to 1.50 (64 and 256 tokens, 8 to 64 texts, fresh processes; benchmarks/activation_overhead.py).
@@ -36,7 +36,6 @@ OPTIMIZER_COPIES = 4
 # The share of the memory the process may use that a plan fills: on a CPU the machine's memory is shared with other
 # work, which may grow while the run does; a GPU is the run's alone.
 MEMORY_SHARE = {"cpu": 0.5, "cuda": 0.9}
-UNLIMITED = 1 << 60  # a cgroup limit this large means no limit
 
 
 @dataclass(frozen=True)
@@ -137,31 +136,6 @@ def measure_step_memory(model: DualEncoder, batch: dict[str, torch.Tensor], quer
     return StepMemory(resident_bytes(device), OPTIMIZER_COPIES * trainable, queries, passages)
 
 
-def _meminfo_available() -> int | None:
-    """The kernel's estimate of the memory available to new work (MemAvailable), None where there is no /proc."""
-    found = re.search(r"^MemAvailable:\s+(\d+) kB", read_setting(Path("/proc/meminfo")) or "", re.MULTILINE)
-    return int(found.group(1)) * 1024 if found else None
-
-
-def cgroup_headroom(cgroups: Path = Path("/proc/self/cgroup"), mount: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """What this process's memory cgroup (listed in `cgroups`, mounted at `mount`) still allows: its limit less its
-    usage, page cache it can drop not counted, under cgroup v2 or v1; None without a limit."""
-    groups = own_groups(cgroups)
-    candidates = []
-    if UNIFIED in groups:  # v2
-        candidates.append((mount / groups[UNIFIED].lstrip("/"), ("memory.max", "memory.current", "inactive_file")))
-    if "memory" in groups:  # v1
-        candidates.append((mount / "memory" / groups["memory"].lstrip("/"),
-                           ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")))
-    for folder, files in candidates:
-        limit, usage = read_setting(folder / files[0]), read_setting(folder / files[1])
-        if limit is None or usage is None or not limit.isdigit() or int(limit) >= UNLIMITED:
-            continue
-        dropped = re.search(rf"^{files[2]} (\d+)$", read_setting(folder / "memory.stat") or "", re.MULTILINE)
-        return max(0, int(limit) - int(usage) + (int(dropped.group(1)) if dropped else 0))
-    return None
-
-
 def memory_budget(device: torch.device) -> int | None:
     """Bytes this process may use in all (what it holds plus what it may still allocate): on CUDA the device's free
     memory and what torch's allocator holds unused; elsewhere the smaller of MemAvailable and the cgroup's headroom,
@@ -169,10 +143,10 @@ def memory_budget(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return torch.cuda.memory_reserved(device) + free
-    known = [value for value in (_meminfo_available(), cgroup_headroom()) if value is not None]
+    known = [value for value in (meminfo_available(), cgroup_headroom()) if value is not None]
     if not known:
         return None
-    return resident_bytes(device) + min(known) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return resident_bytes(device) + min(known) // local_processes()
 
 
 def choose_chunk_size(memory: StepMemory, query_count: int, passage_count: int, budget: int,

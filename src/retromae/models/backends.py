@@ -17,6 +17,13 @@ or another fingerprint (a truncated or replaced file) is made again (with a note
 memory after loading (the candidates `adapt`'s guard scores) are exported to a temporary folder, dropped when the
 weights change again. Model folders' fingerprints skip these folders (`runtime.run_folder.DERIVED_FOLDERS`), so an
 export does not change the model's identity.
+
+The record is written by whoever wrote the folder (a shared cache is keyed by a hash anyone holding the model can
+compute), so an export found on disk is also checked against the weights it stands for before it runs
+(`load_export`, the one way a runner is made): every file it reads is in the record (an .onnx's external data
+included, which must lie in its folder), and one probe batch through it agrees with the torch model in memory
+(`PROBE_COSINE`). A record that matches files which disagree is refused, naming the folder to delete; any error of
+onnxruntime or OpenVINO while loading or running an export is one line naming its file.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import hashlib
 import io
 import json
 import logging
+import mmap
 import os
+import sys
 import sysconfig
 import tempfile
 import warnings
@@ -46,11 +55,17 @@ from retromae.runtime.lines import read_json_file
 from retromae.runtime.run_folder import file_fingerprint
 
 EXPORT_RECORD = "retromae_export.json"
+_MADE: list[Path] = []  # the exports this process made, in order (not probed when made from torch's weights now)
+_PROBED: set[tuple[str, str, str]] = set()  # (export, weights, its recorded fingerprint) probed in this process
 # What sentence-transformers loads for each backend and quantization (its `export_*` functions' file names).
 EXPORT_FILES = {("onnx", "none"): "onnx/model.onnx", ("onnx", "int8"): "onnx/model_qint8_avx512_vnni.onnx",
                 ("openvino", "none"): "openvino/openvino_model.xml"}
 INPUTS = ("input_ids", "attention_mask")
 PER_CHANNEL = True  # int8 weights scaled per output channel (docs/performance.md, "Inference backends")
+# The lowest cosine, over the probe batch's texts and both poolings (CLS, mean), between an export's states and
+# torch's for the export to run: float32 agrees to about 1e-6; int8's lowest cosine over SciFact's texts was
+# 0.9912-0.9915 (docs/performance.md), another model's weights 0.05 (audit seven).
+PROBE_COSINE = {"none": 0.999, "int8": 0.95}
 Runner = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (B, L) int64 ids and mask → (B, L, D) float32 states
 
 
@@ -102,8 +117,11 @@ class Backend:
         else:  # weights changed in memory: kept only while they are these
             self._scratch = tempfile.TemporaryDirectory(prefix="retromae-export-")
             root = Path(self._scratch.name)
+        made = len(_MADE)
         path = ensure_export(model, root, fingerprint, self.name, self.quantize)
-        return onnx_runner(path) if self.name == "onnx" else openvino_runner(path)
+        # made now, with what it is made from (an int8 or OpenVINO export made from an ONNX file found is probed)
+        chain = 1 if (self.name, self.quantize) == ("onnx", "none") else 2
+        return load_export(model, path, self.name, self.quantize, found=len(_MADE) - made < chain)
 
 
 def ours_to_write(folder: str | None) -> bool:
@@ -142,20 +160,75 @@ def _record(folder: Path) -> dict[str, Any]:
         return {}
 
 
+def _refused(path: Path, why: str) -> ModelLoadError:
+    """The one line refusing the export file `path`: what is wrong and the folder to delete."""
+    return ModelLoadError(f"{path}: {why}; not run: delete {path.parent} to have it exported again")
+
+
+def _first_line(error: BaseException) -> str:
+    """The line of a library's error that says what is wrong (OpenVINO's first lines name its own sources)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(("Exception from ", "Check '"))]
+    return (said or lines or [type(error).__name__])[0][:300]
+
+
+def _external_data(path: Path) -> list[str]:
+    """The files the ONNX model `path` reads its external data from (none in ours: `export_onnx` keeps the weights
+    inside), each a path inside its folder; ModelLoadError naming `path` when it is not an ONNX model, or one of its
+    locations is absolute or leaves the folder (a link out included). A file without the key every external tensor
+    names ("location") is not parsed: a scan of its bytes costs a tenth of onnx's import and parse."""
+    if path.stat().st_size == 0:
+        raise _refused(path, "it is empty")
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data.find(b"location") < 0:
+            return []
+    # onnx: needed by torch's exporter, installed with the backends
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf's DecodeError and the reader's others
+        raise _refused(path, f"not an ONNX model ({_first_line(error)})") from None
+    folder = path.parent.resolve()
+    locations = []
+    for tensor in _get_all_tensors(proto):
+        if not uses_external_data(tensor):
+            continue
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+        try:
+            inside = (path.parent / location).resolve().is_relative_to(folder)
+        except (OSError, RuntimeError):  # a loop of links
+            inside = False
+        if not location or os.path.isabs(location) or ".." in Path(location).parts or not inside:
+            raise _refused(path, f"its external data {location!r} is not a file in its folder")
+        locations.append(location)
+    return sorted(set(locations))
+
+
 def _fresh(path: Path, fingerprint: str) -> bool:
-    """Whether `path` and its companion files are the export of weights `fingerprint` its folder's record names;
-    a note says why one that is there is not."""
+    """Whether `path` and every file it reads (an OpenVINO IR's .bin, an .onnx's external data) are the export of
+    weights `fingerprint` its folder's record names; a note says why one that is there is not."""
     names = [path.name, *([path.with_suffix(".bin").name] if path.suffix == ".xml" else [])]
     record = _record(path.parent)
     if not any((path.parent / name).exists() for name in names):
         return False
+    if not _matches(path.parent, names, record, fingerprint):
+        return False
+    # the .onnx is the one recorded: the files it reads besides must be too
+    return path.suffix != ".onnx" or _matches(path.parent, _external_data(path), record, fingerprint)
+
+
+def _matches(folder: Path, names: list[str], record: dict[str, Any], fingerprint: str) -> bool:
+    """Whether each file `names` of `folder` is recorded in `record` as made from weights `fingerprint`, with its
+    fingerprint now; a note says why one is not."""
     for name in names:
         entry = record.get(name)
         if not isinstance(entry, dict) or entry.get("weights") != fingerprint:
-            notice(f"retromae: note: {path.parent / name} was not exported from these weights; exporting again")
+            notice(f"retromae: note: {folder / name} was not exported from these weights; exporting again")
             return False
-        if not (path.parent / name).is_file() or entry.get("fingerprint") != file_fingerprint(path.parent / name):
-            notice(f"retromae: note: {path.parent / name} changed since it was exported (cut short or replaced); "
+        if not (folder / name).is_file() or entry.get("fingerprint") != file_fingerprint(folder / name):
+            notice(f"retromae: note: {folder / name} changed since it was exported (cut short or replaced); "
                    "exporting again")
             return False
     return True
@@ -190,6 +263,7 @@ def ensure_export(model: nn.Module, root: Path, fingerprint: str, backend: str, 
             export_onnx(model, tmp)
             made = {path.name: tmp}
         _commit(path.parent, made, fingerprint)
+    _MADE.append(path)
     return path
 
 
@@ -218,6 +292,21 @@ def _quiet() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _native_stderr_off() -> Iterator[None]:
+    """Within: what native code writes to file descriptor 2 discarded (Python's own `sys.stderr` is flushed first
+    and kept)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def export_onnx(model: nn.Module, path: Path) -> None:
@@ -295,3 +384,62 @@ def openvino_runner(path: Path) -> Runner:
     return lambda input_ids, attention_mask: np.array(request.infer(
         {"input_ids": input_ids, "attention_mask": attention_mask})[0], dtype=np.float32)
 
+
+def load_export(model: nn.Module, path: Path, backend: str, quantize: str, found: bool) -> Runner:
+    """The runner of the export `path` of `model`'s weights, which `ensure_export` found on disk (`found`) or made
+    just now. One found is run first on a probe batch, once per process: refused (ModelLoadError naming its folder
+    to delete) unless its hidden states have torch's width and their pooled vectors torch's direction
+    (`PROBE_COSINE`). Any error of the library loading or running it is one line naming the file."""
+    library = "onnxruntime" if backend == "onnx" else "OpenVINO"
+    make = onnx_runner if backend == "onnx" else openvino_runner
+    try:
+        with _native_stderr_off():  # OpenVINO's frontends log to it, line by line, on a file they cannot read
+            runner = make(path)
+    except Exception as error:  # onnxruntime's Fail/InvalidProtobuf/..., OpenVINO's RuntimeError
+        raise _refused(path, f"{library} cannot load it ({_first_line(error)})") from None
+
+    def guarded(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        try:
+            return runner(input_ids, attention_mask)
+        except Exception as error:
+            raise _refused(path, f"{library} failed running it ({_first_line(error)})") from None
+
+    entry = _record(path.parent).get(path.name, {})
+    key = (str(path.resolve()), str(entry.get("weights")), str(entry.get("fingerprint")))
+    if found and key not in _PROBED:
+        _probe(model, path, quantize, guarded)
+    _PROBED.add(key)
+    return guarded
+
+
+def _probe(model: nn.Module, path: Path, quantize: str, runner: Runner) -> None:
+    """ModelLoadError naming `path` unless `runner`'s hidden states of a probe batch (two short texts of fixed token
+    ids, one padded) have `model`'s shape and, pooled by CLS and by the mean, cosine at least `PROBE_COSINE`."""
+    vocabulary = int(model.config.vocab_size)
+    input_ids = ((torch.arange(1, 17) * 7919) % max(vocabulary - 1, 1) + 1).reshape(2, 8)  # (2, 8), no id 0
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 5:] = 0
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            expected = _HiddenStates(model)(input_ids, attention_mask).float().cpu().numpy()  # (2, 8, D)
+    finally:
+        model.train(was_training)
+    got = np.asarray(runner(input_ids.numpy(), attention_mask.numpy()))
+    if got.shape != expected.shape:
+        raise _refused(path, f"its hidden states have shape {got.shape}, this model's {expected.shape} "
+                             "(the export of another model)")
+    mask = attention_mask.numpy()[:, :, None].astype(np.float32)  # (2, 8, 1)
+    pooled = [(states[:, 0], (states * mask).sum(axis=1) / mask.sum(axis=1)) for states in (got, expected)]
+    cosines = [float(_cosine(a, b).min()) for a, b in zip(pooled[0], pooled[1], strict=True)]
+    lowest = min(cosines) if all(np.isfinite(cosines)) else float("nan")
+    if not lowest >= PROBE_COSINE[quantize]:
+        raise _refused(path, f"its vectors of a probe batch are not this model's (cosine {lowest:.4f}, at least "
+                             f"{PROBE_COSINE[quantize]} expected: the export of other weights)")
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of `(B, D)` arrays."""
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return (a * b).sum(axis=1) / np.maximum(norms, 1e-12)

@@ -312,7 +312,7 @@ class Encoder:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, D)
         return pool(hidden, attention_mask, self.config)
 
-    @checked_arguments(EncoderArguments, unchecked=("texts",), max_length="max_length", prefix="prefix")
+    @checked_arguments(EncoderArguments, text_lists=("texts",), max_length="max_length", prefix="prefix")
     def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
         """Token ids of each text (prefix prepended), truncated, unpadded; a long text is read only as far as its
         first tokens (`retromae.data.long_texts`). A panic of the tokenizers library is a ModelLoadError naming the
@@ -323,7 +323,7 @@ class Encoder:
                                   max_length=max_length, return_attention_mask=False,
                                   return_token_type_ids=False)["input_ids"]
 
-    @checked_arguments(EncoderArguments, unchecked=("texts",), max_length="max_length", prefix="prefix")
+    @checked_arguments(EncoderArguments, text_lists=("texts",), max_length="max_length", prefix="prefix")
     def token_table(self, texts: Sequence[str], max_length: int | None = None,
                     prefix: str = "") -> tuple[np.ndarray, np.ndarray]:
         """`tokenize`'s ids of every text in one flat int32 array `(T,)`, text i's at `offsets[i]:offsets[i + 1]`
@@ -348,7 +348,7 @@ class Encoder:
         return torch.from_numpy(input_ids).to(self.device), torch.from_numpy(attention_mask).to(self.device)
 
     @torch.inference_mode()
-    @checked_arguments(EncoderArguments, unchecked=("texts", "show_progress", "description", "bar"),
+    @checked_arguments(EncoderArguments, text_lists=("texts",), unchecked=("show_progress", "description", "bar"),
                        batch_size="batch_size", max_length="max_length", prefix="prefix")
     def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
                show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:

@@ -54,6 +54,15 @@ FLOATING_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 INTEGER_BUFFERS = ("position_ids", "token_type_ids")
 MAX_HEADER = 100_000_000  # the largest safetensors header the safetensors library reads
 TOKEN_IDS = 1 << 32  # the tokenizers library stores a token id as an unsigned 32-bit number
+# What a tokenizer.json may be before it is read (audit 7, section 9: 2,000,125 tokens, 40 MB, cost 1.35 GB and 15 s
+# before the id check refused them). The largest public vocabularies hold about 250,000-262,000 tokens (XLM-R, BLOOM,
+# Gemma) in at most about 35 MB of tokenizer.json; these bounds are twice to four times that, which no real model
+# reaches. Against the model's config.json vocab_size, a file may hold `TOKENIZER_FIXED_BYTES` (normalizers, a
+# Unigram's character map, added tokens) and `TOKENIZER_BYTES_PER_TOKEN` a token (the entry, its merge, escapes).
+MAX_TOKENIZER_BYTES = 64 << 20
+MAX_TOKENIZER_ENTRIES = 1 << 20
+TOKENIZER_FIXED_BYTES = 8 << 20
+TOKENIZER_BYTES_PER_TOKEN = 512
 SHOWN_CHARACTERS = 60  # of a value from a hostile file shown in an error
 # The vocabulary files a slow or converted tokenizer reads when a folder has no tokenizer.json (WordPiece's vocab.txt,
 # byte-level BPE's merges.txt; its vocab.json is JSON), each read as UTF-8 text line by line
@@ -253,13 +262,16 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) ->
                                  "no special token; use the tokenizer the model was made with")
 
 
-def check_tokenizer_file(folder: Path) -> None:
-    """ModelLoadError naming a folder's tokenizer.json, before the tokenizers library reads it, when it is no JSON
-    object with a vocabulary (`model.vocab`), an id is no unsigned 32-bit whole number, two tokens share an id (every
-    word would become the same token) or the unknown token it names is not in its vocabulary (tokenizers would fail
-    at the first unknown word, mid-run); and its text vocabulary files (`_check_vocabulary_files`), with or without
-    a tokenizer.json. transformers checks none of this."""
+def check_tokenizer_file(folder: Path, vocab_size: Any = None) -> None:
+    """ModelLoadError naming a folder's tokenizer.json, before the tokenizers library reads it, when it is larger than
+    a tokenizer can be (`_check_tokenizer_size`, before it is read: against the folder's config.json `vocab_size`
+    where given), is no JSON object with a vocabulary (`model.vocab`) of at most `MAX_TOKENIZER_ENTRIES` tokens, an id
+    is no unsigned 32-bit whole number, two tokens share an id (every word would become the same token) or the
+    unknown token it names is not in its vocabulary (tokenizers would fail at the first unknown word, mid-run); and
+    its text vocabulary files (`_check_vocabulary_files`), with or without a tokenizer.json. transformers checks none
+    of this."""
     path = folder / "tokenizer.json"
+    _check_tokenizer_size(path, vocab_size)
     tokenizer = read_json(path, dict)
     if tokenizer is None:
         _check_vocabulary_files(folder)
@@ -270,6 +282,10 @@ def check_tokenizer_file(folder: Path) -> None:
     if not isinstance(vocab, dict | list) or not isinstance(added, list):
         raise ModelLoadError(f"{path}: has no vocabulary (a \"model\" object with a \"vocab\") or no list of "
                              "\"added_tokens\"")
+    if len(vocab) + len(added) > MAX_TOKENIZER_ENTRIES:
+        raise ModelLoadError(f"{path}: holds {len(vocab):,} tokens and {len(added):,} added tokens, more than the "
+                             f"{MAX_TOKENIZER_ENTRIES:,} any model's tokenizer holds (the largest public vocabularies "
+                             "hold about 260,000)")
     ids = list(vocab.values()) if isinstance(vocab, dict) else []
     added_ids = [token.get("id") if isinstance(token, dict) else token for token in added]
     bad = [value for value in ids + added_ids if type(value) is not int or not 0 <= value < TOKEN_IDS]
@@ -281,6 +297,26 @@ def check_tokenizer_file(folder: Path) -> None:
                              "needs its own id, or the model cannot tell them apart")
     _check_unknown_token(path, model, vocab)
     _check_vocabulary_files(folder)
+
+
+def _check_tokenizer_size(path: Path, vocab_size: Any) -> None:
+    """ModelLoadError naming tokenizer.json (`path`) when its size, read before the file is, passes
+    `MAX_TOKENIZER_BYTES`, or what a tokenizer of the model's `vocab_size` tokens takes (`TOKENIZER_FIXED_BYTES` and
+    `TOKENIZER_BYTES_PER_TOKEN` a token; not weighed where `vocab_size` is no positive whole number): parsing it and
+    the tokenizers library's reading cost more than thirty times its size in memory."""
+    try:
+        size = path.stat().st_size if file_kind(path) is None else 0
+    except OSError:
+        return  # unreadable: `read_json` names it
+    if size > MAX_TOKENIZER_BYTES:
+        raise ModelLoadError(f"{path}: is {size:,} bytes, more than the {MAX_TOKENIZER_BYTES:,} any model's "
+                             "tokenizer takes (the largest public ones take about 35 MB); not read")
+    if type(vocab_size) is int and vocab_size > 0:
+        room = TOKENIZER_FIXED_BYTES + TOKENIZER_BYTES_PER_TOKEN * vocab_size
+        if size > room:
+            raise ModelLoadError(f"{path}: is {size:,} bytes, more than a tokenizer of the model's {vocab_size:,} "
+                                 f"tokens (config.json vocab_size) takes (at most {room:,}: "
+                                 f"{TOKENIZER_FIXED_BYTES:,} and {TOKENIZER_BYTES_PER_TOKEN} a token); not read")
 
 
 def _check_vocabulary_files(folder: Path) -> None:

@@ -52,7 +52,8 @@ ACTIVATION_FIELDS = ("hidden_act", "hidden_activation", "activation", "activatio
 LIBRARY_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError, SafetensorError)
 NO_CODE = "retromae never runs a model folder's own code"
 # The sizes and rates of a config.json that transformers builds a model's tensors from, with what each may be: the
-# sizes whole numbers (bounded so that a typo cannot ask for all the memory there is), the rates numbers.
+# sizes whole numbers (bounded so that a typo cannot ask for all the memory there is), the rates numbers. The one
+# table of these bounds: `init-model`'s size options take their domains from it (`pretraining.config`).
 CONFIG_NUMBERS = {
     **{name: (int, between(1, 1 << 16)) for name in ("hidden_size", "num_attention_heads", "num_key_value_heads",
                                                      "head_dim", "embedding_size")},
@@ -84,7 +85,7 @@ def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: 
     config = check_folder(folder, subfolder, what, weights=False)
     path = Path(folder) / subfolder
     if path.is_dir():
-        check_tokenizer_file(path)
+        check_tokenizer_file(path, config.get("vocab_size"))
     tokenizer = _guarded(what or folder, AutoTokenizer.from_pretrained, folder, subfolder=subfolder,
                          trust_remote_code=False, **options)
     length = tokenizer.model_max_length
@@ -191,6 +192,15 @@ def _check_config_numbers(config: dict[str, Any], path: Path) -> None:
     (`CONFIG_NUMBERS`) that is not a number of the kind and range the model's tensors can be built from (transformers
     checks none: `hidden_size: 0` builds an empty model, `1e12` asks for more memory than any machine has, `"64"`
     fails deep inside torch)."""
+    problem = config_number_problem(config)
+    if problem:
+        raise ModelLoadError(f"{path}: {problem} (no model can be built from it)")
+
+
+def config_number_problem(config: dict[str, Any]) -> str | None:
+    """What is wrong with the first size or rate of `config` outside `CONFIG_NUMBERS` ("max_position_embeddings is
+    2000000; it must lie in [1, 1048576] and be a whole number"), None when all hold: the reader's rule, which
+    `init-model` also applies to the config it is about to build (`pretraining.scratch.save_random_model`)."""
     for name, (kind, domain) in CONFIG_NUMBERS.items():
         value = config.get(name)
         if value is None:
@@ -198,8 +208,8 @@ def _check_config_numbers(config: dict[str, Any], path: Path) -> None:
         whole = isinstance(value, int) or (isinstance(value, float) and kind is float)
         if isinstance(value, bool) or not whole or not domain.holds(value):
             said = "a whole number" if kind is int else "a number"
-            raise ModelLoadError(f"{path}: {name} is {value!r}; it {domain.describe()} and be {said} (no model can "
-                                 "be built from it)")
+            return f"{name} is {value!r}; it {domain.describe()} and be {said}"
+    return None
 
 
 def _check_config_choices(config: dict[str, Any], path: Path) -> None:

@@ -25,15 +25,17 @@ from retromae.backbones.families import (
 )
 from retromae.evaluation.probe_options import ProbeOptions
 from retromae.losses import VOCABULARY_LOSSES, liger_installed
+from retromae.models.pretrained import CONFIG_NUMBERS
 from retromae.objectives import OBJECTIVES, flat_options
 from retromae.objectives.options import RUN_DEFAULTS
+from retromae.runtime.cgroups import available_memory
 from retromae.runtime.io import check_folder_option
 from retromae.runtime.options import (
     NON_NEGATIVE,
     OPEN_UNIT,
-    POSITIVE,
     SEED,
     ConfigError,
+    Domain,
     Options,
     acts_with,
     at_least,
@@ -132,6 +134,33 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
         objective.check_config(objective.options.from_values(self), self)
 
 
+def model_size(field: str, least: int = 1) -> Domain:
+    """The domain of an `init-model` size: what the model-folder reader allows the config.json field it becomes
+    (`models.pretrained.CONFIG_NUMBERS`, the one table of these bounds), from `least` up."""
+    bound = CONFIG_NUMBERS[field][1]
+    return Domain(max(least, bound.low), bound.high)
+
+
+def model_parameters(vocab: int, hidden: int, layers: int, positions: int) -> int:
+    """About the parameters of a BERT-shaped masked LM: the token and position embeddings, 12·hidden² a layer
+    (attention's four projections and a feed-forward of 4·hidden), the head's transform and biases."""
+    return (vocab + positions + 2) * hidden + layers * (12 * hidden * hidden + 13 * hidden) + hidden * hidden + vocab
+
+
+def check_model_fits(vocab: int, hidden: int, layers: int, positions: int) -> None:
+    """ConfigError naming the size options when the model's parameters, as float32 (4 bytes each), exceed the memory
+    this machine still gives (`runtime.cgroups.available_memory`; no check where it cannot be read): refused before
+    torch allocates anything, instead of dying in its allocator."""
+    count = model_parameters(vocab, hidden, layers, positions)
+    free = available_memory()
+    if free is not None and 4 * count > free:
+        tokens = f" and {vocab} tokens" if vocab else ""
+        raise ConfigError(f"--hidden-size, --layers, --max-positions: a model of {layers} layers, hidden size "
+                          f"{hidden}, {positions} positions{tokens} holds about {count:,} parameters, "
+                          f"{4 * count:,} bytes as float32, more than the {free:,} bytes this machine has free; give a "
+                          "smaller size")
+
+
 @dataclasses.dataclass(kw_only=True)
 class InitModelConfig(Options):
     INPUT_FORMATS = {"corpus": "documents"}  # the format each input option is read in (`retromae.data.inputs`)
@@ -143,16 +172,21 @@ class InitModelConfig(Options):
     corpus: list[str] | None = option(None, "train the family's kind of tokenizer on these corpus files (any "
                                       "`retromae pretrain --corpus` source)", required_unless="--tokenizer",
                                       reads="path")
-    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus", at_least(100),
+    vocab_size: int = option(8000, "vocabulary of a tokenizer trained on --corpus", model_size("vocab_size", 100),
                              acts=acts_with("corpus", on=["x"], off=None))
-    hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)", POSITIVE)
-    layers: int = option(4, "transformer layers", POSITIVE)
-    max_positions: int | None = option(None, f"longest input ({max_positions_help()})", at_least(8))
+    hidden_size: int = option(256, "hidden size (a multiple of 64; one attention head per 64)",
+                              model_size("hidden_size", 64))
+    layers: int = option(4, "transformer layers", model_size("num_hidden_layers"))
+    max_positions: int | None = option(None, f"longest input ({max_positions_help()})",
+                                       model_size("max_position_embeddings", 8))
     seed: int = option(42, "seed of the random initialisation", SEED)
 
     def __post_init__(self) -> None:
         if (self.tokenizer is None) == (self.corpus is None):
             raise ConfigError("--tokenizer: give either --tokenizer (an existing one) or --corpus (train one)")
+        require(self.hidden_size % 64 == 0, "hidden_size", "must be a positive multiple of 64 (heads of 64)")
+        # the vocabulary of --tokenizer is known once it is read (`save_random_model` weighs it then): here, none
+        check_model_fits(self.vocab_size if self.corpus else 0, self.hidden_size, self.layers, self.positions)
 
     @property
     def positions(self) -> int:

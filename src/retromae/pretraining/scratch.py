@@ -22,12 +22,12 @@ from retromae.models.encoder import default_max_length
 from retromae.models.export import write_encoding_files
 from retromae.models.masked_lm import position_limit
 from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, resolve_tokenizer
-from retromae.models.pretrained import load_tokenizer
+from retromae.models.pretrained import config_number_problem, load_tokenizer
 from retromae.models.tokenizer_training import train_tokenizer
-from retromae.pretraining.config import InitModelConfig
+from retromae.pretraining.config import InitModelConfig, check_model_fits
 from retromae.runtime.console import Result
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.options import require
+from retromae.runtime.options import ConfigError, require
 from retromae.runtime.run_folder import lock_folder
 from retromae.training.setup import seed_everything
 
@@ -54,6 +54,11 @@ def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidde
     require(not missing, "tokenizer", f"has no {', '.join(missing)} token; a masked LM needs [PAD], [CLS] and [SEP]")
     config = architecture_adapter(architecture).scratch_config(
         architecture, len(tokenizer), special_ids, hidden_size=hidden_size, layers=layers, max_positions=max_positions)
+    problem = config_number_problem(config.to_dict())  # the reader's rule: no folder written that every loader refuses
+    if problem:
+        raise ConfigError(f"--hidden-size, --layers, --max-positions: the model's config.json would say {problem}, "
+                          "which no command loads")
+    check_model_fits(len(tokenizer), hidden_size, layers, max_positions)  # before torch allocates the weights
     seed_everything(seed)
     model = AutoModelForMaskedLM.from_config(config)
     folder = Path(folder)

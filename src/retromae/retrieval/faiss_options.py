@@ -18,8 +18,10 @@ only on a binary index and faiss's search parameters (`--params`) on any other.
 
 from __future__ import annotations
 
+import math
 import re
 
+from retromae.runtime.cgroups import available_memory
 from retromae.runtime.options import Acts, Domain
 
 # The smallest and largest number each factory component may carry (the letters right before a number; "" for a
@@ -115,6 +117,52 @@ def check_factory(factory: str) -> None:
             part = f"{letters}{number}" if letters else f"the number {number}"
             raise ValueError(f"{factory!r}: {part} is outside what faiss takes there ({low} to {high}); e.g. Flat, "
                              "HNSW32, IVF1024,PQ32")
+
+
+# The parts of a factory string that cluster the training vectors: an IVF's lists (IVF4, nested IVF4(IVF2,Flat)
+# too), a multi-index's 2^bits centroids per half (IMI2x8), and the 2^bits codewords of each codebook of a product or
+# additive quantizer (PQ32 = PQ32x8, RQ4x12, LSQ4x12; PRQ and PLSQ: splits x codebooks x bits).
+LIST_PARTS = re.compile(r"(?<![A-Za-z])(IVF|IMI)(\d+)(?:x(\d+))?")
+CODEBOOK_PARTS = re.compile(r"(?<![A-Za-z])(PQ|RQ|LSQ|PRQ|PLSQ)(\d+)(?:x(\d+))?(?:x(\d+))?")
+PQ_BITS = 8  # faiss's default bits per code of a PQ without "x"
+
+
+def check_factory_fits(factory: str, vectors: int) -> None:
+    """ValueError when the index `factory` names cannot be trained on `vectors` training vectors, or would fill the
+    memory while training, before faiss allocates it: an IVF with more lists than vectors (faiss needs a vector for
+    each centroid, and found that out only after allocating 3 GB for IVF16777216), an IMI or a quantizer codebook
+    with more centroids (2^bits) than vectors, and an LSQ whose codebooks' pairwise table (codebooks² x 4^bits
+    float32) exceeds the memory free (`runtime.cgroups.available_memory`). The names of `COMPRESSED` pass (SQ8
+    trains on any count). `check_factory` has checked each number alone."""
+    if factory in COMPRESSED:
+        return
+    root = max(1, math.isqrt(vectors))
+    for match in LIST_PARTS.finditer(factory):
+        kind, first, bits = match.group(1), int(match.group(2)), match.group(3)
+        centroids = first if kind == "IVF" else 1 << int(bits or 0)
+        if centroids > vectors:
+            what, advice = ((f"{first} lists", f"at most {vectors} lists, e.g. IVF{root} (about the square root of "
+                             "the vector count)") if kind == "IVF" else
+                            (f"{centroids} centroids in each of its {first} parts",
+                             f"at most {vectors.bit_length() - 1} bits, or an IVF such as IVF{root}"))
+            raise ValueError(f"{factory!r}: {match.group(0)} asks for {what}, but there are {vectors} vectors to "
+                             f"train it on, and faiss needs at least one for each centroid; give {advice}")
+    for match in CODEBOOK_PARTS.finditer(factory):
+        kind = match.group(1)
+        numbers = [int(number) for number in match.groups()[1:] if number is not None]
+        split = kind in ("PRQ", "PLSQ")
+        bits = numbers[2 if split else 1] if len(numbers) > (2 if split else 1) else PQ_BITS
+        books = numbers[1] if split and len(numbers) > 1 else numbers[0]
+        if 1 << bits > vectors:
+            raise ValueError(f"{factory!r}: {match.group(0)} has {1 << bits} codewords a codebook ({bits} bits), but "
+                             f"there are {vectors} vectors to train them on, and faiss needs at least one for each "
+                             f"codeword; give fewer bits (at most {vectors.bit_length() - 1}) or more vectors")
+        table = 4 * books * books * (1 << (2 * bits)) if kind.endswith("LSQ") else 0
+        free = available_memory()
+        if free is not None and table > free:
+            raise ValueError(f"{factory!r}: {match.group(0)} trains with a table of {books}² x {1 << bits}² numbers, "
+                             f"{table:,} bytes, more than the {free:,} bytes this machine has free; give fewer bits or "
+                             "codebooks")
 
 
 def check_search_params(params: str) -> None:

@@ -43,6 +43,7 @@ from retromae.retrieval.faiss_options import (
     INDEX_TYPES,
     SHORTLIST,
     check_factory,
+    check_factory_fits,
     check_search_params,
     check_shortlist,
     index_type,
@@ -211,11 +212,21 @@ def _train(index: Any, vectors: np.ndarray, seed: int) -> None:
     if len(vectors) > TRAIN_SAMPLE:
         rows = np.sort(np.random.default_rng(seed).choice(len(vectors), TRAIN_SAMPLE, replace=False))
         vectors = vectors[rows]
-    try:
+    with _faiss_errors(f"cannot train this index on {len(vectors)} vectors"):
         index.train(np.ascontiguousarray(vectors, dtype=np.float32))
+
+
+@contextlib.contextmanager
+def _faiss_errors(doing: str) -> Iterator[None]:
+    """faiss's C++ exception (a RuntimeError) or failed allocation (a MemoryError, `std::bad_alloc`) while an index
+    is trained or filled, as one line naming --factory: `doing` and faiss's last line."""
+    try:
+        yield
+    except MemoryError as error:
+        raise ConfigError(f"--factory: {doing}: faiss ran out of memory ({str(error).strip() or 'MemoryError'}); "
+                          "give a smaller index") from error
     except RuntimeError as error:
-        raise ConfigError(f"--factory: cannot train this index on {len(vectors)} vectors: "
-                          f"{str(error).strip().splitlines()[-1]}") from error
+        raise ConfigError(f"--factory: {doing}: {str(error).strip().splitlines()[-1]}") from error
 
 
 def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip", params: str = "",
@@ -238,6 +249,7 @@ def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip
     if faiss is None:
         index = ExactIndex(embeddings.shape[1], metric)
     else:
+        _checked("--factory", lambda text: check_factory_fits(text, min(len(embeddings), TRAIN_SAMPLE)), factory)
         try:
             index = faiss.index_factory(int(embeddings.shape[1]), COMPRESSED.get(factory, factory),
                                         _faiss_metric(faiss, metric))
@@ -245,8 +257,9 @@ def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip
             raise ConfigError(f"--factory: {factory!r} is not a valid faiss index factory string") from error
         _skip_polysemous_training(faiss, index)
         _train(index, embeddings, seed)
-    for start in range(0, len(embeddings), add_batch):
-        index.add(np.ascontiguousarray(embeddings[start:start + add_batch], dtype=np.float32))
+    with _faiss_errors(f"cannot add {len(embeddings)} vectors to this index"):
+        for start in range(0, len(embeddings), add_batch):
+            index.add(np.ascontiguousarray(embeddings[start:start + add_batch], dtype=np.float32))
     set_search_params(index, params)
     return index
 

@@ -23,6 +23,7 @@ from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, c
 from retromae.retrieval.lineage import check_inference, check_model, recorded_inference
 from retromae.retrieval.texts import document_texts
 from retromae.runtime.errors import RetroMAEError
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError, checked_arguments, require
 
 if TYPE_CHECKING:
@@ -74,8 +75,11 @@ class QueryEncoding:
 
 
 def _texts(queries: Any) -> Any:
-    """The texts of a mapping of queries (id → text), checked as `--query` values."""
-    return list(queries.values()) if isinstance(queries, Mapping) else queries
+    """The texts of a mapping of queries (id → text), checked as `--query` values; anything but a mapping refused
+    (a list's texts would be taken for ids)."""
+    if not isinstance(queries, Mapping):
+        raise ConfigError(f"--query: expected a mapping of query ids to texts, got {quoted(queries)}")
+    return list(queries.values())
 
 
 class Searcher:

@@ -19,6 +19,7 @@ command declares its own dataclass. The vocabulary the names follow is in docs/c
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import dataclasses
 import functools
 import inspect
@@ -198,6 +199,16 @@ def reading_options(config: object, kinds: tuple[str, ...] = READS) -> dict[str,
         return {}
     return {field.name: field.metadata["reads"] for field in dataclasses.fields(config)
             if field.metadata.get("reads") in kinds}
+
+
+def path_options(config: object) -> set[str]:
+    """The options of a config (class or instance) that name paths: those that read (`reading_options`) and those
+    typed `Path`. The rest (a title, a prefix, a factory string) are text, never looked up on disk."""
+    if not dataclasses.is_dataclass(config):
+        return set()
+    config_cls = config if isinstance(config, type) else type(config)
+    return set(reading_options(config)) | {name for name, spec in _field_specs(config_cls).items()
+                                           if spec.scalar is Path}
 
 
 def renamed_note(old: str, new: str) -> str:
@@ -622,7 +633,9 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
         value = _number(flag, scalar, value, field.metadata.get("domain"))
     elif not isinstance(value, bool if scalar is bool else str | os.PathLike):
         raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
-    elif scalar is Path:
+    elif isinstance(value, os.PathLike):  # its `__fspath__` asked once: what is checked is what is used
+        value = _path_text(flag, value)
+    if scalar is Path and not isinstance(value, Path):
         value = Path(value)
     if scalar in (str, Path) and (problem := text_problem(str(value))) is not None:
         raise ConfigError(f"{flag}: {problem}")
@@ -635,6 +648,21 @@ def _checked(field: dataclasses.Field, scalar: type, value: Any) -> Any:
         except ValueError as error:
             raise ConfigError(f"{flag}: {error}") from None
     return value
+
+
+def _path_text(flag: str, value: os.PathLike) -> str | Path:
+    """A path-like's path, asked of it once (a Path kept as it is); ConfigError naming the option when its
+    `__fspath__` gives no text."""
+    if isinstance(value, Path):
+        return value
+    try:
+        text = os.fspath(value)
+    except Exception as error:  # noqa: BLE001  (a user's `__fspath__` may raise anything)
+        raise ConfigError(f"{flag}: expected a path, got {_shown(value)[:80]} ({type(error).__name__})") from None
+    if not isinstance(text, str):
+        raise ConfigError(f"{flag}: expected a path of text, got {_shown(value)[:80]}, whose __fspath__ gives "
+                          f"{_shown(text)[:80]}")
+    return text
 
 
 def text_problem(text: str) -> str | None:
@@ -677,43 +705,86 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (),
+def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_lists: tuple[str, ...] = (),
                       **options: str | tuple[str, Callable[[Any], Any]]) -> Callable[[Callable], Callable]:
     """A method of the Python API whose arguments are options of a command: `argument="option"` (or `(option, how
     to read the argument's values)`), each given argument checked by the one check of that option (`check_values`
     against `config_cls`) before the method runs, and refused naming the argument and the option, in one line, as
     the command line would be (`Searcher.search("x", k="3")`: `k: expected a whole number, got the text '3' (as
-    --top-k)`). None is refused where the argument's default is not None. `unchecked`: the arguments that are no
-    option (vectors, a progress bar); the decorated method records them (`checked_options`, `unchecked`,
-    `config_class`) and its check alone (`check`)."""
+    --top-k)`). None is refused where the argument's default is not None. The method then runs on the values as
+    checked, as a config's fields hold them: a whole number given as `3.0` (or `numpy.float32(3)`) as the int 3, a
+    path-like as the one path its `__fspath__` gave the check (an argument read through its own function is passed as
+    given: the function only says what to check). `text_lists`: the arguments that are a list of texts (an encoder's
+    `texts`), each checked by `checked_texts` and passed on as the list checked. `unchecked`: the arguments that are
+    no option (vectors, a progress bar); the decorated method records them (`checked_options`, `text_lists`,
+    `unchecked`, `config_class`) and its check alone (`check`, which returns the arguments as the method gets them)."""
     def decorate(function: Callable) -> Callable:
         signature = inspect.signature(function)
+        fields = {field.name: field for field in dataclasses.fields(config_cls)}
 
-        def check(*args: Any, **kwargs: Any) -> None:
+        def check(*args: Any, **kwargs: Any) -> inspect.BoundArguments:
             bound = signature.bind(*args, **kwargs)
+            for argument in text_lists:
+                if argument in bound.arguments:
+                    bound.arguments[argument] = checked_texts(argument, bound.arguments[argument])
             for argument, spec in options.items():
-                if argument not in bound.arguments:
-                    continue
-                name, read = (spec, None) if isinstance(spec, str) else spec
-                value = bound.arguments[argument]
-                if value is None and signature.parameters[argument].default is not None:
-                    raise ConfigError(f"{argument}: must be given, got None (as {_flag(name)})")
-                try:
-                    check_values(config_cls, {name: read(value) if read is not None and value is not None else value})
-                except ConfigError as error:
-                    said = str(error).removeprefix(f"{_flag(name)}: ")
-                    raise ConfigError(f"{argument}: {said} (as {_flag(name)})") from None
+                if argument in bound.arguments:
+                    none_ok = signature.parameters[argument].default is None
+                    bound.arguments[argument] = _checked_argument(config_cls, fields, argument, spec, none_ok,
+                                                                  bound.arguments[argument])
+            return bound
 
         @functools.wraps(function)
         def checked(*args: Any, **kwargs: Any) -> Any:
-            check(*args, **kwargs)
-            return function(*args, **kwargs)
+            bound = check(*args, **kwargs)
+            return function(*bound.args, **bound.kwargs)
 
         checked.checked_options, checked.unchecked, checked.check = dict(options), tuple(unchecked), check
-        checked.config_class = config_cls
+        checked.text_lists, checked.config_class = tuple(text_lists), config_cls
         return checked
 
     return decorate
+
+
+def _checked_argument(config_cls: type, fields: dict[str, dataclasses.Field], argument: str,
+                      spec: str | tuple[str, Callable[[Any], Any]], none_ok: bool, value: Any) -> Any:
+    """`value` of the API's `argument` as its option's check makes it (`checked_arguments`); ConfigError naming the
+    argument and the option otherwise. One value given for a list option stays one value."""
+    name, read = (spec, None) if isinstance(spec, str) else spec
+    if value is None and not none_ok:
+        raise ConfigError(f"{argument}: must be given, got None (as {_flag(name)})")
+    try:
+        if read is not None:  # its reader says what to check; the method reads the value itself
+            check_values(config_cls, {name: read(value) if value is not None else value})
+            return value
+        checked = _checked_value(config_cls, fields[name], value)
+    except ConfigError as error:
+        said = str(error).removeprefix(f"{_flag(name)}: ")
+        raise ConfigError(f"{argument}: {said} (as {_flag(name)})") from None
+    one = isinstance(checked, list) and not isinstance(value, list | tuple)
+    return checked[0] if one else checked
+
+
+def checked_texts(argument: str, texts: Any) -> list[str]:
+    """`texts` as a list of texts (a list, a tuple or another sequence, a one-dimensional numpy array of text); a
+    ConfigError naming `argument`, in one line, for one str (which would be read as its characters), bytes, a mapping,
+    an iterator (read once, and of no length), or an item that is no text or holds a lone surrogate
+    (`text_problem`)."""
+    if isinstance(texts, str):
+        raise ConfigError(f"{argument}: expected a list of texts, got one text ({_shown(texts)[:100]}): pass "
+                          "[text] for one")
+    if isinstance(texts, bytes | bytearray | Mapping) or not (isinstance(texts, collections.abc.Sequence) or (
+            type(texts).__module__ == "numpy" and getattr(texts, "ndim", None) == 1)):
+        raise ConfigError(f"{argument}: expected a list of texts, got {_shown(texts)[:100]}")
+    checked = list(texts)
+    for number, text in enumerate(checked):
+        if not isinstance(text, str):
+            raise ConfigError(f"{argument}: expected a list of texts, got {_shown(text)[:100]} at position {number}")
+        if (problem := text_problem(text)) is not None:
+            raise ConfigError(f"{argument}: text {number} {problem.split(':')[0]}: no tokenizer reads it")
+        if type(text) is not str:  # numpy.str_ and other subclasses: the tokenizers take plain text
+            checked[number] = str(text)
+    return checked
 
 
 class Options:

@@ -38,8 +38,8 @@ from typing import Any
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import DataError, FileSystemError, tokenizer_panics
 from retromae.runtime.io import replaced_file, replaced_folder, write_text_atomic
-from retromae.runtime.lines import check_own_file, loads_finite, open_own_file
-from retromae.runtime.options import ConfigError, Options, config_to_dict, option, reading_options
+from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, quoted
+from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
 
 MARKER = "retromae-run.json"
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
@@ -117,7 +117,9 @@ def input_fingerprint(source: str | Path) -> str:
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
     """The options of `config` that define its result, plus `NAME content` fingerprints of its input options (those
     whose field declares what it reads, `runtime.options.reading_options`)."""
-    values = {key: resolved_paths(value) for key, value in config_to_dict(config).items() if key not in set(neutral)}
+    paths = path_options(config)
+    values = {key: resolved_paths(value, key) if key in paths else value
+              for key, value in config_to_dict(config).items() if key not in set(neutral)}
     for name in reading_options(config):
         given = values.get(name)
         if given:
@@ -126,14 +128,20 @@ def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str,
     return values
 
 
-def resolved_paths(value: Any) -> Any:
-    """`value` with every string that names an existing file or folder made absolute, so that `data/x` given from
-    the repository and `/abs/repo/data/x` given from elsewhere are the same run."""
+def resolved_paths(value: Any, name: str) -> Any:
+    """The value of the path option `name` (`path_options`) with every string that names an existing file or folder
+    made absolute, so that `data/x` given from the repository and `/abs/repo/data/x` given from elsewhere are the same
+    run; a name the system cannot look up (a part longer than 255 bytes) refused in one line naming the option. Free
+    text (a title, a prefix) is never a path: it stays as given."""
     if isinstance(value, list):
-        return [resolved_paths(item) for item in value]
-    if isinstance(value, str) and value and Path(value).exists():
-        return str(Path(value).resolve())
-    return value
+        return [resolved_paths(item, name) for item in value]
+    if not (isinstance(value, str) and value):
+        return value
+    try:
+        return str(Path(value).resolve()) if Path(value).exists() else value
+    except OSError as error:
+        raise ConfigError(f"--{name.replace('_', '-')}: cannot look up {quoted(value)}: "
+                          f"{error.strerror or error}") from None
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
