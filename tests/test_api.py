@@ -109,6 +109,7 @@ def test_retrieval_commands_without_the_command_line(tmp_path, tiny_model_dir, c
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.slow
 def test_entry_points_are_as_quiet_as_the_cli(tmp_path, tiny_model_dir, tiny_corpus):
     """No transformers load report (the tiny masked LM lacks BertModel's pooler) or bars and no tokenizers blank lines
     from a Python call (an entry point, or `Encoder.load` and `.save`); `library_output(True)` around it shows them,

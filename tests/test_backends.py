@@ -122,6 +122,7 @@ def test_weights_changed_in_memory_are_run_as_they_now_are(model):
     assert np.abs(after - torch_encoder.encode(TEXTS, show_progress=False)).max() <= 1e-4
 
 
+@pytest.mark.slow
 def test_a_damaged_export_is_made_again(tmp_path, model, capfd):
     damaged = tmp_path / "damaged"
     shutil.copytree(model, damaged)
@@ -262,6 +263,7 @@ def test_evaluate_and_mine_encode_with_the_backend(tmp_path, model, beir, monkey
     assert ("onnx", "int8") in used and ("openvino", "none") in used
 
 
+@pytest.mark.slow
 def test_adapt_encodes_its_teacher_and_guard_passes_with_the_backend(tmp_path, model, monkeypatch):
     """The base's vectors (the teacher's, the guard's base) from the kept export, each candidate from its own."""
     made = []

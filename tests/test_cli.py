@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from retromae.cli import build_parser, discover_commands
 from retromae.objectives import OBJECTIVES
 
@@ -53,6 +55,7 @@ def test_no_command_help_imports_torch():
     assert not modules & {"torch", "transformers", "accelerate", *OPTIONAL}, modules & {"torch", *OPTIONAL}
 
 
+@pytest.mark.slow
 def test_pretraining_run_imports_no_optional_library(tiny_model_dir, tiny_corpus, tmp_path):
     """Up to the end of training nothing optional is loaded; exporting the sentence-transformers folder then needs
     sentence-transformers (and what it imports), but never BM25, jax, faiss or matplotlib."""

@@ -121,6 +121,7 @@ def test_accelerate_cpu_launch_of_two_processes_is_refused(tiny_model_dir, tiny_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_pretrain_on_two_processes_trains_both(tiny_model_dir, tiny_corpus, tmp_path):
     steps, batch, length = 3, 2, 32
     result = launch(TORCHRUN, "pretrain", "--model", tiny_model_dir, "--corpus", tiny_corpus, "--output",
@@ -134,6 +135,7 @@ def test_pretrain_on_two_processes_trains_both(tiny_model_dir, tiny_corpus, tmp_
     assert (tmp_path / "ddp" / "encoder" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_finetune_on_two_processes_trains_both(tiny_model_dir, tmp_path):
     tiny_beir(tmp_path / "beir")
     steps, batch, query, passage = 2, 2, 4, 6  # every query and passage is longer: each is cut to its maximum
@@ -146,6 +148,7 @@ def test_finetune_on_two_processes_trains_both(tiny_model_dir, tmp_path):
     assert result.stdout.count("done in") == 1
 
 
+@pytest.mark.slow
 def test_encode_on_two_processes_shares_the_shards(tiny_model_dir, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
