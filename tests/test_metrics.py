@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from retromae.evaluation.metrics import evaluate_run, rank_documents
+from retromae.evaluation.metrics import check_finite, evaluate_run, rank_documents
 from retromae.runtime.errors import NonFiniteError
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -109,9 +109,12 @@ def test_default_k_values_and_bad_arguments():
 
 def test_a_metric_that_is_not_finite_is_refused_naming_the_query_set_the_metric_and_the_query():
     """Round six: two grades near a float's limit sum to infinity and NDCG's inf/inf is NaN (before: NaN returned,
-    and written to results). The qrels reader bounds grades (a C int); a library caller's dict is checked here."""
+    and written to results). The qrels reader bounds grades (a C int), and since round eight so does `evaluate_run`
+    for a library caller's dict (tests/test_round_eight.py); a metric's value is checked finite all the same."""
     qrels = {"q1": {"a": 1}, "q2": {"a": 1.7e308, "b": 1.7e308}}
-    with pytest.raises(NonFiniteError, match=r"^beir: ndcg@10 of query 'q2' is nan, not a finite number"):
+    with pytest.raises(ValueError, match=r"^beir: query 'q2' grades document 'a' '1.7e\+308': a relevance grade"):
         evaluate_run(qrels, {"q2": {"a": 2.0, "b": 1.0}}, (10,), source="beir")
+    with pytest.raises(NonFiniteError, match=r"^beir: ndcg@10 of query 'q2' is nan, not a finite number"):
+        check_finite({"q2": {"ndcg@10": float("nan")}}, "beir")
     biggest = {"q2": {"a": 2**31 - 1, "b": 2**31 - 1}}  # the largest grades the reader takes stay finite
     assert evaluate_run(biggest, {"q2": {"a": 2.0, "b": 1.0}}, (10,))["ndcg@10"] == 1.0

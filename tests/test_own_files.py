@@ -258,3 +258,14 @@ def test_resume_refuses_a_checkpoint_beyond_max_steps(inputs, run, capsys):
     assert capsys.readouterr().err == (f"retromae: error: {state}: the checkpoint of step 2, beyond --max-steps 1; "
                                        "give --max-steps 2 or more to resume it\n")
     assert outputs(run) == before
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.json"])
+def test_resume_refuses_a_run_record_that_is_not_a_regular_file(name, kind, inputs, run, elsewhere, capsys):
+    """The run's own records (round eight): metrics.jsonl was appended through a link to a file (the target grew
+    the run's records) and config.json written through one (the target replaced by the run's options)."""
+    path = run / name
+    plant(kind, path, elsewhere)
+    refused([*command(PRETRAIN, {**inputs, "RUN": run}), "--resume"], path, kind, capsys)
+    assert left_alone(kind, path, elsewhere)

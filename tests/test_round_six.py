@@ -17,6 +17,7 @@ from retromae.adaptation.guard import metric_of
 from retromae.cli import main
 from retromae.data import retrieval_sets
 from retromae.data.retrieval_sets import load_retrieval_set
+from retromae.evaluation import metrics
 from retromae.runtime.errors import NonFiniteError
 from retromae.runtime.lines import quoted
 from retromae.workflows.quickstart import evaluate_bm25
@@ -88,6 +89,7 @@ def test_a_metric_that_is_not_finite_is_never_written_by_any_command(tiny_model_
     """Section 4, the second rule: with the grade bound lifted, every metric path stops at `evaluate_run`'s check,
     naming the query set, the metric and the query (before: `"ndcg@10": NaN` in results, exit 0)."""
     monkeypatch.setattr(retrieval_sets, "MAX_GRADE", float("inf"))
+    monkeypatch.setattr(metrics, "MAX_GRADE", float("inf"))  # evaluate_run's own bound (round eight) too
     for name, args in metric_commands(tiny_model_dir, beir, tmp_path).items():
         assert main(args) == 2, name
         line = one_line(capsys)

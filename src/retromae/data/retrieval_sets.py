@@ -358,7 +358,29 @@ def _folded(text: str) -> str:
     return (text if text.isascii() else unicodedata.normalize("NFC", text)).casefold()
 
 
-def _lookalike(missing: set[str], corpus: dict) -> str:
+def check_run_documents(run: dict[str, dict[str, float]], corpus: dict, path: Path, corpus_name: str) -> None:
+    """A run's document ids checked against the corpus it is evaluated on: one warning giving how many are missing
+    (they can never be relevant), a few of them and any look-alike (`_lookalike`); DataError when none is in the
+    corpus (every metric would be 0: a run of another collection, or ids written another way)."""
+    unknown: set[str] = set()
+    known = False
+    for docs in run.values():
+        for docid in docs:
+            if docid in corpus:
+                known = True
+            else:
+                unknown.add(docid)
+    if not unknown:
+        return
+    said = (f"{len(unknown):,} document ids of the run are missing from {corpus_name} (e.g. {_examples(unknown)})"
+            f"{_lookalike(unknown, corpus, 'the run')}")
+    if not known:
+        raise DataError(f"{path}: none of the run's documents is in {corpus_name}, so every metric would be 0: "
+                        f"{said}; is it a run of another collection?")
+    logger.warning("%s: %s; they count as not relevant", path, said)
+
+
+def _lookalike(missing: set[str], corpus: dict, source: str = "the qrels") -> str:
     """", and N of them equal a corpus id after NFC normalisation ... (e.g. 'cafe\\u03011' is 'caf\\xe91' ...)" when
     some ids of `missing` equal an id of `corpus` after NFC normalisation or case folding (one pass over the corpus
     ids, only when judgments were dropped); else ""."""
@@ -377,7 +399,7 @@ def _lookalike(missing: set[str], corpus: dict) -> str:
         "NFC normalisation and case folding")
     count = sum(1 for docid in missing if _folded(docid) in found)
     return (f", and {count} of them equal a corpus id once Unicode-normalised (NFC) or case-folded, while ids are "
-            f"compared character for character: e.g. {shortened(ascii(dropped), 60)} of the qrels is "
+            f"compared character for character: e.g. {shortened(ascii(dropped), 60)} of {source} is "
             f"{shortened(ascii(kept), 60)} of the corpus after {how}")
 
 

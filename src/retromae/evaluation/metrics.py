@@ -12,11 +12,13 @@ Does not own the metrics' definitions (`evaluation.metric_registry`), models, to
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 from retromae.data.ranking import ranked
+from retromae.data.retrieval_sets import MAX_GRADE
 from retromae.evaluation.metric_registry import RANKING, JudgedRanking, metrics
-from retromae.runtime.errors import NonFiniteError
+from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.lines import quoted
 
 
@@ -50,6 +52,7 @@ def evaluate_run(
         raise ValueError(f"k values must be positive integers, got {k_values}")
     if not qrels:
         raise ValueError("qrels hold no queries")
+    check_judgments(qrels, run, source)
     scores = {
         qid: query_metrics(judged, rank_documents(run.get(qid, {}), max(k_values)), k_values)
         for qid, judged in qrels.items()
@@ -58,6 +61,22 @@ def evaluate_run(
     keys = next(iter(scores.values()))  # every query has the same keys, in the registry's order
     means = {key: math.fsum(query[key] for query in scores.values()) / len(scores) for key in keys}
     return (means, scores) if per_query else means
+
+
+def check_judgments(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], source: str) -> None:
+    """DataError (a ValueError) naming `source` and the first query whose grade is not a whole number a C int holds
+    (trec_eval's grades; the file readers apply the same bound, `data.retrieval_sets.MAX_GRADE`) or whose score is
+    not a finite real number: a library caller's dicts are held to what a file's lines are."""
+    for qid, judged in qrels.items():
+        for docid, grade in judged.items():
+            if isinstance(grade, bool) or not isinstance(grade, numbers.Integral) or abs(int(grade)) > MAX_GRADE:
+                raise DataError(f"{source}: query {quoted(qid)} grades document {quoted(docid)} {quoted(repr(grade))}"
+                                 f": a relevance grade is a whole number from {-MAX_GRADE} to {MAX_GRADE}")
+    for qid, ranking in run.items():
+        for docid, score in ranking.items():
+            if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(score):
+                raise DataError(f"{source}: the run scores document {quoted(docid)} for query {quoted(qid)} "
+                                 f"{quoted(repr(score))}: a score is a finite real number")
 
 
 def check_finite(scores: dict[str, dict[str, float]], source: str) -> None:

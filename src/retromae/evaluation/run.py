@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from retromae.data.ranking import cut_run
 from retromae.data.retrieval_sets import (
     RetrievalSet,
+    check_run_documents,
     load_retrieval_set,
     load_sts_pairs,
     read_trec_run,
@@ -113,16 +114,19 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
     data = load_retrieval_set(path, config.split, config.qrels_format)
     if config.run is not None:
         run = read_trec_run(config.run)
+        check_run_documents(run, data.corpus, config.run, "the corpus of " + path.name)
     else:
         run = model_run(config, config.load_encoder(), data, config.top_k or max(config.k_values))
     empty = EmptyResults()
     empty.count(config.source(), path.name, data.qrels, run)
     empty.warn()
-    if config.save_run is not None:
-        write_trec_run(run, config.save_run)
     if config.per_query:
-        return evaluate_run(data.qrels, run, config.k_values, per_query=True, source=str(path))
-    return evaluate_run(data.qrels, run, config.k_values, source=str(path)), None
+        results = evaluate_run(data.qrels, run, config.k_values, per_query=True, source=str(path))
+    else:
+        results = evaluate_run(data.qrels, run, config.k_values, source=str(path)), None
+    if config.save_run is not None:  # after the metrics are checked: a refused evaluation writes nothing
+        write_trec_run(run, config.save_run)
+    return results
 
 
 def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,

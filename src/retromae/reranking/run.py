@@ -36,7 +36,7 @@ from retromae.runtime.console import Result, progress
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import atomic_directory
-from retromae.runtime.options import ConfigError
+from retromae.runtime.options import ConfigError, checked_arguments
 from retromae.runtime.run_folder import claim_file, input_paths
 from retromae.training.loop import Trainer
 from retromae.training.setup import claim_output, start_run, whole_model
@@ -159,10 +159,16 @@ class CrossEncoder:
         self.model.to(self.device).eval()
         self.max_length = max_length
 
+    @checked_arguments(ScoreConfig, text_lists=("queries", "passages"), unchecked=("show_progress",),
+                       batch_size="batch_size")
     @torch.inference_mode()
     def score(self, queries: Sequence[str], passages: Sequence[str], batch_size: int = 64,
               show_progress: bool = True) -> np.ndarray:
-        """(N,) float32 logits of the pairs (queries[i], passages[i]); batches sorted by length."""
+        """(N,) float32 logits of the pairs (queries[i], passages[i]); batches sorted by length. The arguments are
+        checked as `retromae score`'s options and texts are (`runtime.options.checked_arguments`)."""
+        if len(queries) != len(passages):
+            raise ConfigError(f"passages: expected one passage per query, got {len(passages):,} passages for "
+                              f"{len(queries):,} queries")
         order = np.argsort([-len(q) - len(p) for q, p in zip(queries, passages, strict=True)], kind="stable")
         scores = np.empty(len(order), dtype=np.float32)
         with progress(f"scoring {len(order):,} pairs", len(order), "pair", enabled=show_progress) as bar:

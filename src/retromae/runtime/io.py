@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from retromae.runtime.errors import FileSystemError, RetroMAEError
-from retromae.runtime.lines import file_kind
+from retromae.runtime.lines import check_own_file, file_kind, open_own_file
 
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
@@ -110,9 +110,12 @@ def _kind_there(path: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
+def atomic_path(path: Path, own: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside the file `path` names (`replaced_file`); on success it replaces that file in
-    one rename."""
+    one rename. `own`: a file retromae keeps for itself in a folder it manages (a run's config.json): anything but a
+    regular file there is refused (`runtime.lines.check_own_file`), a symbolic link never written through."""
+    if own:
+        check_own_file(path)
     path = replaced_file(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,9 +147,9 @@ def share_as_umask_allows(path: Path) -> None:
             item.chmod(item.stat().st_mode & 0o7777 | wanted)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (UTF-8)."""
-    with atomic_path(path) as tmp:
+def write_text_atomic(path: Path, text: str, own: bool = False) -> None:
+    """Write `text` to `path` atomically (UTF-8); `own` as `atomic_path` says."""
+    with atomic_path(path, own) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
@@ -172,13 +175,14 @@ def atomic_directory(path: Path) -> Iterator[Path]:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append `line` and a newline to `path` in one write; a write cut short (a full disk) is taken back, so the
-    file ends with the record whole or without it. (A kill inside that one write may still tear it: readers of
-    appended files drop a torn last line.)"""
+    """Append `line` and a newline to `path`, a file retromae keeps for itself in a folder it manages (a run's
+    metrics.jsonl: `runtime.lines.open_own_file`, so never through a link nor into a FIFO), in one write; a write cut
+    short (a full disk) is taken back, so the file ends with the record whole or without it. (A kill inside that one
+    write may still tear it: readers of appended files drop a torn last line.)"""
     data = (line + "\n").encode("utf-8")
-    path = replaced_file(path)  # a FIFO would block the write until a reader came
+    path = Path(path)
     with writing(path):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        fd = open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             start = os.fstat(fd).st_size
             try:

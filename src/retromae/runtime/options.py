@@ -44,6 +44,7 @@ from retromae.runtime.lines import (
     SURROGATE,
     UnreadableData,
     check_nesting,
+    check_own_file,
     check_regular_file,
     loads_finite,
 )
@@ -516,6 +517,7 @@ def _saved_options(given: dict[str, Any], known: set[str]) -> dict[str, Any]:
     if not (given.get("resume") and given.get("output") and "resume" in known):
         return {}
     path = Path(given["output"]) / SAVED_CONFIG
+    check_own_file(path)  # the run's own record: a link there is not read through
     if not path.is_file():
         return {}
     saved = load_config_file(path)
@@ -541,8 +543,9 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 
 def save_config(config: Any, path: Path) -> None:
-    """Write the resolved config as JSON, atomically."""
-    write_text_atomic(Path(path), json.dumps(config_to_dict(config), indent=2) + "\n")
+    """Write the resolved config as JSON, atomically, as a file of the run's own (`runtime.io.atomic_path`'s `own`:
+    a link or FIFO put in the run folder is refused, never written through)."""
+    write_text_atomic(Path(path), json.dumps(config_to_dict(config), indent=2) + "\n", own=True)
 
 
 def require(condition: bool, field: str, message: str) -> None:

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from retromae.runtime.console import TrainingSummary, notice
 from retromae.runtime.io import append_line, write_text_atomic
-from retromae.runtime.lines import appended_records
+from retromae.runtime.lines import appended_records, check_own_file
 from retromae.training.trackers import Reporter
 
 METRICS_FILE = "metrics.jsonl"
@@ -33,12 +33,13 @@ class MetricsLog:
 
     def __init__(self, path: Path, resume_step: int | None, reporter: Reporter | None = None):
         self.path, self.reporter = path, reporter
+        check_own_file(path)  # the run's own: a link there is not followed, read or written through
         if resume_step is not None and path.exists():
             records, torn = appended_records(path)
             if torn is not None:
                 notice(f"{path}: line {torn} was cut by the stop of the run; dropped")
             kept = [json.dumps(record) for record in records if record["step"] <= resume_step]
-            write_text_atomic(path, "".join(line + "\n" for line in kept))
+            write_text_atomic(path, "".join(line + "\n" for line in kept), own=True)
         elif resume_step is None:
             path.unlink(missing_ok=True)
 
