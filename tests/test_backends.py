@@ -145,7 +145,7 @@ def test_a_file_we_did_not_make_is_left_alone(tmp_path, model):
     (shipped / "onnx" / "model.onnx").write_bytes(b"someone else's export")
     got = vectors(shipped, "onnx", "none")
     assert (shipped / "onnx" / "model.onnx").read_bytes() == b"someone else's export"
-    cached = list((Path(backends.default_cache_dir()) / "exports").glob("*/onnx/model.onnx"))
+    cached = list((Path(backends.cache_folder()) / "exports").glob("*/onnx/model.onnx"))
     assert cached and np.abs(got - vectors(shipped)).max() <= 1e-4
 
 
@@ -368,7 +368,7 @@ def test_an_export_that_is_not_these_weights_is_refused_in_one_line(tmp_path, mo
         (victim / "onnx").mkdir()
         (victim / "onnx" / "model.onnx").write_bytes(b"shipped")  # not ours: the export goes to the cache folder
         weights = json.loads((model / "onnx" / EXPORT_RECORD).read_text())["model.onnx"]["weights"]
-        victim = backends.default_cache_dir() / "exports" / weights
+        victim = backends.cache_folder() / "exports" / weights
         shutil.rmtree(victim, ignore_errors=True)
     target = plant(victim, backend, lie, planted, tmp_path / "outside" / "model.onnx.data")
     before = {path.name: path.lstat().st_mtime_ns for path in target.parent.iterdir()}

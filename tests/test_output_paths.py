@@ -15,13 +15,14 @@ import dataclasses
 import os
 import re
 import stat
+from functools import partial
 from pathlib import Path
 
 import pytest
 from conftest import command_inputs
 
 from retromae.cli import build_parser, main
-from retromae.runtime.errors import FileSystemError
+from retromae.runtime.errors import DataError, FileSystemError
 from retromae.runtime.io import append_line, atomic_directory, atomic_path, write_text_atomic
 from retromae.runtime.run_folder import claim_file, release
 
@@ -149,8 +150,7 @@ def write_through_atomic_path(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
-FILE_WRITERS = {"write_text_atomic": write_text_atomic, "atomic_path": write_through_atomic_path,
-                "append_line": append_line}
+FILE_WRITERS = {"write_text_atomic": write_text_atomic, "atomic_path": write_through_atomic_path}
 
 
 @pytest.mark.parametrize("writer", FILE_WRITERS)
@@ -172,7 +172,27 @@ def test_a_link_to_a_regular_file_is_written_through_and_stays(writer, tmp_path)
     (tmp_path / "link").symlink_to("real")
     FILE_WRITERS[writer](tmp_path / "link", "new")
     assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == "real"
-    assert (tmp_path / "real").read_text() == ("old\nnew\n" if writer == "append_line" else "new")
+    assert (tmp_path / "real").read_text() == "new"
+
+
+OWN_WRITERS = {"append_line": append_line, "write_text_atomic(own=True)": partial(write_text_atomic, own=True)}
+
+
+@pytest.mark.parametrize("writer", OWN_WRITERS)
+@pytest.mark.parametrize("kind", ["link to a file", "fifo", "dangling link", "folder"])
+def test_a_file_of_a_runs_own_is_never_written_through_what_is_there(writer, kind, tmp_path):
+    """A run's metrics.jsonl and config.json (round eight): not the output rule's write through a link, but the
+    own-file rule (`runtime.lines.check_own_file`): refused, the link and its target left as they were."""
+    (tmp_path / "real").write_text("old\n")
+    path = tmp_path / "out"
+    if kind == "link to a file":
+        path.symlink_to("real")
+    else:
+        path.mkdir() if kind == "folder" else make(kind, path)
+    with pytest.raises(DataError, match=f"^{path}: is .*, not a regular file; retromae writes this file itself"):
+        OWN_WRITERS[writer](path, "new")
+    assert (tmp_path / "real").read_text() == "old\n" and sorted(item.name for item in tmp_path.iterdir()) == [
+        "out", "real"]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dangling link", "file"])

@@ -9,16 +9,21 @@
 - `evaluate --save-run` wrote the run before its metrics were checked: a refused evaluation left a run behind.
 - The cross-encoder's `score` took one text as its characters and a batch size of 0; it is checked as `retromae
   score`'s options are (`runtime.options.checked_arguments`).
+- $RETROMAE_CACHE where no folder can be (a file, under a file, a dangling link) was found at the cache's first
+  use, after the command had claimed its output; every command now refuses it first (`runtime.io.check_cache_setting`,
+  in `preflight.check_config`), as --cache-dir's check does.
 """
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tiny_beir
+from conftest import command_inputs, tiny_beir
+from test_output_paths import CASES
 
 import retromae.evaluation.run
 from retromae.cli import main
@@ -131,3 +136,29 @@ def reranker(tiny_model_dir, tmp_path_factory):
 def test_the_cross_encoder_checks_its_arguments_as_the_score_command(reranker, arguments, words):
     with pytest.raises(ConfigError, match=f"^{words}"):
         reranker.score(*arguments, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def inputs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
+    return command_inputs(tmp_path_factory.mktemp("inputs"), tiny_model_dir)
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "a dangling link"])
+@pytest.mark.parametrize("case", CASES, ids="-".join)
+def test_every_command_refuses_a_cache_setting_no_folder_can_be_before_it_claims_its_output(case, where, inputs,
+                                                                                           tmp_path, monkeypatch,
+                                                                                           capsys):
+    """$RETROMAE_CACHE naming a file was found at the cache's first use: after a pre-training run had claimed its
+    output and loaded its model (and never by a command whose cache is beside the model)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("a file of the user's\n")
+    setting = {"a file": blocker, "under a file": blocker / "cache", "a dangling link": tmp_path / "link"}[where]
+    if where == "a dangling link":
+        setting.symlink_to(tmp_path / "nowhere")
+    monkeypatch.setenv("RETROMAE_CACHE", str(setting))
+    out = tmp_path / "out"
+    args = [str({**inputs, "OUT": out, "OUT.trec": out, "OUT.json": out, "OUT.jsonl": out}.get(word, word))
+            for word in CASES[case].split()]
+    assert main(args) == 1
+    assert error_line(capsys).startswith(f"retromae: error: $RETROMAE_CACHE: {setting}: ")
+    assert not os.path.lexists(out) and blocker.read_text() == "a file of the user's\n"

@@ -94,13 +94,13 @@ def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, t
     the sandboxed $RETROMAE_CACHE), and the run's log names it; any other choice is left as given."""
     from test_objectives import build
 
-    from retromae.data.token_store import default_cache_dir
     from retromae.losses.vocabulary_choice import CACHE_FILE
     from retromae.pretraining.run import choose_vocabulary_loss
+    from retromae.runtime.io import cache_folder
 
     objective = build("retromae", tiny_tokenizer)
     vocab, width = objective.vocabulary.projection.weight.shape
-    cache = default_cache_dir() / CACHE_FILE
+    cache = cache_folder() / CACHE_FILE
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({cache_key(width, vocab, 2 * 16, torch.float32): {"unfused": 1.0,
                                                                                    "chunked-torch": 0.5}}))

@@ -34,6 +34,7 @@ from retromae.data.held_out import check_held_out
 from retromae.data.inputs import check_format, declared_formats
 from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import DataError, FileSystemError, ModelLoadError
+from retromae.runtime.io import check_cache_setting
 from retromae.runtime.options import MODEL_READS, build_config, reading_options
 
 T = TypeVar("T")
@@ -85,7 +86,9 @@ def check_config(config: T) -> T:
     """`config` once its inputs exist and their heads are of the formats its command reads (`check_inputs`) and each
     model it names is a model folder or a reachable (or cached) hub name (`check_model`): the one check before the
     work of the command line, a `--config` file and the Python API alike; then a held-out set against what the
-    command trains on (`data.held_out.check_held_out`)."""
+    command trains on (`data.held_out.check_held_out`). $RETROMAE_CACHE is checked first
+    (`runtime.io.check_cache_setting`): a command would claim its output before its first use of the cache."""
+    check_cache_setting()
     check_inputs(config)
     for option, kind in reading_options(config, MODEL_READS).items():
         for name in _values(getattr(config, option, None)):

@@ -43,7 +43,7 @@ from retromae.data.corpus import HF_PREFIX, corpus_files, iter_corpus_pieces, pa
 from retromae.data.long_texts import split_characters
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError, FileSystemError
-from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.io import CACHE_ENV, atomic_directory, cache_folder, write_text_atomic
 from retromae.runtime.lines import check_regular_file, read_json_file
 from retromae.runtime.options import require
 from retromae.runtime.run_folder import file_fingerprint
@@ -56,7 +56,6 @@ BATCH_CHARACTERS = 2_000_000
 PIECE_CHARACTERS = 100_000  # a longer document is tokenised in pieces (`retromae.data.corpus.cut_pieces`)
 MIN_BLOCK_TOKENS = 8
 MIN_DOCUMENT_TOKENS = 2
-CACHE_ENV = "RETROMAE_CACHE"
 FILES = {
     "ids": ("ids.int32", np.int32),
     "word_starts": ("word_starts.uint8", np.uint8),
@@ -65,17 +64,12 @@ FILES = {
 }
 
 
-def default_cache_dir() -> Path:
-    """$RETROMAE_CACHE, or ~/.cache/retromae."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae")
-
-
 def usable_cache(cache_dir: Path | None) -> Path:
-    """The token-store folder under `cache_dir` (default `default_cache_dir`), created and checked writable before
+    """The token-store folder under `cache_dir` (default `runtime.io.cache_folder`), created and checked writable before
     any tokenising: FileSystemError naming it and the setting it came from (a file there, a read-only disk)."""
     given = Path(cache_dir) if cache_dir else None
     setting = "--cache-dir" if given else f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default cache"
-    folder = (given or default_cache_dir()) / "token_stores"
+    folder = (given or cache_folder()) / "token_stores"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):

@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from retromae.data.token_store import default_cache_dir
 from retromae.losses.fused_loss import linear_cross_entropy_sum
 from retromae.models import onednn
 from retromae.runtime.cpu_features import cpu_model
 from retromae.runtime.errors import DataError
-from retromae.runtime.io import write_text_atomic
+from retromae.runtime.io import cache_folder, write_text_atomic
 from retromae.runtime.lines import read_json_file
 
 CACHE_FILE = "vocabulary-loss.json"
@@ -111,7 +110,7 @@ def auto_kind(width: int, vocab: int, rows: int, dtype: torch.dtype, cache: Path
     """(the kind `auto` runs, the timings it was chosen from, whether they were measured now rather than cached)
     for a loss over `rows` states of `width` against `vocab` words in `dtype`, on this CPU."""
     rows = min(rows, CALIBRATION_ROWS)
-    path = cache or default_cache_dir() / CACHE_FILE
+    path = cache or cache_folder() / CACHE_FILE
     key = cache_key(width, vocab, rows, dtype)
     entries = read_cache(path)
     fresh = key not in entries

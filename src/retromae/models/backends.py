@@ -47,10 +47,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from retromae.data.token_store import default_cache_dir
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError, ModelLoadError
-from retromae.runtime.io import write_text_atomic
+from retromae.runtime.io import cache_folder, write_text_atomic
 from retromae.runtime.lines import read_json_file
 from retromae.runtime.run_folder import file_fingerprint
 
@@ -144,7 +143,7 @@ def export_root(folder: str | None, fingerprint: str, relative: str) -> Path:
         target = Path(folder) / relative
         if not target.exists() or target.name in _record(target.parent):
             return Path(folder)
-    return default_cache_dir() / "exports" / fingerprint
+    return cache_folder() / "exports" / fingerprint
 
 
 def _record(folder: Path) -> dict[str, Any]:

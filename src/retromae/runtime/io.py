@@ -23,6 +23,8 @@ from pathlib import Path
 from retromae.runtime.errors import FileSystemError, RetroMAEError
 from retromae.runtime.lines import check_own_file, file_kind, open_own_file
 
+CACHE_ENV = "RETROMAE_CACHE"  # the folder of retromae's caches (`cache_folder`)
+
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
 
@@ -90,11 +92,32 @@ def replaced_folder(path: Path, what: str = "output") -> None:
 
 def check_folder_option(path: str | Path) -> None:
     """The check of an option naming a folder a command writes in (a cache): ValueError when something other than a
-    folder is there (`replaced_folder`), so that it is refused with the other options, before any work."""
+    folder is there (`replaced_folder`) or where it would be made (a file among its parents), so that it is refused
+    with the other options, before any work."""
+    path = Path(path)
     try:
-        replaced_folder(Path(path), "folder")
+        replaced_folder(path, "folder")
     except FileSystemError as error:
         raise ValueError(str(error)) from None
+    blocking = next((parent for parent in path.parents if os.path.lexists(parent) and not parent.is_dir()), None)
+    if blocking is not None:
+        raise ValueError(f"{path}: cannot be made: {blocking} is {_kind_there(blocking) or 'a file'}, not a folder")
+
+
+def cache_folder() -> Path:
+    """The folder retromae keeps its caches in (token stores, exports, measurements): $RETROMAE_CACHE, else
+    ~/.cache/retromae."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae")
+
+
+def check_cache_setting() -> None:
+    """FileSystemError naming $RETROMAE_CACHE when it is set to a place no folder can be (`check_folder_option`):
+    asked by `retromae.cli` before a command's options, so that no command claims its output first."""
+    if os.environ.get(CACHE_ENV):
+        try:
+            check_folder_option(cache_folder())
+        except ValueError as error:
+            raise FileSystemError(f"${CACHE_ENV}: {error}") from None
 
 
 def _kind_there(path: Path) -> str | None:
