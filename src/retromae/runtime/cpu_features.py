@@ -20,7 +20,8 @@ CPUINFO = Path("/proc/cpuinfo")
 VECTOR_PREFIXES = ("avx2", "avx_vnni", "avx512", "amx")  # the extensions worth naming beside a figure
 # Where bf16 autocast was measured to pay, at equal losses and NDCG: AMX (an Intel Xeon: pre-training and fine-tuning
 # steps 0.72-0.73x float32's time, encoding 3.5x the documents a second; docs/performance.md). AVX-512 bf16 without
-# AMX (AMD Zen 4/5, Intel Cooper Lake) was not measured, so float32 there.
+# AMX (AMD Zen 4/5, Intel Cooper Lake) was not measured on such a CPU (oneDNN capped at its instructions on the Xeon:
+# encoding 1.15x, training steps 1.18-1.38x slower), so float32 there.
 AUTO_BF16_FLAGS = ("amx_bf16",)
 AUTO_BF16_VARIABLE = "RETROMAE_CPU_BF16"  # 1: bf16 on any CPU under auto, 0: float32 (e.g. for bit-stable results)
 
