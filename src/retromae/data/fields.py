@@ -6,8 +6,9 @@ characters (ids are held in every table and run, and a 500 MB one took 2.7 GB), 
 tab, which separate the fields of TREC runs and qrels; no character at which `str.splitlines` ends a line: line
 feed, carriage return, form feed, vertical tab, the separators U+001C-U+001E, U+0085, U+2028, U+2029; so no leading
 or trailing space either); the typed fields of a JSON record (`string_field`, `document_fields`: a `text` that is an
-object, or a title that is a number, is refused, never turned into its repr); and reading a list of ids, one a
-line (`read_id_lines`, the `ids.txt` of embeddings and index folders). Every reader of ids (corpora, queries, qrels,
+object, or a title that is a number, is refused, never turned into its repr; `whole_number_field`: a count that is
+text, a boolean or 3.0 is refused); and reading a list of ids, one a line (`read_id_lines`, the `ids.txt` of
+embeddings and index folders). Every reader of ids (corpora, queries, qrels,
 TREC runs, training files, pre-training corpora, ids.txt) goes through here, so one rule holds everywhere and an id
 read by one command is read alike by every other. Also owns the fields a document or query may hold, in the layouts
 people have (`document_fields`: BEIR `_id`/`title`/`text`, Pyserini `id`/`contents`; `tsv_columns`: MS MARCO
@@ -26,6 +27,7 @@ from typing import Any
 
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import check_regular_file, quoted
+from retromae.runtime.options import NON_NEGATIVE, Domain
 
 LINE_END = b"\n"
 WHITESPACE = re.compile(r"\s")  # exactly str.isspace's characters, which include every line end splitlines knows
@@ -108,6 +110,18 @@ def string_field(record: dict, name: str, where: str, *, required: bool = True,
         return None
     if not isinstance(value, str):
         raise DataError(f"{where}: field {name!r} must be a string, got {json_type(value)}")
+    return value
+
+
+def whole_number_field(record: dict, name: str, where: str, domain: Domain = NON_NEGATIVE) -> int:
+    """Field `name` of a JSON record as a whole number in `domain`: a JSON integer (not a boolean, not 3.0, not the
+    text "3"); DataError naming `where` and the field when it is missing or is anything else."""
+    if name not in record:
+        raise missing_field(record, where, (name,), f"the record needs a field {name!r}")
+    value = record[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not domain.holds(value):
+        raise DataError(f"{where}: field {name!r} is {quoted(value)}; it must be a whole number and "
+                        f"{domain.describe()}")
     return value
 
 

@@ -1,14 +1,21 @@
 """Tokenise a corpus once into a memory-mapped store of packed blocks, cached and reused by later runs.
 
-Owns: the on-disk token store (format, cache key, atomic build, memory-mapped loading) and the packing rule.
-Does not own reading formats (see `corpus`), special tokens or padding (see `collate`), masking, or models.
+Owns: the on-disk token store (format, cache key, atomic build, memory-mapped loading, the check of a store found
+on disk) and the packing rule. Does not own reading formats (see `corpus`), special tokens or padding (see `collate`),
+masking, or models.
 
 Layout of a store folder (all flat little-endian arrays, read with `np.memmap`):
   ids.int32            token ids of every kept block, back to back, without special tokens
   word_starts.uint8    1 where the token starts a word (from the fast tokenizer's `word_ids()`)
   block_offsets.int64  num_blocks + 1 offsets into ids: block i is ids[offsets[i]:offsets[i + 1]]
   block_documents.int32  the document each block came from (0 .. num_documents - 1, in corpus order)
-  meta.json            sources, tokenizer, max_length, counts, format version (written last)
+  meta.json            sources, tokenizer, max_length, counts, format version, each array's fingerprint (written last)
+
+A store is opened checked (`TokenStore.__init__`), since the cache is shared and its key is a hash anyone holding the
+corpus and the tokenizer can compute: meta.json is read by the checked readers, each array is a file of the store's
+own of exactly the size meta.json's counts make and of the content its fingerprint records (a file edited in place
+is found), and the blocks are what the writer makes (`check_blocks`). `build_or_load` tokenises again, with a note,
+over a store that fails.
 
 Packing: each document is cut into consecutive blocks of at most `max_length - num_special_tokens` tokens;
 blocks never cross documents. A cut that would fall inside a word moves back to the word's start (unless
@@ -31,7 +38,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,17 +47,20 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from retromae.data.corpus import HF_PREFIX, corpus_files, iter_corpus_pieces, parse_hf_source
+from retromae.data.fields import string_field, whole_number_field
 from retromae.data.long_texts import split_characters
-from retromae.runtime.console import progress
+from retromae.runtime.console import notice, progress
 from retromae.runtime.errors import DataError, FileSystemError
 from retromae.runtime.io import CACHE_ENV, atomic_directory, cache_folder, write_text_atomic
-from retromae.runtime.lines import check_regular_file, read_json_file
-from retromae.runtime.options import require
+from retromae.runtime.lines import check_own_file, check_regular_file, quoted, read_json_file
+from retromae.runtime.options import POSITIVE, require
 from retromae.runtime.run_folder import file_fingerprint
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 2: long documents cut only where the tokenizer splits (stores of 1 are rebuilt)
+# 2: long documents cut only where the tokenizer splits; 3: meta.json records each array's fingerprint (stores of
+# an older version are not found: the version is part of the key)
+FORMAT_VERSION = 3
 BATCH_PIECES = 1000
 BATCH_CHARACTERS = 2_000_000
 PIECE_CHARACTERS = 100_000  # a longer document is tokenised in pieces (`retromae.data.corpus.cut_pieces`)
@@ -62,6 +72,7 @@ FILES = {
     "offsets": ("block_offsets.int64", np.int64),
     "documents": ("block_documents.int32", np.int32),
 }
+COUNTS = ("max_length", "block_tokens", "num_blocks", "num_tokens", "num_documents", "vocab_size")  # each at least 1
 
 
 def usable_cache(cache_dir: Path | None) -> Path:
@@ -95,6 +106,12 @@ def plain_backend(tokenizer: PreTrainedTokenizerFast) -> Tokenizer:
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     """sha256 of the backend tokenizer's JSON (truncation and padding settings left out)."""
     return hashlib.sha256(plain_backend(tokenizer).to_str().encode("utf-8")).hexdigest()
+
+
+def id_limit(tokenizer: PreTrainedTokenizerFast) -> int:
+    """One more than the largest id the tokenizer gives (of its vocabulary and added tokens): every id of a store
+    made with it lies below (`len(tokenizer)` counts the tokens, and ids may skip some numbers)."""
+    return max(tokenizer.get_vocab().values(), default=-1) + 1
 
 
 def source_fingerprint(source: str | Path) -> list[Any]:
@@ -265,9 +282,8 @@ def _build(directory: Path, sources: Sequence[str | Path], tokenizer: PreTrained
         names = ", ".join(str(source) for source in sources)
         raise DataError(f"{names}: empty corpus: no document with at least {MIN_DOCUMENT_TOKENS} tokens of text")
     return {
-        "block_tokens": block_tokens, "num_blocks": writer.num_blocks, "num_tokens": writer.num_tokens,
-        "num_documents": writer.num_documents, "documents_read": writer.documents_read,
-        "dropped_tokens": writer.dropped_tokens,
+        "num_blocks": writer.num_blocks, "num_tokens": writer.num_tokens, "num_documents": writer.num_documents,
+        "documents_read": writer.documents_read, "dropped_tokens": writer.dropped_tokens,
     }
 
 
@@ -276,22 +292,114 @@ def _names(sources: Sequence[str | Path], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
+def read_meta(folder: Path, made_for: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """meta.json of the store folder `folder`, a file of the store's own (`check_own_file`) read by the checked JSON
+    reader: of this FORMAT_VERSION, each of COUNTS a whole number of at least 1, the sources a list of texts, a
+    fingerprint for each array, and each field of `made_for` (the store wanted: its key, lengths and vocabulary) of
+    the value given; DataError naming the file and the field otherwise."""
+    path = folder / "meta.json"
+    check_own_file(path)
+    meta = read_json_file(path)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{path}: format version {quoted(meta.get('format_version'))}, not {FORMAT_VERSION}: "
+                        "written by another version of retromae")
+    for name in COUNTS:
+        whole_number_field(meta, name, str(path), POSITIVE)
+    string_field(meta, "cache_key", str(path))
+    sources, fingerprints = meta.get("sources"), meta.get("fingerprints")
+    if not isinstance(sources, list) or not all(isinstance(source, str) for source in sources):
+        raise DataError(f"{path}: field 'sources' is {quoted(sources)}, not a list of texts")
+    if not isinstance(fingerprints, dict) or not all(isinstance(fingerprints.get(name), str)
+                                                     for name, _ in FILES.values()):
+        raise DataError(f"{path}: field 'fingerprints' is {quoted(fingerprints)}, not the fingerprint of each array "
+                        f"({', '.join(name for name, _ in FILES.values())})")
+    for name, value in (made_for or {}).items():
+        if meta[name] != value:
+            raise DataError(f"{path}: records {name} {quoted(meta[name])}, where this corpus, tokenizer and max_length "
+                            f"make {value}")
+    return meta
+
+
+def open_arrays(folder: Path, meta: dict[str, Any]) -> dict[str, np.memmap]:
+    """Each array of the store folder `folder`, memory-mapped once checked against `meta` (`read_meta`): a file of the
+    store's own (`check_own_file`), of exactly the bytes of the entries meta.json counts, its content the one its
+    fingerprint records (`file_fingerprint`: a sha256 of every byte, once per process and file); DataError naming the
+    file otherwise."""
+    entries = {"ids": meta["num_tokens"], "word_starts": meta["num_tokens"], "offsets": meta["num_blocks"] + 1,
+               "documents": meta["num_blocks"]}
+    arrays = {}
+    for key, (name, dtype) in FILES.items():
+        path = folder / name
+        check_own_file(path)
+        if not path.exists():
+            raise DataError(f"{path}: missing from the token store")
+        size, expected = path.stat().st_size, entries[key] * np.dtype(dtype).itemsize
+        if size != expected:
+            raise DataError(f"{path}: holds {size:,} bytes, not the {expected:,} of the {entries[key]:,} entries "
+                            "meta.json counts")
+        if file_fingerprint(path) != meta["fingerprints"][name]:
+            raise DataError(f"{path}: changed since the store was written (its content is not the one the "
+                            "fingerprint in meta.json records)")
+        arrays[key] = np.memmap(path, dtype=dtype, mode="r")
+    return arrays
+
+
+def check_blocks(folder: Path, meta: dict[str, Any], arrays: dict[str, np.memmap]) -> None:
+    """DataError naming the array unless the blocks are those the writer makes: offsets from 0 to num_tokens, each
+    block of 1 to block_tokens tokens; the blocks' documents from 0 to num_documents - 1, each block of the document
+    of the block before or of the next one; every id below vocab_size (one pass over the ids)."""
+    offsets, documents = np.asarray(arrays["offsets"]), np.asarray(arrays["documents"])
+    lengths, steps = np.diff(offsets), np.diff(documents)  # (num_blocks,), (num_blocks - 1,)
+    path, most = folder / FILES["offsets"][0], meta["block_tokens"]
+    if offsets[0] != 0:
+        raise DataError(f"{path}: starts at {offsets[0]}, not 0")
+    wrong = np.flatnonzero((lengths < 1) | (lengths > most))
+    if wrong.size:
+        block = int(wrong[0])
+        raise DataError(f"{path}: block {block} holds {lengths[block]} tokens (offsets {offsets[block]} to "
+                        f"{offsets[block + 1]}); a block holds 1 to {most} (meta.json's block_tokens)")
+    if offsets[-1] != meta["num_tokens"]:
+        raise DataError(f"{path}: ends at {offsets[-1]}, not at meta.json's num_tokens {meta['num_tokens']}")
+    path = folder / FILES["documents"][0]
+    if documents[0] != 0:
+        raise DataError(f"{path}: its first block is of document {documents[0]}, not 0")
+    wrong = np.flatnonzero((steps != 0) & (steps != 1))
+    if wrong.size:
+        block = int(wrong[0]) + 1
+        raise DataError(f"{path}: block {block} is of document {documents[block]}, after a block of document "
+                        f"{documents[block - 1]} (the blocks go through the documents in order)")
+    if documents[-1] != meta["num_documents"] - 1:
+        raise DataError(f"{path}: its last block is of document {documents[-1]}, not of the last of meta.json's "
+                        f"num_documents {meta['num_documents']}")
+    ids, limit = np.asarray(arrays["ids"]).view(np.uint32), meta["vocab_size"]  # a negative id is above any limit
+    if ids.max() >= limit:
+        token = int(np.argmax(ids >= limit))
+        raise DataError(f"{folder / FILES['ids'][0]}: token {token:,} has the id {arrays['ids'][token]}, not below "
+                        f"meta.json's vocab_size {limit} (one more than the tokenizer's largest id)")
+
+
 class TokenStore:
     """Packed blocks of token ids and word starts, memory-mapped from a store folder (see the module docstring)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, made_for: Mapping[str, Any] | None = None) -> None:
+        """The store in the folder `path`, checked (`read_meta`, with `made_for`; `open_arrays`; `check_blocks`):
+        DataError naming the file and what is wrong."""
         self.path = Path(path)
-        self.meta: dict[str, Any] = read_json_file(self.path / "meta.json")
-        arrays = {key: np.memmap(self.path / name, dtype=dtype, mode="r") for key, (name, dtype) in FILES.items()}
+        self.meta: dict[str, Any] = read_meta(self.path, made_for)
+        arrays = open_arrays(self.path, self.meta)
+        check_blocks(self.path, self.meta, arrays)
         self._ids, self._word_starts = arrays["ids"], arrays["word_starts"]
         self._offsets, self._documents = arrays["offsets"], arrays["documents"]
-        self.num_tokens: int = int(self.meta["num_tokens"])
-        self.num_documents: int = int(self.meta["num_documents"])
+        self.num_tokens: int = self.meta["num_tokens"]
+        self.num_documents: int = self.meta["num_documents"]
 
     @classmethod
     def build_or_load(cls, sources: Sequence[str | Path], tokenizer: PreTrainedTokenizerFast, max_length: int,
                       cache_dir: Path | None = None, show_progress: bool = True) -> TokenStore:
-        """The store for (sources, tokenizer, max_length): loaded from the cache, or built there first."""
+        """The store for (sources, tokenizer, max_length): loaded from the cache, or built there first. A store found
+        there that fails the checks of `TokenStore.__init__` (a file missing, cut, edited or not a file; meta.json
+        damaged or of another store) is a cache's damage: it is built again, with a note naming the file and what is
+        wrong."""
         sources = [sources] if isinstance(sources, (str, Path)) else list(sources)
         if not sources:
             raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
@@ -301,19 +409,27 @@ class TokenStore:
         stores = usable_cache(cache_dir)
         key = cache_key(sources, tokenizer, max_length)
         path = stores / key
-        if (path / "meta.json").is_file():
-            logger.info("reusing token store %s", path)
-            return cls(path)
+        made_for = {"cache_key": key, "max_length": max_length, "block_tokens": max_length - special,
+                    "vocab_size": id_limit(tokenizer)}
+        if os.path.lexists(path / "meta.json"):
+            try:
+                store = cls(path, made_for)
+            except DataError as error:
+                notice(f"retromae: note: {error}; tokenising the corpus again (the token store is a cache)")
+            else:
+                logger.info("reusing token store %s", path)
+                return store
         logger.info("building token store %s", path)
         with atomic_directory(path) as tmp:
             counts = _build(tmp, sources, tokenizer, max_length, show_progress)
             meta = {
-                "format_version": FORMAT_VERSION, "cache_key": key, "sources": [str(s) for s in sources],
+                "format_version": FORMAT_VERSION, "sources": [str(s) for s in sources],
                 "tokenizer": tokenizer.name_or_path, "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
-                "vocab_size": len(tokenizer), "max_length": max_length, **counts,
+                **made_for, **counts,
+                "fingerprints": {name: file_fingerprint(tmp / name) for name, _ in FILES.values()},
             }
             write_text_atomic(tmp / "meta.json", json.dumps(meta, indent=2) + "\n")
-        return cls(path)
+        return cls(path, made_for)
 
     def __len__(self) -> int:
         return len(self._documents)
