@@ -3,8 +3,10 @@
 Owns: the corpus formats (.txt, JSON lines, .tsv, .parquet, a folder, a Hugging Face dataset) and their errors,
 each naming the file and line (or row); the one rule of what a corpus argument may name, for every command
 (`corpus_files`: a file, or a folder holding one corpus file by name, `CORPUS_NAMES`, or else corpus files), read
-alike by the retrieval readers (`retrieval_sets.load_corpus`); and the refusal of a corpus without a document
-(`empty_corpus`). Does not own tokenisation (see `token_store`) and never imports torch.
+alike by the retrieval readers (`retrieval_sets.load_corpus`); the rule by which a folder stands for the file of a
+role by its name, one file per role (`named_file`: a corpus folder's corpus file, a retrieval set's queries and
+qrels); and the refusal of a corpus without a document (`empty_corpus`). Does not own tokenisation (see
+`token_store`) and never imports torch.
 Every reader streams: memory does not grow with the size of the file. `iter_corpus_pieces` gives the same
 documents as text pieces of a bounded size, and reads a `.txt` file of one document per line in pieces too, so
 that memory does not grow with the length of one document either (the token store reads through it).
@@ -90,18 +92,30 @@ def corpus_files(source: str | Path) -> list[Path]:
         check_regular_file(path, "corpus file")
         corpus_format(path)
         return [path]
-    named = [path / f"{name}{gz}" for name in CORPUS_NAMES for gz in ("", ".gz") if (path / f"{name}{gz}").exists()]
-    if len(named) > 1:
-        raise DataError(f"{path}: holds {' and '.join(file.name for file in named)}; a corpus folder holds one corpus "
-                        f"file ({', '.join(CORPUS_NAMES)}): name the file to read, e.g. {named[0]}")
-    if named:
-        check_regular_file(named[0], "corpus file")
-        return named
+    named = named_file(path, CORPUS_NAMES, "corpus", "a corpus folder holds one corpus file",
+                       "name the file to read in place of the folder")
+    if named is not None:
+        return [named]
     beside = [name for name in RETRIEVAL_SET_FILES if (path / name).exists()]
     if beside:
         raise DataError(f"{path}: holds {', '.join(beside)} but no corpus file: a retrieval set's folder holds one of "
                         f"{', '.join(CORPUS_NAMES)} (also .gz)")
     return folder_files(path)
+
+
+def named_file(folder: Path, names: Sequence[str], role: str, rule: str, remedy: str) -> Path | None:
+    """The file of `folder` that one of `names` (each also .gz) names, or None when none is there: the one rule by
+    which a folder stands for the file of a role by its name (a corpus folder's corpus file, `corpus_files`; a
+    retrieval set's queries and qrels, `data.retrieval_sets`). Two present are refused naming both, in one line
+    saying the `rule` and the `remedy`: which one was meant cannot be told, and reading the first would leave the
+    other unread without a word. What is there must be a regular file (`role` names it otherwise)."""
+    present = [folder / f"{name}{gz}" for name in names for gz in ("", ".gz") if (folder / f"{name}{gz}").exists()]
+    if len(present) > 1:
+        raise DataError(f"{folder}: holds {' and '.join(file.relative_to(folder).as_posix() for file in present)}; "
+                        f"{rule} ({', '.join(names)}, each also .gz): {remedy}")
+    if present:
+        check_regular_file(present[0], f"{role} file")
+    return present[0] if present else None
 
 
 def iter_documents(source: str | Path) -> Iterator[Document]:

@@ -5,10 +5,11 @@ Owns: the BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`; a s
 (`collection.tsv`, `queries*.tsv`, `qrels*.tsv`; a .tsv corpus or queries file may start with a header row naming its
 columns, `data.fields.tsv_columns`), a corpus argument read by the one rule of `data.corpus.corpus_files` (a
 folder stands for its corpus file), a queries argument (a file, or a folder holding `queries.jsonl` or
-`queries.tsv`), TREC run files (`qid Q0 docid rank score tag`) and the STS Benchmark file layout; checking them
-(malformed lines, ids by the one id rule of `data.fields`, fields of the wrong JSON type, repeated ids named with
-both lines, dangling judgments, non-finite scores, queries without text, queries judged without a relevant
-document).
+`queries.tsv`), the one file of a folder for each role (`_find`: two that could each be the queries or the qrels of
+a split are refused, naming both), TREC run files (`qid Q0 docid rank score tag`) and the STS Benchmark file
+layout; checking them (malformed lines, ids by the one id rule of `data.fields`, fields of the wrong JSON type,
+repeated ids named with both lines, dangling judgments, non-finite scores, queries without text, queries judged
+without a relevant document).
 Does not own: models, encoding, search or metrics. Every file may also be gzip-compressed (`.gz`).
 """
 
@@ -18,12 +19,12 @@ import logging
 import math
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retromae.data.corpus import CORPUS_NAMES, corpus_files, corpus_format, empty_corpus
+from retromae.data.corpus import CORPUS_NAMES, corpus_files, corpus_format, empty_corpus, named_file
 from retromae.data.fields import (
     QUERY_LAYOUT,
     check_id,
@@ -185,7 +186,7 @@ def queries_file(path: Path) -> Path:
     path = Path(path)
     if not path.is_dir():
         return path
-    return _find(path, list(QUERIES_NAMES), "queries")
+    return _find(path, [QUERIES_NAMES], "queries")
 
 
 def _queries_parser(path: Path) -> Parse:
@@ -308,14 +309,18 @@ def _without_unanswerable(qrels: dict[str, dict[str, int]], path: Path,
     return {qid: docs for qid, docs in qrels.items() if qid not in unanswerable}
 
 
-def _find(folder: Path, names: list[str], what: str) -> Path:
-    """The first of `names` (or its .gz) present in `folder`; DataError listing every name looked for."""
-    for name in names:
-        for candidate in (folder / name, folder / f"{name}.gz"):
-            if candidate.exists():
-                check_regular_file(candidate)
-                return candidate
-    raise DataError(f"{folder}: no {what} file; looked for {', '.join(names)}")
+def _find(folder: Path, tiers: Sequence[Sequence[str]], what: str) -> Path:
+    """The file of `folder` playing the role `what` (the corpus, the queries, the qrels of a split): `tiers` are its
+    names from the most specific to the least (the split's own file, its `.small` subset, a file naming no split),
+    the names of one tier equally good. The first tier with a file present (a name or its .gz) gives it; two present
+    in that tier could each be the role's file and are refused naming both (`data.corpus.named_file`); a file of a
+    later tier is then not read (`qrels.tsv` beside `qrels/test.tsv`: the file naming the split is the split's).
+    DataError listing every name looked for when none is there."""
+    for names in tiers:
+        found = named_file(folder, names, what, f"a folder holds one {what} file", "move away the one not meant")
+        if found is not None:
+            return found
+    raise DataError(f"{folder}: no {what} file; looked for {', '.join(name for names in tiers for name in names)}")
 
 
 def _examples(ids: set[str]) -> str:
@@ -324,9 +329,9 @@ def _examples(ids: set[str]) -> str:
 
 def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict, paths: dict[str, Path]) -> None:
     """Remove judgments naming an unknown query or document, with one warning giving the counts, how many queries
-    lost every relevant judgment (they leave the evaluation), and, where a dropped document id equals a corpus id
-    after NFC normalisation or case folding, one such pair in code points (`_lookalike`): on screen the two look
-    the same. Ids stay compared byte for byte."""
+    lost every relevant judgment (they leave the evaluation), and, where a dropped query id equals an id of the
+    queries file, or a dropped document id a corpus id, after NFC normalisation or case folding, one such pair in
+    code points (`_lookalike`): on screen the two look the same. Ids stay compared byte for byte."""
     unknown_queries = {qid for qid in qrels if qid not in queries}
     dropped_by_query = sum(len(qrels.pop(qid)) for qid in unknown_queries)
     unknown_docs: set[str] = set()
@@ -343,8 +348,10 @@ def _drop_dangling(qrels: dict[str, dict[str, int]], corpus: dict, queries: dict
         return
     parts = []
     if dropped_by_query:
-        parts.append(f"{dropped_by_query} judgments name {len(unknown_queries)} queries missing from "
-                     f"{paths['queries'].name} (e.g. {_examples(unknown_queries)})")
+        name = paths["queries"].name
+        alike = _lookalike(unknown_queries, queries, f"a query id of {name}", name)
+        parts.append(f"{dropped_by_query} judgments name {len(unknown_queries)} queries missing from {name} (e.g. "
+                     f"{_examples(unknown_queries)}){alike}")
     if dropped_by_doc:
         parts.append(f"{dropped_by_doc} judgments name {len(unknown_docs)} documents missing from "
                      f"{paths['corpus'].name} (e.g. {_examples(unknown_docs)}){_lookalike(unknown_docs, corpus)}")
@@ -373,34 +380,36 @@ def check_run_documents(run: dict[str, dict[str, float]], corpus: dict, path: Pa
     if not unknown:
         return
     said = (f"{len(unknown):,} document ids of the run are missing from {corpus_name} (e.g. {_examples(unknown)})"
-            f"{_lookalike(unknown, corpus, 'the run')}")
+            f"{_lookalike(unknown, corpus, source='the run')}")
     if not known:
         raise DataError(f"{path}: none of the run's documents is in {corpus_name}, so every metric would be 0: "
                         f"{said}; is it a run of another collection?")
     logger.warning("%s: %s; they count as not relevant", path, said)
 
 
-def _lookalike(missing: set[str], corpus: dict, source: str = "the qrels") -> str:
-    """", and N of them equal a corpus id after NFC normalisation ... (e.g. 'cafe\\u03011' is 'caf\\xe91' ...)" when
-    some ids of `missing` equal an id of `corpus` after NFC normalisation or case folding (one pass over the corpus
-    ids, only when judgments were dropped); else ""."""
-    wanted = {_folded(docid): docid for docid in sorted(missing, reverse=True)}  # the first id of each key kept
+def _lookalike(missing: set[str], known: dict, kind: str = "a corpus id", place: str = "the corpus",
+               source: str = "the qrels") -> str:
+    """", and N of them equal a corpus id once Unicode-normalised ... (e.g. 'cafe\\u03011' of the qrels is 'caf\\xe91'
+    of the corpus ...)" when some ids of `missing` (read from `source`) equal an id of `known` (`kind`, of `place`:
+    a corpus's documents, a queries file's queries) after NFC normalisation or case folding (one pass over the known
+    ids, only when some were missing); else ""."""
+    wanted = {_folded(key): key for key in sorted(missing, reverse=True)}  # the first id of each key kept
     found = {}
-    for docid in corpus:
-        key = _folded(docid)
-        if key in wanted and key not in found:
-            found[key] = docid
+    for key in known:
+        folded = _folded(key)
+        if folded in wanted and folded not in found:
+            found[folded] = key
     if not found:
         return ""
-    key = min(found, key=wanted.__getitem__)
-    dropped, kept = wanted[key], found[key]
+    folded = min(found, key=wanted.__getitem__)
+    dropped, kept = wanted[folded], found[folded]
     nfc = unicodedata.normalize("NFC", dropped) == unicodedata.normalize("NFC", kept)
     how = "NFC normalisation" if nfc else "case folding" if dropped.casefold() == kept.casefold() else (
         "NFC normalisation and case folding")
-    count = sum(1 for docid in missing if _folded(docid) in found)
-    return (f", and {count} of them equal a corpus id once Unicode-normalised (NFC) or case-folded, while ids are "
+    count = sum(1 for key in missing if _folded(key) in found)
+    return (f", and {count} of them equal {kind} once Unicode-normalised (NFC) or case-folded, while ids are "
             f"compared character for character: e.g. {shortened(ascii(dropped), 60)} of {source} is "
-            f"{shortened(ascii(kept), 60)} of the corpus after {how}")
+            f"{shortened(ascii(kept), 60)} of {place} after {how}")
 
 
 def split_problem(split: str) -> str | None:
@@ -419,13 +428,17 @@ def check_split(split: str) -> None:
 
 
 def split_files(folder: Path, split: str) -> dict[str, Path]:
-    """The queries and qrels files of one split of a BEIR or MS MARCO folder (`load_retrieval_set` names them)."""
+    """The queries and qrels files of one split of a BEIR or MS MARCO folder, each the one file of its role (`_find`),
+    a file naming the split read before its `.small` subset, and that before a file naming no split: the queries
+    from `queries.{split}.tsv`, `queries.{split}.small.tsv`, then `queries.jsonl` or `queries.tsv`; the qrels from
+    `qrels/{split}.tsv` or `qrels.{split}.tsv`, `qrels.{split}.small.tsv`, then `qrels.tsv` (`--split dev.small`
+    names MS MARCO's small dev set where its full one lies beside it)."""
     problem = split_problem(split)
     require(problem is None, "split", str(problem))
-    return {"queries": _find(folder, ["queries.jsonl", f"queries.{split}.tsv", f"queries.{split}.small.tsv",
-                                      "queries.tsv"], "queries"),
-            "qrels": _find(folder, [f"qrels/{split}.tsv", f"qrels.{split}.tsv", f"qrels.{split}.small.tsv",
-                                    "qrels.tsv"], f"qrels (split {split!r})")}
+    return {"queries": _find(folder, [[f"queries.{split}.tsv"], [f"queries.{split}.small.tsv"], QUERIES_NAMES],
+                             "queries"),
+            "qrels": _find(folder, [[f"qrels/{split}.tsv", f"qrels.{split}.tsv"], [f"qrels.{split}.small.tsv"],
+                                    ["qrels.tsv"]], f"qrels (split {split!r})")}
 
 
 def judged_queries(folder: Path, split: str) -> tuple[dict[str, str], Path]:
@@ -443,7 +456,7 @@ def load_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "a
 
     BEIR: `corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`. MS MARCO: `collection.tsv`,
     `queries.{split}.tsv` (or `queries.{split}.small.tsv`, `queries.tsv`), `qrels.{split}.tsv`
-    (or `qrels.{split}.small.tsv`, `qrels.tsv`). `qrels_format` as in `load_qrels`.
+    (or `qrels.{split}.small.tsv`, `qrels.tsv`); each file found by `split_files`. `qrels_format` as in `load_qrels`.
     """
     paths = _set_paths(Path(folder), split)
     qrels = load_qrels(paths["qrels"], qrels_format)
@@ -465,9 +478,7 @@ def _set_paths(folder: Path, split: str) -> dict[str, Path]:
             raise DataError(f"{folder}: a file of a retrieval set, which is given as its folder ({folder.parent}: its "
                             "corpus, queries and qrels)")
         raise DataError(f"{folder}: not a folder ({'nothing is there' if kind == 'missing' else kind or 'a file'})")
-    paths = {"corpus": _find(folder, list(CORPUS_NAMES), "corpus"), **split_files(folder, split)}
-    corpus_files(folder)  # the one rule: a folder holding two corpus files is refused, naming them
-    return paths
+    return {"corpus": _find(folder, [CORPUS_NAMES], "corpus"), **split_files(folder, split)}
 
 
 def check_retrieval_set(folder: Path, split: str = "test", qrels_format: str = "auto", limit: int = 1000) -> None:

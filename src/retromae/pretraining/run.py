@@ -40,7 +40,7 @@ from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objectiv
 from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
 from retromae.runtime.errors import ModelLoadError
-from retromae.runtime.lines import loads_finite, read_json_file
+from retromae.runtime.lines import loads_finite, quoted, read_json_file
 from retromae.runtime.options import config_to_dict
 from retromae.training.loop import Trainer
 from retromae.training.setup import AUTOCAST_DTYPES, claim_output, start_run, whole_model
@@ -147,7 +147,7 @@ def init_head(objective: PretrainingObjective, config: PretrainConfig) -> None:
                              "tensors from fresh weights") from error
     if unused:
         logger.warning("--init-from: the %s objective leaves %d tensors of the previous %s head unused (e.g. %s)",
-                       config.objective, len(unused), previous, unused[0])
+                       config.objective, len(unused), previous, quoted(unused[0]))
     if fresh:
         logger.warning("--init-missing-head: the %s objective starts %d tensors the previous %s head lacks from fresh "
                        "weights (%s)", config.objective, len(fresh), previous, ", ".join(head_modules(fresh)))

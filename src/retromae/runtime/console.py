@@ -42,6 +42,8 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
+from retromae.runtime.errors import printable
+
 # Whether the libraries may print their own bars and reports: None until a command or an API call chooses (the
 # libraries are then left as they are).
 _VERBOSE: ContextVar[bool | None] = ContextVar("retromae_verbose", default=None)
@@ -91,8 +93,8 @@ def say(line: str) -> None:
 
 
 def notice(line: str) -> None:
-    """A warning or a note on standard error: the line as given ("retromae: warning: ...")."""
-    print(line, file=sys.stderr, flush=True)
+    """A warning or a note on standard error: the line as given ("retromae: warning: ..."), `printable`."""
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

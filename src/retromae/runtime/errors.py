@@ -1,24 +1,41 @@
 """The error types users see: each message names the file, line or option at fault.
 
 Owns: the exception hierarchy, the one-line form of an operating-system error (`os_error_line`) and that of a panic
-of the tokenizers library (`tokenizer_panics`, naming the tokenizer read last: `tokenizer_read`). The CLI prints any
-`RetroMAEError` as one line and exits with code 2; a `FileSystemError` or any other `OSError` as one line naming the
-path, with code 1.
+of the tokenizers library (`tokenizer_panics`, naming the tokenizer read last: `tokenizer_read`), and that a message
+is one line of text that shows as written (`printable`: the text of every `RetroMAEError`, an `os_error_line`, and
+each warning or note, `runtime.console.notice`). The CLI prints any `RetroMAEError` as one line and exits with code
+2; a `FileSystemError` or any other `OSError` as one line naming the path, with code 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 
 # Where the tokenizer read last came from (`tokenizer_read`): what a panic of the tokenizers library names
 _TOKENIZER_READ: list[str] = []
 PANIC_SHOWN = 200  # characters of a panic's message shown (a Rust panic may quote the whole text it failed on)
+# What a terminal acts on instead of showing, or shows out of order: C0 controls (ESC starts colour, title and
+# clear-screen sequences; BEL, CR, newline), DEL, C1 controls (CSI, NEL), line and paragraph separators and the
+# bidirectional controls (U+202E shows a name reversed)
+UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with each character a terminal would act on rather than show (`UNSHOWABLE`) written as Python escapes
+    it (`\\x1b`, `\\n`, `\\u202e`): the one rule of what a message may hold, whatever it names (a path from a record
+    such as index.json or a folder's listing, a value of a marker), so that a file's name cannot clear the screen or
+    make a one-line error two."""
+    return UNSHOWABLE.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 class RetroMAEError(Exception):
-    """Base of every error the CLI reports without a traceback."""
+    """Base of every error the CLI reports without a traceback; its text is `printable`."""
+
+    def __str__(self) -> str:
+        return printable(super().__str__())
 
 
 class DataError(RetroMAEError, ValueError):
@@ -43,7 +60,7 @@ def os_error_line(error: OSError) -> str:
     """`PATH: cause` for an OSError (both paths of a rename); its own text when it names no path."""
     cause = error.strerror or (os.strerror(error.errno) if error.errno else str(error))
     paths = [str(os.fsdecode(name)) for name in (error.filename, error.filename2) if name is not None]
-    return f"{' -> '.join(paths)}: {cause}" if paths else cause
+    return printable(f"{' -> '.join(paths)}: {cause}" if paths else cause)
 
 
 def tokenizer_read(where: str) -> None:

@@ -25,7 +25,10 @@ is wrong`, and so they all accept the same text:
 - a line is bounded: at most LINE_BYTES (64 MiB) where a line holds texts, SHORT_LINE_BYTES (64 KiB) in the
   formats of ids and numbers (qrels, TREC runs, times.txt); a longer one is refused naming it, read no further than
   the bound (gzip makes a line's length independent of the file's size: a 0.5 MB file can hold a 500 MB line);
-- a message shows an id or a text taken from a file through `quoted` (`shortened` to SHOWN_CHARACTERS), never whole.
+- a message shows an id or a text taken from a file through `quoted` (`shortened` to SHOWN_CHARACTERS), never whole;
+  a path it names (a file found by listing a folder, or recorded in index.json) is shown as any message text is,
+  a control or bidirectional character written as its escape (`runtime.errors.printable`, the text of every error:
+  `FILE:LINE: ` stays on one line whatever the file is called).
 """
 
 from __future__ import annotations

@@ -1,23 +1,22 @@
 """One output belongs to one run: claiming output folders and files, and telling runs apart.
 
-Owns: the marker `retromae-run.json` a command leaves in its output folder (the command and the run's identity: the
-options that define its result plus fingerprints of its input files), the rule that a folder holding another run's
-outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the files the command
-itself writes, and only where a run of the same command wrote them: never another command's outputs, nor files no
-run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the list of
-options that differ between two runs; that an output never overlaps a command's inputs, given or named by the
-records of an input folder (`check_apart`, `recorded_inputs`; before anything is deleted); that a run which fails
-before its lasting work began (`mark_started`: a training's first step; the whole of a command whose outputs are
-kept only whole, such as `index` and `report`) leaves its folder as it found it for the corrected command: what it
-wrote there removed and its claim taken back (`abandon`, which the CLI and the Python API run when a command fails;
-a killed run's leftovers are cleared by the next run of the command); and that one process at a time writes an
-output: claiming one takes an operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock`
-beside a file; in a distributed run the main process holds it) until the command ends (the CLI) or the process exits
-(a library user); the system releases it when the process dies, however it dies, so a killed run's `--resume` is
-never blocked. Claiming also checks first that the output can be written (a folder where a folder should be,
-writable), and that the lock and the marker there are regular files (`runtime.lines.check_own_file`: a symbolic link
-is never followed, a FIFO never opened). Does not own what the outputs hold, nor checkpoints
-(`retromae.training.checkpoints`).
+Owns: the marker `retromae-run.json` a command leaves in its output folder (the command, one of `MARKER_COMMANDS`, and
+the run's identity: the options that define its result plus fingerprints of its input files), the rule that a folder
+holding another run's outputs is refused unless `--resume` continues that same run or `--overwrite` clears it (only the
+files the command itself writes, and only where a run of the same command wrote them: never another command's outputs,
+nor files no run recorded; anything else a user keeps there stays), the same rule for single-file outputs, and the list
+of options that differ between two runs; that an output never overlaps a command's inputs, given or named by the records
+of an input folder (`check_apart`, `recorded_inputs`; before anything is deleted); that a run which fails before its
+lasting work began (`mark_started`: a training's first step; the whole of a command whose outputs are kept only whole,
+such as `index` and `report`) leaves its folder as it found it for the corrected command: what it wrote there removed
+and its claim taken back (`abandon`, which the CLI and the Python API run when a command fails; a killed run's leftovers
+are cleared by the next run of the command); and that one process at a time writes an output: claiming one takes an
+operating-system lock (`fcntl.flock` on `.retromae.lock` in a folder, `.NAME.lock` beside a file; in a distributed run
+the main process holds it) until the command ends (the CLI) or the process exits (a library user); the system releases
+it when the process dies, however it dies, so a killed run's `--resume` is never blocked. Claiming also checks first
+that the output can be written (a folder where a folder should be, writable), and that the lock and the marker there are
+regular files (`runtime.lines.check_own_file`: a symbolic link is never followed, a FIFO never opened). Does not own
+what the outputs hold, nor checkpoints (`retromae.training.checkpoints`).
 """
 
 from __future__ import annotations
@@ -42,6 +41,10 @@ from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, 
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
 
 MARKER = "retromae-run.json"
+# The commands whose runs leave a marker (`claim_folder`, `training.setup.claim_output`) and a training checkpoint's
+# own: what a marker may record (`read_marker`)
+MARKER_COMMANDS = ("adapt", "encode", "evaluate", "finetune", "index", "pretrain", "quickstart", "report",
+                   "train-reranker", "checkpoint")
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
 _HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerprint, for this process's life
 LOCK_FILE = ".retromae.lock"
@@ -150,20 +153,28 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[st
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
-    """The marker of `folder` (command and identity), or None when there is none or it is unreadable; DataError
-    naming it when something other than a regular file is there (`check_own_file`: a FIFO would block)."""
+    """The marker of `folder` (command and identity), or None when there is none or it is no marker of ours:
+    unreadable, or not an object recording one of `MARKER_COMMANDS` and an identity object (what the messages about
+    a folder's run say of it, never a file's text); DataError naming it when something other than a regular file is
+    there (`check_own_file`: a FIFO would block)."""
     path = Path(folder) / MARKER
     check_own_file(path)
     try:
         marker = loads_finite(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return marker if isinstance(marker, dict) else None
+    if isinstance(marker, dict) and marker.get("command") in MARKER_COMMANDS and isinstance(marker.get("identity"),
+                                                                                             dict):
+        return marker
+    return None
 
 
 def write_marker(folder: Path, command: str, identity: Mapping[str, Any], started: bool = True) -> None:
-    """Record the run of `command` with `identity` in `folder`; `started` False: it has done no lasting work yet
-    (`mark_started`), so that its folder is free again when it fails before then."""
+    """Record the run of `command` (one of `MARKER_COMMANDS`, as `read_marker` reads it back) with `identity` in
+    `folder`; `started` False: it has done no lasting work yet (`mark_started`), so that its folder is free again
+    when it fails before then."""
+    if command not in MARKER_COMMANDS:
+        raise ValueError(f"write_marker: {command!r} is not one of MARKER_COMMANDS")
     record = {"command": command, "identity": identity, **({} if started else {"started": False})}
     write_text_atomic(Path(folder) / MARKER, json.dumps(record, indent=2) + "\n")
 
