@@ -19,26 +19,42 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_sentences
+from conftest import make_sentences, tiny_beir
+from test_output_paths import CASES
 
 from retromae.cli import main
 from retromae.models.encoder import Encoder
 from retromae.models.masked_lm import load_masked_lm
 from retromae.models.model_source import MAX_DECLARED_GROWTH, _declared_growth, check_tokenizer_growth
 from retromae.models.tokenizer_training import KINDS, train_tokenizer
+from retromae.preflight import URL_VARIABLES, url_variable
 from retromae.pretraining.scratch import existing_tokenizer
 from retromae.reranking.run import _load_classifier
 from retromae.runtime.errors import ModelLoadError
+from retromae.runtime.lines import quoted
+from retromae.runtime.options import ConfigError
 
 
 def error_line(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1, err
     return err.strip()
+
+
+def command_line(case: tuple[str, str], folder: Path, **words: object) -> list[str]:
+    """The CASES command line of `case` with its letters as paths under `folder` (nothing there) or as `words`."""
+    out = folder / "out"
+    given = {"OUT": out, "OUT.trec": out, "OUT.json": out, "OUT.jsonl": out, **words}
+    return [str(given.get(word, folder / word if len(word) == 1 and word.isupper() else word))
+            for word in CASES[case].split()]
 
 
 # Section 6: what a tokenizer's normalizer and pre-tokenizer may make of a text
@@ -133,3 +149,72 @@ def test_a_sentencepiece_map_is_weighed_by_its_longest_replacement():
     spec = {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()}
     assert _declared_growth(spec) == (100, "a Precompiled map with replacements of up to 100 characters")
     assert 18 * 2 < MAX_DECLARED_GROWTH  # XLM-R's map, and a Replace by a space of a regular expression's match
+
+
+# Section 8: the hub's URL variables
+
+MALFORMED = {"a port beyond 65535": "http://proxy:99999", "a port that is no number": "http://proxy:abc",
+             "port 0": "http://proxy:0", "an unclosed '['": "http://[::1", "no host": "http://:8080"}
+
+
+@pytest.fixture()
+def no_probe(monkeypatch):
+    """No URL variable set, HF_HUB_OFFLINE unset, and a connection a failure of the test (none is reachable here)."""
+    for name in (*URL_VARIABLES, "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+
+    def connect(*args, **kwargs):
+        raise AssertionError(f"the hub was probed: {args}")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+
+
+@pytest.mark.parametrize("form", MALFORMED)
+@pytest.mark.parametrize("name", URL_VARIABLES)
+def test_a_malformed_url_variable_is_refused_in_one_line_before_the_hub_is_probed(name, form, no_probe, monkeypatch,
+                                                                                  tmp_path, capsys):
+    monkeypatch.setenv(name, MALFORMED[form])
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "1", "text": "a text"}\n')
+    assert main(["encode", "--model", "owner/name", "--corpus", str(corpus), "--output", str(tmp_path / "out")]) == 2
+    assert error_line(capsys) == (f"retromae: error: {name}={quoted(MALFORMED[form])}: not a URL with a host and a "
+                                  "port from 1 to 65535 (http://HOST:PORT); fix or unset it")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", CASES, ids="-".join)
+def test_every_command_refuses_a_malformed_hub_endpoint_before_any_work(case, no_probe, monkeypatch, tmp_path,
+                                                                        capsys):
+    """An unclosed '[' in $HF_ENDPOINT ended every command, with local models or none: huggingface_hub's import splits
+    it."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://[::1")
+    assert main(command_line(case, tmp_path)) == 2
+    assert error_line(capsys).startswith("retromae: error: HF_ENDPOINT='http://[::1': not a URL with a host")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_hub_endpoint_is_one_line_in_a_fresh_process(tmp_path):
+    """Where huggingface_hub is not imported yet: its import is what failed."""
+    tiny_beir(tmp_path / "beir")
+    (tmp_path / "run.trec").write_text("q36 Q0 d36 1 1.0 x\n")
+    done = subprocess.run([sys.executable, "-m", "retromae", "evaluate", "--run", str(tmp_path / "run.trec"),
+                           "--data", str(tmp_path / "beir")], capture_output=True, text=True,
+                          env={**os.environ, "HF_ENDPOINT": "http://[::1"}, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "retromae: error: HF_ENDPOINT='http://[::1': not a URL with a host and a port from 1 to " \
+                          "65535 (http://HOST:PORT); fix or unset it\n"
+
+
+@pytest.mark.parametrize(("value", "address"), [
+    ("proxy:3128", ("proxy", 3128)), ("http://proxy", ("proxy", 80)), ("https://hub.example.org/", ("hub.example.org",
+                                                                                                   443)),
+    ("http://user:secret@proxy:8080", ("proxy", 8080)), ("http://[::1]:3128", ("::1", 3128)), ("  ", None)])
+def test_well_formed_url_variables_are_read_as_the_hub_client_reads_them(value, address, monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", value)
+    assert url_variable("HTTPS_PROXY") == address
+
+
+def test_the_url_reader_refuses_as_a_config_error(monkeypatch):
+    monkeypatch.setenv("https_proxy", "proxy:99999")
+    with pytest.raises(ConfigError, match=r"^https_proxy='proxy:99999': not a URL"):
+        url_variable("https_proxy")

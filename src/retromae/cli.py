@@ -7,8 +7,8 @@ torch), turning library errors into a one-line message and exit code 2 (a panic 
 (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
 `kill`) into the same line (exit code 143), refusing a multi-process launch that started one process
 (`retromae.runtime.processes`), and running the checks that need no heavy import before the command
-(`retromae.preflight`: a missing input path or `--model` folder), and handing a failed command's outputs back
-(`retromae.runtime.run_folder.abandon`). Each command module defines `HELP` (one line),
+(`retromae.preflight`: a missing input path or `--model` folder, a malformed hub or proxy URL), and handing a failed
+command's outputs back (`retromae.runtime.run_folder.abandon`). Each command module defines `HELP` (one line),
 `add_arguments(parser)` and `run(args) -> int`; a command that splits its work over a multi-process launch says so with
 `PROCESSES = "several"`; this file knows none of them by name. A command's `-h` comes last, after its required inputs
 and options.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import __version__, commands
-from retromae.preflight import check_arguments
+from retromae.preflight import check_arguments, check_network_settings
 from retromae.runtime.console import library_output
 from retromae.runtime.cpu_features import bf16_override
 from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_threads(args.__dict__.pop("threads"))
     succeeded = False
     try:
-        bf16_override()  # the environment's own setting, named before any option or path
+        bf16_override()  # the environment's own settings, named before any option or path
+        check_network_settings()
         check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
         if options_class is not None:
             check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
