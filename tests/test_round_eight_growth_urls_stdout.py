@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_sentences, tiny_beir
+from conftest import command_inputs, make_sentences, tiny_beir
 from test_output_paths import CASES
 
 from retromae.cli import main
@@ -218,3 +218,72 @@ def test_the_url_reader_refuses_as_a_config_error(monkeypatch):
     monkeypatch.setenv("https_proxy", "proxy:99999")
     with pytest.raises(ConfigError, match=r"^https_proxy='proxy:99999': not a URL"):
         url_variable("https_proxy")
+
+
+# Section 10: standard output closed, full, or read no further
+
+CLOSED = ("retromae: error: standard output is closed (`>&-`): the command prints what it found or wrote there; "
+          "redirect it to a file, or to /dev/null to drop it")
+FULL = "retromae: error: standard output: No space left on device; what the command printed there is lost"
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory) -> tuple[Path, Path]:
+    """A BEIR folder and a run of it with many ranks (its metrics table is longer with many --k-values)."""
+    folder = tmp_path_factory.mktemp("evaluate")
+    tiny_beir(folder / "beir")
+    (folder / "run.trec").write_text("".join(f"q{q} Q0 d{d} {d + 1} {1 / (d + 1)} x\n"
+                                             for q in range(36, 48) for d in range(48)))
+    return folder / "beir", folder / "run.trec"
+
+
+def evaluate_line(run_file, *more: str) -> list[str]:
+    beir, run = run_file
+    return ["evaluate", "--run", str(run), "--data", str(beir), *more]
+
+
+def retromae(arguments: list[str], shell_redirect: str = "", **options) -> subprocess.CompletedProcess:
+    """`retromae ARGUMENTS` in a fresh process, standard output as `shell_redirect` makes it (`>&-`, `>/dev/full`)."""
+    command = [sys.executable, "-m", "retromae", *arguments]
+    if shell_redirect:
+        command = ["bash", "-c", f'"$@" {shell_redirect}', "bash", *command]
+    return subprocess.run(command, stderr=subprocess.PIPE, text=True, timeout=60, **options)
+
+
+@pytest.mark.parametrize(("redirect", "said"), [(">&-", CLOSED), (">/dev/full", FULL)], ids=["closed", "full"])
+def test_evaluate_says_its_standard_output_is_closed_or_full(redirect, said, run_file):
+    done = retromae(evaluate_line(run_file), redirect)
+    assert (done.returncode, done.stderr) == (1, said + "\n")
+
+
+def test_a_reader_that_goes_away_ends_nothing(run_file):
+    """`| head -1`: the reader chose to read no more; the command ends as it would, without a word."""
+    done = subprocess.Popen([sys.executable, "-m", "retromae", *evaluate_line(run_file, "--k-values",
+                                                                              *map(str, range(1, 200)))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done.stdout.close()
+    assert (done.wait(timeout=60), done.stderr.read()) == (0, "")
+
+
+@pytest.mark.parametrize("case", CASES, ids="-".join)
+def test_every_command_refuses_a_closed_standard_output_before_any_work(case, monkeypatch, tmp_path, capsys):
+    """A closed descriptor 1 is the next file opened: what a library writes to standard output would land in it."""
+    monkeypatch.setattr(sys, "stdout", None)  # as Python leaves it when descriptor 1 is closed at start
+    assert main(command_line(case, tmp_path)) == 1
+    assert error_line(capsys) == CLOSED
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def inputs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
+    return command_inputs(tmp_path_factory.mktemp("inputs"), tiny_model_dir)
+
+
+@pytest.mark.parametrize("command", ["search --query", "evaluate --run"])
+def test_a_command_printing_its_result_on_a_full_device_says_so(command, inputs, run_file, monkeypatch, capsys):
+    arguments = (["search", "--index", str(inputs["I"]), "--query", "a cat"] if command == "search --query"
+                 else evaluate_line(run_file))
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        assert main(arguments) == 1
+    assert error_line(capsys) == FULL
