@@ -7,7 +7,9 @@ torch), turning library errors into a one-line message and exit code 2 (a panic 
 (exit code 1), Ctrl-C into one line (exit code 130) and SIGTERM (a scheduler's stop,
 `kill`) into the same line (exit code 143), refusing a multi-process launch that started one process
 (`retromae.runtime.processes`), and running the checks that need no heavy import before the command
-(`retromae.preflight`: a missing input path or `--model` folder), and handing a failed command's outputs back
+(`retromae.preflight`: a missing input path or `--model` folder, a malformed hub or proxy URL), running each command
+with its standard output checked (`retromae.runtime.console.standard_output`: closed, refused; a failed write, one
+line naming it; a reader that went away, the rest dropped), and handing a failed command's outputs back
 (`retromae.runtime.run_folder.abandon`). Each command module defines `HELP` (one line),
 `add_arguments(parser)` and `run(args) -> int`; a command that splits its work over a multi-process launch says so with
 `PROCESSES = "several"`; this file knows none of them by name. A command's `-h` comes last, after its required inputs
@@ -35,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import __version__, commands
-from retromae.preflight import check_arguments
-from retromae.runtime.console import library_output
+from retromae.preflight import check_arguments, check_network_settings
+from retromae.runtime.console import library_output, standard_output
 from retromae.runtime.cpu_features import bf16_override
 from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
 from retromae.runtime.options import check_command_line
@@ -188,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     configure_threads(args.__dict__.pop("threads"))
     succeeded = False
     try:
-        bf16_override()  # the environment's own setting, named before any option or path
-        check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
-        if options_class is not None:
-            check_command_line(options_class, args)  # each value in its option's domain, before any path is looked at
-        check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
-        with sigterm_as_interrupt(), library_output(verbose), tokenizer_panics():
-            status = handler(args) or 0
-        succeeded = status == 0
+        with standard_output():  # closed: refused first; a failed write named
+            bf16_override()  # the environment's own settings, named before any option or path
+            check_network_settings()
+            check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
+            if options_class is not None:
+                check_command_line(options_class, args)  # each value in its option's domain, before any path
+            check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
+            with sigterm_as_interrupt(), library_output(verbose), tokenizer_panics():
+                status = handler(args) or 0
+            succeeded = status == 0
         return status
     except FileSystemError as error:
         print(f"retromae: error: {error}", file=sys.stderr)

@@ -10,11 +10,13 @@ the Python API (`check_config`, which `retromae.api` runs on every call).
 Owns `check_arguments(args, options_class)`, which `retromae.cli` runs after parsing and before the command's module
 does any work (paths only, no network), `configured(cls, args)`, with which every command builds its options and
 then checks them (`check_config`: after the options, so that a bad option is named first), the hub's reachability
-(`hub_unreachable`: one TCP connection to the hub's endpoint, bounded by `PROBE_SECONDS`, DNS included), and whether
-a hub model is in the local cache (`cached_on_disk`, read from the cache's folders without importing
-huggingface_hub). With no network, a cached model runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders
-read the cache at once instead of retrying the hub for half a minute; an uncached one is refused in one line that
-says the hub was unreachable; with `HF_HUB_OFFLINE` set, the hub is not tried at all.
+(`hub_unreachable`: one TCP connection to the hub's endpoint or proxy, bounded by `PROBE_SECONDS`, DNS included), the
+one reader of $HF_ENDPOINT, $HTTPS_PROXY and $https_proxy (`url_variable`: a malformed URL refused in one line, by
+every command before any work, `check_network_settings`), and whether a hub model is in the local cache
+(`cached_on_disk`, read from the cache's folders without importing huggingface_hub). With no network, a cached model
+runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders read the cache at once instead of retrying the hub
+for half a minute; an uncached one is refused in one line that says the hub was unreachable; with `HF_HUB_OFFLINE`
+set, the hub is not tried at all.
 Does not own what a folder holds (`retromae.models.model_source.resolve_model`, which this calls) nor loading a model.
 """
 
@@ -35,12 +37,15 @@ from retromae.data.inputs import check_format, declared_formats
 from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import DataError, FileSystemError, ModelLoadError
 from retromae.runtime.io import check_cache_setting
-from retromae.runtime.options import MODEL_READS, build_config, reading_options
+from retromae.runtime.lines import quoted
+from retromae.runtime.options import MODEL_READS, ConfigError, build_config, reading_options
 
 T = TypeVar("T")
 
 PROBE_SECONDS = 3.0
 OFFLINE_VALUES = ("1", "on", "yes", "true")
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy")  # the proxy the hub's client goes through, the first set
+URL_VARIABLES = ("HF_ENDPOINT", *PROXY_VARIABLES)
 
 
 def check_arguments(args: argparse.Namespace, options_class: type | None) -> None:
@@ -87,8 +92,10 @@ def check_config(config: T) -> T:
     model it names is a model folder or a reachable (or cached) hub name (`check_model`): the one check before the
     work of the command line, a `--config` file and the Python API alike; then a held-out set against what the
     command trains on (`data.held_out.check_held_out`). $RETROMAE_CACHE is checked first
-    (`runtime.io.check_cache_setting`): a command would claim its output before its first use of the cache."""
+    (`runtime.io.check_cache_setting`): a command would claim its output before its first use of the cache; then the
+    hub's URL variables (`check_network_settings`)."""
     check_cache_setting()
+    check_network_settings()
     check_inputs(config)
     for option, kind in reading_options(config, MODEL_READS).items():
         for name in _values(getattr(config, option, None)):
@@ -171,17 +178,46 @@ def cached_on_disk(repo: str) -> bool:
     return any(snapshots.glob("*/config.json"))
 
 
+def url_variable(name: str) -> tuple[str, int] | None:
+    """(host, port) of the URL the environment variable `name` holds, None when it is unset or empty: one without a
+    scheme (`proxy:3128`) read as http://, as httpx reads a proxy variable, and a port left out its scheme's (80 for
+    http, else 443). ConfigError naming the variable and its value when the URL names no host, its port is no number
+    from 1 to 65535, or an IPv6 address lacks a bracket (urlsplit's ValueError ended the hub probe in a traceback).
+    The one reader of the hub's address and proxies (`hub_endpoint`, `hub_unreachable`)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value if "://" in value else f"http://{value}")
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port beyond 65535 or no number; a '[' without its ']'
+        host = port = None
+    if not host or port == 0:
+        raise ConfigError(f"{name}={quoted(value)}: not a URL with a host and a port from 1 to 65535 "
+                          "(http://HOST:PORT); fix or unset it")
+    return host, port or (80 if parts.scheme == "http" else 443)
+
+
+def check_network_settings() -> None:
+    """ConfigError for a malformed URL in any of `URL_VARIABLES` (`url_variable`): asked by `retromae.cli` before any
+    work, whatever the command (importing huggingface_hub, which every command does, fails on an $HF_ENDPOINT it
+    cannot split), and by `check_config` for the Python API."""
+    for name in URL_VARIABLES:
+        url_variable(name)
+
+
 def hub_endpoint() -> tuple[str, int]:
-    """(host, port) of the hub: $HF_ENDPOINT or https://huggingface.co."""
-    parts = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    return parts.hostname or "huggingface.co", parts.port or (80 if parts.scheme == "http" else 443)
+    """(host, port) of the hub: $HF_ENDPOINT (`url_variable`) or huggingface.co:443."""
+    return url_variable("HF_ENDPOINT") or ("huggingface.co", 443)
 
 
 def hub_unreachable(seconds: float = PROBE_SECONDS) -> str | None:
     """None when a TCP connection to the hub (or to the HTTPS proxy, when one is set) opens within `seconds`;
-    otherwise why not, in a few words. Runs in a thread, so that a name lookup that hangs is bounded too."""
-    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
-    host, port = (urlsplit(proxy).hostname or "", urlsplit(proxy).port or 3128) if proxy else hub_endpoint()
+    otherwise why not, in a few words. Runs in a thread, so that a name lookup that hangs is bounded too. Each of
+    $HF_ENDPOINT, $HTTPS_PROXY and $https_proxy is read (`url_variable`), whichever is used."""
+    endpoint = hub_endpoint()
+    proxies = [url_variable(name) for name in PROXY_VARIABLES]
+    host, port = next((proxy for proxy in proxies if proxy is not None), endpoint)
     outcome: list[str | None] = []
 
     def connect() -> None:

@@ -4,8 +4,10 @@ Owns `clip_texts(tokenizer, texts, max_length)`: the texts, each one longer than
 characters replaced by a prefix that tokenises, truncated to `max_length`, to exactly the tokens of the whole text
 truncated. Every place that tokenises texts for a model with truncation (`Encoder.tokenize`, the fine-tuning and
 cross-encoder collators, the cross-encoder's scoring, the fine-tuning length plan) passes its texts through it first.
-Texts under the bound are returned unchanged, so normal data tokenises as before. Does not own tokenisation itself,
-truncation rules or the pre-training token store (which tokenises whole documents in pieces,
+Texts under the bound are returned unchanged, so normal data tokenises as before. This bounds the characters a
+tokenizer reads, not what its normaliser makes of each: that is bounded where a tokenizer is loaded
+(`retromae.models.model_source.check_tokenizer_growth`), so that one text costs a bounded amount to read. Does not own
+tokenisation itself, truncation rules or the pre-training token store (which tokenises whole documents in pieces,
 `retromae.data.token_store`, cut where `last_cut` finds, so that the pieces give the whole document's tokens).
 
 Why the prefix is exact. A fast tokenizer normalises the text, splits it into pre-tokens, tokenises each pre-token

@@ -6,7 +6,8 @@ sentence-transformers folder (the transformer in the folder itself or in a modul
 a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
 pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, more tokens than the
 model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`: ids beyond the model's
-embeddings, a special token that is a word's id too, a sample text it cannot read) and of a tokenizer.json before the
+embeddings, a special token that is a word's id too, a sample text it cannot read, and first a normalizer or
+pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`) and of a tokenizer.json before the
 tokenizers library reads it (`check_tokenizer_file`); that every file of a model folder is a regular file
 (`check_model_files`: a FIFO would hang its reader); and that a folder's safetensors files are whole and their headers
 true (`check_safetensors`: a truncated file, a header whose offsets, shapes or types lie, an integer weight are named
@@ -17,6 +18,8 @@ before a library fails on them without their name, or reads them as other number
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 import os
 import re
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.runtime.errors import DataError, ModelLoadError, tokenizer_panics
-from retromae.runtime.lines import file_kind, loads_finite, numbered_line_pieces, read_json_file
+from retromae.runtime.lines import file_kind, loads_finite, numbered_line_pieces, quoted, read_json_file
 
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
 # from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
@@ -69,6 +72,19 @@ SHOWN_CHARACTERS = 60  # of a value from a hostile file shown in an error
 TEXT_VOCABULARIES = ("vocab.txt", "merges.txt")
 VOCABULARY_PIECE = 1 << 20  # bytes of a vocabulary line checked at a time (a hostile file may be one line)
 PROBE = "A sample of text to read."  # what every tokenizer must read into ordinary tokens when it is loaded
+# What a tokenizer's normalizer and pre-tokenizer may make of a text, which the tokenizers library reads whole before it
+# cuts it to its tokens (audit 8, section 6: a normalizer's Replace of "e" by 4,000 characters made 50 short documents
+# cost 27 s and 2.9 GB). Run on GROWTH_PROBE, real tokenizers make 0.85 (BERT uncased) to 1.47 (byte-level BPE:
+# RoBERTa, GPT-2, ModernBERT) times its characters; the strings their normalizers put in place of characters multiply a
+# text's length by at most 36 (XLM-R's and DeBERTa-v3's: 18 for the longest replacement of their sentencepiece map,
+# NFKC's of U+FDFA, times 2 for a Replace by a space of what a regular expression matches).
+MAX_PROBE_GROWTH = 4
+MAX_DECLARED_GROWTH = 64
+GROWTH_PROBE = ("The quick brown fox jumps over the lazy dog, THE QUICK BROWN FOX. Ünïcödé: café naïve façade "
+                "Straße Æsir œuvre İstanbul ﬁnance Ελληνικά κείμενα Русский текст עברית العربية हिन्दी ภาษาไทย "
+                "日本語のテキスト 中文文本 한국어 텍스트 ＡＢＣ１２３ ①②③ ㎏ ½ 0123456789 3.14159 -42 1e10 "
+                "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ «»—–…¿¡   two  spaces\ttab\nnewline\r\n \u00a0nbsp \u3000 "
+                "😀👍🏽 end.")
 
 
 @dataclass(frozen=True)
@@ -231,7 +247,10 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) ->
     and `PROBE` read as at least one token besides its special ones ([UNK] counts: the text was read), framed by
     special tokens below `vocab_size` only (the post-processor's [CLS] and [SEP]). Each failure loads, but ends
     mid-run (an index beyond the embeddings) or reads every text alike (a normalizer that erases all); a panic while
-    reading is one line (`tokenizer_panics`)."""
+    reading is one line (`tokenizer_panics`). What its normalizer and pre-tokenizer make of a text is bounded first
+    (`check_tokenizer_growth`): the sample is read only then."""
+    with tokenizer_panics():
+        check_tokenizer_growth(tokenizer, where)
     vocab = tokenizer.get_vocab()
     special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
     largest, token = max(((index, token) for token, index in vocab.items()), default=(-1, ""))
@@ -260,6 +279,74 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) ->
             raise ModelLoadError(f"{where}: its post-processor adds the id {index} "
                                  f"({_shown(tokenizer.convert_ids_to_tokens(index))}) around every text, the id of "
                                  "no special token; use the tokenizer the model was made with")
+
+
+def check_tokenizer_growth(tokenizer: Any, where: str) -> None:
+    """ModelLoadError naming `where` (as `check_tokenizer_reads`) when the tokenizer's normalizer and pre-tokenizer may
+    make a text many times longer: the tokenizers library reads a whole text so before it cuts it to its tokens, so
+    each of its characters would cost that many. Refused: steps whose strings put in place of characters
+    (`_declared_growth`) may multiply a text's length by more than `MAX_DECLARED_GROWTH` (a pattern the sample lacks,
+    steps that compound), said before any step runs; and steps that, run one at a time on `GROWTH_PROBE`, make more
+    than `MAX_PROBE_GROWTH` times its characters (stopped at the step that does: a built-in step multiplies by a few at
+    most). With the characters a text is read to bounded (`retromae.data.long_texts`), so is what one text costs."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow tokenizer: Python code of transformers', with no steps from a file
+        return
+    steps = _steps(backend.normalizer, "normalizers") + _steps(backend.pre_tokenizer, "pretokenizers")
+    inserting = [found for _, spec in steps if (found := _declared_growth(spec))[0] > 1]
+    declared = math.prod(growth for growth, _ in inserting)
+    if declared > MAX_DECLARED_GROWTH:
+        steps_shown = Counter(what for _, what in inserting).most_common()
+        shown = "; ".join(f"{count} × {what}" if count > 1 else what for what, count in steps_shown[:3])
+        made = f"{declared:,.0f}" if declared < 1e9 else "over a billion"
+        raise ModelLoadError(f"{where}: its normalizer may make {made} characters of one "
+                             f"({shown}{'; ...' if len(steps_shown) > 3 else ''}), more than the "
+                             f"{MAX_DECLARED_GROWTH} of any real tokenizer's: every text would cost that many times "
+                             "its length to read; use the tokenizer the model was made with")
+    from tokenizers import PreTokenizedString, normalizers, pre_tokenizers
+
+    pieces = PreTokenizedString(GROWTH_PROBE)
+    for key, spec in steps:
+        step = normalizers.Sequence([]) if key == "normalizers" else pre_tokenizers.Sequence([])
+        step.__setstate__(json.dumps(spec).encode())  # the one step, as pickling restores it
+        pieces.normalize(step.normalize) if key == "normalizers" else step.pre_tokenize(pieces)
+        size = sum(len(piece) for piece, _, _ in pieces.get_splits())
+        if size > MAX_PROBE_GROWTH * len(GROWTH_PROBE):
+            raise ModelLoadError(f"{where}: its normalizer and pre-tokenizer make {size:,} characters of a sample "
+                                 f"text of {len(GROWTH_PROBE)} by their {spec.get('type')} step, more than the "
+                                 f"{MAX_PROBE_GROWTH} times as many of any real tokenizer: every text would cost that "
+                                 "many times its length to read; use the tokenizer the model was made with")
+
+
+def _steps(component: Any, key: str) -> list[tuple[str, dict[str, Any]]]:
+    """The steps of a normalizer or pre-tokenizer (`key`: what its JSON calls a Sequence's steps) in order, nested
+    Sequences flattened, each with `key` and its JSON object."""
+    def flattened(spec: dict[str, Any]) -> list[dict[str, Any]]:
+        return [step for inner in spec[key] for step in flattened(inner)] if spec.get("type") == "Sequence" else [spec]
+
+    return [] if component is None else [(key, spec) for spec in flattened(json.loads(component.__getstate__()))]
+
+
+def _declared_growth(spec: dict[str, Any]) -> tuple[float, str]:
+    """How many times longer a normalizer step may make a text by the strings it puts in place of characters, and
+    which: a Replace's `content` for each match of its pattern (a string of n characters: content / n; a regular
+    expression, which may match between any two characters: 1 + content), a Prepend's `prepend` before each piece of
+    text between added tokens (1 + prepend: a piece may be one character), the longest replacement of a sentencepiece
+    map (Precompiled) for each character; 1 for every other step (built-in ones are run on `GROWTH_PROBE`)."""
+    kind = spec.get("type")
+    if kind == "Replace":
+        content, pattern = len(spec["content"]), spec["pattern"]
+        string = pattern.get("String")
+        growth = max(1.0, content / len(string)) if string else 1.0 + content
+        return growth, f"a Replace of {quoted(string or pattern.get('Regex'))} by {content:,} characters"
+    if kind == "Prepend":
+        return 1.0 + len(spec["prepend"]), f"a Prepend of {len(spec['prepend']):,} characters"
+    if kind == "Precompiled":
+        charsmap = base64.b64decode(spec["precompiled_charsmap"])
+        trie = int.from_bytes(charsmap[:4], "little")  # then the trie, then its replacements, each ended by a NUL
+        longest = max((len(text.decode("utf-8", "replace")) for text in charsmap[4 + trie:].split(b"\0")), default=1)
+        return max(1.0, longest), f"a Precompiled map with replacements of up to {longest:,} characters"
+    return 1.0, ""
 
 
 def check_tokenizer_file(folder: Path, vocab_size: Any = None) -> None:

@@ -27,6 +27,7 @@ through `notice` (standard error, always).
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import math
@@ -42,7 +43,7 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from retromae.runtime.errors import printable
+from retromae.runtime.errors import FileSystemError, os_error_line, printable
 
 # Whether the libraries may print their own bars and reports: None until a command or an API call chooses (the
 # libraries are then left as they are).
@@ -95,6 +96,63 @@ def say(line: str) -> None:
 def notice(line: str) -> None:
     """A warning or a note on standard error: the line as given ("retromae: warning: ..."), `printable`."""
     print(printable(line), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def standard_output() -> Iterator[None]:
+    """Within (one command of the CLI): standard output as a command's results need it. Closed (`>&-`: Python's
+    `sys.stdout` is None, and `print` drops every line without a word) is refused at once; a write to it that fails
+    is a FileSystemError naming it (a full disk, /dev/full: what was printed is lost), but for a reader that went
+    away (`| head -1`, EPIPE), which chose to read no more: the rest is dropped and the command goes on. Flushed on the
+    way out, so that a failure is said here, not by the interpreter's own flush at exit (a traceback, exit code 120);
+    after one, what is left goes to /dev/null for the same reason."""
+    if sys.stdout is None:
+        raise FileSystemError("standard output is closed (`>&-`): the command prints what it found or wrote there; "
+                              "redirect it to a file, or to /dev/null to drop it")
+    stream = sys.stdout
+    sys.stdout = output = _Output(stream)
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(FileSystemError):  # the command's own failure is the one said
+            output.flush()
+        raise
+    finally:
+        sys.stdout = stream
+    output.flush()
+
+
+class _Output:
+    """`sys.stdout` within `standard_output`: writes and flushes pass to `stream` until one fails."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.failed = False
+
+    def write(self, text: str) -> int:
+        self._attempt(self.stream.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._attempt(self.stream.flush)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, buffer: the stream's
+        return getattr(self.stream, name)
+
+    def _attempt(self, call: Callable[..., Any], *args: Any) -> None:
+        if self.failed:
+            return
+        try:
+            call(*args)
+        except OSError as error:
+            self.failed = True
+            with contextlib.suppress(OSError, ValueError):  # a stream with no descriptor (a test's capture)
+                descriptor, devnull = self.stream.fileno(), os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, descriptor)
+                os.close(devnull)
+            if error.errno != errno.EPIPE:
+                raise FileSystemError(f"standard output: {os_error_line(error)}; what the command printed there is "
+                                      "lost") from None
 
 
 @contextlib.contextmanager
