@@ -41,7 +41,7 @@ from retromae.preflight import check_arguments, check_network_settings
 from retromae.runtime.console import library_output, standard_output
 from retromae.runtime.cpu_features import bf16_override
 from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
-from retromae.runtime.options import check_command_line
+from retromae.runtime.options import StoreOnce, check_command_line
 from retromae.runtime.processes import check_launch
 from retromae.runtime.threads import configure_threads
 
@@ -128,7 +128,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version", version=f"retromae {version()}",
                         help="print the version and exit")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
-    parser.add_argument("--threads", type=_positive, metavar="N", help=THREADS_HELP)
+    parser.add_argument("--threads", type=_positive, metavar="N", action=StoreOnce, default=argparse.SUPPRESS,
+                        help=THREADS_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = None if argv is None else _chosen_command(argv)
     for command in discover_commands():
@@ -140,7 +141,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         general = sub.add_argument_group("help")
         general.add_argument("-h", "--help", action="help", help="show this help and exit")
         general.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-        general.add_argument("--threads", type=_positive, metavar="N", default=argparse.SUPPRESS, help=THREADS_HELP)
+        general.add_argument("--threads", type=_positive, metavar="N", action=StoreOnce, default=argparse.SUPPRESS,
+                             help=THREADS_HELP)
     return parser
 
 
@@ -182,15 +184,15 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse(argv)
-    handler = args.__dict__.pop("handler")
-    options_class = args.__dict__.pop("options_class")
-    name = args.__dict__.pop("command")
-    verbose = args.__dict__.pop("verbose")
-    configure_threads(args.__dict__.pop("threads"))
     succeeded = False
     try:
         with standard_output():  # closed: refused first; a failed write named
+            args = parse(argv)  # an option given twice with two values is refused here (`runtime.options.store_once`)
+            handler = args.__dict__.pop("handler")
+            options_class = args.__dict__.pop("options_class")
+            name = args.__dict__.pop("command")
+            verbose = args.__dict__.pop("verbose")
+            configure_threads(args.__dict__.pop("threads", None))
             bf16_override()  # the environment's own settings, named before any option or path
             check_network_settings()
             check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")

@@ -18,6 +18,7 @@ from retromae.runtime.options import (
     FRACTION,
     OPEN_UNIT,
     POSITIVE,
+    STEPS,
     Domain,
     acts_with,
     acts_with_folder,
@@ -109,8 +110,8 @@ class AdaptConfig(TrainingConfig, BackendOptions):
                                choices=DISTILL_LOSSES)
     passes: float = option(1.0, "without --max-steps: passes over the training blocks, at --batch-size, capped by "
                                 "--step-cap", POSITIVE)
-    step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach", POSITIVE)
-    max_steps: int | None = option(None, "optimiser steps (default: from --passes and --step-cap)", POSITIVE)
+    step_cap: int = option(2000, "without --max-steps: the most steps the budget from --passes may reach", STEPS)
+    max_steps: int | None = option(None, "optimiser steps (default: from --passes and --step-cap)", STEPS)
     batch_size: int = option(64, "examples per step (cropping: 63 other documents' crops as negatives; TSDAE's "
                                  "reference batch is 8)", POSITIVE)
     learning_rate: float = option(3e-5, "peak learning rate of the encoder", POSITIVE)

@@ -22,7 +22,6 @@ finished one is reused by --resume. Does not own the guard (`adaptation.guard`) 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from retromae.retrieval.index import build_index, search
 from retromae.runtime.console import progress, step
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import atomic_path
+from retromae.runtime.options import steps_from_passes
 from retromae.training.checkpoint_state import MODEL_FILE
 from retromae.training.setup import AUTOCAST_DTYPES, resolve_mixed_precision
 
@@ -197,8 +197,8 @@ def steps_of(config: AdaptConfig, queries: int) -> int:
     """--max-steps, else --passes over the lists at --batch-size // --list-size queries a step, at most --step-cap."""
     if config.max_steps is not None:
         return config.max_steps
-    per_step = max(1, config.batch_size // config.list_size)
-    return max(1, min(config.step_cap, math.ceil(config.passes * queries / per_step)))
+    return steps_from_passes("--passes", config.passes, queries, max(1, config.batch_size // config.list_size),
+                             "queries", cap=config.step_cap)
 
 
 def schedule(optimizer: torch.optim.Optimizer, steps: int, warmup_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:

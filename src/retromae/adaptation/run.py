@@ -55,7 +55,7 @@ from retromae.objectives import OBJECTIVES
 from retromae.pretraining.config import PretrainConfig
 from retromae.runtime.console import Result, Stages, notice, step
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.options import option, save_config
+from retromae.runtime.options import option, save_config, steps_from_passes
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 from retromae.training.checkpoints import checkpoints_by_step
 
@@ -261,7 +261,8 @@ def budget(config: AdaptConfig, blocks: int) -> int:
     one to warm the heads, one to move the encoder)."""
     if config.max_steps is not None:
         return config.max_steps
-    return max(2, min(config.step_cap, math.ceil(config.passes * blocks / config.batch_size)))
+    return max(2, steps_from_passes("--passes", config.passes, blocks, config.batch_size, "blocks",
+                                    cap=config.step_cap))
 
 
 def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: PoolingConfig) -> StageConfig:

@@ -14,6 +14,7 @@ from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
     NON_NEGATIVE,
     POSITIVE,
+    STEPS,
     Acts,
     acts_with,
     acts_with_folder,
@@ -78,7 +79,7 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
                                        NON_NEGATIVE)
     epochs: float | None = option(None, "passes over the training queries (overrides --max-steps); default 2 unless "
                                         "--max-steps is given", POSITIVE)
-    max_steps: int | None = option(None, "optimiser steps, when --epochs is not given", POSITIVE)
+    max_steps: int | None = option(None, "optimiser steps, when --epochs is not given", STEPS)
     batch_size: int | None = option(None, "queries per device per micro-batch; default 32, at most half the "
                                           "training queries one process sees", POSITIVE)
     encode_batch_size: int = option(64, "texts per forward pass when mining negatives", POSITIVE)

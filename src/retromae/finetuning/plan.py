@@ -23,6 +23,7 @@ from retromae.data.training_groups import TrainingSet
 from retromae.finetuning.config import FinetuneConfig
 from retromae.models.masked_lm import position_limit
 from retromae.runtime.console import format_seconds
+from retromae.runtime.options import steps_from_passes
 
 DEFAULT_EPOCHS = 2.0
 DEFAULT_BATCH_SIZE = 32
@@ -58,11 +59,13 @@ def resolve_defaults(config: FinetuneConfig, data: TrainingSet, tokenizer: PreTr
 
 
 def resolve_steps(config: FinetuneConfig, batches_per_epoch: int) -> None:
-    """Set `max_steps` from `--epochs`, which overrides `--max-steps` (2 epochs when neither is given)."""
+    """Set `max_steps` from `--epochs`, which overrides `--max-steps` (2 epochs when neither is given), by
+    `runtime.options.steps_from_passes`, which refuses a count beyond the step domain."""
     if config.epochs is None and config.max_steps is None:
         config.epochs = DEFAULT_EPOCHS
     if config.epochs is not None:
-        config.max_steps = max(1, math.ceil(config.epochs * batches_per_epoch / config.gradient_accumulation_steps))
+        config.max_steps = steps_from_passes("--epochs", config.epochs, batches_per_epoch,
+                                             config.gradient_accumulation_steps)
 
 
 def plan_line(config: FinetuneConfig, queries: int, group_size: int, seconds_per_step: float,

@@ -95,21 +95,21 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     passage_encoder.check_lengths(config)
     data, source = _training_data(config, passage_encoder)
     resolve_defaults(config, data, passage_encoder.tokenizer, passage_encoder.model.config, accelerator.num_processes)
-    claim_output(config, "finetune", OUTPUTS, accelerator)
     group_size = config.resolved_group_size(source)
-    miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
-                  config.passage_max_length, config.encode_batch_size)
-    _prepare_negatives(config, data, source, miner, accelerator)
-    model = _dual_encoder(config, passage_encoder, query_encoder, group_size)
 
     def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
         return GroupBatchSampler(data, config.batch_size, group_size, config.seed, rank, world, start,
                                  with_scores=config.distill, accumulation=config.gradient_accumulation_steps)
 
+    probe = sampler(0, accelerator.num_processes, 0)  # its batches drawn once the negatives are in place
+    resolve_steps(config, probe.batches_per_epoch)  # a count of steps beyond the step domain refused before the claim
+    claim_output(config, "finetune", OUTPUTS, accelerator)
+    miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
+                  config.passage_max_length, config.encode_batch_size)
+    _prepare_negatives(config, data, source, miner, accelerator)
+    model = _dual_encoder(config, passage_encoder, query_encoder, group_size)
     collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
                                      config.passage_max_length), GroupDataset(data)
-    probe = sampler(0, accelerator.num_processes, 0)
-    resolve_steps(config, probe.batches_per_epoch)
     _fit_to_first_batch(config, model, collate([dataset[group] for group in next(iter(probe))]),
                         passage_encoder.tokenizer.pad_token_id or 0, accelerator, len(data.examples), group_size)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)

@@ -1,19 +1,21 @@
 """Typed configs for every command: dataclasses that validate themselves and become CLI options.
 
 Owns: declaring a documented field (`option`) with its domain (`Domain`: the numbers it accepts; the named ones
-`POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `FINITE`, and
-`at_least`/`between`), the one check of every field against its type, choices, domain and own `check`, text and paths
-being Unicode text (`text_problem`: no byte that is not UTF-8, no lone surrogate) (`check_fields`,
-run by `Options` before a config's own cross-field checks, so the command line, config files and the Python API meet it
-alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would change nothing), the
-same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config dataclass into
-argparse options (required inputs first, then the command's own options, then one group per shared config class that
-names itself in `OPTION_GROUP`, or that a field's `group` names; each default printed once), old spellings of renamed
-options (hidden aliases that still work for one release, with a note saying the new name), merging a YAML/JSON config
-file (its options flat, or nested in the sections the config class names: `option_sections`) with command-line flags
-(flags win; YAML numbers such as `1e-2` read as numbers, a key given twice refused) and, for `--resume`, with the
-options the run saved, and saving a resolved config as JSON beside the outputs. Does not own any command's fields: each
-command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
+`POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `STEPS`, `FINITE`, and
+`at_least`/`between`; a whole number beyond one shown short, `whole_text`), the one count of optimiser steps from a
+number of passes, held to the step domain (`steps_from_passes`), the one check of every field against its type, choices,
+domain and own `check`, text and paths being Unicode text (`text_problem`: no byte that is not UTF-8, no lone surrogate)
+(`check_fields`, run by `Options` before a config's own cross-field checks, so the command line, config files and the
+Python API meet it alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would
+change nothing), the same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config
+dataclass into argparse options (required inputs first, then the command's own options, then one group per shared config
+class that names itself in `OPTION_GROUP`, or that a field's `group` names; each default printed once; an option of one
+value given twice with two values refused, `store_once`), old spellings of renamed options (hidden aliases that still
+work for one release, with a note saying the new name), merging a YAML/JSON config file (its options flat, or nested in
+the sections the config class names: `option_sections`) with command-line flags (flags win; YAML numbers such as `1e-2`
+read as numbers, a key given twice refused) and, for `--resume`, with the options the run saved, and saving a resolved
+config as JSON beside the outputs. Does not own any command's fields: each command declares its own dataclass. The
+vocabulary the names follow is in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import argparse
 import collections.abc
 import dataclasses
+import decimal
+import fractions
 import functools
 import inspect
 import json
@@ -28,6 +32,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -47,6 +52,7 @@ from retromae.runtime.lines import (
     check_own_file,
     check_regular_file,
     loads_finite,
+    quoted,
 )
 
 ConfigT = TypeVar("ConfigT")
@@ -114,6 +120,32 @@ OPEN_UNIT = Domain(0, 1, low_open=True, high_open=True)  # (0, 1)
 SEED = Domain(0, 2**32 - 1)  # what numpy's and torch's generators take
 MAX_TOP_K = 100_000  # documents per query a search may return: past this, the (queries, k) arrays alone fill memory
 TOP_K = Domain(1, MAX_TOP_K)  # a count of ranked documents (top-k, a rank, a cut-off k)
+MAX_STEPS = 10**9  # optimiser steps a run may take: at a millisecond a step, eleven days; at 0.05 s, a year and a half
+STEPS = Domain(1, MAX_STEPS)  # a count of optimiser steps (--max-steps, and what `steps_from_passes` derives)
+
+
+def steps_from_passes(option: str, passes: float, items: int, per_step: int = 1, unit: str = "batches",
+                      cap: int | None = None) -> int:
+    """The optimiser steps that `passes` (the float option `option`) over data of `items` (batches, or queries or
+    blocks: `unit`) make at `per_step` of them a step: at least one, at most `cap` where one is given (adapt's
+    --step-cap). Computed exactly from the decimal the option holds, so that no product overflows a float (`1e308`
+    passes) or rounds up a step (`0.3` passes of 10 batches are 3 steps); ConfigError naming the option, its value and
+    the count it makes when that count lies beyond the step domain (`STEPS`, what --max-steps accepts). The one count
+    of steps from a number of passes: finetune's --epochs, quickstart's --finetune-epochs, adapt's --passes."""
+    steps = math.ceil(fractions.Fraction(repr(float(passes))) * items / per_step)
+    steps = max(1, steps if cap is None else min(cap, steps))
+    if not STEPS.holds(steps):
+        per = f", {per_step:,} a step" if per_step > 1 else ""
+        raise ConfigError(f"{option} {float(passes)!r}: makes {whole_text(steps)} optimiser steps ({items:,} {unit} a "
+                          f"pass{per}), beyond the {MAX_STEPS:,} a run may take (the most --max-steps accepts): give "
+                          f"a smaller {option}")
+    return steps
+
+
+def whole_text(number: int) -> str:
+    """A whole number as a message shows it: grouped by thousands (`12,345`), or past 20 digits to three in
+    scientific notation (`1.00e+308`: 1e308 as a whole number has 309 digits), so that it never fills a line."""
+    return f"{number:,}" if abs(number) < 10**20 else format(decimal.Decimal(number), ".2e")
 
 
 def at_least(low: float) -> Domain:
@@ -217,8 +249,45 @@ def renamed_note(old: str, new: str) -> str:
     return f"retromae: note: {old} is now {new}; the old spelling will be removed in the next release"
 
 
-class _OldSpelling(argparse.Action):
-    """Stores like the option it stands for, after one note on stderr (`message`) per parse."""
+def store_once(namespace: argparse.Namespace, dest: str, value: Any) -> None:
+    """Store `value` of an option that holds one value (every option but a list's, `--config` too): given a second
+    time, under any of its spellings (an old one, `--x`/`--no-x`), with another value, it is refused in one line
+    naming both (`--top-k: given twice with different values ('5', then '7'): give it once`), never the first value
+    dropped without a word. The same value again is that one value, accepted: a shell alias and the line typed may
+    both give it. Options are parsed with no default in the namespace (`argparse.SUPPRESS`), so an attribute there
+    is a value given earlier on the line."""
+    if hasattr(namespace, dest) and getattr(namespace, dest) != value:
+        raise ConfigError(f"{_flag(dest)}: given twice with different values ({_given(dest, getattr(namespace, dest))}"
+                          f", then {_given(dest, value)}): give it once")
+    setattr(namespace, dest, value)
+
+
+def _given(dest: str, value: Any) -> str:
+    """A value of the command line as `store_once` names it: a switch by its spelling, anything else quoted."""
+    if isinstance(value, bool):
+        return _flag(dest) if value else f"--no-{_flag(dest)[2:]}"
+    return quoted(str(value))
+
+
+class StoreOnce(argparse.Action):
+    """The action of an option holding one value: stores it (`store_once`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        store_once(namespace, self.dest, values)
+
+
+class _SwitchOnce(argparse.BooleanOptionalAction):
+    """`--x` / `--no-x`, stored by `store_once`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        store_once(namespace, self.dest, not option_string.startswith("--no-"))
+
+
+class _OldSpelling(StoreOnce):
+    """Stores like the option it stands for (`store_once`, sharing its value), after one note on stderr (`message`)
+    per parse."""
 
     def __init__(self, option_strings: list[str], dest: str, message: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, **kwargs)
@@ -229,7 +298,7 @@ class _OldSpelling(argparse.Action):
         if not self.noted:
             notice(self.message)
             self.noted = True
-        setattr(namespace, self.dest, values)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _field_kind(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[type, bool]:
@@ -281,15 +350,18 @@ def _help_text(field: dataclasses.Field) -> str:
 
 
 def _argument_kwargs(field: dataclasses.Field, hints: dict[str, Any]) -> dict[str, Any]:
+    """The argparse keywords of a field's flag: a switch (`--x`/`--no-x`), a list collecting every occurrence (`--data
+    A B` and `--data A --data B` alike), or one value, given once (`store_once`)."""
     scalar, is_list = _field_kind(field, hints)
     if scalar is bool:
-        return {"action": argparse.BooleanOptionalAction}
+        return {"action": _SwitchOnce}
     # Numbers stay text here: `build_config` reads them (`number_from_text`) and checks them with the config file's
     # and the Python API's values, so that every refusal is one line naming the option.
-    kwargs: dict[str, Any] = {"type": str if scalar in (int, float) else scalar, "choices": choices_of(field)}
+    kwargs: dict[str, Any] = {"type": str if scalar in (int, float) else scalar, "choices": choices_of(field),
+                              "action": StoreOnce}
     if scalar in (int, float) and not choices_of(field):
         kwargs["metavar"] = "N" if scalar is int else "X"
-    if is_list:  # `--data A B` and `--data A --data B` alike
+    if is_list:
         kwargs.update(nargs="+", action="extend")
     return kwargs
 
@@ -299,7 +371,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
 
     Groups, in this order in `--help` and in the usage line: "required" (inputs without a default, or needed
     unless another option stands in; --output last), "options" (the command's own, with --config), then one
-    per shared config class (its `OPTION_GROUP`), in field order.
+    per shared config class (its `OPTION_GROUP`), in field order. `--config` takes one file, as any option of one
+    value (`store_once`): two would need an order of their own against each other and a resumed run's saved options,
+    where one file under the flags keeps the one rule, flags win.
     """
     hints = typing.get_type_hints(config_cls)
     parser.config_class = config_cls  # the command's registry entry: which config its options build (tests walk it)
@@ -311,8 +385,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
     for title, fields in placed.items():
         group = parser.add_argument_group(title or "options")
         if title is None:
-            group.add_argument("--config", type=Path, help="YAML or JSON file of options; command-line flags "
-                                                            "override it")
+            group.add_argument("--config", type=Path, action=StoreOnce, default=argparse.SUPPRESS,
+                               help="YAML or JSON file of options; command-line flags override it")
         for field in fields:
             _add_field(group, field, hints)
     parser.usage = " ".join(["%(prog)s", *map(_usage_part, placed["required"]), "[options]"])
@@ -682,16 +756,22 @@ def text_problem(text: str) -> str | None:
 
 
 def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int | float:
+    """`value` as the option's number (`scalar`) in its domain; a whole number beyond what the option holds shown
+    short (`whole_text`), an integer of the Python API too large for a float refused, never an OverflowError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{flag}: expected {_TYPE_WORDS[scalar]}, got {_shown(value)}")
-    if not math.isfinite(value):
+    whole = isinstance(value, numbers.Integral)
+    if not whole and not math.isfinite(value):
         raise ConfigError(f"{flag}: must be a finite number, got {float(value)}")
     if scalar is int:
-        if not float(value).is_integer():
+        if not whole and not float(value).is_integer():
             raise ConfigError(f"{flag}: expected {_TYPE_WORDS[int]}, got {value}")
         value = int(value)
         if abs(value) > INT64:
-            raise ConfigError(f"{flag}: {value} is beyond what a whole-number option holds (2**63 - 1)")
+            raise ConfigError(f"{flag}: {whole_text(value)} is beyond what a whole-number option holds (2**63 - 1)")
+    elif whole and abs(int(value)) > sys.float_info.max:
+        raise ConfigError(f"{flag}: {whole_text(int(value))} is beyond what a number option holds "
+                          f"({sys.float_info.max:.2e})")
     else:
         value = float(value)
     if domain is not None and not domain.holds(value):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from retromae.runtime.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, Options, option, require
+from retromae.runtime.options import FRACTION, NON_NEGATIVE, POSITIVE, SEED, STEPS, Options, option, require
 from retromae.training.trackers import TRACKERS, check_installed
 
 
@@ -21,7 +21,7 @@ class TrainingConfig(Options):
     OPTION_GROUP = "training loop"
 
     output: str = option(help="output directory (checkpoints, metrics.jsonl, exported models)")
-    max_steps: int = option(1000, "number of optimiser steps", POSITIVE)
+    max_steps: int = option(1000, "number of optimiser steps", STEPS)
     batch_size: int = option(16, "examples per device per micro-batch", POSITIVE)
     gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step", POSITIVE)
     learning_rate: float = option(1e-4, "peak learning rate of AdamW", POSITIVE)

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from retromae.backbones.families import architecture_names, tokenizer_kinds_help
 from retromae.data.held_out import HeldOut, Queries
-from retromae.runtime.options import POSITIVE, SEED, at_least, option, require
+from retromae.runtime.options import POSITIVE, SEED, STEPS, at_least, option, require
 from retromae.runtime.run_folder import OutputOptions
 
 
@@ -86,7 +86,7 @@ class QuickstartConfig(OutputOptions):
     hidden_size: int | None = option(None, "hidden size of the small encoder (cpu preset: 128)", POSITIVE)
     layers: int | None = option(None, "transformer layers of the encoder (cpu preset: 2)", POSITIVE)
     max_length: int | None = option(None, "tokens per pre-training block (cpu preset: 64)", at_least(8))
-    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 1200)", POSITIVE)
+    pretrain_steps: int | None = option(None, "pre-training steps of each objective (cpu preset: 1200)", STEPS)
     pretrain_batch_size: int | None = option(None, "pre-training blocks per step (cpu preset: 32)", POSITIVE)
     learning_rate: float | None = option(None, "pre-training peak learning rate (cpu preset: 2e-3)", POSITIVE)
     finetune_epochs: float | None = option(None, "fine-tuning epochs over the train queries (cpu preset: 3)", POSITIVE)

@@ -27,10 +27,12 @@ from retromae.data.corpus import CorpusTexts, iter_corpus
 from retromae.data.held_out import check_held_out
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
+from retromae.data.training_groups import load_training_data
 from retromae.evaluation import evaluate_run
 from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.evaluation.metric_registry import cutoffs, long_title, primary_key
+from retromae.finetuning.batches import GroupBatchSampler
 from retromae.finetuning.run import FinetuneConfig, finetune
 from retromae.models.encoder import Encoder
 from retromae.models.pretrained import load_tokenizer
@@ -40,7 +42,7 @@ from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
 from retromae.runtime.console import NOT_LOSSES, Result, Stages, say
 from retromae.runtime.io import write_text_atomic
-from retromae.runtime.options import save_config
+from retromae.runtime.options import save_config, steps_from_passes
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 from retromae.workflows.config import Budget, QuickstartConfig
 
@@ -100,6 +102,15 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
         say(f"standard-library docstrings: {counts['documents']} documents, {counts['train']} train and "
             f"{counts['test']} test queries → {folder}")
     return folder
+
+
+def check_finetune_steps(data: Path, budget: Budget, seed: int) -> None:
+    """--finetune-epochs over the train split counted in steps as each fine-tuning will count them (one process,
+    groups of one query and its positive: `finetune_variant`), weighed against the step domain by the one rule
+    (`runtime.options.steps_from_passes`) before anything is trained, and so before the run's lasting work begins
+    (a refused run leaves its folder as it found it); a split too small for one batch is refused here too."""
+    batches = GroupBatchSampler(load_training_data(data, "train"), budget.finetune_batch_size, 1, seed)
+    steps_from_passes("--finetune-epochs", budget.finetune_epochs, batches.batches_per_epoch)
 
 
 def initial_model(corpus: list[str], budget: Budget, folder: Path, seed: int, architecture: str = "bert") -> Path:
@@ -264,6 +275,7 @@ def quickstart(config: QuickstartConfig) -> Result:
     if config.data is None:
         stages.next()
     data = prepare_data(config, output)
+    check_finetune_steps(data, budget, config.seed)
     corpus = config.corpus or [str(data)]  # the folder stands for its corpus file (`data.corpus.corpus_files`)
     stages.next()
     initial = initial_model(corpus, budget, output / "initial-model", config.seed, config.architecture)
