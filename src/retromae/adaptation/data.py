@@ -36,12 +36,14 @@ TOKENIZER_SAMPLE_DOCUMENTS = 200  # documents whose tokens are checked for [UNK]
 
 
 def base_pooling(model: str, pooling: str | None, normalize: bool | None) -> PoolingConfig:
-    """The pooling the base is used with: what its folder declares (our retromae_encoder.json, or a
-    sentence-transformers modules.json with its Pooling and optional Normalize), else --pooling/--normalize; a base
-    that declares none and is given none is a ConfigError naming what is missing and the option that sets it."""
+    """The pooling the base is used with: --pooling/--normalize, else what its folder declares (our
+    retromae_encoder.json, or a sentence-transformers modules.json with its Pooling and optional Normalize); a base
+    that declares none and is given none is a ConfigError naming what is missing and the option that sets it. The
+    folder is described either way, so that a folder refused (`describe_folder`) is refused before anything is
+    written."""
+    spec = describe_folder(resolve_model(model).folder)  # a local folder, or a hub repository's files
     if pooling is not None:
         return PoolingConfig(pooling, bool(normalize))
-    spec = describe_folder(resolve_model(model).folder)  # a local folder, or a hub repository's files
     if not spec.declared:
         raise ConfigError(f"--model {model}: declares no pooling (no sentence-transformers modules.json with a "
                           f"Pooling module, no {ENCODER_FILE}); give the pooling it was trained with: --pooling cls "

@@ -3,10 +3,12 @@
 Owns: `Encoder` (a transformers `AutoModel` + fast tokenizer + pooling; its forward pass, when texts are encoded, run
 by torch or by an inference backend of `retromae.models.backends`, pooled here alike), reading the three
 folder kinds (our export with `retromae_encoder.json`, a sentence-transformers folder, any plain Hugging Face
-model folder or hub name) and saving our export. Does not own training, objectives or decoder heads: those
-live in `objectives/` and `training/`, which call `Encoder.embed` for pooled embeddings with gradients. The options
-that name an encoder (`EncoderOptions`) and `PoolingConfig` live in `retromae.models.encoder_config`, which imports no
-torch.
+model folder or hub name) and saving our export. A sentence-transformers folder gives the vectors
+`SentenceTransformer.encode` gives: each of its settings that changes them is applied (`max_seq_length`,
+`do_lower_case`) or refused in one line naming the file and field (`describe_folder`). Does not own training,
+objectives or decoder heads: those live in `objectives/` and `training/`, which call `Encoder.embed` for pooled
+embeddings with gradients. The options that name an encoder (`EncoderOptions`) and `PoolingConfig` live in
+`retromae.models.encoder_config`, which imports no torch.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+from tokenizers import normalizers
 from tqdm.auto import tqdm
 from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -44,7 +47,7 @@ from retromae.models.encoder_config import (
 from retromae.models.finite import check_vectors, check_weights
 from retromae.models.low_precision import LowPrecisionWeights
 from retromae.models.masked_lm import check_max_length, position_limit
-from retromae.models.model_source import ENCODER_FILE, check_tokenizer, read_json, resolve_model
+from retromae.models.model_source import ENCODER_FILE, check_tokenizer, module_path, read_json, resolve_model
 from retromae.models.onednn import PackedLinears
 from retromae.models.pretrained import load_model, load_tokenizer
 from retromae.runtime.console import progress
@@ -52,6 +55,7 @@ from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError, tokenizer_panics
 from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import checked_arguments, require
 from retromae.runtime.run_folder import quiet_entry_point
 
@@ -61,6 +65,22 @@ DEFAULT_MAX_LENGTH = 512
 TOKENIZE_CHUNK = 10_000  # texts `Encoder.token_table` tokenises at once
 # sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
 ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+ST_MODEL_FILE = "config_sentence_transformers.json"
+# The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
+# not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
+# does; None: any value. `Encoder.load` applies max_seq_length and do_lower_case; unpad_inputs, backend and cache_dir
+# say how it runs; the query and document lengths and the query expansion act only in `encode_query` and
+# `encode_document` (as their prompts do), whose part --query-* and --passage-* options play here.
+ST_TRANSFORMER_FIELDS: dict[str, tuple[Any, ...] | None] = {
+    **dict.fromkeys(("max_seq_length", "do_lower_case", "unpad_inputs", "backend", "cache_dir", "query_length",
+                     "document_length", "query_expansion")),
+    "transformer_task": ("feature-extraction",),
+    "modality_config": ({"text": {"method": "forward", "method_output_name": "last_hidden_state"}},),
+    "module_output_name": ("token_embeddings",),
+    "tokenizer_name_or_path": (None,),
+    **dict.fromkeys(("model_kwargs", "model_args", "processor_kwargs", "tokenizer_args", "config_kwargs",
+                     "config_args", "processing_kwargs"), ({},)),
+}
 
 
 @dataclasses.dataclass
@@ -71,6 +91,7 @@ class FolderSpec:
     pooling: PoolingConfig = dataclasses.field(default_factory=PoolingConfig)
     max_length: int | None = None
     declared: bool = False  # whether the folder declares its pooling (else `pooling` is the default)
+    lowercase: bool = False  # sentence-transformers' do_lower_case: every text lowercased before it is tokenised
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConfig) -> torch.Tensor:
@@ -90,14 +111,18 @@ def longest_first(offsets: np.ndarray) -> np.ndarray:
     return np.argsort(-np.diff(offsets), kind="stable")
 
 
-def _read_json(source: str, filename: str, kind: type = dict) -> Any:
+def _read_json(source: str, filename: str, kind: type = dict, optional: bool = False) -> Any:
     """A JSON file (a `kind`: an object, else an array) of a local folder or hub repository, or None when it has no
-    such file; ModelLoadError naming the file when it holds another JSON value (`model_source.read_json`)."""
+    such file (or, `optional`, when it is not in the Hugging Face cache offline: a file read only to check it, which
+    a model cached before retromae read it lacks); ModelLoadError naming the file when it holds another JSON value
+    (`model_source.read_json`)."""
     if os.path.isdir(source):
         return read_json(Path(source) / filename, kind)
     try:
         downloaded = Path(hf_hub_download(source, filename))
     except LocalEntryNotFoundError as error:  # offline and not cached: a subclass of EntryNotFoundError
+        if optional:
+            return None
         raise _load_error(source, f"not a local folder, and not in the Hugging Face cache ({error})") from error
     except EntryNotFoundError:
         return None
@@ -111,9 +136,11 @@ def _load_error(source: str, reason: str) -> ModelLoadError:
     return ModelLoadError(f"cannot load model {source!r}: {' '.join(reason.split())}")
 
 
-def _st_pooling(source: str, module_path: str) -> str:
-    """The pooling mode of a sentence-transformers Pooling module, if we support it."""
-    config = _read_json(source, f"{module_path}/config.json") or {}
+def _st_pooling(source: str, path: str) -> str:
+    """The pooling mode of a sentence-transformers Pooling module, if we support it; ModelLoadError naming its
+    config.json when it leaves a prompt's tokens out of the pooling (`include_prompt` false: retromae pools every
+    token, those of a --query-prefix or --passage-prefix too)."""
+    config = _read_json(source, f"{path}/config.json") or {}
     mode = config.get("pooling_mode") or [name for key, name in ST_POOLING_KEYS.items() if config.get(key)]
     modes = [mode] if isinstance(mode, str) else list(mode)
     other = [key for key, value in config.items() if key.startswith("pooling_mode_") and value
@@ -121,32 +148,86 @@ def _st_pooling(source: str, module_path: str) -> str:
     if len(modes) != 1 or modes[0] not in POOLINGS or other:
         raise ModelLoadError(f"{source}: sentence-transformers pooling {modes + other} is not supported "
                              f"(supported: {', '.join(POOLINGS)})")
+    if config.get("include_prompt", True) is not True:
+        raise ModelLoadError(f"{os.path.join(source, path, 'config.json')}: include_prompt is "
+                             f"{quoted(config['include_prompt'])}: sentence-transformers leaves a prompt's tokens out "
+                             "of the pooling, and retromae pools every token of a text and its prefix; a folder is "
+                             "read only with include_prompt true")
     return modes[0]
 
 
-def _st_max_length(source: str, path: str) -> int | None:
-    """The max length sentence-transformers reads for the Transformer module at `path`: `max_seq_length` of its
+def _st_transformer(source: str, path: str) -> tuple[int | None, bool]:
+    """The max length and `do_lower_case` of the Transformer module at `path`. The length: `max_seq_length` of its
     sentence_bert_config.json (versions before 6 write it there), else its tokenizer's `model_max_length` (where
-    version 6 writes it), else None."""
+    version 6 writes it), else None. Every other field of sentence_bert_config.json must hold a value under which
+    sentence-transformers reads texts as `Encoder` does (`ST_TRANSFORMER_FIELDS`), else ModelLoadError naming the
+    file and the field."""
     prefix = f"{path}/" if path else ""
-    declared = (_read_json(source, f"{prefix}sentence_bert_config.json") or {}).get("max_seq_length")
+    settings = _read_json(source, f"{prefix}sentence_bert_config.json") or {}
+    where = os.path.join(source, f"{prefix}sentence_bert_config.json")
+    for field, value in settings.items():
+        if field not in ST_TRANSFORMER_FIELDS:
+            raise ModelLoadError(f"{where}: {quoted(field)} is no field of a sentence-transformers Transformer module "
+                                 "(sentence-transformers cannot load the folder either)")
+        allowed = ST_TRANSFORMER_FIELDS[field]
+        if allowed is not None and value not in allowed:
+            raise ModelLoadError(f"{where}: {field} is {quoted(value)}: sentence-transformers would read texts "
+                                 f"otherwise than retromae, which reads a folder only with {field} "
+                                 f"{' or '.join(map(quoted, allowed))} (or without it)")
+    lowercase = settings.get("do_lower_case", False)
+    if not isinstance(lowercase, bool):
+        raise ModelLoadError(f"{where}: do_lower_case is {quoted(lowercase)}; it must be true or false")
+    declared = settings.get("max_seq_length")
     if declared is not None:
-        return declared  # checked by `_check_declared_length`
+        return declared, lowercase  # checked by `_check_declared_length`
     length = (_read_json(source, f"{prefix}tokenizer_config.json") or {}).get("model_max_length")
-    return length if isinstance(length, int) and 0 < length < 1_000_000 else None  # tokenizers write 1e30 for none
+    return (length if isinstance(length, int) and 0 < length < 1_000_000 else None), lowercase  # 1e30: none
+
+
+def _check_st_model_settings(source: str) -> None:
+    """ModelLoadError naming config_sentence_transformers.json and the field where its model-wide settings make
+    `SentenceTransformer.encode` give other vectors than `Encoder`: a default prompt (put before every text; not
+    applied here, since a query and a passage may need different ones: --query-prefix and --passage-prefix say
+    which), `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
+    SentenceTransformer. Its other fields pass: `similarity_fn_name` compares vectors, `prompts` act only where a
+    caller names one (`encode_query` names "query": --query-prefix here), and the rest describe versions."""
+    where = os.path.join(source, ST_MODEL_FILE)
+    settings = _read_json(source, ST_MODEL_FILE, optional=True) or {}
+    kind, truncate = settings.get("model_type"), settings.get("truncate_dim")
+    if kind not in (None, "SentenceTransformer"):
+        raise ModelLoadError(f"{where}: model_type is {quoted(kind)}; retromae encodes with a SentenceTransformer "
+                             "(one dense vector a text) only")
+    if truncate is not None:
+        raise ModelLoadError(f"{where}: truncate_dim is {quoted(truncate)}: sentence-transformers keeps only the first "
+                             "dimensions of each vector, and retromae keeps them all; remove truncate_dim to read "
+                             "the folder")
+    prompts, default = settings.get("prompts", {}), settings.get("default_prompt_name")
+    if not isinstance(prompts, dict):
+        raise ModelLoadError(f"{where}: prompts is {quoted(prompts)}, not an object of prompts by name")
+    if not isinstance(default, str | None):
+        raise ModelLoadError(f"{where}: default_prompt_name is {quoted(default)}, not the name of a prompt")
+    prompt = prompts.get(default)
+    if prompt:
+        raise ModelLoadError(f"{where}: default_prompt_name {quoted(default)} puts {quoted(prompt)} before every text "
+                             "sentence-transformers encodes, and retromae puts no prompt of a folder before texts by "
+                             "itself (a query and a passage may need different ones): remove default_prompt_name and "
+                             "give the prompt as --query-prefix or --passage-prefix (prefix= in the Python API)")
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
-    """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize."""
+    """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize, each module's
+    path a folder inside it (`model_source.module_path`), its settings those `SentenceTransformer.encode` reads texts
+    with as `Encoder` does (`_check_st_model_settings`, `_st_transformer`, `_st_pooling`)."""
     spec, pooling, normalize = FolderSpec(), None, False
+    _check_st_model_settings(source)
     for module in modules:
         if not isinstance(module, dict):
             raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists {module!r}, not a module (an object)")
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        path = module.get("path", "")
+        path = module_path(source, module)
         if kind == "Transformer":
             spec.subfolder = path
-            spec.max_length = _st_max_length(source, path)
+            spec.max_length, spec.lowercase = _st_transformer(source, path)
         elif kind == "Pooling":
             pooling = _st_pooling(source, path)
         elif kind == "Normalize":
@@ -174,7 +255,9 @@ def _our_spec(path: str, ours: dict[str, Any]) -> FolderSpec:
 
 
 def describe_folder(source: str) -> FolderSpec:
-    """Pooling, normalisation, max length and transformer subfolder declared by a model folder or hub repo."""
+    """Pooling, normalisation, max length, lowercasing and transformer subfolder declared by a model folder or hub
+    repo; a sentence-transformers folder's settings under which its vectors would differ refused
+    (`_sentence_transformers_spec`). Read by every loader of an encoder (`Encoder.load`)."""
     ours = _read_json(source, ENCODER_FILE)
     if ours is not None:
         return _our_spec(os.path.join(source, ENCODER_FILE), ours)
@@ -206,6 +289,16 @@ def _check_declared_length(declared: Any, tokenizer: PreTrainedTokenizerBase, so
     if declared is not None and (not isinstance(declared, int) or isinstance(declared, bool) or declared < least):
         raise ModelLoadError(f"{source}: its metadata declares a max length of {declared!r} tokens; it must be a whole "
                              f"number of at least {least} (its tokenizer's special tokens and one of text)")
+
+
+def _lowercase_first(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Make `tokenizer` lowercase every text before its own normaliser, as sentence-transformers does for a folder's
+    `do_lower_case` (its Transformer module puts a `Lowercase` normaliser first, unless the tokenizer has one): the
+    same tokens, and the tokenizer saved with the model (`Encoder.save`, the exports) lowercases as well."""
+    backend = tokenizer.backend_tokenizer
+    steps = list(backend.normalizer) if isinstance(backend.normalizer, normalizers.Sequence) else [backend.normalizer]
+    if not any(isinstance(step, normalizers.Lowercase) for step in steps):
+        backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), *(s for s in steps if s is not None)])
 
 
 def default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:
@@ -280,6 +373,8 @@ class Encoder:
         tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
         model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
+        if spec.lowercase:
+            _lowercase_first(tokenizer)
         check_weights(model, resolved.given)
         _check_declared_length(spec.max_length, tokenizer, source)
         model.to(device).eval()

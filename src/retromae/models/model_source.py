@@ -4,9 +4,10 @@ Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finet
 (which stands for its `encoder/` or `reranker/`), our exported encoder folder (`retromae_encoder.json`), a
 sentence-transformers folder (the transformer in the folder itself or in a module folder such as `0_Transformer/`),
 a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
-pass instead; and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, more tokens than the
-model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`: ids beyond the model's
-embeddings, a special token that is a word's id too, a sample text it cannot read, and first a normalizer or
+pass instead; that a sentence-transformers module's path names a folder inside the model folder, covered by its
+fingerprint (`module_path`); and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, more
+tokens than the model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`: ids beyond the
+model's embeddings, a special token that is a word's id too, a sample text it cannot read, and first a normalizer or
 pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`) and of a tokenizer.json before the
 tokenizers library reads it (`check_tokenizer_file`); that every file of a model folder is a regular file
 (`check_model_files`: a FIFO would hang its reader); and that a folder's safetensors files are whole and their headers
@@ -27,11 +28,12 @@ import struct
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from retromae.runtime.errors import DataError, ModelLoadError, tokenizer_panics
 from retromae.runtime.lines import file_kind, loads_finite, numbered_line_pieces, quoted, read_json_file
+from retromae.runtime.run_folder import fingerprinted
 
 # Written beside a random initialisation (never copied into a pre-trained export), so that a run can tell it starts
 # from scratch: retromae+contrastive asks for an explicit --contrastive-weight there.
@@ -163,8 +165,36 @@ def _transformer_path(modules: list[Any], folder: Path) -> str:
     """The folder of a sentence-transformers model's Transformer module ("" when it is the model folder itself)."""
     for module in modules:
         if isinstance(module, dict) and str(module.get("type", "")).endswith("Transformer"):
-            return str(module.get("path", ""))
+            return module_path(str(folder), module)
     raise ModelLoadError(f"{folder / 'modules.json'}: no Transformer module; not a sentence-transformers text model")
+
+
+def module_path(source: str, module: dict[str, Any]) -> str:
+    """The `path` of a module that the modules.json of `source` (a model folder or hub name) lists: the name of a
+    folder inside it ("" for the folder itself) whose files the folder's fingerprint covers
+    (`runtime.run_folder.fingerprinted`: what a finished output's model is checked by). ModelLoadError naming
+    modules.json and the path when it is absolute, holds `..`, names a hidden folder or one the fingerprint skips
+    (checkpoints/, onnx/, openvino/) or leads out of the folder through a symbolic link. Every reader of a module's
+    files (its weights, tokenizer and configs) joins the path this returns."""
+    path = module.get("path", "")
+    named = isinstance(path, str) and "\0" not in path
+    root = os.path.realpath(source) if named and os.path.isdir(source) else ""
+    real = os.path.realpath(os.path.join(root, path)) if root else ""
+    if not named:
+        fault = "is no folder name"
+    elif os.path.isabs(path):
+        fault = "is absolute"
+    elif ".." in PurePath(path).parts:
+        fault = "holds '..'"
+    elif not fingerprinted(PurePath(path)):
+        fault = "names a hidden folder or one the model's fingerprint skips"
+    elif root and os.path.commonpath([root, real]) != root:
+        fault = f"leads out of the model folder through a symbolic link (to {quoted(real)})"
+    else:
+        return path
+    raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: the path {quoted(path)} of module "
+                         f"{quoted(module.get('name'))} {fault}; a module's path names a folder inside the model "
+                         "folder")
 
 
 def read_json(path: Path, kind: type = object) -> Any:

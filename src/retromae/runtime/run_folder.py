@@ -31,7 +31,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from retromae.runtime.console import quiet_by_default
@@ -112,9 +112,16 @@ def input_fingerprint(source: str | Path) -> str:
     digest = hashlib.sha1()
     for file in sorted(path.rglob("*")):
         relative = file.relative_to(path)
-        if file.is_file() and not any(part.startswith(".") or part in DERIVED_FOLDERS for part in relative.parts):
+        if file.is_file() and fingerprinted(relative):
             digest.update(f"{relative}={file_fingerprint(file)}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def fingerprinted(relative: PurePath) -> bool:
+    """Whether a folder's fingerprint (`input_fingerprint`) covers what lies at `relative` in it: not what is hidden
+    (a name starting with '.', `..` too) nor what is in `DERIVED_FOLDERS`. Whatever a reader of the folder reads
+    must be covered (a model's modules: `models.model_source.module_path`)."""
+    return not any(part.startswith(".") or part in DERIVED_FOLDERS for part in relative.parts)
 
 
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
