@@ -177,7 +177,8 @@ def test_a_table_error_names_what_made_the_table(tmp_path, sets, tiny_model_dir,
 def test_another_evaluation_into_the_same_folder_is_refused(tmp_path, sets, tiny_model_dir, capsys):
     report = ["--data", sets / "alpha", "--output", tmp_path / "report"]
     assert cli("evaluate", "--model", tiny_model_dir, *MODEL, *report) == 0
-    assert cli("evaluate", "--model", tiny_model_dir, *MODEL, "--pooling", "cls", *report) == 2
+    assert cli("evaluate", "--model", tiny_model_dir, *["cls" if word == "mean" else word for word in MODEL],
+               *report) == 2
     assert "belongs to another run (pooling differ)" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert cli("evaluate", "--model", tiny_model_dir, "--data", tmp_path / "empty") == 2

@@ -253,7 +253,7 @@ def test_resume_refuses_a_checkpoint_beyond_max_steps(inputs, run, capsys):
     """A finished 2-step run resumed with --max-steps 1: it cannot be trained back; before, its weights were
     exported again as a 1-step run's."""
     before = outputs(run)
-    assert main([*command(PRETRAIN, {**inputs, "RUN": run}), "--resume", "--max-steps", "1"]) == 2
+    assert main([*command(PRETRAIN.replace("--max-steps 2", "--max-steps 1"), {**inputs, "RUN": run}), "--resume"]) == 2
     state = run / "checkpoints" / "step-0000002" / "state.json"
     assert capsys.readouterr().err == (f"retromae: error: {state}: the checkpoint of step 2, beyond --max-steps 1; "
                                        "give --max-steps 2 or more to resume it\n")

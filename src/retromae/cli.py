@@ -184,24 +184,10 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    succeeded = False
+    status = None
     try:
         with standard_output():  # closed: refused first; a failed write named
-            args = parse(argv)  # an option given twice with two values is refused here (`runtime.options.store_once`)
-            handler = args.__dict__.pop("handler")
-            options_class = args.__dict__.pop("options_class")
-            name = args.__dict__.pop("command")
-            verbose = args.__dict__.pop("verbose")
-            configure_threads(args.__dict__.pop("threads", None))
-            bf16_override()  # the environment's own settings, named before any option or path
-            check_network_settings()
-            check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
-            if options_class is not None:
-                check_command_line(options_class, args)  # each value in its option's domain, before any path
-            check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
-            with sigterm_as_interrupt(), library_output(verbose), tokenizer_panics():
-                status = handler(args) or 0
-            succeeded = status == 0
+            status = _run(argv)
         return status
     except FileSystemError as error:
         print(f"retromae: error: {error}", file=sys.stderr)
@@ -222,7 +208,25 @@ def main(argv: list[str] | None = None) -> int:
         if (claims := sys.modules.get("retromae.runtime.run_folder")) is not None:
             # the command's outputs are free for the next one (without importing it for --help); a failed run's, as
             # it found them, unless its lasting work began (checkpoints, shards)
-            claims.release() if succeeded else claims.abandon()
+            claims.release() if status == 0 else claims.abandon()
+
+
+def _run(argv: list[str]) -> int:
+    """The command `argv` names, its settings, options and inputs checked first; its exit code."""
+    args = parse(argv)  # an option given twice with two values is refused here (`runtime.options.store_once`)
+    handler = args.__dict__.pop("handler")
+    options_class = args.__dict__.pop("options_class")
+    name = args.__dict__.pop("command")
+    verbose = args.__dict__.pop("verbose")
+    configure_threads(args.__dict__.pop("threads", None))
+    bf16_override()  # the environment's own settings, named before any option or path
+    check_network_settings()
+    check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
+    if options_class is not None:
+        check_command_line(options_class, args)  # each value in its option's domain, before any path
+    check_arguments(args, options_class)  # a missing input path or --model folder, answered before torch
+    with sigterm_as_interrupt(), library_output(verbose), tokenizer_panics():
+        return handler(args) or 0
 
 
 if __name__ == "__main__":
