@@ -180,6 +180,31 @@ def test_settings_that_leave_the_vectors_as_they_are_pass(folder):
     assert describe_folder(str(folder)).lowercase
 
 
+@pytest.mark.parametrize("similarity", [None, "dot", "cosine"])
+def test_a_folder_compared_by_cosine_is_ranked_by_cosine(similarity, folder):
+    """Without a Normalize module, a folder whose sentence-transformers similarity is cosine was ranked by the inner
+    product of unnormalised vectors: its vectors are now normalised (the inner product is then that cosine); a folder
+    that says dot, or nothing, is ranked as its modules are."""
+    from sentence_transformers import SentenceTransformer
+
+    edit_json(folder / ST_FILE, similarity_fn_name=similarity)
+    vectors = Encoder.load(folder, device="cpu", dtype="float32").encode(TEXTS, show_progress=False)
+    norms = np.linalg.norm(vectors, axis=1)
+    assert np.allclose(norms, 1, atol=1e-5) == (similarity == "cosine")
+    theirs = SentenceTransformer(str(folder), device="cpu")
+    their_vectors = theirs.encode(TEXTS, convert_to_numpy=True)
+    expected = theirs.similarity(their_vectors, their_vectors).numpy() if similarity == "cosine" else \
+        their_vectors @ their_vectors.T  # (sentence-transformers compares a folder that does not say by cosine)
+    np.testing.assert_allclose(vectors @ vectors.T, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "manhattan", "maxsim", 3])
+def test_a_folder_compared_otherwise_than_by_an_inner_product_is_refused(similarity, folder):
+    edit_json(folder / ST_FILE, similarity_fn_name=similarity)
+    with pytest.raises(ModelLoadError, match=f"^{folder / ST_FILE}: similarity_fn_name is "):
+        Encoder.load(folder, device="cpu")
+
+
 def write_modules(folder: Path, transformer: object = "", pooling: object = "1_Pooling") -> None:
     (folder / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": transformer, "type": "sentence_transformers.models.Transformer"},

@@ -66,6 +66,9 @@ TOKENIZE_CHUNK = 10_000  # texts `Encoder.token_table` tokenises at once
 # sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
 ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 ST_MODEL_FILE = "config_sentence_transformers.json"
+# sentence-transformers' similarity functions that rank as an inner product does (cosine: of normalised vectors); None:
+# the file does not say
+ST_SIMILARITIES = (None, "cosine", "dot")
 # The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
 # not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
 # does; None: any value. `Encoder.load` applies max_seq_length and do_lower_case; unpad_inputs, backend and cache_dir
@@ -184,13 +187,15 @@ def _st_transformer(source: str, path: str) -> tuple[int | None, bool]:
     return (length if isinstance(length, int) and 0 < length < 1_000_000 else None), lowercase  # 1e30: none
 
 
-def _check_st_model_settings(source: str) -> None:
+def _check_st_model_settings(source: str) -> str | None:
     """ModelLoadError naming config_sentence_transformers.json and the field where its model-wide settings make
     `SentenceTransformer.encode` give other vectors than `Encoder`: a default prompt (put before every text; not
     applied here, since a query and a passage may need different ones: --query-prefix and --passage-prefix say
     which), `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
-    SentenceTransformer. Its other fields pass: `similarity_fn_name` compares vectors, `prompts` act only where a
-    caller names one (`encode_query` names "query": --query-prefix here), and the rest describe versions."""
+    SentenceTransformer, or a `similarity_fn_name` that is no inner product of the vectors (euclidean, manhattan:
+    retromae ranks by inner product). Returns `similarity_fn_name` (None where the file does not say), which
+    `_sentence_transformers_spec` applies. Its other fields pass: `prompts` act only where a caller names one
+    (`encode_query` names "query": --query-prefix here), and the rest describe versions."""
     where = os.path.join(source, ST_MODEL_FILE)
     settings = _read_json(source, ST_MODEL_FILE, optional=True) or {}
     kind, truncate = settings.get("model_type"), settings.get("truncate_dim")
@@ -212,6 +217,12 @@ def _check_st_model_settings(source: str) -> None:
                              "sentence-transformers encodes, and retromae puts no prompt of a folder before texts by "
                              "itself (a query and a passage may need different ones): remove default_prompt_name and "
                              "give the prompt as --query-prefix or --passage-prefix (prefix= in the Python API)")
+    similarity = settings.get("similarity_fn_name")
+    if similarity not in ST_SIMILARITIES:
+        raise ModelLoadError(f"{where}: similarity_fn_name is {quoted(similarity)}, which ranks otherwise than the "
+                             "inner product of the vectors retromae ranks by (dot, or cosine of normalised vectors); "
+                             "give a model compared by dot or cosine")
+    return similarity
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
@@ -219,7 +230,7 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     path a folder inside it (`model_source.module_path`), its settings those `SentenceTransformer.encode` reads texts
     with as `Encoder` does (`_check_st_model_settings`, `_st_transformer`, `_st_pooling`)."""
     spec, pooling, normalize = FolderSpec(), None, False
-    _check_st_model_settings(source)
+    similarity = _check_st_model_settings(source)
     for module in modules:
         if not isinstance(module, dict):
             raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists {module!r}, not a module (an object)")
@@ -237,7 +248,9 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
                                  "(supported: Transformer, Pooling, Normalize)")
     if pooling is None:
         raise ModelLoadError(f"{source}: modules.json has no Pooling module")
-    spec.pooling = PoolingConfig(pooling, normalize)
+    # compared by cosine (sentence-transformers' `similarity`) without a Normalize module: the vectors normalised, so
+    # that the inner product retromae ranks by is that cosine; a folder that does not say is ranked as its modules are
+    spec.pooling = PoolingConfig(pooling, normalize or similarity == "cosine")
     spec.declared = True
     return spec
 
