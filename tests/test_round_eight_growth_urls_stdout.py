@@ -256,6 +256,20 @@ def test_evaluate_says_its_standard_output_is_closed_or_full(redirect, said, run
     assert (done.returncode, done.stderr) == (1, said + "\n")
 
 
+def test_a_closed_standard_error_is_read_as_dev_null(run_file, tmp_path):
+    """`2>&-`: a refusal, a warning and a note went to standard output, among the results (`print` to a None file
+    writes there); they are dropped, as `2>/dev/null` would, and the results stay alone on standard output."""
+    command = ["bash", "-c", '"$@" 2>&-', "bash", sys.executable, "-m", "retromae"]
+    refused = subprocess.run([*command, *evaluate_line(run_file, "--k-values", "0")], capture_output=True, text=True,
+                             timeout=60)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    (tmp_path / "run.trec").write_text(run_file[1].read_text() + "q36 Q0 elsewhere 49 0.001 x\n")  # warned of
+    done = subprocess.run([*command, "evaluate", "--run", str(tmp_path / "run.trec"), "--data", str(run_file[0])],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(f"{tmp_path / 'run.trec'} on "), done.stdout
+    assert "missing from" not in done.stdout and "elsewhere" not in done.stdout
+
+
 def test_a_reader_that_goes_away_ends_nothing(run_file):
     """`| head -1`: the reader chose to read no more; the command ends as it would, without a word."""
     done = subprocess.Popen([sys.executable, "-m", "retromae", *evaluate_line(run_file, "--k-values",

@@ -126,6 +126,8 @@ def test_the_same_value_twice_is_that_value_and_a_list_collects_every_occurrence
      "--overwrite: given twice with different values (--overwrite, then --no-overwrite): give it once"),
     (["--threads", "1", "--threads", "2", "bm25", "--data", "d", "--output", "out"],
      "--threads: given twice with different values ('1', then '2'): give it once"),
+    (["--threads", "2", "bm25", "--data", "d", "--output", "out", "--threads", "4"],  # before and after the command
+     "--threads: given twice with different values ('2', then '4'): give it once"),
 ])
 def test_the_audits_cases_are_refused_in_one_line_before_anything(argv, message, tmp_path, monkeypatch, capsys):
     """One line, after the note an old spelling prints (`--k`)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from retromae.cli import _chosen_command, build_parser
+from retromae.cli import _chosen_command, _threads, build_parser
 from retromae.runtime.threads import cgroup_cpu_quota, configure_threads, usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +90,6 @@ def test_threads_is_a_global_option_before_or_after_the_command():
     assert _chosen_command(["--threads", "2", "evaluate", "--run", "r"]) == "evaluate"
     for argv in (["--threads", "2", "bm25", "--data", "d", "--output", "o"],
                  ["bm25", "--data", "d", "--output", "o", "--threads", "2"]):
-        assert build_parser(argv).parse_args(argv).threads == 2
+        assert _threads(build_parser(argv).parse_args(argv)) == 2
     with pytest.raises(SystemExit):
         build_parser(["--threads", "0", "bm25"]).parse_args(["--threads", "0", "bm25"])

@@ -38,15 +38,16 @@ from pathlib import Path
 
 from retromae import __version__, commands
 from retromae.preflight import check_arguments, check_network_settings
-from retromae.runtime.console import library_output, standard_output
+from retromae.runtime.console import keep_standard_error, library_output, standard_output
 from retromae.runtime.cpu_features import bf16_override
 from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
-from retromae.runtime.options import StoreOnce, check_command_line
+from retromae.runtime.options import StoreOnce, check_command_line, store_once
 from retromae.runtime.processes import check_launch
 from retromae.runtime.threads import configure_threads
 
 VERBOSE_HELP = ("also show the libraries' own output (transformers' loading bars and reports, bm25s bars, "
                 "warnings), hidden by default; before or after the command name")
+THREADS_BEFORE = "threads_before_command"  # --threads given before the command's name (`_threads`)
 THREADS_HELP = ("CPU threads to compute with (default: OMP_NUM_THREADS when set, else the cores this process may use: "
                 "its affinity and cgroup quota; docs/scaling.md); before or after the command name")
 
@@ -128,8 +129,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action="version", version=f"retromae {version()}",
                         help="print the version and exit")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
-    parser.add_argument("--threads", type=_positive, metavar="N", action=StoreOnce, default=argparse.SUPPRESS,
-                        help=THREADS_HELP)
+    parser.add_argument("--threads", type=_positive, metavar="N", action=_ThreadsBeforeCommand,
+                        default=argparse.SUPPRESS, dest=THREADS_BEFORE, help=THREADS_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = None if argv is None else _chosen_command(argv)
     for command in discover_commands():
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     status = None
+    keep_standard_error()
     try:
         with standard_output():  # closed: refused first; a failed write named
             status = _run(argv)
@@ -211,6 +213,22 @@ def main(argv: list[str] | None = None) -> int:
             claims.release() if status == 0 else claims.abandon()
 
 
+class _ThreadsBeforeCommand(StoreOnce):
+    """--threads before the command's name, kept apart from the command's own (`_threads` holds the two together)."""
+
+    shown_as = "--threads"
+
+
+def _threads(args: argparse.Namespace) -> int | None:
+    """--threads, given before the command's name or after it: the top level's parser and the command's each keep
+    their own, so the two are held to the one rule of an option given twice (`runtime.options.store_once`)."""
+    given = argparse.Namespace()
+    for dest in (THREADS_BEFORE, "threads"):
+        if (value := args.__dict__.pop(dest, None)) is not None:
+            store_once(given, "threads", value, "--threads")
+    return getattr(given, "threads", None)
+
+
 def _run(argv: list[str]) -> int:
     """The command `argv` names, its settings, options and inputs checked first; its exit code."""
     args = parse(argv)  # an option given twice with two values is refused here (`runtime.options.store_once`)
@@ -218,7 +236,7 @@ def _run(argv: list[str]) -> int:
     options_class = args.__dict__.pop("options_class")
     name = args.__dict__.pop("command")
     verbose = args.__dict__.pop("verbose")
-    configure_threads(args.__dict__.pop("threads", None))
+    configure_threads(_threads(args))
     bf16_override()  # the environment's own settings, named before any option or path
     check_network_settings()
     check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")

@@ -98,6 +98,20 @@ def notice(line: str) -> None:
     print(printable(line), file=sys.stderr, flush=True)
 
 
+def keep_standard_error() -> None:
+    """Standard error closed (`2>&-`: Python's `sys.stderr` is None) is read as sent to /dev/null: the descriptor 2
+    is taken by /dev/null, so that neither a line meant for standard error lands on standard output (`print` to a
+    None file writes there) nor a file the command opens takes descriptor 2 (a library writing to it would write
+    into that file)."""
+    if sys.stderr is not None:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != 2:
+        os.dup2(null, 2)
+        os.close(null)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+
+
 @contextlib.contextmanager
 def standard_output() -> Iterator[None]:
     """Within (one command of the CLI): standard output as a command's results need it. Closed (`>&-`: Python's

@@ -249,16 +249,18 @@ def renamed_note(old: str, new: str) -> str:
     return f"retromae: note: {old} is now {new}; the old spelling will be removed in the next release"
 
 
-def store_once(namespace: argparse.Namespace, dest: str, value: Any) -> None:
+def store_once(namespace: argparse.Namespace, dest: str, value: Any, flag: str | None = None) -> None:
     """Store `value` of an option that holds one value (every option but a list's, `--config` too): given a second
     time, under any of its spellings (an old one, `--x`/`--no-x`), with another value, it is refused in one line
     naming both (`--top-k: given twice with different values ('5', then '7'): give it once`), never the first value
     dropped without a word. The same value again is that one value, accepted: a shell alias and the line typed may
     both give it. Options are parsed with no default in the namespace (`argparse.SUPPRESS`), so an attribute there
-    is a value given earlier on the line."""
+    is a value given earlier on the line. `flag`: the option's name in the refusal, where its value is kept under
+    another `dest` (default: the flag of `dest`)."""
     if hasattr(namespace, dest) and getattr(namespace, dest) != value:
-        raise ConfigError(f"{_flag(dest)}: given twice with different values ({_given(dest, getattr(namespace, dest))}"
-                          f", then {_given(dest, value)}): give it once")
+        first = _given(dest, getattr(namespace, dest))
+        raise ConfigError(f"{flag or _flag(dest)}: given twice with different values ({first}, then "
+                          f"{_given(dest, value)}): give it once")
     setattr(namespace, dest, value)
 
 
@@ -270,11 +272,14 @@ def _given(dest: str, value: Any) -> str:
 
 
 class StoreOnce(argparse.Action):
-    """The action of an option holding one value: stores it (`store_once`)."""
+    """The action of an option holding one value: stores it (`store_once`; `shown_as`, the name a refusal gives it
+    where its `dest` is not its flag's)."""
+
+    shown_as: str | None = None
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        store_once(namespace, self.dest, values)
+        store_once(namespace, self.dest, values, self.shown_as)
 
 
 class _SwitchOnce(argparse.BooleanOptionalAction):
