@@ -222,6 +222,15 @@ def test_a_whole_number_beyond_an_option_is_shown_short(value, tmp_path, monkeyp
                                   "(2**63 - 1)")
 
 
+@pytest.mark.parametrize("option, said", [("--top-k", "a whole-number option holds (2**63 - 1)"),
+                                          ("--k1", "a number option holds (1.80e+308)")])
+def test_digits_beyond_a_float_are_read_exactly_not_as_infinite(option, said, tmp_path, monkeypatch, capsys):
+    """400 digits were read through a float: `must be a finite number, got inf` for a number the user wrote whole."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bm25", "--data", "d", "--output", "o", option, "1" + "0" * 400]) == 2
+    assert error_line(capsys) == f"retromae: error: {option}: 1.00e+400 is beyond what {said}"
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("top_k", 10**5000, "--top-k: 1.00e+5000 is beyond what a whole-number option holds (2**63 - 1)"),
     ("top_k", -(10**30), "--top-k: -1.00e+30 is beyond what a whole-number option holds (2**63 - 1)"),

@@ -548,11 +548,15 @@ def _from_command_line(given: dict[str, Any], config_cls: type) -> dict[str, Any
 
 def number_from_text(name: str, scalar: type, text: Any) -> Any:
     """A number the command line gives as text: `3`, `1e-2`, `nan` (refused later by its domain); a whole number
-    may be written `1e3`. Anything else is refused naming the option and the type it takes."""
+    may be written `1e3`, and digits alone are read exactly (400 of them are beyond what the option holds, not
+    infinite). Anything else is refused naming the option and the type it takes."""
     if not isinstance(text, str):
         return text
+    digits = text.strip()
+    if digits.lstrip("+-").isdigit() and digits.lstrip("+-").isascii():  # exactly, beyond a float's range too
+        return int(digits)  # (`_number` makes it the option's type, or refuses it beyond that type's range)
     try:
-        number = float(text.strip())
+        number = float(digits)
     except ValueError:
         raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[scalar]}, got {text!r}") from None
     if scalar is int and math.isfinite(number):
