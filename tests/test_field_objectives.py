@@ -342,6 +342,7 @@ def test_probe_scores_with_the_trained_pooling(tiny_model_dir, tiny_corpus, tmp_
     assert [m["step"] for m in probes] == [0, 2] and all(0 <= m["probe_ndcg@10"] <= 1 for m in probes)
 
 
+@pytest.mark.slow  # 6 s: two processes; test_losses' two-process gather stays in the default run
 def test_two_process_gathers_equal_one_process_over_the_whole_batch():
     assert run_two_processes("dist_field_objectives.py").count("== single-process") == 6
 

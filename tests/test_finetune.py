@@ -183,6 +183,7 @@ dist.destroy_process_group()
 '''
 
 
+@pytest.mark.slow  # 6 s: two processes; test_losses' two-process gather stays in the default run
 def test_cross_device_negatives_match_one_process_with_the_whole_batch(tiny_tokenizer, tmp_path):
     batch = tiny_batch(tiny_tokenizer, groups=4, group_size=2)
     torch.save(batch, tmp_path / "batch.pt")
