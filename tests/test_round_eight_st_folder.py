@@ -284,6 +284,7 @@ def test_the_fingerprint_covers_every_file_a_module_folder_gives_the_encoder(fol
 COMMANDS = {
     "encode": "encode --model R --corpus C --output OUT",
     "evaluate": "evaluate --model R --data B --output OUT.json",
+    "evaluate, a report folder": "evaluate --model R --data B --bm25 --output OUT",  # (its marker was written first)
     "search": "search --index IR --queries Q --output OUT.trec",
     "mine": "mine --data B --negatives model --model R --output OUT.jsonl",
     "finetune": "finetune --model R --data B --output OUT --max-steps 1",

@@ -161,14 +161,14 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
     config.check_top_k(config.table_ks(), "--metrics")
     require(not any(sts_file(config, path) for path in sets.values()), "data",
             "a table holds retrieval sets; evaluate STS pairs on their own")
+    systems = Systems.of(config)
+    systems.check_compare(config.compare)
+    encoders = {name: config.load_model(path) for name, path in systems.models.items()}  # a refused model: no folder
     folder = config.report_folder
     if folder is not None:
         identity = run_identity(config, RUN_NEUTRAL | {"device"})
         claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
                      overwrite=config.overwrite, resumable=False, inputs=input_paths(config))
-    systems = Systems.of(config)
-    systems.check_compare(config.compare)
-    encoders = {name: config.load_model(path) for name, path in systems.models.items()}
     root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
     caches = {name: root / cache_key(config, path, encoders[name]) if root is not None else None
               for name, path in systems.models.items()}
