@@ -310,7 +310,7 @@ def inputs(tiny_model_dir, st_model, tmp_path_factory) -> dict[str, Path]:
     move_weights(outside, "weights").rename(root / "outside")
     write_modules(outside, transformer="../outside")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(encoder_module, "_check_st_model_settings", lambda source: None)
+        patch.setattr(encoder_module, "_check_st_model_settings", lambda source: (None, {}))
         for module in (encoder_module, model_source):
             patch.setattr(module, "module_path", lambda source, module: module["path"])
         for name in FOLDERS:
@@ -341,3 +341,45 @@ def test_the_searcher_refuses_the_folder(refused, inputs):
     with pytest.raises(ModelLoadError) as raised:
         Searcher.load(inputs[f"{refused} index"]).search("a query")
     assert str(raised.value).startswith(f"{inputs[refused] / file}: {said}")
+
+
+@pytest.fixture()
+def prompted(folder, monkeypatch) -> Path:
+    """The folder naming a query and a document prompt (as sentence-transformers' encode_query/encode_document read
+    them), nothing said yet in this process."""
+    monkeypatch.setattr(encoder_module, "_PROMPTS_NOTED", set())
+    edit_json(folder / ST_FILE, prompts={"query": "query: ", "document": "passage: ", "other": "x"})
+    return folder
+
+
+def prompt_notes(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if "names the" in line]
+
+
+@pytest.mark.parametrize("side", ["passage", "query"])
+def test_a_named_prompt_left_out_is_said_once_by_encode(side, prompted, tmp_path, capsys):
+    """A named prompt acts as sentence-transformers' encode_query/encode_document apply it only where
+    --query-prefix/--passage-prefix give it; left out, it is said (once), naming the flag that gives it."""
+    texts = tmp_path / ("queries.jsonl" if side == "query" else "corpus.jsonl")
+    texts.write_text("".join(json.dumps({"_id": f"t{n}", "text": text}) + "\n" for n, text in enumerate(TEXTS)))
+    read = ["--queries" if side == "query" else "--corpus", str(texts)]
+    for run, prefix in (("a", []), ("b", []), ("c", [f"--{side}-prefix", f"{side}: "])):
+        assert main(["encode", "--model", str(prompted), *read, "--output", str(tmp_path / run), "--no-progress",
+                     *prefix]) == 0
+    prompt = "query: " if side == "query" else "passage: "
+    method = "encode_query" if side == "query" else "encode_document"
+    assert prompt_notes(capsys) == [f"retromae: note: {prompted}: its {ST_FILE} names the {side} prompt {prompt!r}, "
+                                    f"which sentence-transformers' {method} puts before every {side}; none is put "
+                                    f"here: give --{side}-prefix '{prompt}' to encode as {method} does"]
+
+
+def test_evaluate_and_the_searcher_say_a_named_prompt_left_out(prompted, inputs, tmp_path, capsys):
+    assert main(["evaluate", "--model", str(prompted), "--data", str(inputs["B"]), "--query-prefix", "query: "]) == 0
+    assert [line.split(" prompt ")[0] for line in prompt_notes(capsys)] == [
+        f"retromae: note: {prompted}: its {ST_FILE} names the passage"]
+    assert main(["encode", "--model", str(prompted), "--corpus", str(inputs["C"]), "--passage-prefix", "passage: ",
+                 "--output", str(tmp_path / "emb"), "--no-progress"]) == 0
+    assert main(["index", "--embeddings", str(tmp_path / "emb"), "--output", str(tmp_path / "idx")]) == 0
+    Searcher.load(tmp_path / "idx").search("a query")
+    assert [line.split(" prompt ")[0] for line in prompt_notes(capsys)] == [
+        f"retromae: note: {prompted}: its {ST_FILE} names the query"]

@@ -134,11 +134,14 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
     """The model's (`model`, default the first) top-k run on `data`; its corpus vectors kept in (or read from)
     `cache` when given."""
     # torch and faiss: only when a model is evaluated, so `evaluate --run` stays torch-free
+    from retromae.models.encoder import note_unused_prompt
     from retromae.retrieval.encode import encode_cached
     from retromae.retrieval.search import TextOptions, encode_texts, vector_search
 
     doc_ids, texts = list(data.corpus), [passage.joined() for passage in data.corpus.values()]
     passages = TextOptions(config.passage_prefix, config.passage_max_length)
+    note_unused_prompt(encoder, "passage", config.passage_prefix)
+    note_unused_prompt(encoder, "query", config.query_prefix)
     description = f"encoding {name} ({len(doc_ids):,} texts)"
     if cache is None:
         doc_vectors = encode_texts(encoder, texts, passages, config.batch_size, description=description)  # (N, D)

@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import ENCODER_FILE, check_tokenizer, module_path, read_json, resolve_model
 from retromae.models.onednn import PackedLinears
 from retromae.models.pretrained import load_model, load_tokenizer
-from retromae.runtime.console import progress
+from retromae.runtime.console import notice, progress
 from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError, tokenizer_panics
@@ -69,6 +70,7 @@ ST_MODEL_FILE = "config_sentence_transformers.json"
 # sentence-transformers' similarity functions that rank as an inner product does (cosine: of normalised vectors); None:
 # the file does not say
 ST_SIMILARITIES = (None, "cosine", "dot")
+_PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose unused named prompt was said (`note_unused_prompt`)
 # The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
 # not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
 # does; None: any value. `Encoder.load` applies max_seq_length and do_lower_case; unpad_inputs, backend and cache_dir
@@ -95,6 +97,7 @@ class FolderSpec:
     max_length: int | None = None
     declared: bool = False  # whether the folder declares its pooling (else `pooling` is the default)
     lowercase: bool = False  # sentence-transformers' do_lower_case: every text lowercased before it is tokenised
+    prompts: dict[str, str] = dataclasses.field(default_factory=dict)  # side → its named prompt (`named_prompts`)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConfig) -> torch.Tensor:
@@ -187,15 +190,16 @@ def _st_transformer(source: str, path: str) -> tuple[int | None, bool]:
     return (length if isinstance(length, int) and 0 < length < 1_000_000 else None), lowercase  # 1e30: none
 
 
-def _check_st_model_settings(source: str) -> str | None:
+def _check_st_model_settings(source: str) -> tuple[str | None, dict[str, str]]:
     """ModelLoadError naming config_sentence_transformers.json and the field where its model-wide settings make
     `SentenceTransformer.encode` give other vectors than `Encoder`: a default prompt (put before every text; not
     applied here, since a query and a passage may need different ones: --query-prefix and --passage-prefix say
     which), `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
     SentenceTransformer, or a `similarity_fn_name` that is no inner product of the vectors (euclidean, manhattan:
     retromae ranks by inner product). Returns `similarity_fn_name` (None where the file does not say), which
-    `_sentence_transformers_spec` applies. Its other fields pass: `prompts` act only where a caller names one
-    (`encode_query` names "query": --query-prefix here), and the rest describe versions."""
+    `_sentence_transformers_spec` applies, and the named prompts `encode_query` and `encode_document` put before a
+    query and a passage (`named_prompts`), which act here only as --query-prefix and --passage-prefix
+    (`note_unused_prompt` says so where none is given). The rest describe versions."""
     where = os.path.join(source, ST_MODEL_FILE)
     settings = _read_json(source, ST_MODEL_FILE, optional=True) or {}
     kind, truncate = settings.get("model_type"), settings.get("truncate_dim")
@@ -222,7 +226,37 @@ def _check_st_model_settings(source: str) -> str | None:
         raise ModelLoadError(f"{where}: similarity_fn_name is {quoted(similarity)}, which ranks otherwise than the "
                              "inner product of the vectors retromae ranks by (dot, or cosine of normalised vectors); "
                              "give a model compared by dot or cosine")
-    return similarity
+    return similarity, named_prompts(prompts, where)
+
+
+def named_prompts(prompts: dict[str, Any], where: str) -> dict[str, str]:
+    """side ("query", "passage") → the prompt sentence-transformers' `encode_query` (its prompt "query") or
+    `encode_document` (the first of "document", "passage", "corpus") puts before such a text, where one is given;
+    ModelLoadError naming `where` for a prompt that is not text."""
+    found = {}
+    for side, names in (("query", ("query",)), ("passage", ("document", "passage", "corpus"))):
+        name = next((name for name in names if name in prompts), None)
+        prompt = prompts.get(name)
+        if name is not None and not isinstance(prompt, str):
+            raise ModelLoadError(f"{where}: the prompt {quoted(name)} is {quoted(prompt)}, not a text")
+        if prompt:
+            found[side] = prompt
+    return found
+
+
+def note_unused_prompt(encoder: Encoder, side: str, prefix: str) -> None:
+    """A note, once per process, model and side, where the model's folder names a prompt for `side` ("query" or
+    "passage": `named_prompts`) and this encoding of such texts puts no `prefix` before them: sentence-transformers'
+    `encode_query` / `encode_document` would put it there, its `encode` would not, and retromae puts what
+    --query-prefix / --passage-prefix say."""
+    prompt = encoder.prompts.get(side)
+    if not prompt or prefix or (encoder.source, side) in _PROMPTS_NOTED:
+        return
+    _PROMPTS_NOTED.add((encoder.source, side))
+    method = "encode_query" if side == "query" else "encode_document"
+    notice(f"retromae: note: {encoder.source}: its {ST_MODEL_FILE} names the {side} prompt {quoted(prompt)}, which "
+           f"sentence-transformers' {method} puts before every {side}; none is put here: give --{side}-prefix "
+           f"{shlex.quote(prompt)} to encode as {method} does")
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
@@ -230,7 +264,7 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     path a folder inside it (`model_source.module_path`), its settings those `SentenceTransformer.encode` reads texts
     with as `Encoder` does (`_check_st_model_settings`, `_st_transformer`, `_st_pooling`)."""
     spec, pooling, normalize = FolderSpec(), None, False
-    similarity = _check_st_model_settings(source)
+    similarity, spec.prompts = _check_st_model_settings(source)
     for module in modules:
         if not isinstance(module, dict):
             raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists {module!r}, not a module (an object)")
@@ -340,6 +374,7 @@ class Encoder:
         # and packed for one call are kept for the next; else they are freed after each (the model may train)
         self.weights_fixed = False
         self.source = ""  # the --model it was loaded from (`Encoder.load`), recorded beside its vectors
+        self.prompts: dict[str, str] = {}  # the named prompts of its folder, by side (`named_prompts`)
 
     @property
     def pooling(self) -> str:
@@ -396,7 +431,7 @@ class Encoder:
             backend, quantize, str(Path(source) / spec.subfolder) if os.path.isdir(source) else None)
         amp_dtype = resolve_dtype(dtype, device) if runner is None else None  # the backends compute in float32
         encoder = cls(model, tokenizer, config, length, amp_dtype, runner)
-        encoder.source = resolved.given
+        encoder.source, encoder.prompts = resolved.given, spec.prompts
         return encoder
 
     def check_lengths(self, options: Any) -> None:

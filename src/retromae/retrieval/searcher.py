@@ -171,8 +171,10 @@ class Searcher:
     def run(self, queries: Mapping[str, str], k: int = 10, show_progress: bool = False) -> Run:
         """The top-k run of `queries` (id → text): encoded with the index's model, fused with BM25 on a hybrid
         index."""
-        from retromae.retrieval.search import TextOptions, encode_texts  # torch: only when texts are encoded
+        from retromae.models.encoder import note_unused_prompt  # torch: only when texts are encoded
+        from retromae.retrieval.search import TextOptions, encode_texts
 
+        note_unused_prompt(self.encoder, "query", self.encoding.prefix)
         query_ids = list(queries)
         options = TextOptions(self.encoding.prefix, self.encoding.max_length)
         vectors = encode_texts(self.encoder, [queries[q] for q in query_ids], options, self.encoding.batch_size,
