@@ -162,3 +162,55 @@ def test_every_command_refuses_a_cache_setting_no_folder_can_be_before_it_claims
     assert main(args) == 1
     assert error_line(capsys).startswith(f"retromae: error: $RETROMAE_CACHE: {setting}: ")
     assert not os.path.lexists(out) and blocker.read_text() == "a file of the user's\n"
+
+
+def test_an_entry_point_given_a_config_and_options_refuses_both():
+    """A probe of round eight's fixes: `retromae.encode(config, output=...)` ran the config and dropped the option."""
+    import retromae
+    from retromae import EncodeConfig
+
+    with pytest.raises(ConfigError, match=r"^encode: given a config and options \(output\)"):
+        retromae.encode(EncodeConfig(model="m", corpus="c.jsonl", output="a"), output="b")
+
+
+def test_the_top_level_takes_no_abbreviation(capsys):
+    """`retromae --thr 2 bm25 ...` took `2` for the command and refused the command's own options."""
+    with pytest.raises(SystemExit):
+        main(["--thr", "2", "bm25", "--data", "d", "--output", "o"])
+    assert "invalid choice: '2'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["bm25", "--help"], ["--help"]])
+def test_help_and_version_on_a_full_device_say_so(argv):
+    """argparse ignores a failed write of its help or version and exits 0: the text lost was not said."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "retromae", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, "retromae: error: standard output: No space left on device; what "
+                                                 "the command printed there is lost\n")
+
+
+def test_a_progress_line_naming_a_file_is_printable(tmp_path, tiny_model_dir, capsys):
+    """A probe of round eight's fixes: a corpus file name with ESC and a newline reached the terminal raw in the
+    encoding bar (and in stage lines)."""
+    corpus = tmp_path / "g\x1b[31mR\nx.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "a cat sat"}\n')
+    assert main(["encode", "--model", str(tiny_model_dir), "--corpus", str(corpus), "--output",
+                 str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "g\\x1b[31mR\\nx.jsonl" in err and "\x1b[31m" not in err
+
+
+def test_the_apis_classes_name_a_malformed_hub_endpoint():
+    """A probe of round eight's fixes: `retromae.Encoder` with `HF_ENDPOINT=http://[::1` (huggingface_hub splits it
+    as it loads) was a bare ValueError naming no variable; the entry points already checked it."""
+    import subprocess
+    import sys
+
+    code = "import retromae\ntry:\n    retromae.Encoder\nexcept Exception as error:\n    print(repr(error))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HF_ENDPOINT": "http://[::1"})
+    assert done.stdout.startswith("ConfigError(\"HF_ENDPOINT='http://[::1': not a URL with a host and a port")

@@ -383,3 +383,17 @@ def test_evaluate_and_the_searcher_say_a_named_prompt_left_out(prompted, inputs,
     Searcher.load(tmp_path / "idx").search("a query")
     assert [line.split(" prompt ")[0] for line in prompt_notes(capsys)] == [
         f"retromae: note: {prompted}: its {ST_FILE} names the query"]
+
+
+@pytest.mark.parametrize("order", [["0", "2", "1"], ["1", "0"], ["0", "1", "2", "2"], ["0", "0", "1"]],
+                         ids=["Normalize before Pooling", "Pooling first", "Normalize twice", "Transformer twice"])
+def test_modules_in_an_order_sentence_transformers_runs_otherwise_are_refused(order, folder):
+    """A probe of round eight's fixes: a Normalize listed before the Pooling normalised the text's vector here and
+    token states there (sentence-transformers runs modules in the order listed); a Pooling first loaded here only."""
+    kinds = {"0": ("", "Transformer"), "1": ("1_Pooling", "Pooling"), "2": ("2_Normalize", "Normalize")}
+    (folder / "2_Normalize").mkdir(exist_ok=True)
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": n, "name": str(n), "path": kinds[key][0], "type": f"sentence_transformers.models.{kinds[key][1]}"}
+        for n, key in enumerate(order)]))
+    with pytest.raises(ModelLoadError, match=f"^{folder / 'modules.json'}: lists its modules as "):
+        Encoder.load(folder, device="cpu")

@@ -64,6 +64,10 @@ def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
         raise AttributeError(f"module 'retromae' has no attribute {name!r}")
     module, _, attribute = _PUBLIC[name].partition(":")
+    if module != "retromae.api" and not module.endswith(".config"):  # it imports huggingface_hub, which splits
+        from retromae.preflight import check_network_settings  # $HF_ENDPOINT as it loads: a malformed one named first
+
+        check_network_settings()
     value = importlib.import_module(module)
     return getattr(value, attribute) if attribute else value
 

@@ -25,6 +25,7 @@ from retromae.preflight import check_config
 from retromae.pretraining.config import InitModelConfig, PretrainConfig
 from retromae.reranking.config import RerankerConfig, ScoreConfig
 from retromae.retrieval.config import BM25Config, EncodeConfig, IndexConfig, MineConfig, SearchConfig
+from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import quiet_entry_point
 from retromae.workflows.config import QuickstartConfig
 
@@ -35,15 +36,19 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 
 
 def _entry_point(config_cls: type) -> Callable[[Function], Function]:
-    """An entry point taking `config_cls` or its options as keywords: the config built and checked as the command
-    line's (`retromae.preflight.check_config`: its inputs and models, before any heavy import), then the function run
-    quietly (`runtime.run_folder.quiet_entry_point`) on it."""
+    """An entry point taking `config_cls` or its options as keywords (not both: the options would not act; a
+    ConfigError naming them): the config built and checked as the command line's (`retromae.preflight.check_config`:
+    its inputs and models, before any heavy import), then the function run quietly
+    (`runtime.run_folder.quiet_entry_point`) on it."""
 
     def wrap(function: Function) -> Function:
         quiet = quiet_entry_point(function)
 
         @functools.wraps(function)
         def entry_point(config: Any = None, /, **options: Any) -> Any:
+            if config is not None and options:
+                raise ConfigError(f"{function.__name__}: given a config and options ({', '.join(options)}): give "
+                                  f"the options in the config (dataclasses.replace(config, ...)), or the options alone")
             return quiet(check_config(config if config is not None else config_cls(**options)))
 
         return entry_point  # type: ignore[return-value]

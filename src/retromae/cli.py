@@ -124,6 +124,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The top-level parser listing every subcommand; the one `argv` names (all, when None) gets its options."""
     parser = argparse.ArgumentParser(
         prog="retromae",
+        allow_abbrev=False,  # `--thr 2 bm25` would be parsed, and `2` taken for the command (`_chosen_command`)
         description="Pre-train, fine-tune, index, search and evaluate retrieval encoders (RetroMAE and peers).",
     )
     parser.add_argument("-V", "--version", action="version", version=f"retromae {version()}",

@@ -70,6 +70,7 @@ ST_MODEL_FILE = "config_sentence_transformers.json"
 # sentence-transformers' similarity functions that rank as an inner product does (cosine: of normalised vectors); None:
 # the file does not say
 ST_SIMILARITIES = (None, "cosine", "dot")
+MODULE_ORDER = ("Transformer", "Pooling", "Normalize")  # the sentence-transformers modules read, in the order run
 _PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose unused named prompt was said (`note_unused_prompt`)
 # The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
 # not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
@@ -282,11 +283,24 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
                                  "(supported: Transformer, Pooling, Normalize)")
     if pooling is None:
         raise ModelLoadError(f"{source}: modules.json has no Pooling module")
+    _check_module_order(source, modules)
     # compared by cosine (sentence-transformers' `similarity`) without a Normalize module: the vectors normalised, so
     # that the inner product retromae ranks by is that cosine; a folder that does not say is ranked as its modules are
     spec.pooling = PoolingConfig(pooling, normalize or similarity == "cosine")
     spec.declared = True
     return spec
+
+
+def _check_module_order(source: str, modules: list[dict[str, Any]]) -> None:
+    """ModelLoadError naming modules.json unless its modules run as `Encoder` runs them: one Transformer first, then
+    Pooling, then a Normalize, if any, last (sentence-transformers runs them in the order listed: a Normalize before
+    the Pooling normalises token states, not the text's vector, and a Pooling first does not load there)."""
+    kinds = [str(module.get("type", "")).rsplit(".", 1)[-1] for module in modules]
+    ranks = [MODULE_ORDER.index(kind) for kind in kinds]
+    if kinds.count("Transformer") != 1 or ranks != sorted(ranks) or kinds.count("Normalize") > 1:
+        raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists its modules as {', '.join(kinds)}; "
+                             "sentence-transformers runs them in that order, and retromae reads one Transformer, "
+                             "then Pooling, then an optional Normalize")
 
 
 def _our_spec(path: str, ours: dict[str, Any]) -> FolderSpec:

@@ -127,6 +127,12 @@ def standard_output() -> Iterator[None]:
     sys.stdout = output = _Output(stream)
     try:
         yield
+    except SystemExit as done:  # argparse's --help and --version: printed (a failed write ignored), then exit 0
+        if not done.code:
+            output.flush()
+            if output.lost is not None:  # their text lost is said, as a command's
+                raise output.lost from None
+        raise
     except BaseException:
         with contextlib.suppress(FileSystemError):  # the command's own failure is the one said
             output.flush()
@@ -142,6 +148,7 @@ class _Output:
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         self.failed = False
+        self.lost: FileSystemError | None = None  # what a failed write said (argparse's printing ignores it)
 
     def write(self, text: str) -> int:
         self._attempt(self.stream.write, text)
@@ -165,8 +172,9 @@ class _Output:
                 os.dup2(devnull, descriptor)
                 os.close(devnull)
             if error.errno != errno.EPIPE:
-                raise FileSystemError(f"standard output: {os_error_line(error)}; what the command printed there is "
-                                      "lost") from None
+                self.lost = FileSystemError(f"standard output: {os_error_line(error)}; what the command printed "
+                                            "there is lost")
+                raise self.lost from None
 
 
 @contextlib.contextmanager
@@ -265,17 +273,18 @@ def _quiet_transformers() -> Iterator[None]:
 
 def progress(description: str, total: int | None = None, unit: str = "it", *, initial: int = 0,
              enabled: bool = True) -> tqdm:
-    """The one progress display of a step: its name, count, rate and (with a total) the expected time left."""
-    return tqdm(total=total, initial=initial, desc=description, unit=unit, disable=not enabled,
+    """The one progress display of a step: its name (`printable`: it may name a file), count, rate and (with a
+    total) the expected time left."""
+    return tqdm(total=total, initial=initial, desc=printable(description), unit=unit, disable=not enabled,
                 dynamic_ncols=True, file=sys.stderr)
 
 
 @contextlib.contextmanager
 def step(description: str, enabled: bool = True) -> Iterator[None]:
-    """A status line for a step without a bar: "description ..." then "done in 1.2 s" when it ends."""
+    """A status line for a step without a bar: "description ..." (`printable`) then "done in 1.2 s" when it ends."""
     started = time.perf_counter()
     if enabled:
-        print(f"{description} ...", end="", file=sys.stderr, flush=True)
+        print(f"{printable(description)} ...", end="", file=sys.stderr, flush=True)
     ended = " failed"
     try:
         yield
@@ -312,7 +321,7 @@ class Stages:
             label += f" (about {format_seconds(self._seconds_left())} left)"
         self.done += 1
         if self.enabled:
-            print(f"\n{label}", file=sys.stderr, flush=True)
+            print(f"\n{printable(label)}", file=sys.stderr, flush=True)
         return label
 
     def next(self) -> str:
