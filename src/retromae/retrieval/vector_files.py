@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from retromae.data.fields import whole_number_field
 from retromae.models.encoder_config import POOLINGS
 from retromae.models.finite import check_vectors
 from retromae.runtime.errors import DataError
@@ -77,10 +78,8 @@ def check_encoding_record(record: Any, where: str) -> dict[str, Any]:
         if name in record and not isinstance(record[name], str):
             raise DataError(f"{where}: field {name!r} is {quoted(record[name])}, not text")
     for name, domain in NUMBER_FIELDS.items():
-        value = record.get(name)
-        if name in record and (isinstance(value, bool) or not isinstance(value, int) or not domain.holds(value)):
-            raise DataError(f"{where}: field {name!r} is {quoted(value)}; it must be a whole number and "
-                            f"{domain.describe()}")
+        if name in record:
+            whole_number_field(record, name, where, domain)
     if "pooling" in record and record["pooling"] not in POOLINGS:
         raise DataError(f"{where}: field 'pooling' is {quoted(record['pooling'])}, not one of {', '.join(POOLINGS)}")
     if "normalize" in record and not isinstance(record["normalize"], bool):
