@@ -417,7 +417,7 @@ def test_an_unusable_cache_is_named_before_tokenising(tiny_model_dir, tiny_corpu
     monkeypatch.setenv("RETROMAE_CACHE", str(read_only))
     assert main(without_cache + ["--overwrite"]) == 1
     error = one_line(capsys)
-    assert error.startswith(f"retromae: error: {read_only}: unusable as the token cache ($RETROMAE_CACHE): ")
+    assert error.startswith(f"retromae: error: $RETROMAE_CACHE: {read_only}: cannot be written: ")  # round nine
 
 
 def test_sigterm_stops_like_ctrl_c(tiny_model_dir, tiny_corpus, tmp_path, monkeypatch, capsys):

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae import __version__, commands
-from retromae.preflight import check_arguments, check_network_settings
+from retromae.preflight import check_arguments, check_settings
 from retromae.runtime.console import keep_standard_error, library_output, standard_output
 from retromae.runtime.cpu_features import bf16_override
-from retromae.runtime.errors import FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
+from retromae.runtime.errors import ConfigError, FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
 from retromae.runtime.options import StoreOnce, check_command_line, store_once
 from retromae.runtime.processes import check_launch
 from retromae.runtime.threads import configure_threads
@@ -166,6 +166,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     """The parsed command line; an option the command does not know is refused with the command's own usage and
     the nearest option it has (`--hybird`: "did you mean --hybrid?"), not the top level's usage."""
     parser = build_parser(argv)
+    _check_before_command(parser, argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         sub = _subparsers(parser)[args.command]
@@ -177,6 +178,25 @@ def parse(argv: list[str]) -> argparse.Namespace:
         hint = f" (did you mean {near[0]}?)" if near else f"; `retromae {args.command} --help` lists its options"
         sub.error(f"unrecognized arguments: {shown}{hint}")
     return args
+
+
+def _check_before_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """ConfigError naming the first word before the command's name (`_chosen_command`) that looks like an option and
+    is none of the top level's: an abbreviation (`--thr`, which argparse, abbreviations off, would pass over and then
+    take `2` for the command's name) named with the options it could stand for, any other with those options."""
+    known = parser._option_string_actions
+    values = {i + 1 for i, arg in enumerate(argv) if arg == "--threads"}
+    for i, arg in enumerate(argv):
+        if arg == "--" or (not arg.startswith("-") and i not in values):
+            return
+        name = arg.split("=")[0]
+        if i in values or name in known:
+            continue
+        full = [flag for flag in known if name.startswith("--") and flag.startswith(name)]
+        if full:
+            raise ConfigError(f"{name}: give the option's full name {' or '.join(full)}")
+        raise ConfigError(f"{name}: not an option of retromae before a command ({', '.join(known)}); a command's own "
+                          "options come after its name")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -239,7 +259,7 @@ def _run(argv: list[str]) -> int:
     verbose = args.__dict__.pop("verbose")
     configure_threads(_threads(args))
     bf16_override()  # the environment's own settings, named before any option or path
-    check_network_settings()
+    check_settings()
     check_launch(name, getattr(sys.modules[handler.__module__], "PROCESSES", "one") == "several")
     if options_class is not None:
         check_command_line(options_class, args)  # each value in its option's domain, before any path

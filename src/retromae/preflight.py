@@ -11,8 +11,9 @@ Owns `check_arguments(args, options_class)`, which `retromae.cli` runs after par
 does any work (paths only, no network), `configured(cls, args)`, with which every command builds its options and
 then checks them (`check_config`: after the options, so that a bad option is named first), the hub's reachability
 (`hub_unreachable`: one TCP connection to the hub's endpoint or proxy, bounded by `PROBE_SECONDS`, DNS included), the
-one reader of $HF_ENDPOINT, $HTTPS_PROXY and $https_proxy (`url_variable`: a malformed URL refused in one line, by
-every command before any work, `check_network_settings`), and whether a hub model is in the local cache
+one reader of $HF_ENDPOINT and the proxy variables (`URL_VARIABLES`, `url_variable`: a malformed URL refused in one
+line, by every command before any work, `check_network_settings`, with the path variables and the cache a command
+writes in: `check_settings`, `writes_cache`), and whether a hub model is in the local cache
 (`cached_on_disk`, read from the cache's folders without importing huggingface_hub). With no network, a cached model
 runs with `HF_HUB_OFFLINE=1` set for the process, so the loaders read the cache at once instead of retrying the hub
 for half a minute; an uncached one is refused in one line that says the hub was unreachable; with `HF_HUB_OFFLINE`
@@ -34,18 +35,26 @@ from urllib.parse import urlsplit
 
 from retromae.data.held_out import check_held_out
 from retromae.data.inputs import check_format, declared_formats
-from retromae.models.model_source import ModelSource, looks_local, resolve_model, resolve_tokenizer
-from retromae.runtime.errors import DataError, FileSystemError, ModelLoadError
-from retromae.runtime.io import check_cache_setting
+from retromae.models.model_source import ModelSource, looks_local, ours_to_write, resolve_model, resolve_tokenizer
+from retromae.runtime.errors import UNSHOWABLE, ConfigError, DataError, FileSystemError, ModelLoadError
+from retromae.runtime.io import check_cache_setting, path_variable
 from retromae.runtime.lines import quoted
-from retromae.runtime.options import MODEL_READS, ConfigError, build_config, reading_options
+from retromae.runtime.options import MODEL_READS, build_config, reading_options
 
 T = TypeVar("T")
 
 PROBE_SECONDS = 3.0
 OFFLINE_VALUES = ("1", "on", "yes", "true")
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy")  # the proxy the hub's client goes through, the first set
-URL_VARIABLES = ("HF_ENDPOINT", *PROXY_VARIABLES)
+# The proxy the hub's client (httpx, as urllib reads the environment) goes through to an https:// endpoint, the first
+# set: a lowercase name wins
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+# Every URL the clients read from the environment (huggingface_hub's httpx and requests): each proxy is parsed when a
+# client is made, whatever the request, so a malformed http_proxy fails a download from an https:// hub.
+# NO_PROXY is not one: a comma list of host patterns that no client refuses (a pattern matching no host is no error)
+URL_VARIABLES = ("HF_ENDPOINT", *PROXY_VARIABLES, "http_proxy", "HTTP_PROXY")
+# The schemes httpx and requests take for a proxy, with the port each means when a URL leaves it out; the hub's
+# endpoint is http or https
+SCHEME_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
 
 
 def check_arguments(args: argparse.Namespace, options_class: type | None) -> None:
@@ -91,17 +100,28 @@ def check_config(config: T) -> T:
     """`config` once its inputs exist and their heads are of the formats its command reads (`check_inputs`) and each
     model it names is a model folder or a reachable (or cached) hub name (`check_model`): the one check before the
     work of the command line, a `--config` file and the Python API alike; then a held-out set against what the
-    command trains on (`data.held_out.check_held_out`). $RETROMAE_CACHE is checked first
-    (`runtime.io.check_cache_setting`): a command would claim its output before its first use of the cache; then the
-    hub's URL variables (`check_network_settings`)."""
-    check_cache_setting()
-    check_network_settings()
+    command trains on (`data.held_out.check_held_out`). The environment's settings are checked first
+    (`check_settings`, told whether the command `writes_cache`): a command would claim its output before its first
+    use of the cache."""
+    check_settings(writes_cache(config))
     check_inputs(config)
     for option, kind in reading_options(config, MODEL_READS).items():
         for name in _values(getattr(config, option, None)):
             check_model(name, f"--{option.replace('_', '-')}", resolver(kind))
     check_held_out(config)  # what a command holds out is not what it trains on, said before torch
     return config
+
+
+def writes_cache(config: object) -> bool:
+    """Whether the command `config` configures makes files in the cache folder (`runtime.io.cache_folder`): a token
+    store (`makes_token_store`: pretrain, adapt) with no --cache-dir, or an export for a --backend other than torch
+    of a --model (one of several) whose folder is not ours to write (`models.model_source.ours_to_write`: a hub name,
+    an installed package's folder; `models.backends.export_root` keeps it beside the model otherwise)."""
+    token_store = getattr(config, "makes_token_store", lambda: False)() and not getattr(config, "cache_dir", None)
+    exports = getattr(config, "backend", None) not in (None, "torch") and any(
+        not (looks_local(os.path.expanduser(name)) and ours_to_write(resolve_model(name).transformer))
+        for name in _values(getattr(config, "model", None)))
+    return token_store or exports
 
 
 def check_inputs(config: object) -> None:
@@ -166,10 +186,10 @@ def go_offline() -> None:
 def hub_cache() -> Path:
     """The folder huggingface_hub caches models in: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
     ($XDG_CACHE_HOME in place of ~/.cache when set)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
-    return Path(os.environ.get("HF_HOME") or cache_home / "huggingface").expanduser() / "hub"
+    if (hub := path_variable("HF_HUB_CACHE")) is not None:
+        return hub.expanduser()
+    cache_home = (path_variable("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return (path_variable("HF_HOME") or cache_home / "huggingface").expanduser() / "hub"
 
 
 def cached_on_disk(repo: str) -> bool:
@@ -180,22 +200,36 @@ def cached_on_disk(repo: str) -> bool:
 
 def url_variable(name: str) -> tuple[str, int] | None:
     """(host, port) of the URL the environment variable `name` holds, None when it is unset or empty: one without a
-    scheme (`proxy:3128`) read as http://, as httpx reads a proxy variable, and a port left out its scheme's (80 for
-    http, else 443). ConfigError naming the variable and its value when the URL names no host, its port is no number
-    from 1 to 65535, or an IPv6 address lacks a bracket (urlsplit's ValueError ended the hub probe in a traceback).
-    The one reader of the hub's address and proxies (`hub_endpoint`, `hub_unreachable`)."""
+    scheme (`proxy:3128`) read as http://, as httpx reads a proxy variable, and a port left out its scheme's
+    (`SCHEME_PORTS`). ConfigError naming the variable and its value when the URL's scheme is none the clients take
+    (a proxy's `SCHEME_PORTS`, the endpoint's http or https), it names no host, its port is no number from 1 to 65535,
+    an IPv6 address lacks a bracket (urlsplit's ValueError ended the hub probe in a traceback), or it holds white space
+    or a control character (`a b`: a host no client looks up). The one reader of the hub's address and proxies
+    (`hub_endpoint`, `hub_unreachable`)."""
     value = os.environ.get(name, "").strip()
     if not value:
         return None
+    schemes = ("http", "https") if name == "HF_ENDPOINT" else tuple(SCHEME_PORTS)
     try:
         parts = urlsplit(value if "://" in value else f"http://{value}")
         host, port = parts.hostname, parts.port
     except ValueError:  # a port beyond 65535 or no number; a '[' without its ']'
         host = port = None
-    if not host or port == 0:
+    if not host or port == 0 or any(c.isspace() for c in value) or UNSHOWABLE.search(value):
         raise ConfigError(f"{name}={quoted(value)}: not a URL with a host and a port from 1 to 65535 "
                           "(http://HOST:PORT); fix or unset it")
-    return host, port or (80 if parts.scheme == "http" else 443)
+    if parts.scheme not in schemes:
+        raise ConfigError(f"{name}={quoted(value)}: its scheme {quoted(parts.scheme)} is none the clients take "
+                          f"({', '.join(schemes)}); fix or unset it")
+    return host, port or SCHEME_PORTS[parts.scheme]
+
+
+def check_settings(writes: bool = False) -> None:
+    """The environment's settings, before any work: its path variables and the cache, which a command that `writes`
+    in must take a new file (`runtime.io.check_cache_setting`), then the hub's URL variables
+    (`check_network_settings`). Asked by `retromae.cli` before the command's options, and by `check_config`."""
+    check_cache_setting(writes)
+    check_network_settings()
 
 
 def check_network_settings() -> None:
@@ -212,9 +246,9 @@ def hub_endpoint() -> tuple[str, int]:
 
 
 def hub_unreachable(seconds: float = PROBE_SECONDS) -> str | None:
-    """None when a TCP connection to the hub (or to the HTTPS proxy, when one is set) opens within `seconds`;
-    otherwise why not, in a few words. Runs in a thread, so that a name lookup that hangs is bounded too. Each of
-    $HF_ENDPOINT, $HTTPS_PROXY and $https_proxy is read (`url_variable`), whichever is used."""
+    """None when a TCP connection to the hub (or to the proxy its client goes through, the first of `PROXY_VARIABLES`
+    set) opens within `seconds`; otherwise why not, in a few words. Runs in a thread, so that a name lookup that hangs
+    is bounded too. $HF_ENDPOINT and each proxy variable are read (`url_variable`), whichever is used."""
     endpoint = hub_endpoint()
     proxies = [url_variable(name) for name in PROXY_VARIABLES]
     host, port = next((proxy for proxy in proxies if proxy is not None), endpoint)

@@ -148,6 +148,10 @@ class AdaptConfig(TrainingConfig, BackendOptions):
     save_every: ClassVar[int] = 0
     keep_checkpoints: ClassVar[int] = 1
 
+    def makes_token_store(self) -> bool:
+        """Whether the run tokenises its training corpus into a token store (`data.token_store`): all but distill."""
+        return self.objective != "distill"
+
     def __post_init__(self) -> None:
         super().__post_init__()
         require(len(self.corpus) > 0, "corpus", "give at least one corpus file")

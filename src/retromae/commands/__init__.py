@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from retromae.runtime.console import out
+
 
 def show(result: Any) -> Any:
-    """Print the lines of a command's `Result` on standard output; returns its value."""
+    """Print the lines of a command's `Result` on standard output (`runtime.console.out`); returns its value."""
     for line in result.lines:
-        print(line)
+        out(line)
     return result.value

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     config = configured(AdaptConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.adaptation.run import GUARD_FILE, UNSEEN_FILE, adapt
-    from retromae.runtime.console import wrote
+    from retromae.runtime.console import out, wrote
 
     started = time.perf_counter()
     output = show(adapt(config))
@@ -32,5 +32,5 @@ def run(args: argparse.Namespace) -> int:
                "guard": output / GUARD_FILE, "validation set": output / "validation",
                "unseen qrels": output / UNSEEN_FILE,
                "fine-tuned": output / "finetuned" / "encoder"}
-    print(wrote({name: path for name, path in outputs.items() if path.exists()}, started))
+    out(wrote({name: path for name, path in outputs.items() if path.exists()}, started))
     return 0

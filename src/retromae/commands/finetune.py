@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.finetuning.negatives import NEGATIVES_DIR
     from retromae.finetuning.run import finetune
-    from retromae.runtime.console import written, wrote
+    from retromae.runtime.console import out, written, wrote
     from retromae.runtime.processes import is_main_process
     from retromae.training.trackers import TENSORBOARD_DIR
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     output = finetune(config)
     towers = ("", "query-") if (output / "query-encoder").is_dir() else ("",)
     if is_main_process():
-        print(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers
-                     for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}
-                    | written(output, {"negatives": NEGATIVES_DIR, "tensorboard": TENSORBOARD_DIR}), started))
+        out(wrote({f"{tower}{kind}": output / f"{tower}{kind}" for tower in towers
+                   for kind in ("encoder", "sentence-transformer")} | {"metrics": output / "metrics.jsonl"}
+                  | written(output, {"negatives": NEGATIVES_DIR, "tensorboard": TENSORBOARD_DIR}), started))
     return 0

@@ -24,15 +24,15 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.models.export import HEAD_FILE
     from retromae.pretraining.run import pretrain
-    from retromae.runtime.console import written, wrote
+    from retromae.runtime.console import out, written, wrote
     from retromae.runtime.processes import is_main_process
     from retromae.training.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = pretrain(config)
     if is_main_process():
-        print(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
-                     "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}
-                    | written(output, {"best probe": BEST_PROBE_DIR, "tensorboard": TENSORBOARD_DIR}), started))
+        out(wrote({"encoder": output / "encoder", "sentence-transformer": output / "sentence-transformer",
+                   "pre-training head": output / HEAD_FILE, "metrics": output / "metrics.jsonl"}
+                  | written(output, {"best probe": BEST_PROBE_DIR, "tensorboard": TENSORBOARD_DIR}), started))
     return 0
 

@@ -22,13 +22,13 @@ def run(args: argparse.Namespace) -> int:
     config = configured(RerankerConfig, args)  # first: a wrong option, file or hub name answered before torch
     # torch: only when the command runs, so --help stays instant
     from retromae.reranking.run import RERANKER_DIR, train_reranker
-    from retromae.runtime.console import written, wrote
+    from retromae.runtime.console import out, written, wrote
     from retromae.runtime.processes import is_main_process
     from retromae.training.trackers import TENSORBOARD_DIR
 
     started = time.perf_counter()
     output = train_reranker(config)
     if is_main_process():
-        print(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}
-                    | written(output, {"tensorboard": TENSORBOARD_DIR}), started))
+        out(wrote({"reranker": output / RERANKER_DIR, "metrics": output / "metrics.jsonl"}
+                  | written(output, {"tensorboard": TENSORBOARD_DIR}), started))
     return 0

@@ -36,7 +36,6 @@ import logging
 import mmap
 import os
 import sys
-import sysconfig
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -47,6 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from retromae.models.model_source import ours_to_write
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError, ModelLoadError
 from retromae.runtime.io import cache_folder, write_text_atomic
@@ -121,19 +121,6 @@ class Backend:
         # made now, with what it is made from (an int8 or OpenVINO export made from an ONNX file found is probed)
         chain = 1 if (self.name, self.quantize) == ("onnx", "none") else 2
         return load_export(model, path, self.name, self.quantize, found=len(_MADE) - made < chain)
-
-
-def ours_to_write(folder: str | None) -> bool:
-    """Whether exports may be kept in `folder`: a local folder we may write, not an installed package's nor a
-    Hugging Face cache's."""
-    if folder is None or not Path(folder).is_dir() or not os.access(folder, os.W_OK):
-        return False
-    resolved = Path(folder).resolve()
-    # huggingface_hub: its cache folder, where hub models are read from (a dependency of transformers)
-    from huggingface_hub.constants import HF_HUB_CACHE
-
-    foreign = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], HF_HUB_CACHE}
-    return not any(resolved.is_relative_to(Path(root).resolve()) for root in foreign)
 
 
 def export_root(folder: str | None, fingerprint: str, relative: str) -> Path:

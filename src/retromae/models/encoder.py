@@ -48,7 +48,14 @@ from retromae.models.encoder_config import (
 from retromae.models.finite import check_vectors, check_weights
 from retromae.models.low_precision import LowPrecisionWeights
 from retromae.models.masked_lm import check_max_length, position_limit
-from retromae.models.model_source import ENCODER_FILE, check_tokenizer, module_path, read_json, resolve_model
+from retromae.models.model_source import (
+    ENCODER_FILE,
+    ModelSource,
+    check_tokenizer,
+    module_path,
+    read_json,
+    resolve_model,
+)
 from retromae.models.onednn import PackedLinears
 from retromae.models.pretrained import load_model, load_tokenizer
 from retromae.runtime.console import notice, progress
@@ -360,6 +367,17 @@ def _lowercase_first(tokenizer: PreTrainedTokenizerBase) -> None:
     steps = list(backend.normalizer) if isinstance(backend.normalizer, normalizers.Sequence) else [backend.normalizer]
     if not any(isinstance(step, normalizers.Lowercase) for step in steps):
         backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), *(s for s in steps if s is not None)])
+
+
+def lowercase_as_declared(tokenizer: PreTrainedTokenizerBase, source: ModelSource) -> None:
+    """Make `tokenizer`, read from `source`, lowercase every text where `source` is a sentence-transformers model whose
+    Transformer module declares do_lower_case (`_st_transformer`, `_lowercase_first`), as `Encoder.load` does from
+    `describe_folder`: the rule of the loaders that read such a model's transformer as a Hugging Face model, the
+    masked-LM loader (`models.masked_lm.load_masked_lm`), the cross-encoder's (`reranking.run`) and init-model's
+    --tokenizer (`pretraining.scratch`)."""
+    if _read_json(source.folder, "modules.json", list, optional=True) is not None \
+            and _st_transformer(source.folder, source.subfolder)[1]:
+        _lowercase_first(tokenizer)
 
 
 def default_max_length(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, declared: int | None) -> int:

@@ -1,7 +1,8 @@
 """The masked-LM backbone used for pre-training: loading, and the generic handles objectives need.
 
 Owns: loading any Hugging Face masked-LM encoder from a checkpoint or from a config (scratch) with the attention
-implementation asked for (`--attention`), saying which of its weights start fresh; the backbone's final or
+implementation asked for (`--attention`), saying which of its weights start fresh (a sentence-transformers folder's
+do_lower_case applied to its tokenizer, `models.encoder.lowercase_as_declared`); the backbone's final or
 per-layer hidden states, its embeddings and its longest input, as the model's family adapter answers them
 (`retromae.backbones`, which objectives also ask for the MLM head and decoder positions); the encoder MLM loss
 computed at masked positions only. Does not own masking, the objectives' decoders, any family's particulars
@@ -101,6 +102,9 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
         raise ModelLoadError(f"{name_or_path!r}: a fast (Rust) tokenizer is required (tokenizer.json)")
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
+    from retromae.models.encoder import lowercase_as_declared  # the encoder's module imports this one
+
+    lowercase_as_declared(tokenizer, source)
     check_tokenizer(tokenizer, f"{option} {name_or_path}", model.config.vocab_size)
     check_weights(model, name_or_path)
     return model, tokenizer

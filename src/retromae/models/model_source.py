@@ -25,6 +25,7 @@ import math
 import os
 import re
 import struct
+import sysconfig
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -574,3 +575,16 @@ def _whole_numbers(value: Any) -> bool:
 def is_random_init(model: str | Path) -> bool:
     """Whether `model` is a folder written by `save_random_model` (a random initialisation, not pre-trained)."""
     return (Path(model) / RANDOM_INIT_MARKER).is_file()
+
+
+def ours_to_write(folder: str | None) -> bool:
+    """Whether exports may be kept in `folder`: a local folder we may write, not an installed package's nor a
+    Hugging Face cache's."""
+    if folder is None or not Path(folder).is_dir() or not os.access(folder, os.W_OK):
+        return False
+    resolved = Path(folder).resolve()
+    # huggingface_hub: its cache folder, where hub models are read from (a dependency of transformers)
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    foreign = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], HF_HUB_CACHE}
+    return not any(resolved.is_relative_to(Path(root).resolve()) for root in foreign)

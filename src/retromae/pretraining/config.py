@@ -104,6 +104,10 @@ class PretrainConfig(ProbeOptions, ObjectiveOptionFields, HeadTrainingConfig):
         return {name: {field.name for field in dataclasses.fields(OBJECTIVES.entry(name).options)
                        if field.metadata.get("help") is not None} for name in OBJECTIVES}
 
+    def makes_token_store(self) -> bool:
+        """Whether the run tokenises its corpus into a token store (`data.token_store`): all but a --pairs run."""
+        return self.pairs is None
+
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.objective in OBJECTIVES, "objective", f"choose from {', '.join(OBJECTIVES)}")

@@ -18,7 +18,7 @@ from transformers import AutoModelForMaskedLM, PreTrainedTokenizerBase, PreTrain
 from retromae.backbones.families import family_building
 from retromae.backbones.registry import architecture_adapter
 from retromae.data.corpus import CorpusTexts
-from retromae.models.encoder import default_max_length
+from retromae.models.encoder import default_max_length, lowercase_as_declared
 from retromae.models.export import write_encoding_files
 from retromae.models.masked_lm import position_limit
 from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, resolve_tokenizer
@@ -90,5 +90,6 @@ def existing_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of --tokenizer, checked as every command checks one."""
     source = resolve_tokenizer(name)
     tokenizer = load_tokenizer(source.folder, source.subfolder, f"--tokenizer {name}")
+    lowercase_as_declared(tokenizer, source)
     check_tokenizer(tokenizer, f"--tokenizer {name}")
     return tokenizer

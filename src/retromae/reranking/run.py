@@ -26,7 +26,7 @@ from retromae.data.long_texts import clip_texts
 from retromae.data.training_groups import load_training_data, read_training_records, write_training_records
 from retromae.finetuning.batches import GroupBatchSampler, GroupDataset
 from retromae.finetuning.negatives import Miner
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import Encoder, lowercase_as_declared
 from retromae.models.finite import check_vectors, check_weights
 from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import check_tokenizer, resolve_model
@@ -86,6 +86,7 @@ def _load_classifier(name: str, trained: bool):
     source = resolve_model(name)
     what = f"--model {name}"
     tokenizer = load_tokenizer(source.transformer, what=what)
+    lowercase_as_declared(tokenizer, source)
     model, fresh = load_model(AutoModelForSequenceClassification, source.transformer, what=what, fresh_head=True,
                               num_labels=1)
     if trained and fresh:

@@ -19,9 +19,10 @@ wrapper) can pass `show_progress=verbose()` to the libraries without a parameter
 Progress bars and stage lines go to stderr; summaries and results to stdout.
 
 The one library module that prints. A command's run returns a `Result` (what the Python API returns, and the lines
-the command prints); lines a long run writes as it goes (a plan, the end-of-training summary) go through `say`
-(standard output; silent within a Python API call unless the caller asks, `with speaking(True):`), warnings and notes
-through `notice` (standard error, always).
+the command prints, through `out`); lines a long run writes as it goes (a plan, the end-of-training summary) go through
+`say` (standard output; silent within a Python API call unless the caller asks, `with speaking(True):`), warnings and
+notes through `notice` (standard error, always); each of them, and the log records and Python warnings within a
+command (`_printable_reports`), as the terminal should show them (`shown`, `runtime.errors.printable`).
 """
 
 from __future__ import annotations
@@ -87,10 +88,23 @@ class Result:
 
 
 def say(line: str) -> None:
-    """A line of what a long run is doing or did (a plan, a summary) on standard output, unless within a Python API
-    call that did not ask for it (`speaking`)."""
+    """A line of what a long run is doing or did (a plan, a summary) on standard output, `shown`, unless within a
+    Python API call that did not ask for it (`speaking`)."""
     if _SPEAKING.get() is not False:
-        print(line, flush=True)
+        print(shown(line), flush=True)
+
+
+def out(text: str, end: str = "\n") -> None:
+    """A command's lines for a reader on standard output (what it did, wrote or found, a table), `shown`."""
+    print(shown(text), end=end)
+
+
+def shown(text: str) -> str:
+    """`text` as the terminal shows it: each of its lines `printable` (a path the user typed or a record holds, with an
+    ESC or a carriage return in it), its line breaks kept. What every line for a reader goes through: a status line
+    or table on standard output (`say`, `out`), a log record or a Python warning on standard error
+    (`_printable_reports`); never a file a command writes."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def notice(line: str) -> None:
@@ -189,19 +203,57 @@ def speaking(on: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def library_output(verbose: bool) -> Iterator[None]:
-    """Within the block: the libraries' bars, reports and warnings off unless `verbose`; all restored on exit."""
+    """Within the block: the libraries' bars, reports and warnings off unless `verbose`, those shown `printable`
+    (`_printable_reports`); all restored on exit."""
     token = _VERBOSE.set(verbose)
     try:
-        if verbose:
-            yield
-        else:
-            # huggingface_hub sets its logger's level when its logging module is first imported (by
-            # `_quiet_hub_bars`): its retry warnings ("Retrying in 8s") stay quiet only with the loggers raised after.
-            with warnings.catch_warnings(), _quiet_hub_bars(), _quiet_loggers(), _quiet_transformers():
-                warnings.filterwarnings("ignore", module=QUIET_WARNING_MODULES)
+        with _printable_reports():
+            if verbose:
                 yield
+            else:
+                # huggingface_hub sets its logger's level when its logging module is first imported (by
+                # `_quiet_hub_bars`): its retry warnings ("Retrying in 8s") stay quiet only with the loggers raised
+                # after.
+                with _quiet_hub_bars(), _quiet_loggers(), _quiet_transformers():
+                    warnings.filterwarnings("ignore", module=QUIET_WARNING_MODULES)
+                    yield
     finally:
         _VERBOSE.reset(token)
+
+
+@contextlib.contextmanager
+def _printable_reports() -> Iterator[None]:
+    """Within: the Python warnings shown (`warnings.showwarning`) and the log records no handler takes
+    (`logging.lastResort`: our modules' warnings, and those of the libraries that set no handler of their own)
+    written `printable` on standard error. A library's own handler (transformers' under --verbose) is its own."""
+    last_resort = logging.lastResort
+    logging.lastResort = _PrintableStandardError(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            yield
+    finally:
+        logging.lastResort = last_resort
+
+
+class _PrintableStandardError(logging.Handler):
+    """A log record on the standard error of the moment, as `logging.lastResort` writes it: its message one
+    `printable` line, a traceback it carries `shown` below."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            trace = shown(logging.Formatter().formatException(record.exc_info)) if record.exc_info else ""
+            sys.stderr.write("\n".join(filter(None, (printable(record.getMessage()), trace))) + "\n")
+        except Exception:  # logging's own rule: a failed report never fails the program
+            self.handleError(record)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """`warnings.showwarning` writing the warning's message as one `printable` line, the rest `shown`."""
+    text = warnings.formatwarning(printable(str(message)), category, filename, lineno, line)
+    with contextlib.suppress(OSError, AttributeError):  # as Python's own: no standard error, or a closed one
+        (file or sys.stderr).write(shown(text))
 
 
 @contextlib.contextmanager
@@ -397,7 +449,9 @@ def written(output: Path, optional: Mapping[str, str]) -> dict[str, Path]:
 
 
 def wrote(outputs: Mapping[str, Path | str], started: float | None = None) -> str:
-    """The closing lines of a command: its wall time since `started` and what it wrote where, one per line."""
+    """The closing lines of a command: its wall time since `started` and what it wrote where, one per line (each path
+    `printable`: a newline in it stays in its line)."""
     took = f" in {format_seconds(time.perf_counter() - started)}" if started is not None else ""
     width = max((len(name) for name in outputs), default=0)
-    return f"done{took}; wrote:\n" + "\n".join(f"  {name:<{width}}  {path}" for name, path in outputs.items())
+    return f"done{took}; wrote:\n" + "\n".join(f"  {name:<{width}}  {printable(str(path))}"
+                                                for name, path in outputs.items())

@@ -3,8 +3,9 @@
 Owns: the exception hierarchy, the one-line form of an operating-system error (`os_error_line`) and that of a panic
 of the tokenizers library (`tokenizer_panics`, naming the tokenizer read last: `tokenizer_read`), and that a message
 is one line of text that shows as written (`printable`: the text of every `RetroMAEError`, an `os_error_line`, and
-each warning or note, `runtime.console.notice`). The CLI prints any `RetroMAEError` as one line and exits with code
-2; a `FileSystemError` or any other `OSError` as one line naming the path, with code 1.
+each warning or note, `runtime.console.notice`; each line of what a command shows, `runtime.console.shown`). The CLI
+prints any `RetroMAEError` as one line and exits with code 2; a `FileSystemError` or any other `OSError` as one line
+naming the path, with code 1.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class RetroMAEError(Exception):
 
 class DataError(RetroMAEError, ValueError):
     """Bad input data: the message names the file and, where there is one, the line."""
+
+
+class ConfigError(RetroMAEError, ValueError):
+    """A config file, option or environment setting that cannot be used; the message names the file, field or
+    variable."""
 
 
 class ModelLoadError(RetroMAEError, OSError):

@@ -6,7 +6,9 @@ files, 0700 folders, and a colleague could not read an exported model); appendin
 turning a failed write into one `FileSystemError` naming the path the user asked for and the cause (`writing`),
 also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words; and the rule of
 what a write may replace (`replaced_file`, `replaced_folder`): a file output only a regular file (through a symbolic
-link to one, which stays), a folder output only a folder, never a device, a FIFO, a socket or a link to nothing.
+link to one, which stays), a folder output only a folder, never a device, a FIFO, a socket or a link to nothing;
+the environment's path variables (`path_variable`), the cache folder (`cache_folder`, `check_cache_setting`), and
+whether a folder takes a new file (`refused_write`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from retromae.runtime.errors import FileSystemError, RetroMAEError
-from retromae.runtime.lines import check_own_file, file_kind, open_own_file
+from retromae.runtime.errors import UNSHOWABLE, ConfigError, FileSystemError, RetroMAEError
+from retromae.runtime.lines import check_own_file, file_kind, open_own_file, quoted
 
 CACHE_ENV = "RETROMAE_CACHE"  # the folder of retromae's caches (`cache_folder`)
+# Every environment variable retromae reads a path from itself (`path_variable`): its cache, and where
+# huggingface_hub caches models (`preflight.hub_cache`)
+PATH_VARIABLES = (CACHE_ENV, "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
 
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
@@ -90,10 +95,11 @@ def replaced_folder(path: Path, what: str = "output") -> None:
         raise FileSystemError(f"{path}: is {kind or 'a file'}, not a folder; choose another {what}")
 
 
-def check_folder_option(path: str | Path) -> None:
+def check_folder_option(path: str | Path, writes: bool = True) -> None:
     """The check of an option naming a folder a command writes in (a cache): ValueError when something other than a
-    folder is there (`replaced_folder`) or where it would be made (a file among its parents), so that it is refused
-    with the other options, before any work."""
+    folder is there (`replaced_folder`) or where it would be made (a file among its parents), or, unless `writes` is
+    False, when the folder (else the nearest folder above, where it would be made) refuses a new file
+    (`refused_write`); so that it is refused with the other options, before any work."""
     path = Path(path)
     try:
         replaced_folder(path, "folder")
@@ -102,22 +108,58 @@ def check_folder_option(path: str | Path) -> None:
     blocking = next((parent for parent in path.parents if os.path.lexists(parent) and not parent.is_dir()), None)
     if blocking is not None:
         raise ValueError(f"{path}: cannot be made: {blocking} is {_kind_there(blocking) or 'a file'}, not a folder")
+    existing = next(folder for folder in (path, *path.parents) if os.path.lexists(folder))
+    if writes and (cause := refused_write(existing)) is not None:
+        where = "" if existing == path else f" (it would be made in {existing})"
+        raise ValueError(f"{path}: cannot be written{where}: {cause}; choose another folder")
+
+
+def refused_write(folder: Path) -> str | None:
+    """Why the folder `folder` takes no new file (the operating system's words: "Permission denied", "Read-only file
+    system"), None when it takes one. Asked of the system by making a file there and dropping it (unnamed where the
+    system can, O_TMPFILE: nothing shows in the folder): permission bits do not answer it, which root passes whatever
+    they say while a read-only mount, an ACL or a network file system's mapping of root still refuses (`os.access`
+    says yes to root)."""
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def path_variable(name: str) -> Path | None:
+    """The path the environment variable `name` holds, None when it is unset or empty. ConfigError naming the variable
+    when its value begins or ends with white space or holds a character a terminal acts on (`errors.UNSHOWABLE`: a
+    newline, ESC), which no folder a user means has (a shell's quoting, a pasted line's end): a path ending in a space
+    or a newline is made as given, where no one looks. The one reader of every path variable retromae reads itself
+    (`PATH_VARIABLES`)."""
+    value = os.environ.get(name, "")
+    if value != value.strip() or UNSHOWABLE.search(value):
+        raise ConfigError(f"${name}={quoted(value)}: begins or ends with white space, or holds a control character, "
+                          "which a path keeps (a folder made where no one looks); fix or unset it")
+    return Path(value) if value else None
 
 
 def cache_folder() -> Path:
     """The folder retromae keeps its caches in (token stores, exports, measurements): $RETROMAE_CACHE, else
     ~/.cache/retromae."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "retromae")
+    return path_variable(CACHE_ENV) or Path.home() / ".cache" / "retromae"
 
 
-def check_cache_setting() -> None:
-    """FileSystemError naming $RETROMAE_CACHE when it is set to a place no folder can be (`check_folder_option`):
-    asked by `retromae.cli` before a command's options, so that no command claims its output first."""
-    if os.environ.get(CACHE_ENV):
+def check_cache_setting(writes: bool = False) -> None:
+    """ConfigError for a malformed path variable (`PATH_VARIABLES`, `path_variable`); FileSystemError naming
+    $RETROMAE_CACHE when it is set to a place no folder can be, and, for a command that `writes` in the cache, naming
+    the cache (the setting or the default) when it refuses a new file (`check_folder_option`). Asked before any work
+    (`preflight.check_settings`: by the CLI before a command's options, by `check_config` with `writes`), so that no
+    command claims its output first."""
+    for name in PATH_VARIABLES:
+        path_variable(name)
+    setting = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default cache"
+    if setting != "the default cache" or writes:
         try:
-            check_folder_option(cache_folder())
+            check_folder_option(cache_folder(), writes)
         except ValueError as error:
-            raise FileSystemError(f"${CACHE_ENV}: {error}") from None
+            raise FileSystemError(f"{setting}: {error}") from None
 
 
 def _kind_there(path: Path) -> str | None:

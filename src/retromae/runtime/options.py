@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import yaml
 
 from retromae.runtime.console import notice
-from retromae.runtime.errors import RetroMAEError
+from retromae.runtime.errors import ConfigError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import (
     MAX_NESTING,
@@ -64,10 +64,6 @@ SAVED_CONFIG = "config.json"  # the resolved options a training run saves in its
 # run's identity and keeps outputs apart from each (`reading_options`).
 READS = ("path", "model", "tokenizer")
 MODEL_READS = ("model", "tokenizer")
-
-
-class ConfigError(RetroMAEError, ValueError):
-    """A config file or option that cannot be used; the message names the file or field."""
 
 
 _TYPE_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false", Path: "a path"}
