@@ -177,9 +177,9 @@ BEFORE_COMMAND = {
 }
 
 
-@pytest.mark.parametrize("before", BEFORE_COMMAND)
-@pytest.mark.parametrize("command", COMMANDS)
-def test_an_option_before_the_command_that_the_top_level_lacks_is_named(command, before, capsys):
+@pytest.mark.parametrize(("before", "command"), [*((before, "bm25") for before in BEFORE_COMMAND),
+                                                 *(("--thr 2", command) for command in COMMANDS)])
+def test_an_option_before_the_command_that_the_top_level_lacks_is_named(before, command, capsys):
     assert main([*before.split(), command, "--output", "o"]) == 2
     assert error_line(capsys) == f"retromae: error: {BEFORE_COMMAND[before]}"
 
