@@ -18,7 +18,6 @@ import dataclasses
 import itertools
 import json
 import os
-import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,7 @@ ST_MODEL_FILE = "config_sentence_transformers.json"
 # the file does not say
 ST_SIMILARITIES = (None, "cosine", "dot")
 MODULE_ORDER = ("Transformer", "Pooling", "Normalize")  # the sentence-transformers modules read, in the order run
-_PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose unused named prompt was said (`note_unused_prompt`)
+_PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose named prompt put was said (`side_prefix`)
 # The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
 # not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
 # does; None: any value. `Encoder.load` applies max_seq_length and do_lower_case; unpad_inputs, backend and cache_dir
@@ -194,13 +193,13 @@ def _st_transformer(source: str, path: str) -> tuple[int | None, bool]:
 def _check_st_model_settings(source: str) -> tuple[str | None, dict[str, str]]:
     """ModelLoadError naming config_sentence_transformers.json and the field where its model-wide settings make
     `SentenceTransformer.encode` give other vectors than `Encoder`: a default prompt (put before every text; not
-    applied here, since a query and a passage may need different ones: --query-prefix and --passage-prefix say
-    which), `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
+    applied here: a query and a passage get their own, the named prompts or --query-prefix and --passage-prefix),
+    `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
     SentenceTransformer, or a `similarity_fn_name` that is no inner product of the vectors (euclidean, manhattan:
     retromae ranks by inner product). Returns `similarity_fn_name` (None where the file does not say), which
     `_sentence_transformers_spec` applies, and the named prompts `encode_query` and `encode_document` put before a
-    query and a passage (`named_prompts`), which act here only as --query-prefix and --passage-prefix
-    (`note_unused_prompt` says so where none is given). The rest describe versions."""
+    query and a passage (`named_prompts`), which the commands put there where --query-prefix and --passage-prefix
+    are not given (`side_prefix`). The rest describe versions."""
     where = os.path.join(source, ST_MODEL_FILE)
     settings = _read_json(source, ST_MODEL_FILE, optional=True) or {}
     kind, truncate = settings.get("model_type"), settings.get("truncate_dim")
@@ -219,9 +218,10 @@ def _check_st_model_settings(source: str) -> tuple[str | None, dict[str, str]]:
     prompt = prompts.get(default)
     if prompt:
         raise ModelLoadError(f"{where}: default_prompt_name {quoted(default)} puts {quoted(prompt)} before every text "
-                             "sentence-transformers encodes, and retromae puts no prompt of a folder before texts by "
-                             "itself (a query and a passage may need different ones): remove default_prompt_name and "
-                             "give the prompt as --query-prefix or --passage-prefix (prefix= in the Python API)")
+                             "sentence-transformers encodes, and retromae puts a folder's prompt only before a query "
+                             "or a passage (the prompts named query and document): remove default_prompt_name and "
+                             "name the prompt query or document, or give it as --query-prefix or --passage-prefix "
+                             "(prefix= in the Python API)")
     similarity = settings.get("similarity_fn_name")
     if similarity not in ST_SIMILARITIES:
         raise ModelLoadError(f"{where}: similarity_fn_name is {quoted(similarity)}, which ranks otherwise than the "
@@ -245,19 +245,20 @@ def named_prompts(prompts: dict[str, Any], where: str) -> dict[str, str]:
     return found
 
 
-def note_unused_prompt(encoder: Encoder, side: str, prefix: str) -> None:
-    """A note, once per process, model and side, where the model's folder names a prompt for `side` ("query" or
-    "passage": `named_prompts`) and this encoding of such texts puts no `prefix` before them: sentence-transformers'
-    `encode_query` / `encode_document` would put it there, its `encode` would not, and retromae puts what
-    --query-prefix / --passage-prefix say."""
-    prompt = encoder.prompts.get(side)
-    if not prompt or prefix or (encoder.source, side) in _PROMPTS_NOTED:
-        return
-    _PROMPTS_NOTED.add((encoder.source, side))
-    method = "encode_query" if side == "query" else "encode_document"
-    notice(f"retromae: note: {encoder.source}: its {ST_MODEL_FILE} names the {side} prompt {quoted(prompt)}, which "
-           f"sentence-transformers' {method} puts before every {side}; none is put here: give --{side}-prefix "
-           f"{shlex.quote(prompt)} to encode as {method} does")
+def side_prefix(encoder: Encoder, side: str, given: str | None) -> str:
+    """The prefix put before every text of `side` ("query" or "passage") that `encoder` encodes: `given` where it is
+    given (--query-prefix, --passage-prefix, a `QueryEncoding`'s prefix; "" puts none), else the prompt the model's
+    folder names for the side (`named_prompts`: what sentence-transformers' `encode_query` / `encode_document` put
+    there), else none. A prompt put so is said once per process, model and side, with the option that turns it off."""
+    if given is not None:
+        return given
+    prompt = encoder.prompts.get(side, "")
+    if prompt and (encoder.source, side) not in _PROMPTS_NOTED:
+        _PROMPTS_NOTED.add((encoder.source, side))
+        method = "encode_query" if side == "query" else "encode_document"
+        notice(f"retromae: note: {encoder.source}: {quoted(prompt)} is put before every {side}, the {side} prompt "
+               f"its {ST_MODEL_FILE} names (as sentence-transformers' {method} does); --{side}-prefix '' puts none")
+    return prompt
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
@@ -509,7 +510,9 @@ class Encoder:
                        batch_size="batch_size", max_length="max_length", prefix="prefix")
     def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
                show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:
-        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length.
+        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length. `prefix` is
+        put before every text as given, and no prompt of the model's folder is (as sentence-transformers' `encode`;
+        the commands put the named prompt of a query or a passage: `side_prefix`).
 
         The progress bar is named `description` (default "encoding N texts"), with " in bf16" (or fp16) under
         autocast; a caller with a larger job passes its own `bar` instead, which is advanced here and left open."""
