@@ -262,11 +262,22 @@ def side_prefix(encoder: Encoder, side: str, given: str | None) -> str:
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
-    """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize, each module's
-    path a folder inside it (`model_source.module_path`), its settings those `SentenceTransformer.encode` reads texts
-    with as `Encoder` does (`_check_st_model_settings`, `_st_transformer`, `_st_pooling`)."""
+    """Read a sentence-transformers folder: its modules (`_st_modules`) and model-wide settings
+    (`_check_st_model_settings`), each that `SentenceTransformer.encode` reads texts with read as `Encoder` does."""
+    similarity, prompts = _check_st_model_settings(source)
+    spec = _st_modules(source, modules)
+    spec.prompts = prompts
+    # compared by cosine (sentence-transformers' `similarity`) without a Normalize module: the vectors normalised, so
+    # that the inner product retromae ranks by is that cosine; a folder that does not say is ranked as its modules are
+    spec.pooling = PoolingConfig(spec.pooling.pooling, spec.pooling.normalize or similarity == "cosine")
+    return spec
+
+
+def _st_modules(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
+    """What the modules of a sentence-transformers folder declare: Transformer → Pooling (cls|mean) → optional
+    Normalize, each module's path a folder inside it (`model_source.module_path`), its settings those
+    `SentenceTransformer.encode` reads texts with as `Encoder` does (`_st_transformer`, `_st_pooling`)."""
     spec, pooling, normalize = FolderSpec(), None, False
-    similarity, spec.prompts = _check_st_model_settings(source)
     for module in modules:
         if not isinstance(module, dict):
             raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists {module!r}, not a module (an object)")
@@ -285,11 +296,34 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     if pooling is None:
         raise ModelLoadError(f"{source}: modules.json has no Pooling module")
     _check_module_order(source, modules)
-    # compared by cosine (sentence-transformers' `similarity`) without a Normalize module: the vectors normalised, so
-    # that the inner product retromae ranks by is that cosine; a folder that does not say is ranked as its modules are
-    spec.pooling = PoolingConfig(pooling, normalize or similarity == "cosine")
-    spec.declared = True
+    spec.pooling, spec.declared = PoolingConfig(pooling, normalize), True
     return spec
+
+
+def _both_descriptions(source: str, ours: FolderSpec, modules: list[dict[str, Any]]) -> FolderSpec:
+    """A folder holding our retromae_encoder.json (read into `ours`) and sentence-transformers' modules.json (every
+    export since encoder/ became a sentence-transformers folder too): its modules and settings are read as a
+    sentence-transformers folder's are (each refusal of `_st_modules` and `_check_st_model_settings`), and
+    ModelLoadError names both files where they would encode otherwise than ours says: another pooling, a Normalize
+    module where ours does not normalise (or none where it does), lowercasing, or another max length where both
+    declare one. `similarity_fn_name` is not compared: exports written after encoder/ became a sentence-transformers
+    folder and before the similarity was declared hold sentence-transformers' default, cosine, beside unnormalised
+    vectors (the vectors agree; only sentence-transformers' `similarity` ranks them by cosine). Returns `ours`, with
+    the named prompts of the folder (`named_prompts`)."""
+    _, ours.prompts = _check_st_model_settings(source)
+    theirs = _st_modules(source, modules)
+    pairs = {"pooling": (ours.pooling.pooling, theirs.pooling.pooling),
+             "normalize": (ours.pooling.normalize, theirs.pooling.normalize),
+             "lowercasing": (ours.lowercase, theirs.lowercase),
+             "max_length": (ours.max_length, theirs.max_length if ours.max_length is not None else None)}
+    differ = {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
+    if differ:
+        name, (mine, other) = next(iter(differ.items()))
+        raise ModelLoadError(f"{os.path.join(source, ENCODER_FILE)} says {name} {quoted(mine)} and "
+                             f"{os.path.join(source, 'modules.json')} (with its modules' files) {quoted(other)}: "
+                             "sentence-transformers encodes the folder by the second and retromae by the first, "
+                             "which would give other vectors; make the two agree, or remove one")
+    return ours
 
 
 def _check_module_order(source: str, modules: list[dict[str, Any]]) -> None:
@@ -319,11 +353,12 @@ def _our_spec(path: str, ours: dict[str, Any]) -> FolderSpec:
 def describe_folder(source: str) -> FolderSpec:
     """Pooling, normalisation, max length, lowercasing and transformer subfolder declared by a model folder or hub
     repo; a sentence-transformers folder's settings under which its vectors would differ refused
-    (`_sentence_transformers_spec`). Read by every loader of an encoder (`Encoder.load`)."""
-    ours = _read_json(source, ENCODER_FILE)
+    (`_sentence_transformers_spec`), and so are those of one beside our retromae_encoder.json, which must describe
+    the same vectors (`_both_descriptions`). Read by every loader of an encoder (`Encoder.load`)."""
+    ours, modules = _read_json(source, ENCODER_FILE), _read_json(source, "modules.json", list)
     if ours is not None:
-        return _our_spec(os.path.join(source, ENCODER_FILE), ours)
-    modules = _read_json(source, "modules.json", list)
+        spec = _our_spec(os.path.join(source, ENCODER_FILE), ours)
+        return spec if modules is None else _both_descriptions(source, spec, modules)
     if modules is not None:
         return _sentence_transformers_spec(source, modules)
     return FolderSpec()
