@@ -112,10 +112,10 @@ def test_renamed_option_in_a_config_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("old, corpus, queries, prefixes, lengths", [
     (["--input", "data/corpus.jsonl", "--prefix", "passage: ", "--max-length", "32"],
-     "data/corpus.jsonl", None, ("passage: ", ""), (32, None)),
+     "data/corpus.jsonl", None, ("passage: ", None), (32, None)),
     (["--input", "data/queries.jsonl", "--prefix", "query: ", "--max-length", "16"],
-     None, "data/queries.jsonl", ("", "query: "), (None, 16)),
-    (["--input", "data/queries.jsonl", "--kind", "corpus"], "data/queries.jsonl", None, ("", ""), (None, None)),
+     None, "data/queries.jsonl", (None, "query: "), (None, 16)),
+    (["--input", "data/queries.jsonl", "--kind", "corpus"], "data/queries.jsonl", None, (None, None), (None, None)),
 ])
 def test_encode_old_input_kind_prefix_and_max_length(old, corpus, queries, prefixes, lengths, capsys):
     config = build_config(EncodeConfig, parse(["encode", "--model", "m", "--output", "o", *old]))

@@ -126,7 +126,7 @@ ST_FILE, BERT_FILE, POOLING_FILE = "config_sentence_transformers.json", "sentenc
 REFUSED = {
     "default prompt": (ST_FILE, "default_prompt_name", "query",
                        f"default_prompt_name 'query' puts {PROMPT!r} before every text sentence-transformers "
-                       "encodes, and retromae puts no prompt of a folder before texts by itself"),
+                       "encodes, and retromae puts a folder's prompt only before a query or a passage"),
     "prompt name no text": (ST_FILE, "default_prompt_name", 5, "default_prompt_name is 5, not the name of a prompt"),
     "prompts no object": (ST_FILE, "prompts", ["query"], "prompts is ['query'], not an object of prompts by name"),
     "truncate_dim": (ST_FILE, "truncate_dim", 16, "truncate_dim is 16: sentence-transformers keeps only the first "
@@ -353,36 +353,35 @@ def prompted(folder, monkeypatch) -> Path:
 
 
 def prompt_notes(capsys) -> list[str]:
-    return [line for line in capsys.readouterr().err.splitlines() if "names the" in line]
+    return [line for line in capsys.readouterr().err.splitlines() if "prompt its" in line]
 
 
 @pytest.mark.parametrize("side", ["passage", "query"])
-def test_a_named_prompt_left_out_is_said_once_by_encode(side, prompted, tmp_path, capsys):
-    """A named prompt acts as sentence-transformers' encode_query/encode_document apply it only where
-    --query-prefix/--passage-prefix give it; left out, it is said (once), naming the flag that gives it."""
+def test_a_named_prompt_put_is_said_once_by_encode(side, prompted, tmp_path, capsys):
+    """A named prompt is put as sentence-transformers' encode_query/encode_document put it where
+    --query-prefix/--passage-prefix do not say otherwise; put, it is said (once), naming the flag that turns it off
+    (round nine: before, it was left out, and said)."""
     texts = tmp_path / ("queries.jsonl" if side == "query" else "corpus.jsonl")
     texts.write_text("".join(json.dumps({"_id": f"t{n}", "text": text}) + "\n" for n, text in enumerate(TEXTS)))
     read = ["--queries" if side == "query" else "--corpus", str(texts)]
-    for run, prefix in (("a", []), ("b", []), ("c", [f"--{side}-prefix", f"{side}: "])):
+    for run, prefix in (("a", []), ("b", []), ("c", [f"--{side}-prefix", ""])):
         assert main(["encode", "--model", str(prompted), *read, "--output", str(tmp_path / run), "--no-progress",
                      *prefix]) == 0
     prompt = "query: " if side == "query" else "passage: "
     method = "encode_query" if side == "query" else "encode_document"
-    assert prompt_notes(capsys) == [f"retromae: note: {prompted}: its {ST_FILE} names the {side} prompt {prompt!r}, "
-                                    f"which sentence-transformers' {method} puts before every {side}; none is put "
-                                    f"here: give --{side}-prefix '{prompt}' to encode as {method} does"]
+    assert prompt_notes(capsys) == [f"retromae: note: {prompted}: {prompt!r} is put before every {side}, the {side} "
+                                    f"prompt its {ST_FILE} names (as sentence-transformers' {method} does); "
+                                    f"--{side}-prefix '' puts none"]
 
 
-def test_evaluate_and_the_searcher_say_a_named_prompt_left_out(prompted, inputs, tmp_path, capsys):
+def test_evaluate_and_the_searcher_say_a_named_prompt_put(prompted, inputs, tmp_path, capsys):
     assert main(["evaluate", "--model", str(prompted), "--data", str(inputs["B"]), "--query-prefix", "query: "]) == 0
-    assert [line.split(" prompt ")[0] for line in prompt_notes(capsys)] == [
-        f"retromae: note: {prompted}: its {ST_FILE} names the passage"]
+    assert [line.split(" is put ")[0] for line in prompt_notes(capsys)] == [f"retromae: note: {prompted}: 'passage: '"]
     assert main(["encode", "--model", str(prompted), "--corpus", str(inputs["C"]), "--passage-prefix", "passage: ",
                  "--output", str(tmp_path / "emb"), "--no-progress"]) == 0
     assert main(["index", "--embeddings", str(tmp_path / "emb"), "--output", str(tmp_path / "idx")]) == 0
     Searcher.load(tmp_path / "idx").search("a query")
-    assert [line.split(" prompt ")[0] for line in prompt_notes(capsys)] == [
-        f"retromae: note: {prompted}: its {ST_FILE} names the query"]
+    assert [line.split(" is put ")[0] for line in prompt_notes(capsys)] == [f"retromae: note: {prompted}: 'query: '"]
 
 
 @pytest.mark.parametrize("order", [["0", "2", "1"], ["1", "0"], ["0", "1", "2", "2"], ["0", "0", "1"]],

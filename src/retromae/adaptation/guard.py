@@ -26,7 +26,7 @@ from retromae.data.ranking import Run
 from retromae.data.retrieval_sets import RetrievalSet
 from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import Encoder, side_prefix
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import candidate_depth, fuse
 from retromae.retrieval.search import TextOptions, dense_search
@@ -71,19 +71,25 @@ class Candidate:
 
 def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> tuple[float, dict[str, float]]:
     """`METRIC` (NDCG@10) of `encoder` on the validation set, on average and per query (no progress display)."""
-    return metric_of(validation, search_validation(encoder, validation, batch_size))
+    return metric_of(validation, search_validation(encoder, validation, batch_size, prompted=True))
 
 
 def score_candidate(candidate: Candidate, encoder: Encoder, validation: RetrievalSet, batch_size: int) -> None:
-    """Set the candidate's run (`encoder` holds its weights), its score and per-query scores."""
-    candidate.run = search_validation(encoder, validation, batch_size)
+    """Set the candidate's run (`encoder` holds its weights), its score and per-query scores: each scored as
+    `retromae evaluate` scores what a user keeps, the base with the prompts its folder names, an adapted candidate
+    without (it is trained, and exported, without them)."""
+    candidate.run = search_validation(encoder, validation, batch_size, prompted=candidate.step == 0)
     candidate.score, candidate.per_query = metric_of(validation, candidate.run)
 
 
-def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> Run:
-    """The encoder's best documents per validation query, as deep as a hybrid fuses (no progress display)."""
+def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int, prompted: bool) -> Run:
+    """The encoder's best documents per validation query, as deep as a hybrid fuses (no progress display); the
+    queries and passages with the prompts its folder names where `prompted` (`side_prefix`), else with none."""
+    given = None if prompted else ""
+    sides = {side: TextOptions(side_prefix(encoder, side, given)) for side in ("passage", "query")}
     return dense_search(encoder, validation.corpus_texts(), validation.queries, k=candidate_depth(CUTOFF),
-                        passages=TextOptions(), questions=TextOptions(), batch_size=batch_size, show_progress=False)
+                        passages=sides["passage"], questions=sides["query"], batch_size=batch_size,
+                        show_progress=False)
 
 
 def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, float]]:

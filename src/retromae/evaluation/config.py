@@ -106,8 +106,11 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set alone; a "
                                          "table writes every system's run into its --output folder: runs/SET/"
                                          "SYSTEM.trec)")
-    query_prefix: str = option("", "text put before every query, e.g. 'query: '")
-    passage_prefix: str = option("", "text put before every passage, e.g. 'passage: '")
+    query_prefix: str | None = option(None, "text put before every query, e.g. 'query: ' ('' for none); default: "
+                                            "the query prompt of the model's config_sentence_transformers.json, if any")
+    passage_prefix: str | None = option(None, "text put before every passage, e.g. 'passage: ' ('' for none); "
+                                              "default: the document prompt of the model's "
+                                              "config_sentence_transformers.json, if any")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
     factory: str = option("Flat", "faiss index factory string for the dense search, or int8 or binary (compressed "

@@ -134,14 +134,13 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
     """The model's (`model`, default the first) top-k run on `data`; its corpus vectors kept in (or read from)
     `cache` when given."""
     # torch and faiss: only when a model is evaluated, so `evaluate --run` stays torch-free
-    from retromae.models.encoder import note_unused_prompt
+    from retromae.models.encoder import side_prefix
     from retromae.retrieval.encode import encode_cached
     from retromae.retrieval.search import TextOptions, encode_texts, vector_search
 
     doc_ids, texts = list(data.corpus), [passage.joined() for passage in data.corpus.values()]
-    passages = TextOptions(config.passage_prefix, config.passage_max_length)
-    note_unused_prompt(encoder, "passage", config.passage_prefix)
-    note_unused_prompt(encoder, "query", config.query_prefix)
+    passages = TextOptions(side_prefix(encoder, "passage", config.passage_prefix), config.passage_max_length)
+    questions = TextOptions(side_prefix(encoder, "query", config.query_prefix), config.query_max_length)
     description = f"encoding {name} ({len(doc_ids):,} texts)"
     if cache is None:
         doc_vectors = encode_texts(encoder, texts, passages, config.batch_size, description=description)  # (N, D)
@@ -150,8 +149,7 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
                                     batch_size=config.batch_size, max_length=passages.max_length,
                                     prefix=passages.prefix, description=description)  # (N, D)
     query_ids = list(data.queries)
-    query_vectors = encode_texts(encoder, [data.queries[i] for i in query_ids],
-                                 TextOptions(config.query_prefix, config.query_max_length), config.batch_size,
+    query_vectors = encode_texts(encoder, [data.queries[i] for i in query_ids], questions, config.batch_size,
                                  description=f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
     return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=config.factory,
                          params=config.params, shortlist=config.shortlist)
@@ -264,12 +262,17 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
         row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True, source=name)
         row.per_query[system] = per_query
     return row, runs
+
+
 def cache_key(config: EvaluateConfig, model: str, encoder: Encoder) -> str:
     """The cache folder name of one model's corpus vectors: a hash of what makes its vectors (the model's files, by
-    content, so that a link to the model or a copy of it finds the same vectors; pooling, passage prefix and length,
-    batch size, precision, backend and quantization), never of the name it was given by."""
+    content, so that a link to the model or a copy of it finds the same vectors; pooling, passage prefix as put
+    (`side_prefix`) and length, batch size, precision, backend and quantization), never of the name it was given by."""
+    from retromae.models.encoder import side_prefix
+
     made_by = {"model": input_fingerprint(model), "pooling": encoder.pooling, "normalize": encoder.normalize,
-               "prefix": config.passage_prefix, "max_length": config.passage_max_length,
+               "prefix": side_prefix(encoder, "passage", config.passage_prefix),
+               "max_length": config.passage_max_length,
                "batch_size": config.batch_size, "dtype": str(encoder.amp_dtype),
                **beyond_torch(encoder.inference)}
     return hashlib.sha1(json.dumps(made_by, sort_keys=True).encode()).hexdigest()[:16]

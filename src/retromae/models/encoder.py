@@ -18,7 +18,6 @@ import dataclasses
 import itertools
 import json
 import os
-import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,7 @@ ST_MODEL_FILE = "config_sentence_transformers.json"
 # the file does not say
 ST_SIMILARITIES = (None, "cosine", "dot")
 MODULE_ORDER = ("Transformer", "Pooling", "Normalize")  # the sentence-transformers modules read, in the order run
-_PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose unused named prompt was said (`note_unused_prompt`)
+_PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose named prompt put was said (`side_prefix`)
 # The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
 # not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
 # does; None: any value. `Encoder.load` applies max_seq_length and do_lower_case; unpad_inputs, backend and cache_dir
@@ -201,13 +200,13 @@ def _st_transformer(source: str, path: str) -> tuple[int | None, bool]:
 def _check_st_model_settings(source: str) -> tuple[str | None, dict[str, str]]:
     """ModelLoadError naming config_sentence_transformers.json and the field where its model-wide settings make
     `SentenceTransformer.encode` give other vectors than `Encoder`: a default prompt (put before every text; not
-    applied here, since a query and a passage may need different ones: --query-prefix and --passage-prefix say
-    which), `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
+    applied here: a query and a passage get their own, the named prompts or --query-prefix and --passage-prefix),
+    `truncate_dim` (each vector cut to its first dimensions) or a `model_type` other than a
     SentenceTransformer, or a `similarity_fn_name` that is no inner product of the vectors (euclidean, manhattan:
     retromae ranks by inner product). Returns `similarity_fn_name` (None where the file does not say), which
     `_sentence_transformers_spec` applies, and the named prompts `encode_query` and `encode_document` put before a
-    query and a passage (`named_prompts`), which act here only as --query-prefix and --passage-prefix
-    (`note_unused_prompt` says so where none is given). The rest describe versions."""
+    query and a passage (`named_prompts`), which the commands put there where --query-prefix and --passage-prefix
+    are not given (`side_prefix`). The rest describe versions."""
     where = os.path.join(source, ST_MODEL_FILE)
     settings = _read_json(source, ST_MODEL_FILE, optional=True) or {}
     kind, truncate = settings.get("model_type"), settings.get("truncate_dim")
@@ -226,9 +225,10 @@ def _check_st_model_settings(source: str) -> tuple[str | None, dict[str, str]]:
     prompt = prompts.get(default)
     if prompt:
         raise ModelLoadError(f"{where}: default_prompt_name {quoted(default)} puts {quoted(prompt)} before every text "
-                             "sentence-transformers encodes, and retromae puts no prompt of a folder before texts by "
-                             "itself (a query and a passage may need different ones): remove default_prompt_name and "
-                             "give the prompt as --query-prefix or --passage-prefix (prefix= in the Python API)")
+                             "sentence-transformers encodes, and retromae puts a folder's prompt only before a query "
+                             "or a passage (the prompts named query and document): remove default_prompt_name and "
+                             "name the prompt query or document, or give it as --query-prefix or --passage-prefix "
+                             "(prefix= in the Python API)")
     similarity = settings.get("similarity_fn_name")
     if similarity not in ST_SIMILARITIES:
         raise ModelLoadError(f"{where}: similarity_fn_name is {quoted(similarity)}, which ranks otherwise than the "
@@ -252,27 +252,39 @@ def named_prompts(prompts: dict[str, Any], where: str) -> dict[str, str]:
     return found
 
 
-def note_unused_prompt(encoder: Encoder, side: str, prefix: str) -> None:
-    """A note, once per process, model and side, where the model's folder names a prompt for `side` ("query" or
-    "passage": `named_prompts`) and this encoding of such texts puts no `prefix` before them: sentence-transformers'
-    `encode_query` / `encode_document` would put it there, its `encode` would not, and retromae puts what
-    --query-prefix / --passage-prefix say."""
-    prompt = encoder.prompts.get(side)
-    if not prompt or prefix or (encoder.source, side) in _PROMPTS_NOTED:
-        return
-    _PROMPTS_NOTED.add((encoder.source, side))
-    method = "encode_query" if side == "query" else "encode_document"
-    notice(f"retromae: note: {encoder.source}: its {ST_MODEL_FILE} names the {side} prompt {quoted(prompt)}, which "
-           f"sentence-transformers' {method} puts before every {side}; none is put here: give --{side}-prefix "
-           f"{shlex.quote(prompt)} to encode as {method} does")
+def side_prefix(encoder: Encoder, side: str, given: str | None) -> str:
+    """The prefix put before every text of `side` ("query" or "passage") that `encoder` encodes: `given` where it is
+    given (--query-prefix, --passage-prefix, a `QueryEncoding`'s prefix; "" puts none), else the prompt the model's
+    folder names for the side (`named_prompts`: what sentence-transformers' `encode_query` / `encode_document` put
+    there), else none. A prompt put so is said once per process, model and side, with the option that turns it off."""
+    if given is not None:
+        return given
+    prompt = encoder.prompts.get(side, "")
+    if prompt and (encoder.source, side) not in _PROMPTS_NOTED:
+        _PROMPTS_NOTED.add((encoder.source, side))
+        method = "encode_query" if side == "query" else "encode_document"
+        notice(f"retromae: note: {encoder.source}: {quoted(prompt)} is put before every {side}, the {side} prompt "
+               f"its {ST_MODEL_FILE} names (as sentence-transformers' {method} does); --{side}-prefix '' puts none")
+    return prompt
 
 
 def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
-    """Read a sentence-transformers folder: Transformer → Pooling (cls|mean) → optional Normalize, each module's
-    path a folder inside it (`model_source.module_path`), its settings those `SentenceTransformer.encode` reads texts
-    with as `Encoder` does (`_check_st_model_settings`, `_st_transformer`, `_st_pooling`)."""
+    """Read a sentence-transformers folder: its modules (`_st_modules`) and model-wide settings
+    (`_check_st_model_settings`), each that `SentenceTransformer.encode` reads texts with read as `Encoder` does."""
+    similarity, prompts = _check_st_model_settings(source)
+    spec = _st_modules(source, modules)
+    spec.prompts = prompts
+    # compared by cosine (sentence-transformers' `similarity`) without a Normalize module: the vectors normalised, so
+    # that the inner product retromae ranks by is that cosine; a folder that does not say is ranked as its modules are
+    spec.pooling = PoolingConfig(spec.pooling.pooling, spec.pooling.normalize or similarity == "cosine")
+    return spec
+
+
+def _st_modules(source: str, modules: list[dict[str, Any]]) -> FolderSpec:
+    """What the modules of a sentence-transformers folder declare: Transformer → Pooling (cls|mean) → optional
+    Normalize, each module's path a folder inside it (`model_source.module_path`), its settings those
+    `SentenceTransformer.encode` reads texts with as `Encoder` does (`_st_transformer`, `_st_pooling`)."""
     spec, pooling, normalize = FolderSpec(), None, False
-    similarity, spec.prompts = _check_st_model_settings(source)
     for module in modules:
         if not isinstance(module, dict):
             raise ModelLoadError(f"{os.path.join(source, 'modules.json')}: lists {module!r}, not a module (an object)")
@@ -291,11 +303,34 @@ def _sentence_transformers_spec(source: str, modules: list[dict[str, Any]]) -> F
     if pooling is None:
         raise ModelLoadError(f"{source}: modules.json has no Pooling module")
     _check_module_order(source, modules)
-    # compared by cosine (sentence-transformers' `similarity`) without a Normalize module: the vectors normalised, so
-    # that the inner product retromae ranks by is that cosine; a folder that does not say is ranked as its modules are
-    spec.pooling = PoolingConfig(pooling, normalize or similarity == "cosine")
-    spec.declared = True
+    spec.pooling, spec.declared = PoolingConfig(pooling, normalize), True
     return spec
+
+
+def _both_descriptions(source: str, ours: FolderSpec, modules: list[dict[str, Any]]) -> FolderSpec:
+    """A folder holding our retromae_encoder.json (read into `ours`) and sentence-transformers' modules.json (every
+    export since encoder/ became a sentence-transformers folder too): its modules and settings are read as a
+    sentence-transformers folder's are (each refusal of `_st_modules` and `_check_st_model_settings`), and
+    ModelLoadError names both files where they would encode otherwise than ours says: another pooling, a Normalize
+    module where ours does not normalise (or none where it does), lowercasing, or another max length where both
+    declare one. `similarity_fn_name` is not compared: exports written after encoder/ became a sentence-transformers
+    folder and before the similarity was declared hold sentence-transformers' default, cosine, beside unnormalised
+    vectors (the vectors agree; only sentence-transformers' `similarity` ranks them by cosine). Returns `ours`, with
+    the named prompts of the folder (`named_prompts`)."""
+    _, ours.prompts = _check_st_model_settings(source)
+    theirs = _st_modules(source, modules)
+    pairs = {"pooling": (ours.pooling.pooling, theirs.pooling.pooling),
+             "normalize": (ours.pooling.normalize, theirs.pooling.normalize),
+             "lowercasing": (ours.lowercase, theirs.lowercase),
+             "max_length": (ours.max_length, theirs.max_length if ours.max_length is not None else None)}
+    differ = {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
+    if differ:
+        name, (mine, other) = next(iter(differ.items()))
+        raise ModelLoadError(f"{os.path.join(source, ENCODER_FILE)} says {name} {quoted(mine)} and "
+                             f"{os.path.join(source, 'modules.json')} (with its modules' files) {quoted(other)}: "
+                             "sentence-transformers encodes the folder by the second and retromae by the first, "
+                             "which would give other vectors; make the two agree, or remove one")
+    return ours
 
 
 def _check_module_order(source: str, modules: list[dict[str, Any]]) -> None:
@@ -325,11 +360,12 @@ def _our_spec(path: str, ours: dict[str, Any]) -> FolderSpec:
 def describe_folder(source: str) -> FolderSpec:
     """Pooling, normalisation, max length, lowercasing and transformer subfolder declared by a model folder or hub
     repo; a sentence-transformers folder's settings under which its vectors would differ refused
-    (`_sentence_transformers_spec`). Read by every loader of an encoder (`Encoder.load`)."""
-    ours = _read_json(source, ENCODER_FILE)
+    (`_sentence_transformers_spec`), and so are those of one beside our retromae_encoder.json, which must describe
+    the same vectors (`_both_descriptions`). Read by every loader of an encoder (`Encoder.load`)."""
+    ours, modules = _read_json(source, ENCODER_FILE), _read_json(source, "modules.json", list)
     if ours is not None:
-        return _our_spec(os.path.join(source, ENCODER_FILE), ours)
-    modules = _read_json(source, "modules.json", list)
+        spec = _our_spec(os.path.join(source, ENCODER_FILE), ours)
+        return spec if modules is None else _both_descriptions(source, spec, modules)
     if modules is not None:
         return _sentence_transformers_spec(source, modules)
     return FolderSpec()
@@ -527,7 +563,9 @@ class Encoder:
                        batch_size="batch_size", max_length="max_length", prefix="prefix")
     def encode(self, texts: Sequence[str], batch_size: int = 64, max_length: int | None = None, prefix: str = "",
                show_progress: bool = True, description: str | None = None, bar: tqdm | None = None) -> np.ndarray:
-        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length.
+        """Float32 `(N, D)` vectors in input order; batches are formed from texts sorted by token length. `prefix` is
+        put before every text as given, and no prompt of the model's folder is (as sentence-transformers' `encode`;
+        the commands put the named prompt of a query or a passage: `side_prefix`).
 
         The progress bar is named `description` (default "encoding N texts"), with " in bf16" (or fp16) under
         autocast; a caller with a larger job passes its own `bar` instead, which is advanced here and left open."""

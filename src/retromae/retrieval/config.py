@@ -78,8 +78,12 @@ class EncodeConfig(OutputOptions, EncoderOptions):
                                   required_unless="--corpus", reads="path")
     output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
                                "with the same model and input continues")
-    passage_prefix: str = option("", "text put before every passage of --corpus, e.g. 'passage: '")
-    query_prefix: str = option("", "text put before every query of --queries, e.g. 'query: '")
+    passage_prefix: str | None = option(None, "text put before every passage of --corpus, e.g. 'passage: ' ('' for "
+                                              "none); default: the document prompt of the model's "
+                                              "config_sentence_transformers.json, if any")
+    query_prefix: str | None = option(None, "text put before every query of --queries, e.g. 'query: ' ('' for "
+                                            "none); default: the query prompt of the model's "
+                                            "config_sentence_transformers.json, if any")
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own (256 for MiniLM)",
                                             POSITIVE)
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
@@ -113,8 +117,8 @@ class EncodeConfig(OutputOptions, EncoderOptions):
             setattr(self, f"{side}_max_length", self.max_length)
 
     @property
-    def text_options(self) -> tuple[str, int | None]:
-        """(prefix, max length) of the texts this run encodes."""
+    def text_options(self) -> tuple[str | None, int | None]:
+        """(prefix, None where not given; max length) of the texts this run encodes."""
         if self.queries is not None:
             return self.query_prefix, self.query_max_length
         return self.passage_prefix, self.passage_max_length
@@ -241,7 +245,9 @@ class SearchConfig(OutputOptions, EncoderOptions):
     shortlist: int | None = option(None, "an index of --factory binary: rows rescored per query, as a multiple of k; "
                                          "default: the one saved in the index (refused on another index)",
                                    SHORTLIST_RANGE)
-    query_prefix: str = option("", "text put before every query when encoding, e.g. 'query: '")
+    query_prefix: str | None = option(None, "text put before every query when encoding, e.g. 'query: ' ('' for "
+                                            "none); default: the query prompt of the model's "
+                                            "config_sentence_transformers.json, if any")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column (no whitespace)", check=check_run_tag)
 

@@ -11,6 +11,8 @@ Whatever a command derives from, or shows beside, such a record is checked here 
   encode.json records, unchanged by `file_change`.) Before, `index --hybrid --corpus other.jsonl` (same ids,
   other texts) built a BM25 side over texts the vectors never saw;
 - `check_model`: the query encoder against the model the documents were encoded with;
+- `check_prompts`: the query prompt a model's folder names, put by default, against the documents' prefix: refused
+  where they were encoded without the passage prompt (an index encoded before the prompts were put by default);
 - `check_query_vectors`: query vectors against the documents' encoding (model, pooling, normalisation, width, and
   what ran the model: `check_inference`);
 - `check_inference`: what encodes the queries (backend and quantization, `retromae.models.backends`) against what
@@ -65,6 +67,20 @@ def check_model(model: str, record: dict[str, Any], where: Path, given: bool) ->
         said = "--model" if given else f"the model recorded in {where}"
         raise ConfigError(f"{said} ({model}) is not the model the index was encoded with (its files differ from "
                           f"those fingerprinted in {where}); --model names the model to use")
+
+
+def check_prompts(prompts: dict[str, str], given: str | None, record: dict[str, Any], where: Path, model: str) -> None:
+    """ConfigError where the queries would get the model's prompt by default (`given` None, its folder naming
+    prompts by side: `models.encoder.named_prompts`) but the documents were not encoded with the model's passage
+    prompt (their prefix, as the record at `where` holds it, is another): the two sides would be encoded unalike, as
+    an index encoded before the prompts were put by default (with no prefix) would be searched."""
+    documents = record.get("prefix")
+    if given is not None or not prompts or not isinstance(documents, str) or documents == prompts.get("passage", ""):
+        return
+    put = " and ".join(f"{quoted(prompt)} before a {side}" for side, prompt in sorted(prompts.items()))
+    raise ConfigError(f"--query-prefix: the documents were encoded with the prefix {quoted(documents)} ({where} "
+                      f"records it), and {model} puts {put} by default: give --query-prefix to say what their "
+                      "queries need ('' for none), or encode the documents again with the model's passage prompt")
 
 
 def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path,

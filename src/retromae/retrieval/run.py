@@ -63,13 +63,13 @@ def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
 def encode(config: EncodeConfig) -> Path:
     """Encode a corpus or queries file into an embeddings folder as `config` says; returns the folder
     (`retrieval.encode` describes its layout)."""
-    from retromae.models.encoder import note_unused_prompt  # torch: only when the command runs
+    from retromae.models.encoder import side_prefix  # torch: only when the command runs
     from retromae.retrieval.encode import encode_to_dir
 
     ids, texts = read_texts(config)
-    prefix, max_length = config.text_options
+    given, max_length = config.text_options
     encoder = config.load_encoder(process_state().device)
-    note_unused_prompt(encoder, "query" if config.queries is not None else "passage", prefix)
+    prefix = side_prefix(encoder, "query" if config.queries is not None else "passage", given)
     return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, overload
 from retromae.data.ranking import Run, ranked
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
-from retromae.retrieval.lineage import check_inference, check_model, recorded_inference
+from retromae.retrieval.lineage import check_inference, check_model, check_prompts, recorded_inference
 from retromae.retrieval.texts import document_texts
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.lines import quoted
@@ -60,12 +60,12 @@ class Fusion:
 
 @dataclasses.dataclass
 class QueryEncoding:
-    """The query side's options; None: what index.json records."""
+    """The query side's options; None: what index.json records (the prefix: the model's query prompt, `side_prefix`)."""
 
     model: str | None = None
     pooling: str | None = None
     normalize: bool | None = None
-    prefix: str = ""
+    prefix: str | None = None
     max_length: int | None = None
     device: str | None = None
     dtype: str = "auto"
@@ -171,12 +171,11 @@ class Searcher:
     def run(self, queries: Mapping[str, str], k: int = 10, show_progress: bool = False) -> Run:
         """The top-k run of `queries` (id → text): encoded with the index's model, fused with BM25 on a hybrid
         index."""
-        from retromae.models.encoder import note_unused_prompt  # torch: only when texts are encoded
+        from retromae.models.encoder import side_prefix  # torch: only when texts are encoded
         from retromae.retrieval.search import TextOptions, encode_texts
 
-        note_unused_prompt(self.encoder, "query", self.encoding.prefix)
         query_ids = list(queries)
-        options = TextOptions(self.encoding.prefix, self.encoding.max_length)
+        options = TextOptions(side_prefix(self.encoder, "query", self.encoding.prefix), self.encoding.max_length)
         vectors = encode_texts(self.encoder, [queries[q] for q in query_ids], options, self.encoding.batch_size,
                                show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
         return self.run_vectors(query_ids, vectors, k, queries, show_progress)
@@ -220,7 +219,8 @@ def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fus
 
 def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
     """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
-    index.json and --model), checked to be the model the documents were encoded with (its fingerprint)."""
+    index.json and --model), checked to be the model the documents were encoded with (its fingerprint) and, where its
+    query prompt would be put by default, to have encoded them with its passage prompt (`check_prompts`)."""
     # torch and transformers: only when queries are encoded here (a BM25 or vector search loads no model)
     from retromae.models.encoder import Encoder
     from retromae.models.masked_lm import check_max_length
@@ -243,5 +243,6 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
             raise
         raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
     check_max_length(encoder.model.config, options.max_length, "query_max_length", encoder.tokenizer)
+    check_prompts(encoder.prompts, options.prefix, recorded, where, model)
     encoder.weights_fixed = True  # only queries, one call each: the weights cast and packed once serve them all
     return encoder
