@@ -6,14 +6,15 @@ command only took the folder's lock. It now claims its output as every folder-wr
 (`runtime.run_folder.claim_folder` from `pretraining.scratch.init_model`, reached by the CLI and `retromae.init_model`):
 a `retromae-run.json` of `init-model` marks its folders, another command's outputs and files no run recorded are
 refused even with --overwrite, an input is never the output, and an earlier init-model run is replaced only with
---overwrite. Generated over what the folder holds; each refusal one line, exit 2, every file as it was.
+--overwrite. The one other writer of a model folder, `retromae.Encoder.save` (it replaced the whole folder: a run's
+checkpoints, an index, anything), claims its folder by the same rule. Generated over what the folder holds; each
+refusal one line (exit 2 from the CLI, a ConfigError from Python), every file as it was.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,8 @@ import pytest
 
 import retromae
 from retromae.cli import main
-from retromae.models.model_source import saved_files
+from retromae.models.encoder import Encoder
+from retromae.models.model_source import ENCODER_FILE, saved_files
 from retromae.pretraining import scratch
 from retromae.pretraining.scratch import INIT_FILES, existing_tokenizer
 from retromae.runtime.errors import DataError
@@ -29,8 +31,9 @@ from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import MARKER, read_marker, write_marker
 
 SIZE = ["--hidden-size", "64", "--layers", "1", "--max-positions", "64"]
-NOT_RECORDED = "which no retromae run recorded writing (not outputs of `retromae init-model`), so even --overwrite"
-ANOTHER_COMMAND = "`retromae init-model` never writes over another command's outputs (not even with --overwrite)"
+WRITERS = {"init-model": "init-model", "retromae.init_model": "init-model", "Encoder.save": "Encoder.save"}
+NOT_RECORDED = "which no retromae run recorded writing (not outputs of `retromae {command}`), so even --overwrite"
+ANOTHER_COMMAND = "`retromae {command}` never writes over another command's outputs (not even with --overwrite)"
 OVERLAP = "which this command reads; write its outputs elsewhere (another --output)"
 
 
@@ -58,17 +61,22 @@ def users_config(folder: Path, tiny: Path) -> None:
     (folder / "config.json").write_text('{"mine": 1}\n')
 
 
-def earlier_run(folder: Path, tiny: Path) -> None:
+def earlier_init_model(folder: Path, tiny: Path) -> None:
     """An init-model folder of other options (hidden size 128)."""
     assert main(["init-model", "--tokenizer", str(tiny), "--output", str(folder), "--hidden-size", "128",
                  "--layers", "1", "--max-positions", "64"]) == 0
 
 
-# What the output holds → (how to make it, the words of its refusal)
+def earlier_save(folder: Path, tiny: Path) -> None:
+    Encoder.load(tiny).save(folder)
+
+
+# What the output holds → how to make it, and the words of its refusal (for a writer that did not make it).
 HOLDS = {"a model folder": (model_folder, NOT_RECORDED), "a pretrain run": (pretrain_run, ANOTHER_COMMAND),
          "an index folder": (index_folder, ANOTHER_COMMAND), "a user's config.json": (users_config, NOT_RECORDED),
-         "an earlier init-model run": (earlier_run, "holds the outputs of another run of `retromae init-model` "
-                                                    "(hidden_size differ); --overwrite replaces it, or choose")}
+         "an earlier init-model": (earlier_init_model, ANOTHER_COMMAND),
+         "an earlier Encoder.save": (earlier_save, ANOTHER_COMMAND)}
+EARLIER = {"init-model": "an earlier init-model", "Encoder.save": "an earlier Encoder.save"}
 
 
 def contents(folder: Path) -> dict[str, str]:
@@ -88,6 +96,11 @@ def places(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     return made
 
 
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir) -> Encoder:
+    return Encoder.load(tiny_model_dir)
+
+
 def refused(args: list[str], capsys) -> str:
     """`retromae ARGS` exits 2 with one line, no traceback; the line."""
     code, err = main(args), capsys.readouterr().err
@@ -95,29 +108,53 @@ def refused(args: list[str], capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]], ids=["", "--overwrite"])
-@pytest.mark.parametrize("holds", [name for name in HOLDS if name != "an earlier init-model run"])
-def test_init_model_refuses_a_folder_it_did_not_make(holds, overwrite, places, tiny_model_dir, capsys):
+def write(writer: str, output: Path, tokenizer: Path, encoder: Encoder, capsys, overwrite: bool = False) -> str:
+    """What `writer` refused writing the model at `output` (from `tokenizer` or `encoder`), as the CLI says it; ""
+    when it wrote it."""
+    if writer == "init-model":
+        args = ["init-model", "--tokenizer", str(tokenizer), "--output", str(output), *SIZE]
+        code, err = main([*args, *(["--overwrite"] if overwrite else [])]), capsys.readouterr().err
+        assert code in (0, 2) and err.count("\n") == code // 2 and "Traceback" not in err, err
+        return err.removeprefix("retromae: error: ")
+    try:
+        if writer == "Encoder.save":
+            encoder.save(output, overwrite=overwrite)
+        else:
+            retromae.init_model(tokenizer=str(tokenizer), output=output, hidden_size=64, layers=1, max_positions=64,
+                                overwrite=overwrite)
+    except ConfigError as error:
+        return f"{error}\n"
+    return ""
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["", "overwrite"])
+@pytest.mark.parametrize(("writer", "holds"), [(writer, holds) for writer, command in WRITERS.items()
+                                               for holds in HOLDS if holds != EARLIER[command]])
+def test_a_model_writer_refuses_a_folder_it_did_not_make(writer, holds, overwrite, places, tiny_model_dir, encoder,
+                                                         capsys):
+    command = WRITERS[writer]
     before = contents(places[holds])
-    err = refused(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(places[holds]), *SIZE,
-                   *overwrite], capsys)
-    assert err.startswith(f"retromae: error: {places[holds]}: holds ") and HOLDS[holds][1] in err, err
+    err = write(writer, places[holds], tiny_model_dir, encoder, capsys, overwrite)
+    assert err.startswith(f"{places[holds]}: holds ") and HOLDS[holds][1].format(command=command) in err, err
     assert contents(places[holds]) == before
 
 
-def test_init_model_replaces_an_earlier_run_only_with_overwrite(places, tiny_model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_model_writer_replaces_its_earlier_run_only_with_overwrite(writer, places, tiny_model_dir, encoder,
+                                                                     tmp_path, capsys):
+    command = WRITERS[writer]
     earlier = tmp_path / "earlier"
-    shutil.copytree(places["an earlier init-model run"], earlier)
+    shutil.copytree(places[EARLIER[command]], earlier)
     (earlier / "notes.txt").write_text("mine\n")
-    args = ["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(earlier), *SIZE]
     before = contents(earlier)
-    assert HOLDS["an earlier init-model run"][1] in refused(args, capsys)
+    err = write(writer, earlier, tiny_model_dir, encoder, capsys)
+    assert err.startswith(f"{earlier}: holds the outputs of another run of `retromae {command}`") and \
+        "--overwrite replaces it, or choose another --output" in err, err
     assert contents(earlier) == before
-    assert main([*args, "--overwrite"]) == 0
-    assert json.loads((earlier / "config.json").read_text())["hidden_size"] == 64
-    assert (earlier / "notes.txt").read_text() == "mine\n" and read_marker(earlier)["command"] == "init-model"
-    same = refused(args, capsys)  # the same options again: refused too (a run is kept whole)
-    assert "another run of `retromae init-model`; --overwrite replaces it" in same, same
+    assert write(writer, earlier, tiny_model_dir, encoder, capsys, overwrite=True) == ""
+    assert (earlier / "notes.txt").read_text() == "mine\n" and read_marker(earlier)["command"] == command
+    if command == "init-model":
+        assert json.loads((earlier / "config.json").read_text())["hidden_size"] == 64
 
 
 @pytest.mark.parametrize("where", ["the tokenizer's folder", "inside it", "the corpus file"])
@@ -136,19 +173,25 @@ def test_init_model_never_writes_where_it_reads(where, tiny_model_dir, tmp_path,
     assert contents(tmp_path) == before
 
 
-def test_the_python_api_shares_the_rule(places, tiny_model_dir):
-    before = contents(places["a model folder"])
-    with pytest.raises(ConfigError, match=re.escape(NOT_RECORDED)):
-        retromae.init_model(tokenizer=str(tiny_model_dir), output=places["a model folder"], hidden_size=64, layers=1,
-                            max_positions=64)
-    assert contents(places["a model folder"]) == before
+@pytest.mark.parametrize("where", ["its folder", "inside it"])
+def test_an_encoder_is_never_saved_over_the_folder_it_was_loaded_from(where, tiny_model_dir, tmp_path):
+    source = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, source)
+    output = source if where == "its folder" else source / "sub"
+    before = contents(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        Encoder.load(source).save(output, overwrite=True)
+    assert str(error.value) == f"--output {output}: overlaps {source}, {OVERLAP}"
+    assert contents(tmp_path) == before
 
 
-def test_an_init_model_folder_holds_only_its_outputs_and_its_marker(places, tiny_model_dir):
-    written = {path.name for path in places["an earlier init-model run"].iterdir()}
-    assert written - {MARKER} <= {*saved_files(existing_tokenizer(str(tiny_model_dir))), *INIT_FILES}
-    assert {"config.json", "model.safetensors", "tokenizer.json", MARKER} <= written
-    assert "started" not in read_marker(places["an earlier init-model run"])
+def test_a_model_folder_written_holds_only_its_outputs_and_its_marker(places, tiny_model_dir, encoder):
+    for made, outputs in (("an earlier init-model", {*saved_files(existing_tokenizer(str(tiny_model_dir))),
+                                                     *INIT_FILES}),
+                          ("an earlier Encoder.save", {*saved_files(encoder.tokenizer), ENCODER_FILE})):
+        written = {path.name for path in places[made].iterdir()}
+        assert written - {MARKER} <= outputs and {"config.json", "model.safetensors", MARKER} <= written
+        assert "started" not in read_marker(places[made])
 
 
 def test_a_run_that_fails_after_its_claim_leaves_no_folder(tiny_model_dir, tmp_path, monkeypatch, capsys):

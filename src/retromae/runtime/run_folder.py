@@ -41,10 +41,10 @@ from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, 
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
 
 MARKER = "retromae-run.json"
-# The commands whose runs leave a marker (`claim_folder`, `training.setup.claim_output`) and a training checkpoint's
-# own: what a marker may record (`read_marker`)
+# The commands whose runs leave a marker (`claim_folder`, `training.setup.claim_output`), `retromae.Encoder.save` and a
+# training checkpoint's own: what a marker may record (`read_marker`)
 MARKER_COMMANDS = ("adapt", "encode", "evaluate", "finetune", "index", "init-model", "pretrain", "quickstart",
-                   "report", "train-reranker", "checkpoint")
+                   "report", "train-reranker", "Encoder.save", "checkpoint")
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
 _HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerprint, for this process's life
 LOCK_FILE = ".retromae.lock"
