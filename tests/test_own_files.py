@@ -41,8 +41,8 @@ PRECIOUS = "a file of the user's, elsewhere\n"
 # them) and evaluate's report folder, which it claims as a folder, not as a file.
 CLAIMS = {"-".join(case): line for case, line in CASES.items()}
 CLAIMS["evaluate-folder"] = "evaluate --model M --data B --bm25 --output OUT"
-# The claims of a folder that leave a run marker in it (init-model only locks its folder).
-MARKED = [name for name, line in CLAIMS.items() if " OUT " in f"{line} " and not name.startswith("init-model")]
+# The claims of a folder, each leaving a run marker in it.
+MARKED = [name for name, line in CLAIMS.items() if " OUT " in f"{line} "]
 # Every reader of an index or embeddings folder (`retrieval.index.reading`), with the letter of the folder it reads.
 READERS = {"search --index": ("search --index I --queries E --output OUT.trec", "I"),
            "search --queries": ("search --index I --queries E --output OUT.trec", "E"),

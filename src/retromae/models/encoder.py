@@ -54,6 +54,7 @@ from retromae.models.model_source import (
     module_path,
     read_json,
     resolve_model,
+    saved_files,
 )
 from retromae.models.onednn import PackedLinears
 from retromae.models.pretrained import load_model, load_tokenizer
@@ -61,15 +62,16 @@ from retromae.runtime.console import notice, progress
 from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError, tokenizer_panics
-from retromae.runtime.io import atomic_directory, write_text_atomic
+from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import checked_arguments, require
-from retromae.runtime.run_folder import quiet_entry_point
+from retromae.runtime.run_folder import claim_folder, mark_started, quiet_entry_point
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
 DEFAULT_MAX_LENGTH = 512
 TOKENIZE_CHUNK = 10_000  # texts `Encoder.token_table` tokenises at once
+SAVE = "Encoder.save"  # what the marker of a folder `Encoder.save` wrote records (`run_folder.MARKER_COMMANDS`)
 # sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
 ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 ST_MODEL_FILE = "config_sentence_transformers.json"
@@ -510,13 +512,20 @@ class Encoder:
                 check_max_length(self.model.config, getattr(options, field.name), field.name, self.tokenizer)
 
     @quiet_entry_point
-    def save(self, path: str | Path) -> None:
-        """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length)."""
-        with atomic_directory(Path(path)) as tmp:
-            self.model.save_pretrained(tmp)
-            self.tokenizer.save_pretrained(tmp)
-            info = {**dataclasses.asdict(self.config), "max_length": self.max_length}
-            write_text_atomic(tmp / ENCODER_FILE, json.dumps(info, indent=2) + "\n")
+    def save(self, path: str | Path, overwrite: bool = False) -> None:
+        """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length), into
+        `path` claimed as a command claims its output folder (`runtime.run_folder.claim_folder`, as `Encoder.save`):
+        never over another run's or command's outputs, files no run recorded, or the folder it was loaded from;
+        `overwrite` replaces an earlier save's files (others kept)."""
+        inputs = [self.source] if self.source and os.path.exists(self.source) else []
+        identity = {"model": os.path.abspath(self.source) if inputs else self.source}
+        claim_folder(path, SAVE, identity, (*saved_files(self.tokenizer), ENCODER_FILE), overwrite=overwrite,
+                     resumable=False, inputs=inputs, started=False)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        info = {**dataclasses.asdict(self.config), "max_length": self.max_length}
+        write_text_atomic(Path(path) / ENCODER_FILE, json.dumps(info, indent=2) + "\n")
+        mark_started(path)
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Pooled (and, if configured, normalised) embeddings `(B, D)` of `(B, L)` inputs, with gradients."""

@@ -44,6 +44,11 @@ ENCODER_FILE = "retromae_encoder.json"
 RUN_MARKER = "retromae-run.json"
 HEAD_FILE = "pretrain_head.safetensors"  # the pre-training head a `retromae pretrain` run leaves beside encoder/
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# What `save_pretrained` of a model and of its tokenizer writes in a folder: the model's files and a tokenizer's of
+# every common kind (`saved_files` adds the names of a tokenizer's own kind).
+SAVED_FILES = ("config.json", "model.safetensors", "generation_config.json", *TOKENIZER_FILES,
+               "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "vocab.txt", "vocab.json",
+               "merges.txt", "spm.model", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
 RUN_MODELS = ("encoder", "reranker")  # the model folder a run leaves, in the order looked for
 MAX_UNKNOWN_SHARE = 0.5  # a corpus read as more [UNK] than this is another language or a missing vocabulary
 # A Hugging Face Hub model id: `name` or `owner/name`, each part letters, digits, '-', '_' and '.', at most 96 long,
@@ -570,6 +575,14 @@ def _tensor_span(path: Path, name: str, entry: Any) -> tuple[int, int]:
 def _whole_numbers(value: Any) -> bool:
     """Whether `value` is a list of whole numbers (not booleans), none negative."""
     return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
+
+
+def saved_files(tokenizer: Any) -> tuple[str, ...]:
+    """The names a model's and `tokenizer`'s `save_pretrained` write in a folder (None: a fast tokenizer's):
+    `SAVED_FILES` and those its kind of tokenizer saves. What a writer of a model folder claims as its outputs
+    (`runtime.run_folder.claim_folder`)."""
+    names = getattr(tokenizer, "vocab_files_names", {}).values()
+    return (*SAVED_FILES, *(name for name in names if name not in SAVED_FILES))
 
 
 def is_random_init(model: str | Path) -> bool:

@@ -36,12 +36,12 @@ from retromae.runtime.options import (
     SEED,
     ConfigError,
     Domain,
-    Options,
     acts_with,
     at_least,
     option,
     require,
 )
+from retromae.runtime.run_folder import OutputOptions
 from retromae.training.config import HeadTrainingConfig
 
 # Every objective's options as flat fields (a flag each, `--decoder-layers`), made from the options classes.
@@ -166,7 +166,7 @@ def check_model_fits(vocab: int, hidden: int, layers: int, positions: int) -> No
 
 
 @dataclasses.dataclass(kw_only=True)
-class InitModelConfig(Options):
+class InitModelConfig(OutputOptions):
     INPUT_FORMATS = {"corpus": "documents"}  # the format each input option is read in (`retromae.data.inputs`)
     output: Path = option(help="folder to write the model and tokenizer to")
     architecture: str = option("bert", f"model family to build, with its kind of tokenizer ({tokenizer_kinds_help()})",

@@ -19,17 +19,20 @@ from retromae.backbones.families import family_building
 from retromae.backbones.registry import architecture_adapter
 from retromae.data.corpus import CorpusTexts
 from retromae.models.encoder import default_max_length, lowercase_as_declared
-from retromae.models.export import write_encoding_files
+from retromae.models.export import ENCODER_METADATA, SENTENCE_TRANSFORMERS_FILES, write_encoding_files
 from retromae.models.masked_lm import position_limit
-from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, resolve_tokenizer
+from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, resolve_tokenizer, saved_files
 from retromae.models.pretrained import config_number_problem, load_tokenizer
 from retromae.models.tokenizer_training import train_tokenizer
 from retromae.pretraining.config import InitModelConfig, check_model_fits
 from retromae.runtime.console import Result
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import ConfigError, require
-from retromae.runtime.run_folder import lock_folder
+from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
 from retromae.training.setup import seed_everything
+
+# What `save_random_model` writes beside the model and its tokenizer (`model_source.saved_files`): init-model's outputs.
+INIT_FILES = (RANDOM_INIT_MARKER, ENCODER_METADATA, *SENTENCE_TRANSFORMERS_FILES, "1_Pooling")
 
 
 def family_tokenizer(texts: Iterable[str], architecture: str, vocab_size: int,
@@ -71,12 +74,17 @@ def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidde
 
 
 def init_model(config: InitModelConfig) -> Result:
-    """A random model and its tokenizer as `config` says; returns the model folder (`retromae.init_model(...)`) and
-    the line describing it."""
-    lock_folder(config.output)
-    tokenizer = trained_tokenizer(config) if config.corpus else existing_tokenizer(config.tokenizer)
+    """A random model and its tokenizer as `config` says, in --output claimed as every command claims its folder
+    (`run_folder.claim_folder`: no model, run or file of another's written over, nor an input) once an existing
+    tokenizer is read and before one is trained; returns the model folder (`retromae.init_model(...)`) and the line
+    describing it."""
+    tokenizer = existing_tokenizer(config.tokenizer) if config.tokenizer else None
+    claim_folder(config.output, "init-model", run_identity(config), (*saved_files(tokenizer), *INIT_FILES),
+                 overwrite=config.overwrite, resumable=False, inputs=input_paths(config), started=False)
+    tokenizer = tokenizer or trained_tokenizer(config)
     folder = save_random_model(tokenizer, config.output, hidden_size=config.hidden_size, layers=config.layers,
                                max_positions=config.positions, seed=config.seed, architecture=config.architecture)
+    mark_started(folder)
     return Result(Path(folder), (f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, "
                                  f"vocabulary {len(tokenizer)}, {config.positions} positions) → {folder}",))
 

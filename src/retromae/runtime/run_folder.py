@@ -41,10 +41,10 @@ from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, 
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
 
 MARKER = "retromae-run.json"
-# The commands whose runs leave a marker (`claim_folder`, `training.setup.claim_output`) and a training checkpoint's
-# own: what a marker may record (`read_marker`)
-MARKER_COMMANDS = ("adapt", "encode", "evaluate", "finetune", "index", "pretrain", "quickstart", "report",
-                   "train-reranker", "checkpoint")
+# The commands whose runs leave a marker (`claim_folder`, `training.setup.claim_output`), `retromae.Encoder.save` and a
+# training checkpoint's own: what a marker may record (`read_marker`)
+MARKER_COMMANDS = ("adapt", "encode", "evaluate", "finetune", "index", "init-model", "pretrain", "quickstart",
+                   "report", "train-reranker", "Encoder.save", "checkpoint")
 HASH_CHUNK = 1 << 20  # bytes read per step of a fingerprint: memory stays flat on any file
 _HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerprint, for this process's life
 LOCK_FILE = ".retromae.lock"
@@ -404,15 +404,6 @@ def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "out
         raise refusal
     if path.exists() and not overwrite:
         raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another {option_name}")
-
-
-def lock_folder(folder: str | Path) -> None:
-    """Take `folder` (created here) for this command alone, as `claim_folder` does, for a command that keeps no
-    record of its run there (`init-model`); ConfigError or FileSystemError when another process holds it or it
-    cannot be written."""
-    refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable=False)
-    if refusal is not None:
-        raise refusal
 
 
 def hold(output: Path, lock: Path, resumable: bool = True) -> Exception | None:
