@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import command_inputs
+from conftest import tiny_beir
 from test_output_paths import CASES
 
 from retromae.cli import main
@@ -55,17 +55,19 @@ def stdout_in(encoding: str) -> Iterator[io.BytesIO]:
 
 @pytest.fixture(scope="module")
 def inputs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
-    """`command_inputs` under a non-ASCII folder, and an index (X) of a corpus (D) with non-ASCII ids and long texts."""
+    """Under a non-ASCII folder, keyed as `test_output_paths.CASES` names them: the model (M), a BEIR folder (B), its
+    corpus (C), a training file (T); and an index (X) of a corpus (D) with non-ASCII ids and long texts."""
     root = tmp_path_factory.mktemp("stdout") / NOT_ASCII
-    root.mkdir()
-    found = command_inputs(root, tiny_model_dir)
+    tiny_beir(root / "beir")
+    (root / "train.jsonl").write_text(json.dumps({"query": "a cat", "pos": ["the cat sat"], "neg": ["a dog"]}) + "\n")
     corpus = root / "corpus·é.jsonl"
     corpus.write_text("".join(json.dumps({"_id": doc_id, "text": f"café {doc_id} – a cat sat on the mat " * 9}) + "\n"
                               for doc_id in IDS), "utf-8")
-    assert main(["encode", "--model", str(found["M"]), "--corpus", str(corpus), "--output", str(root / "vectors"),
-                 "--no-progress"]) == 0
+    assert main(["encode", "--model", str(tiny_model_dir), "--corpus", str(corpus), "--output",
+                 str(root / "vectors"), "--no-progress"]) == 0
     assert main(["index", "--embeddings", str(root / "vectors"), "--output", str(root / "index")]) == 0
-    return {**found, "D": corpus, "X": root / "index"}
+    return {"M": tiny_model_dir, "B": root / "beir", "C": root / "beir" / "corpus.jsonl", "T": root / "train.jsonl",
+            "D": corpus, "X": root / "index"}
 
 
 @pytest.mark.parametrize("encoding", [*NARROW, "utf-8"])
