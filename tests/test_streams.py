@@ -1,12 +1,18 @@
 """The stream rule (docs/output.md): every command's results, summaries, verdicts and tables go to standard output;
 standard error carries only progress bars, stage and step lines, notes and warnings. Each command runs on tiny inputs;
-its result lines must be on stdout, and every stderr line must be one of those kinds."""
+its result lines must be on stdout, and every stderr line must be one of those kinds. The inputs and outputs lie under
+a folder whose name ASCII cannot hold, and standard output holds only ASCII (as under PYTHONIOENCODING=ascii): every
+command ends, its lines complete, what ASCII lacks escaped (`runtime.console.fitted`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shutil
+import sys
+from collections.abc import Iterator
 
 import pytest
 from conftest import tiny_beir
@@ -15,6 +21,7 @@ from test_adapt import topical_corpus
 from retromae.cli import main
 
 TINY = ["--batch-size", "4", "--max-length", "32"]
+NOT_ASCII = "données·✓"
 STDERR_KINDS = (
     re.compile(r".*\[\d+:\d\d.*\]$"),  # a progress bar (tqdm: "name: 50%|███  | 1/2 [00:01<00:01, 1.28s/step]")
     re.compile(r"^\d+/\d+ \S.*"),  # a numbered stage: "2/4 scoring the base ..."
@@ -30,7 +37,8 @@ def cli(*args) -> int:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model_dir):
     """Tiny inputs for every command, each made by the command that makes it in a user's pipeline."""
-    root = tmp_path_factory.mktemp("streams")
+    root = tmp_path_factory.mktemp("streams") / NOT_ASCII
+    root.mkdir()
     tiny_beir(root / "beir")
     topical_corpus(root / "topical.jsonl")
     base = root / "base"
@@ -93,12 +101,29 @@ def stray_lines(stderr: str) -> list[str]:
     return [line for line in lines if line and not any(kind.match(line) for kind in STDERR_KINDS)]
 
 
+@contextlib.contextmanager
+def ascii_stdout() -> Iterator[None]:
+    """Standard output (as captured) as PYTHONIOENCODING=ascii sets it: a character ASCII lacks fails."""
+    stream = io.TextIOWrapper(sys.stdout.buffer, encoding="ascii", errors="strict", write_through=True)
+    saved, sys.stdout = sys.stdout, stream
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        stream.detach()
+
+
 @pytest.mark.parametrize("command", CASES)
 def test_results_go_to_stdout_and_only_bars_and_notes_to_stderr(inputs, tmp_path, capfd, command):
-    args, on_stdout = commands(inputs, tmp_path)[command]
+    (tmp_path / NOT_ASCII).mkdir()
+    args, on_stdout = commands(inputs, tmp_path / NOT_ASCII)[command]
     capfd.readouterr()
-    assert cli(command, *args) == 0
+    with ascii_stdout():
+        assert cli(command, *args) == 0
     out, err = capfd.readouterr()
+    assert out.isascii() and "Traceback" not in err
+    if command != "evaluate":  # its lines name the models, not their paths
+        assert ascii(NOT_ASCII)[1:-1] in out
     for marker in on_stdout:
         assert marker in out, f"{command}: {marker!r} not on stdout"
         assert marker not in err.replace(str(tmp_path), ""), f"{command}: {marker!r} on stderr"

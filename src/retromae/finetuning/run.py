@@ -122,6 +122,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     if accelerator.is_main_process:
         _export(trained, passage_encoder, config, describe(config, source))
     accelerator.wait_for_everyone()
+    trainer.say_summary()
     return output
 
 

@@ -81,6 +81,7 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
             probe.finish()
         write_cards(config, output)
     trainer.accelerator.wait_for_everyone()
+    trainer.say_summary()
     return output
 
 

@@ -145,6 +145,7 @@ def train_reranker(config: RerankerConfig) -> Path:
             trained.model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
     accelerator.wait_for_everyone()
+    trainer.say_summary()
     return output
 
 

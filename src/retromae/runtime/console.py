@@ -16,7 +16,8 @@ unless the caller chose already (the CLI, or `with library_output(True):` around
 a notebook sees what the CLI shows; code that calls deeper functions (the tests) sees the libraries as they are.
 Whether libraries may speak is a context variable read by `verbose()`, so that code deep in a call (the BM25
 wrapper) can pass `show_progress=verbose()` to the libraries without a parameter threaded through every caller.
-Progress bars and stage lines go to stderr; summaries and results to stdout.
+Progress bars and stage lines go to stderr; summaries and results to stdout, a character its encoding lacks
+escaped (`fitted`).
 
 The one library module that prints. A command's run returns a `Result` (what the Python API returns, and the lines
 the command prints, through `out`); lines a long run writes as it goes (a plan, the end-of-training summary) go through
@@ -88,10 +89,11 @@ class Result:
 
 
 def say(line: str) -> None:
-    """A line of what a long run is doing or did (a plan, a summary) on standard output, `shown`, unless within a
-    Python API call that did not ask for it (`speaking`)."""
+    """A line of what a long run is doing or did (a plan, a summary) on standard output, `shown` and `fitted` to its
+    encoding (a caller's stream is written as it is set, never reconfigured), unless within a Python API call that
+    did not ask for it (`speaking`)."""
     if _SPEAKING.get() is not False:
-        print(shown(line), flush=True)
+        print(fitted(shown(line), sys.stdout), flush=True)
 
 
 def out(text: str, end: str = "\n") -> None:
@@ -110,6 +112,18 @@ def shown(text: str) -> str:
 def notice(line: str) -> None:
     """A warning or a note on standard error: the line as given ("retromae: warning: ..."), `printable`."""
     print(printable(line), file=sys.stderr, flush=True)
+
+
+def fitted(text: str, stream: Any) -> str:
+    """`text` as `stream` can encode it: each character its encoding lacks (`·` in ASCII, `…` in Latin-1, as
+    PYTHONIOENCODING, an ISO-8859 locale or a Windows console's code page set it) written as its backslash escape
+    (`\\xb7`, `\\u2026`), as Python writes standard error; unchanged for a stream that names no encoding.
+
+    The one rule of what standard output can hold (`standard_output`, `say`). An escape, not a refusal: every line
+    there is for a person, and loses nothing (the escape names the character); what a program reads (a TREC run,
+    results.json, mined negatives, scores) goes to files, always UTF-8."""
+    encoding = getattr(stream, "encoding", None)
+    return text.encode(encoding, "backslashreplace").decode(encoding) if encoding else text
 
 
 def keep_standard_error() -> None:
@@ -131,9 +145,10 @@ def standard_output() -> Iterator[None]:
     """Within (one command of the CLI): standard output as a command's results need it. Closed (`>&-`: Python's
     `sys.stdout` is None, and `print` drops every line without a word) is refused at once; a write to it that fails
     is a FileSystemError naming it (a full disk, /dev/full: what was printed is lost), but for a reader that went
-    away (`| head -1`, EPIPE), which chose to read no more: the rest is dropped and the command goes on. Flushed on the
-    way out, so that a failure is said here, not by the interpreter's own flush at exit (a traceback, exit code 120);
-    after one, what is left goes to /dev/null for the same reason."""
+    away (`| head -1`, EPIPE), which chose to read no more: the rest is dropped and the command goes on. A character
+    its encoding cannot hold is written as its escape (`fitted`). Flushed on the way out, so that a failure is said
+    here, not by the interpreter's own flush at exit (a traceback, exit code 120); after one, what is left goes to
+    /dev/null for the same reason."""
     if sys.stdout is None:
         raise FileSystemError("standard output is closed (`>&-`): the command prints what it found or wrote there; "
                               "redirect it to a file, or to /dev/null to drop it")
@@ -157,7 +172,7 @@ def standard_output() -> Iterator[None]:
 
 
 class _Output:
-    """`sys.stdout` within `standard_output`: writes and flushes pass to `stream` until one fails."""
+    """`sys.stdout` within `standard_output`: writes (`fitted` to it) and flushes pass to `stream` until one fails."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
@@ -165,7 +180,7 @@ class _Output:
         self.lost: FileSystemError | None = None  # what a failed write said (argparse's printing ignores it)
 
     def write(self, text: str) -> int:
-        self._attempt(self.stream.write, text)
+        self._attempt(self.stream.write, fitted(text, self.stream))
         return len(text)
 
     def flush(self) -> None:

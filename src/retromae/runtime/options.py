@@ -21,6 +21,7 @@ vocabulary the names follow is in docs/cli.md.
 from __future__ import annotations
 
 import argparse
+import codecs
 import collections.abc
 import dataclasses
 import decimal
@@ -28,6 +29,7 @@ import fractions
 import functools
 import inspect
 import json
+import locale
 import math
 import numbers
 import os
@@ -749,15 +751,33 @@ def _path_text(flag: str, value: os.PathLike) -> str | Path:
 
 def text_problem(text: str) -> str | None:
     """Why `text` is no Unicode text (a lone surrogate: Python's stand-in for a byte of a command-line argument that
-    is not UTF-8, or a JSON `\\ud800` escape), which no tokenizer takes and no UTF-8 file can hold; None when it is."""
+    is not UTF-8, or a JSON `\\ud800` escape), which no tokenizer takes and no UTF-8 file can hold; None when it is.
+    Bytes that are UTF-8, read in a locale whose encoding is not, are said to be so (`_locale_misreading`)."""
     found = SURROGATE.search(text)
     if found is None:
         return None
+    if (misread := _locale_misreading(text)) is not None:
+        return misread
     code = ord(found.group())
     what = f"the byte 0x{code - 0xDC00:02X}, which is not UTF-8," if 0xDC80 <= code <= 0xDCFF else (
         f"the lone surrogate U+{code:04X}")
     return (f"holds {what} at character {found.start() + 1}: an option's value must be UTF-8 text (a file's name "
             "too: rename it, or link to it under a UTF-8 name)")
+
+
+def _locale_misreading(text: str) -> str | None:
+    """Why `text`, which holds bytes Python could not decode, is UTF-8 all the same, when it is: the locale's encoding
+    (`sys.getfilesystemencoding()`, which Python decodes the command line and file names with: ASCII under LC_ALL=C
+    with PYTHONUTF8=0) is not UTF-8, and the bytes as given are. None otherwise: the value itself is not UTF-8."""
+    encoding = sys.getfilesystemencoding()
+    if codecs.lookup(encoding).name == "utf-8":
+        return None
+    try:
+        text.encode(encoding, "surrogateescape").decode("utf-8")
+    except UnicodeError:
+        return None
+    return (f"is UTF-8, but the locale ({locale.setlocale(locale.LC_CTYPE)}) decodes the command line and file names "
+            f"as {encoding}: run retromae under a UTF-8 locale (e.g. LC_ALL=C.UTF-8) or with PYTHONUTF8=1")
 
 
 def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int | float:

@@ -102,8 +102,7 @@ class Trainer:
 
     def run(self) -> None:
         """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too.
-        Prints the summary line (final losses, wall time, tokens/s) on the main process; `self.summary` holds its
-        numbers."""
+        `self.summary` holds the run's numbers, said by `say_summary`."""
         started = time.perf_counter()
         check_room(self.config, self.model)
         metrics = self._resume()
@@ -156,7 +155,7 @@ class Trainer:
         return record
 
     def _finish(self, log: RunLog, started: float) -> None:
-        """The weights the command exports next checked, the last step checkpointed, the summary printed."""
+        """The weights the command exports next checked, the last step checkpointed, the wall time measured."""
         self._stop(nonfinite_weights(self.unwrapped_model, self.accelerator, self.state.step), log.bar)
         log.close()
         last = checkpoint_path(self.output, self.state.step)
@@ -164,6 +163,11 @@ class Trainer:
             with writing(last):
                 self.save_checkpoint()
         self.summary.seconds = time.perf_counter() - started
+
+    def say_summary(self) -> None:
+        """The summary line (final losses, wall time, tokens/s) on the main process. The caller says it once what
+        the run must save is saved (the exported model): a line that fails to print (a full disk, a closed reader)
+        then loses nothing."""
         if self.accelerator.is_main_process:
             say(self.summary.line())
 
