@@ -12,8 +12,9 @@ tokenisation itself, truncation rules or the pre-training token store (which tok
 
 Why the prefix is exact. A fast tokenizer normalises the text, splits it into pre-tokens, tokenises each pre-token
 on its own (WordPiece, BPE and Unigram never look across a pre-token) and adds special tokens; truncation keeps the
-first tokens. Cut the text just before a whitespace character at which the pre-tokenizer always splits, the
-character before the cut not being whitespace. The normalisers of the supported families act character by character
+first tokens (every tokenizer loaded truncates on the right: `retromae.models.pretrained.read_from_the_start`). Cut
+the text just before a whitespace character at which the pre-tokenizer always splits, the character before the cut
+not being whitespace. The normalisers of the supported families act character by character
 (lower-casing, accent stripping, NFKC, BERT's control-character cleaning and CJK spacing; a whitespace character
 composes with nothing before it) and the pre-tokens before the cut end there in the whole text as in the prefix:
 BERT splits at every whitespace, byte-level BPE's pattern ends every letter, digit or punctuation run at whitespace

@@ -111,7 +111,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
                                      config.passage_max_length), GroupDataset(data)
     _fit_to_first_batch(config, model, collate([dataset[group] for group in next(iter(probe))]),
-                        passage_encoder.tokenizer.pad_token_id or 0, accelerator, len(data.examples), group_size)
+                        passage_encoder.tokenizer.pad_token_id, accelerator, len(data.examples), group_size)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
                  if config.refresh_negatives_every else None)
     trainer = Trainer(model, dataset, collate, config, count_tokens=count_tokens, accelerator=accelerator,

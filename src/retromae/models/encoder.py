@@ -491,6 +491,7 @@ class Encoder:
         tokenizer = load_tokenizer(source, spec.subfolder, resolved.given)
         model, _ = load_model(AutoModel, source, spec.subfolder, resolved.given, fresh_head=True)  # the pooler
         check_tokenizer(tokenizer, resolved.given, model.config.vocab_size)
+        check_max_length(model.config, max_length, "max_length", tokenizer, argument=True)
         if spec.lowercase:
             _lowercase_first(tokenizer)
         check_weights(model, resolved.given)
@@ -536,7 +537,9 @@ class Encoder:
     def tokenize(self, texts: Sequence[str], max_length: int | None = None, prefix: str = "") -> list[list[int]]:
         """Token ids of each text (prefix prepended), truncated, unpadded; a long text is read only as far as its
         first tokens (`retromae.data.long_texts`). A panic of the tokenizers library is a ModelLoadError naming the
-        tokenizer (`tokenizer_panics`), for a caller of this public class as for the CLI."""
+        tokenizer (`tokenizer_panics`), for a caller of this public class as for the CLI. A `max_length` given is
+        checked as every length is (`check_max_length`)."""
+        check_max_length(self.model.config, max_length, "max_length", self.tokenizer, argument=True)
         max_length = max_length or self.max_length
         with tokenizer_panics():
             return self.tokenizer(clip_texts(self.tokenizer, texts, max_length, prefix), truncation=True,
@@ -559,8 +562,7 @@ class Encoder:
     def collate(self, sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-pad token id lists into `(B, L)` ids and attention mask on the encoder's device."""
         longest = max(len(ids) for ids in sequences)
-        pad_id = self.tokenizer.pad_token_id or 0
-        input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)  # (B, L)
+        input_ids = np.full((len(sequences), longest), self.tokenizer.pad_token_id, dtype=np.int64)  # (B, L)
         attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)  # (B, L)
         for row, ids in enumerate(sequences):
             input_ids[row, :len(ids)] = ids

@@ -40,13 +40,15 @@ def position_limit(config) -> int | None:
     return adapter.max_length(config) if adapter else getattr(config, "max_position_embeddings", None)
 
 
-def check_max_length(config, value: int | None, option_name: str, tokenizer, pair: bool = False) -> None:
+def check_max_length(config, value: int | None, option_name: str, tokenizer, pair: bool = False,
+                     argument: bool = False) -> None:
     """ConfigError naming the option when `value` tokens exceed what the model reads, or leave no room for text
     beside the tokenizer's special tokens (one token of text; for a `pair`, one of each text): below that a
-    tokenizer ignores the truncation and reads whole texts. The one length check of every command."""
+    tokenizer ignores the truncation and reads whole texts, or keeps only its special tokens. The one length check of
+    every command and of the Python API (`argument`: `option_name` is an argument, named as it is)."""
     if value is None:
         return
-    flag = f"--{option_name.replace('_', '-')}"
+    flag = option_name if argument else f"--{option_name.replace('_', '-')}"
     special = tokenizer.num_special_tokens_to_add(pair=pair)
     least = special + (2 if pair else 1)
     if value < least:
@@ -85,7 +87,7 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
     has none; `attention` and `cuda` pick the attention kernel (`attention_implementation`)."""
     source = resolve_model(name_or_path, option)
     what = f"{option} {name_or_path}"
-    tokenizer = load_tokenizer(source.folder, source.subfolder, what, use_fast=True)
+    tokenizer = load_tokenizer(source.folder, source.subfolder, what, needs=("mask",), use_fast=True)
     config = load_config(source.folder, source.subfolder, what)
     try:
         model_class = masked_lm_class(config)
@@ -100,8 +102,6 @@ def load_masked_lm(name_or_path: str, from_config: bool = False, head_restored: 
         _report_fresh_head(source, fresh, head_restored or not head_used)
     if not tokenizer.is_fast:
         raise ModelLoadError(f"{name_or_path!r}: a fast (Rust) tokenizer is required (tokenizer.json)")
-    if tokenizer.mask_token_id is None:
-        raise ModelLoadError(f"{name_or_path!r}: the tokenizer has no mask token")
     from retromae.models.encoder import lowercase_as_declared  # the encoder's module imports this one
 
     lowercase_as_declared(tokenizer, source)

@@ -8,13 +8,13 @@ pass instead; that a sentence-transformers module's path names a folder inside t
 fingerprint (`module_path`); and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, more
 tokens than the model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`: ids beyond the
 model's embeddings, a special token that is a word's id too, a sample text it cannot read, and first a normalizer or
-pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`) and of a tokenizer.json before the
-tokenizers library reads it (`check_tokenizer_file`); that every file of a model folder is a regular file
-(`check_model_files`: a FIFO would hang its reader); and that a folder's safetensors files are whole and their headers
-true (`check_safetensors`: a truncated file, a header whose offsets, shapes or types lie, an integer weight are named
-before a library fails on them without their name, or reads them as other numbers). Does not own loading weights
-(`retromae.models.encoder`, `retromae.models.masked_lm`) nor a folder's pooling
-(`retromae.models.encoder.describe_folder`).
+pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`; `check_needed_tokens`: a special
+token a command needs) and of a tokenizer.json before the tokenizers library reads it (`check_tokenizer_file`); that
+every file of a model folder is a regular file (`check_model_files`: a FIFO would hang its reader); and that a
+folder's safetensors files are whole and their headers true (`check_safetensors`: a truncated file, a header whose
+offsets, shapes or types lie, an integer weight are named before a library fails on them without their name, or reads
+them as other numbers). Does not own loading weights (`retromae.models.encoder`, `retromae.models.masked_lm`) nor a
+folder's pooling (`retromae.models.encoder.describe_folder`).
 """
 
 from __future__ import annotations
@@ -80,6 +80,9 @@ SHOWN_CHARACTERS = 60  # of a value from a hostile file shown in an error
 TEXT_VOCABULARIES = ("vocab.txt", "merges.txt")
 VOCABULARY_PIECE = 1 << 20  # bytes of a vocabulary line checked at a time (a hostile file may be one line)
 PROBE = "A sample of text to read."  # what every tokenizer must read into ordinary tokens when it is loaded
+# The special tokens a command may need of a tokenizer (`check_needed_tokens`), each with what it is needed for
+NEEDED_TOKENS = {"pad": "every command pads a batch of texts of different lengths with",
+                 "mask": "pre-training masks tokens with"}
 # What a tokenizer's normalizer and pre-tokenizer may make of a text, which the tokenizers library reads whole before it
 # cuts it to its tokens (audit 8, section 6: a normalizer's Replace of "e" by 4,000 characters made 50 short documents
 # cost 27 s and 2.9 GB). Run on GROWTH_PROBE, real tokenizers make 0.85 (BERT uncased) to 1.47 (byte-level BPE:
@@ -315,6 +318,28 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) ->
             raise ModelLoadError(f"{where}: its post-processor adds the id {index} "
                                  f"({_shown(tokenizer.convert_ids_to_tokens(index))}) around every text, the id of "
                                  "no special token; use the tokenizer the model was made with")
+
+
+def check_needed_tokens(tokenizer: Any, where: str, needs: Sequence[str] = ()) -> None:
+    """ModelLoadError naming `where` (the tokenizer's tokenizer_config.json, else its source) when the tokenizer lacks
+    a special token a command needs: a pad token, which every command pads a batch of texts of different lengths with
+    (transformers fails at the first batch; padding by hand would put whatever token has id 0); the mask token where
+    `needs` "mask" (pre-training); and where it `needs` "pair" (a cross-encoder), a pair framed by special tokens: one
+    first, which its classifier reads, and one between the query and the passage, which would else run together."""
+    for name in ("pad", *(need for need in needs if need != "pair")):
+        if getattr(tokenizer, f"{name}_token_id") is None:
+            raise ModelLoadError(f"{where}: the tokenizer has no {name} token ({name}_token), which "
+                                 f"{NEEDED_TOKENS[name]}; set {name}_token to one of its tokens")
+    if "pair" in needs:
+        with tokenizer_panics():
+            special = tokenizer(PROBE, PROBE, return_special_tokens_mask=True)["special_tokens_mask"]
+        text = [index for index, flag in enumerate(special) if not flag]
+        if not special[0] or all(special[index] == 0 for index in range(text[0], text[-1] + 1)):
+            place = "before" if not special[0] else "between the texts of"
+            raise ModelLoadError(f"{where}: the tokenizer puts no special token {place} a (query, passage) pair "
+                                 "(BERT's reads [CLS] query [SEP] passage [SEP]): a cross-encoder's classifier reads "
+                                 "the first token and must tell the query from the passage; use a tokenizer whose "
+                                 "post-processor frames pairs")
 
 
 def check_tokenizer_growth(tokenizer: Any, where: str) -> None:

@@ -32,12 +32,15 @@ from safetensors import SafetensorError
 
 from retromae.models.model_source import (
     check_model_files,
+    check_needed_tokens,
     check_safetensors,
     check_tokenizer_file,
     check_tokenizer_reads,
     read_json,
 )
+from retromae.runtime.console import notice
 from retromae.runtime.errors import ModelLoadError, tokenizer_read
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import PROBABILITY, Domain, between
 
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index", "tf_model.h5",
@@ -51,6 +54,7 @@ ACTIVATION_FIELDS = ("hidden_act", "hidden_activation", "activation", "activatio
 # What a library raises for a file it cannot read: the tokenizers library raises a plain Exception
 LIBRARY_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError, SafetensorError)
 NO_CODE = "retromae never runs a model folder's own code"
+_NOTED_PADDING: set[str] = set()  # files whose left padding was said not to be followed (`read_from_the_start`)
 # The sizes and rates of a config.json that transformers builds a model's tensors from, with what each may be: the
 # sizes whole numbers (bounded so that a typo cannot ask for all the memory there is), the rates numbers. The one
 # table of these bounds: `init-model`'s size options take their domains from it (`pretraining.config`).
@@ -75,11 +79,14 @@ def load_config(folder: str, subfolder: str = "", what: str = "") -> Any:
     return _guarded(what or folder, AutoConfig.from_pretrained, folder, subfolder=subfolder, trust_remote_code=False)
 
 
-def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: Any) -> Any:
-    """The tokenizer of a checked folder or hub name; ModelLoadError when its declared max length is no positive
-    whole number (a tokenizer would truncate every text to nothing) or it cannot read text into ids the folder's
-    model embeds (`check_tokenizer_reads`, against config.json's vocab_size), naming its tokenizer.json (else the
-    folder), which is also what a panic of the tokenizers library names from then on (`tokenizer_read`)."""
+def load_tokenizer(folder: str, subfolder: str = "", what: str = "", needs: tuple[str, ...] = (),
+                   **options: Any) -> Any:
+    """The tokenizer of a checked folder or hub name; ModelLoadError when its declared max length is no whole number
+    of tokens above its special ones (a tokenizer would truncate every text to nothing, or not at all), it cannot read
+    text into ids the folder's model embeds (`check_tokenizer_reads`, against config.json's vocab_size), lacks a pad
+    token or a token the caller `needs` (`check_needed_tokens`) or truncates on the left (`read_from_the_start`),
+    naming its tokenizer.json (else the folder), which is also what a panic of the tokenizers library names from then
+    on (`tokenizer_read`), or the file that sets what is refused. It pads on the right (`read_from_the_start`)."""
     from transformers import AutoTokenizer  # transformers: only when a tokenizer is read
 
     config = check_folder(folder, subfolder, what, weights=False)
@@ -88,14 +95,45 @@ def load_tokenizer(folder: str, subfolder: str = "", what: str = "", **options: 
         check_tokenizer_file(path, config.get("vocab_size"))
     tokenizer = _guarded(what or folder, AutoTokenizer.from_pretrained, folder, subfolder=subfolder,
                          trust_remote_code=False, **options)
-    length = tokenizer.model_max_length
-    if isinstance(length, bool) or not isinstance(length, int | float) or not length > 0:
-        raise ModelLoadError(f"{path / 'tokenizer_config.json'}: model_max_length {length!r} is no number of tokens; "
-                             "give a positive whole number (or remove it)")
+    settings = path / "tokenizer_config.json" if path.is_dir() else what or folder
+    length, least = tokenizer.model_max_length, tokenizer.num_special_tokens_to_add() + 1
+    if isinstance(length, bool) or not isinstance(length, int | float) or not length >= least:
+        raise ModelLoadError(f"{settings}: model_max_length {length!r} is no number of tokens that keeps text beside "
+                             f"the tokenizer's {least - 1} special tokens; give a whole number from {least} (or remove "
+                             "it)")
     where = _tokenizer_source(path, what or folder)
     tokenizer_read(where)
     check_tokenizer_reads(tokenizer, where, config.get("vocab_size"))
+    check_needed_tokens(tokenizer, str(settings), needs)
+    read_from_the_start(tokenizer, path, where)
     return tokenizer
+
+
+def read_from_the_start(tokenizer: Any, path: Path, where: str) -> None:
+    """The one rule of which side of a text a tokenizer cuts and pads: every reader of retromae keeps a long text's
+    first tokens (`retromae.data.long_texts` clips a text to them before the tokenizer truncates it) and pads on the
+    right (`Encoder.collate` by hand, the collators and the cross-encoder through the tokenizer). A tokenizer that
+    truncates on the left is refused, naming the file that says so (tokenizer_config.json, else the tokenizer at
+    `where`): it would keep a text's last tokens, as sentence-transformers does with it, and no vector or score of
+    retromae's would be those. One that pads on the left is set to pad on the right, with a note once per file: under
+    left padding a BERT-style model's positions, and so a text's vector or a pair's score, depend on the texts batched
+    with it, and a classifier reads padding where its [CLS] should be; on the right every text reads as it does alone
+    (as sentence-transformers encodes it alone), and what is saved from the tokenizer pads on the right."""
+    settings = read_json(path / "tokenizer_config.json", dict) if path.is_dir() else None
+    declared = {side: str(path / "tokenizer_config.json") if side in (settings or {}) else where
+                for side in ("truncation_side", "padding_side")}
+    if tokenizer.truncation_side != "right":
+        raise ModelLoadError(f"{declared['truncation_side']}: truncation_side is {quoted(tokenizer.truncation_side)}: "
+                             "the tokenizer would keep the last tokens of a long text, and retromae reads the first "
+                             "tokens of every text (pre-training, encoding, training, scoring); set truncation_side "
+                             "to \"right\" to read the model so")
+    if tokenizer.padding_side != "right":
+        if declared["padding_side"] not in _NOTED_PADDING:
+            _NOTED_PADDING.add(declared["padding_side"])
+            notice(f"retromae: note: {declared['padding_side']}: padding_side {quoted(tokenizer.padding_side)} is "
+                   "not followed: retromae pads on the right, so that a text's vector or a pair's score does not "
+                   "depend on the texts batched with it (each reads as it does alone)")
+        tokenizer.padding_side = "right"
 
 
 def _tokenizer_source(path: Path, name: str) -> str:

@@ -85,7 +85,7 @@ def _load_classifier(name: str, trained: bool):
     cross-encoder that scores); otherwise a head it lacks starts fresh (a reranker about to be trained)."""
     source = resolve_model(name)
     what = f"--model {name}"
-    tokenizer = load_tokenizer(source.transformer, what=what)
+    tokenizer = load_tokenizer(source.transformer, what=what, needs=("pair",))
     lowercase_as_declared(tokenizer, source)
     model, fresh = load_model(AutoModelForSequenceClassification, source.transformer, what=what, fresh_head=True,
                               num_labels=1)
