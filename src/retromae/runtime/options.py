@@ -5,9 +5,9 @@ Owns: declaring a documented field (`option`) with its domain (`Domain`: the num
 `at_least`/`between`; a whole number beyond one shown short, `whole_text`), the one count of optimiser steps from a
 number of passes, held to the step domain (`steps_from_passes`), the one check of every field against its type, choices,
 domain and own `check`, text and paths being Unicode text (`text_problem`: no byte that is not UTF-8, no lone surrogate;
-the same rule for a name a command finds by listing a folder, `check_listed_name`) (`check_fields`, run by `Options`
-before a config's own cross-field checks, so the command line, config files and the Python API meet it alike), the
-conditions under which an option acts (`Acts`, `check_acts`: refused where it would
+the same rule for a name a command finds by listing a folder, `check_listed_name`)
+(`check_fields`, run by `Options` before a config's own cross-field checks, so the command line, config files and the
+Python API meet it alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would
 change nothing), the same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config
 dataclass into argparse options (required inputs first, then the command's own options, then one group per shared config
 class that names itself in `OPTION_GROUP`, or that a field's `group` names; each default printed once; an option of one
@@ -766,7 +766,7 @@ def text_problem(text: str) -> str | None:
 
 
 def check_listed_name(path: Path) -> None:
-    """DataError naming the folder and the name of `path` (as repr shows it: a byte that is not UTF-8 as `\udcff`),
+    """DataError naming the folder and the name of `path` (as repr shows it: a byte that is not UTF-8 as `\\udcff`),
     found by listing a folder that a command reads (a corpus folder, a folder of data sets), when that name is no UTF-8
     text (`text_problem`): the rule of a name given as an option, for the names a command finds itself, so that no
     command reads such a file and no other fails on its name."""
