@@ -24,6 +24,7 @@ from retromae.data.fields import document_fields, tsv_columns, tsv_fields
 from retromae.data.long_texts import last_cut
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import check_regular_file, clean_text, numbered_line_pieces, numbered_lines, parse_json_line
+from retromae.runtime.options import check_listed_name
 
 HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -219,10 +220,11 @@ def parse_hf_source(source: str) -> tuple[str, str | None]:
 
 def folder_files(folder: Path) -> list[Path]:
     """The corpus files of a folder without a retrieval set's corpus file (`corpus_files`): every
-    .txt/.jsonl/.json/.tsv/.parquet in it; one of these names that is not a regular file (a FIFO, a device) is an
-    error naming it, never skipped in silence."""
+    .txt/.jsonl/.json/.tsv/.parquet in it; one of these names that is not a regular file (a FIFO, a device) or not
+    UTF-8 text (`check_listed_name`) is an error naming it, never skipped in silence."""
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in CORPUS_SUFFIXES and not p.is_dir())
     for file in files:
+        check_listed_name(file)
         check_regular_file(file, "corpus file")
     if not files:
         raise DataError(f"{folder}: no corpus file: a corpus folder holds one of {', '.join(CORPUS_NAMES)} (a "

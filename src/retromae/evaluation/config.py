@@ -30,7 +30,17 @@ from retromae.retrieval.faiss_options import (
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import check_folder_option
-from retromae.runtime.options import POSITIVE, PROBABILITY, TOP_K, Acts, ConfigError, acts_with, option, require
+from retromae.runtime.options import (
+    POSITIVE,
+    PROBABILITY,
+    TOP_K,
+    Acts,
+    ConfigError,
+    acts_with,
+    check_listed_name,
+    option,
+    require,
+)
 from retromae.runtime.run_folder import OutputOptions
 
 if TYPE_CHECKING:
@@ -252,6 +262,8 @@ def _sets_in(path: Path, split: str) -> list[Path]:
     if not path.is_dir() or is_retrieval_folder(path) or (path / f"sts-{split}.csv").is_file():
         return [path]
     inside = sorted(child for child in path.iterdir() if child.is_dir() and is_retrieval_folder(child))
+    for child in inside:
+        check_listed_name(child)
     if not inside:
         raise DataError(f"--data {path}: neither a data set (no {', '.join(CORPUS_FILES)}) nor a folder of data sets")
     return inside

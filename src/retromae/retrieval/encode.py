@@ -47,7 +47,7 @@ from retromae.retrieval.lineage import texts_fingerprint
 from retromae.retrieval.vector_files import check_encoding_record, check_recorded_count, read_vectors
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
-from retromae.runtime.io import atomic_path, check_free_space, reserve, write_text_atomic
+from retromae.runtime.io import atomic_array, atomic_path, check_free_space, write_text_atomic
 from retromae.runtime.lines import check_regular_file, quoted, read_json_file
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.processes import process_state
@@ -117,15 +117,11 @@ def _read_shard(path: Path, rows: int, dim: int) -> np.ndarray:
 def _merge(output_dir: Path, ids: Sequence[str], count: int, shard_size: int, info: dict[str, Any]) -> None:
     """Concatenate shards into embeddings.npy through a memory map, then write ids and info."""
     shards = output_dir / SHARDS_DIR
-    with atomic_path(output_dir / EMBEDDINGS_FILE) as tmp:
-        merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(ids), info["dim"]))
-        reserve(tmp)
+    with atomic_array(output_dir / EMBEDDINGS_FILE, (len(ids), info["dim"])) as merged:
         for index in range(count):
             rows = min(shard_size, len(ids) - index * shard_size)
             merged[index * shard_size:index * shard_size + rows] = _read_shard(
                 shards / f"shard-{index:05d}.npy", rows, info["dim"])
-        merged.flush()
-        del merged
     write_text_atomic(output_dir / IDS_FILE, "".join(f"{doc_id}\n" for doc_id in ids))
     files = {name: file_fingerprint(output_dir / name) for name in (EMBEDDINGS_FILE, IDS_FILE)}
     record = {**info, "count": len(ids), "generation": uuid.uuid4().hex, "files": files}

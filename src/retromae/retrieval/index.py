@@ -52,7 +52,7 @@ from retromae.retrieval.top_k import capped_top_k, ranked_top_k
 from retromae.retrieval.vector_files import check_encoding_record, check_recorded_count, read_vectors
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError
-from retromae.runtime.io import atomic_path, write_text_atomic
+from retromae.runtime.io import atomic_array, atomic_path, write_text_atomic
 from retromae.runtime.lines import check_regular_file, file_kind, open_own_file, quoted, read_json_file
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.run_folder import LOCK_FILE, file_fingerprint, held_here
@@ -368,12 +368,9 @@ def save_index(index: Any, folder: str | Path, ids: list[str], info: dict[str, A
 
 def _save_rows(vectors: np.ndarray, path: Path) -> None:
     """Write float32 rows `(N, D)` (an array or a memory map) as a .npy file atomically, a block at a time."""
-    with atomic_path(path) as tmp:
-        rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=tuple(vectors.shape))
+    with atomic_array(path, tuple(vectors.shape)) as rows:
         for start in range(0, len(vectors), RESCORE_ROWS):
             rows[start:start + RESCORE_ROWS] = vectors[start:start + RESCORE_ROWS]
-        rows.flush()
-        del rows
 
 
 @contextlib.contextmanager

@@ -4,7 +4,10 @@ Owns: writing text, JSON lines, numpy arrays and whole directories through a tem
 the permissions an ordinary write would give under the user's umask (the temporary names start private: 0600
 files, 0700 folders, and a colleague could not read an exported model); appending a line whole or not at all; and
 turning a failed write into one `FileSystemError` naming the path the user asked for and the cause (`writing`),
-also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words; and the rule of
+also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words; the names of
+retromae's own files beside an output (`own_prefix`: its temporary files and its lock, any legal output name fitting
+them) and the clearing of a killed write's temporary files (`clear_leftovers`); the one writer through a memory map
+(`atomic_array`: its blocks reserved first, so that a full disk is an error, not a SIGBUS); and the rule of
 what a write may replace (`replaced_file`, `replaced_folder`): a file output only a regular file (through a symbolic
 link to one, which stays), a folder output only a folder, never a device, a FIFO, a socket or a link to nothing;
 the environment's path variables (`path_variable`), the cache folder (`cache_folder`, `check_cache_setting`), and
@@ -15,12 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from retromae.runtime.errors import UNSHOWABLE, ConfigError, FileSystemError, RetroMAEError
 from retromae.runtime.lines import check_own_file, file_kind, open_own_file, quoted
@@ -32,6 +37,9 @@ PATH_VARIABLES = (CACHE_ENV, "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
 
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
+TEMPORARY = re.compile(r"[a-z0-9_]{8}\.tmp")  # what `tempfile` puts after our prefix: 8 random characters and .tmp
+OWN_EXTRA = len(".") + len(".XXXXXXXX.tmp")  # the most characters our own names beside a file add to its name
+NAME_MAX = 255  # the limit of a name in bytes, where the file system does not say (`os.pathconf`)
 
 
 @contextlib.contextmanager
@@ -47,7 +55,7 @@ def writing(path: Path) -> Iterator[None]:
         if isinstance(error, RetroMAEError) or not _writer_error(error):
             raise
         named = getattr(error, "filename", None)
-        if named is not None and not os.fsdecode(named).startswith(str(Path(path).parent / f".{Path(path).name}.")):
+        if named is not None and not os.fsdecode(named).startswith(str(Path(path).parent / own_prefix(path))):
             raise
         cause = error.strerror if isinstance(error, OSError) and error.errno else None
         if cause is None and (number := RUST_OS_ERROR.search(str(error))):
@@ -184,7 +192,7 @@ def atomic_path(path: Path, own: bool = False) -> Iterator[Path]:
     path = replaced_file(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=own_prefix(path), suffix=".tmp", dir=path.parent)
         os.close(fd)
         tmp = Path(tmp_name)
         try:
@@ -193,6 +201,57 @@ def atomic_path(path: Path, own: bool = False) -> Iterator[Path]:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def own_prefix(path: Path) -> str:
+    """How the names of retromae's own files beside `path` begin: `.NAME.` (its temporary files while writing it,
+    `atomic_path` and `atomic_directory`; a file output's lock, `run_folder.claim_file`), NAME a digest of the name
+    where the longest of them (`.NAME.XXXXXXXX.tmp`) would pass the file system's limit on a name though the name
+    itself does not, so that any name a file may have can be claimed and written (a name past the limit keeps
+    NAME, so that its claim fails before the work)."""
+    path = Path(path)
+    size = len(os.fsencode(path.name))
+    if size <= _name_max(path.parent) < size + OWN_EXTRA:
+        return f".{hashlib.sha256(os.fsencode(path.name)).hexdigest()[:32]}."
+    return f".{path.name}."
+
+
+def _name_max(folder: Path) -> int:
+    """The longest name in bytes the file system of `folder` (or of its nearest existing parent) takes."""
+    existing = next((p for p in (folder, *folder.parents) if p.is_dir()), Path("."))
+    try:
+        return os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def clear_leftovers(path: Path) -> None:
+    """Remove the temporary files (or folders) that a killed write of `path` left beside it: the names `own_prefix`
+    and `tempfile` make, exactly, and nothing else. Called by the holder of `path`'s claim (no other write of it can
+    be under way), so that a killed run's leftovers go with its next run."""
+    path = Path(path)
+    prefix = own_prefix(path)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(path.parent):
+            if name.startswith(prefix) and TEMPORARY.fullmatch(name[len(prefix):]):
+                found = path.parent / name
+                shutil.rmtree(found) if found.is_dir() and not found.is_symlink() else found.unlink()
+
+
+@contextlib.contextmanager
+def atomic_array(path: Path, shape: tuple[int, ...], dtype: str = "<f4") -> Iterator[Any]:
+    """Yield a writable memory map of a new .npy file of `shape` and `dtype` at a temporary name beside `path`
+    (`atomic_path`), every block of it reserved first (`reserve`): a full disk is then a FileSystemError before
+    anything is written, never a SIGBUS through the map (which ends the process with no message and its claim and
+    temporary file left). Flushed and put in place of `path` when the block ends without error. The one way retromae
+    writes a file through a memory map."""
+    import numpy as np  # here: io is read by every command's --help
+
+    with atomic_path(path) as tmp:
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=shape)  # sparse: no page yet
+        reserve(tmp)
+        yield array
+        array.flush()
 
 
 def current_umask() -> int:
@@ -225,11 +284,11 @@ def atomic_directory(path: Path) -> Iterator[Path]:
     replaced_folder(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=own_prefix(path), suffix=".tmp", dir=path.parent))
         try:
             yield tmp
             share_as_umask_allows(tmp)
-            old = path.with_name(f".{path.name}.old")
+            old = path.with_name(f"{own_prefix(path)}old")
             shutil.rmtree(old, ignore_errors=True)
             if path.exists():
                 os.replace(path, old)

@@ -4,7 +4,8 @@ Owns: declaring a documented field (`option`) with its domain (`Domain`: the num
 `POSITIVE`, `NON_NEGATIVE`, `PROBABILITY`, `FRACTION`, `OPEN_UNIT`, `SEED`, `TOP_K`, `STEPS`, `FINITE`, and
 `at_least`/`between`; a whole number beyond one shown short, `whole_text`), the one count of optimiser steps from a
 number of passes, held to the step domain (`steps_from_passes`), the one check of every field against its type, choices,
-domain and own `check`, text and paths being Unicode text (`text_problem`: no byte that is not UTF-8, no lone surrogate)
+domain and own `check`, text and paths being Unicode text (`text_problem`: no byte that is not UTF-8, no lone surrogate;
+the same rule for a name a command finds by listing a folder, `check_listed_name`)
 (`check_fields`, run by `Options` before a config's own cross-field checks, so the command line, config files and the
 Python API meet it alike), the conditions under which an option acts (`Acts`, `check_acts`: refused where it would
 change nothing), the same checks for the arguments of the Python API's classes (`checked_arguments`), turning a config
@@ -44,7 +45,7 @@ from typing import Any, TypeVar
 import yaml
 
 from retromae.runtime.console import notice
-from retromae.runtime.errors import ConfigError
+from retromae.runtime.errors import ConfigError, DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import (
     MAX_NESTING,
@@ -778,6 +779,16 @@ def _locale_misreading(text: str) -> str | None:
         return None
     return (f"is UTF-8, but the locale ({locale.setlocale(locale.LC_CTYPE)}) decodes the command line and file names "
             f"as {encoding}: run retromae under a UTF-8 locale (e.g. LC_ALL=C.UTF-8) or with PYTHONUTF8=1")
+
+
+def check_listed_name(path: Path) -> None:
+    """DataError naming the folder and the name of `path` (as repr shows it: a byte that is not UTF-8 as `\\udcff`),
+    found by listing a folder that a command reads (a corpus folder, a folder of data sets), when that name is no UTF-8
+    text (`text_problem`): the rule of a name given as an option, for the names a command finds itself, so that no
+    command reads such a file and no other fails on its name."""
+    problem = text_problem(path.name)
+    if problem is not None:
+        raise DataError(f"{path.parent}: the name {path.name!r} {problem}")
 
 
 def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int | float:

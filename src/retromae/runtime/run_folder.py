@@ -36,7 +36,7 @@ from typing import Any
 
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import DataError, FileSystemError, tokenizer_panics
-from retromae.runtime.io import replaced_file, replaced_folder, write_text_atomic
+from retromae.runtime.io import clear_leftovers, own_prefix, replaced_file, replaced_folder, write_text_atomic
 from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, quoted
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
 
@@ -100,8 +100,9 @@ def file_fingerprint(path: Path) -> str:
 
 
 def input_fingerprint(source: str | Path) -> str:
-    """A file's fingerprint, a folder's over its files (hidden ones and `DERIVED_FOLDERS` skipped), or the name
-    itself for what is not on disk (a hub model, `hf:DATASET`)."""
+    """A file's fingerprint, a folder's over its files (hidden ones and `DERIVED_FOLDERS` skipped; each relative name
+    hashed as the bytes the system gives, so that any name, UTF-8 or not, is fingerprinted), or the name itself for
+    what is not on disk (a hub model, `hf:DATASET`)."""
     if not source:
         return ""
     path = Path(source)
@@ -113,7 +114,7 @@ def input_fingerprint(source: str | Path) -> str:
     for file in sorted(path.rglob("*")):
         relative = file.relative_to(path)
         if file.is_file() and fingerprinted(relative):
-            digest.update(f"{relative}={file_fingerprint(file)}\n".encode())
+            digest.update(os.fsencode(relative) + f"={file_fingerprint(file)}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -304,7 +305,8 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
     `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) where an earlier run of this
     command wrote them, and take it; else refuse. `inputs` (the paths the command reads) must lie apart from it
     (`check_apart`). `started` False: the run marks itself started later (`mark_started`); until then, a failure
-    leaves the folder free for the next run of this command.
+    leaves the folder free for the next run of this command. Once taken, a killed run's temporary files of `ours` and
+    of the marker are removed (`clear_leftovers`).
 
     Every process checks; only the main one of `processes` (an Accelerator or PartialState) takes the folder's lock
     (`hold`) and then writes."""
@@ -322,6 +324,8 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
         processes.wait_for_everyone()
     if processes is None or processes.is_main_process:
         _remove(stale)
+        for name in (*ours, MARKER):
+            clear_leftovers(Path(folder) / name)
         write_marker(folder, command, identity, started=started or continued)
         _CLAIMED[Path(os.path.abspath(folder))] = (ours, made)
     if processes is not None:
@@ -391,7 +395,8 @@ def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "out
     """Refuse to replace an existing output file unless `overwrite` (the write itself is atomic, `retromae.runtime.io`),
     a folder in its place, anything else that is not a regular file (a device, a FIFO, a socket, a link to nothing:
     `replaced_file`, the rule every write meets, checked here before the work), a file another process is writing
-    (its lock, `hold`), and a file among `inputs` (the paths the command reads, `check_apart`)."""
+    (its lock `.NAME.lock`, `hold`, named by `io.own_prefix`), and a file among `inputs` (the paths the command reads,
+    `check_apart`). Once claimed, a killed earlier write's temporary files beside it are removed (`clear_leftovers`)."""
     if path is None:
         return
     check_apart(path, inputs, kind="file", option_name=option_name)
@@ -399,11 +404,12 @@ def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "out
     if path.is_dir():
         raise FileSystemError(f"{path}: is a folder; {option_name} takes a file name")
     replaced_file(path, option_name)
-    refusal = hold(path, path.parent / f".{path.name}.lock", resumable=False)
+    refusal = hold(path, path.parent / f"{own_prefix(path)}lock", resumable=False)
     if refusal is not None:
         raise refusal
     if path.exists() and not overwrite:
         raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another {option_name}")
+    clear_leftovers(path)
 
 
 def hold(output: Path, lock: Path, resumable: bool = True) -> Exception | None:
