@@ -196,7 +196,7 @@ def _codebook_bits(match: re.Match) -> tuple[int, list[int]]:
         return splits, [bits] * books
     books, bits = (numbers + [PQ_BITS])[:2]
     more = [[int(n) for n in item.split("x")] for item in match.group(5).split("_") if item]
-    return 1, [bits] * books + [bits for books, bits in more for _ in range(books)]
+    return 1, [bits] * books + [width for count, width in more for _ in range(count)]
 
 
 Part = tuple[str, int, str]  # what allocates, its bytes, the advice that makes it smaller
