@@ -200,7 +200,7 @@ def test_init_model_sizes_hold_the_reader_s_bounds_and_the_machine_s_memory(tiny
             InitModelConfig(**build)
         return
     InitModelConfig(**build)  # within its bound, with memory enough: accepted
-    count = model_parameters(sizes["vocab_size"], sizes["hidden_size"], sizes["layers"], sizes["max_positions"])
+    count = model_parameters("bert", sizes["vocab_size"], sizes["hidden_size"], sizes["layers"], sizes["max_positions"])
     monkeypatch.setattr(config_module, "available_memory", lambda: 4 * count - 1)
     with pytest.raises(ConfigError, match=rf"about {count:,} parameters, {4 * count:,} bytes as float32, more than "
                                           rf"the {4 * count - 1:,} bytes this machine has free"):
@@ -227,7 +227,7 @@ def test_init_model_weighs_the_tokenizer_s_vocabulary_before_building(tiny_model
     from retromae.pretraining import config as config_module
     from retromae.pretraining.config import model_parameters
 
-    without = model_parameters(0, 64, 1, 8)
+    without = model_parameters("bert", 0, 64, 1, 8)
     monkeypatch.setattr(config_module, "available_memory", lambda: 4 * without + 64)
     output = tmp_path / "m"
     assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(output), "--hidden-size", "64",

@@ -14,6 +14,7 @@ from torch import nn
 from transformers import DebertaV2Config, PretrainedConfig, PreTrainedModel
 
 from retromae.backbones.base import BackboneAdapter, DecoderPositions
+from retromae.backbones.families import DEBERTA_POSITION_BUCKETS
 from retromae.runtime.errors import ModelLoadError
 
 ROTARY_BASE = 10_000.0
@@ -50,6 +51,6 @@ class DebertaV2Adapter(BackboneAdapter):
         return DebertaV2Config(
             vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
             num_attention_heads=hidden_size // 64, intermediate_size=4 * hidden_size,
-            max_position_embeddings=max_positions, relative_attention=True, position_buckets=256,
+            max_position_embeddings=max_positions, relative_attention=True, position_buckets=DEBERTA_POSITION_BUCKETS,
             norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
             type_vocab_size=0, pad_token_id=special_ids["pad"])

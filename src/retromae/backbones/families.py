@@ -13,12 +13,45 @@ Adding a family is its adapter module and one entry here. Does not own what an a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from retromae.runtime.errors import ModelLoadError
 
 DEFAULT_MAX_POSITIONS = 512  # the longest input of a model built from scratch, unless its family says otherwise
+DEBERTA_POSITION_BUCKETS = 256  # the relative positions' log buckets of a DeBERTa built from scratch (v3's)
+Sizes = Callable[[int, int, int, int], int]  # (vocabulary, hidden size, layers, positions) → parameters
+
+
+def bert_parameters(vocab: int, hidden: int, layers: int, positions: int, token_types: int = 2) -> int:
+    """The parameters of the BERT-shaped masked LM `init-model` builds (`BertAdapter.scratch_config`): token,
+    position and token-type embeddings and their LayerNorm; per layer the four attention projections and a
+    feed-forward of 4·hidden with their biases and two LayerNorms (12·hidden² + 13·hidden); the head's transform,
+    its LayerNorm and the vocabulary's bias (the projection is the tied word embeddings)."""
+    layer = 12 * hidden * hidden + 13 * hidden
+    return (vocab + positions + token_types + 2) * hidden + layers * layer + hidden * hidden + 3 * hidden + vocab
+
+
+def roberta_parameters(vocab: int, hidden: int, layers: int, positions: int) -> int:
+    """BERT's shape with one token type and the position table's padding offset (RoBERTa's positions start after
+    its <pad>, id 1: two rows more)."""
+    return bert_parameters(vocab, hidden, layers, positions + 2, token_types=1)
+
+
+def deberta_parameters(vocab: int, hidden: int, layers: int, positions: int) -> int:
+    """DeBERTa-v3's shape (`DebertaV2Adapter.scratch_config`): BERT's without absolute positions nor token types,
+    plus the relative positions' table (two rows a bucket) and its LayerNorm; `positions` builds nothing."""
+    return bert_parameters(vocab, hidden, layers, 0, token_types=0) + (2 * DEBERTA_POSITION_BUCKETS + 2) * hidden
+
+
+def modernbert_parameters(vocab: int, hidden: int, layers: int, positions: int) -> int:
+    """ModernBERT's shape (`ModernBertAdapter.scratch_config`), no biases nor position table (rotary): the word
+    embeddings and their norm; per layer the fused query-key-value and output projections, a GLU feed-forward of
+    3·hidden/2 and two norms (the first layer's attention norm is none); the final norm, the head's dense layer and
+    norm, the vocabulary's bias (the projection tied); `positions` builds nothing."""
+    intermediate = 3 * hidden // 2
+    layer = 4 * hidden * hidden + 3 * intermediate * hidden + 2 * hidden
+    return vocab * hidden + layers * layer + hidden * hidden + 2 * hidden + vocab
 
 
 # eq=False: an entry is itself (hashed by identity), so that the registry can keep one adapter per entry.
@@ -34,17 +67,20 @@ class BackboneFamily:
     # Whether it names its special tokens <s>, </s>, <pad>, <mask> (RoBERTa's style) rather than [CLS], ...
     angle_tokens: bool = False
     max_positions: int = DEFAULT_MAX_POSITIONS  # the longest input of a model `init-model` builds
+    parameters: Sizes = bert_parameters  # the parameters of the masked LM `init-model` builds of a size
 
 
 FAMILIES: dict[str, BackboneFamily] = {
     "bert": BackboneFamily("BERT", "retromae.backbones.bert:BertAdapter", ("bert",), {"bert": "wordpiece"}),
     "roberta": BackboneFamily("RoBERTa/XLM-R", "retromae.backbones.roberta:RobertaAdapter",
                               ("roberta", "xlm-roberta", "camembert"),
-                              {"roberta": "byte-level-bpe", "xlm-roberta": "unigram"}, angle_tokens=True),
+                              {"roberta": "byte-level-bpe", "xlm-roberta": "unigram"}, angle_tokens=True,
+                              parameters=roberta_parameters),
     "modernbert": BackboneFamily("ModernBERT", "retromae.backbones.modernbert:ModernBertAdapter", ("modernbert",),
-                                 {"modernbert": "byte-level-bpe"}, max_positions=8192),
+                                 {"modernbert": "byte-level-bpe"}, max_positions=8192,
+                                 parameters=modernbert_parameters),
     "deberta": BackboneFamily("DeBERTa-v2/v3", "retromae.backbones.deberta:DebertaV2Adapter", ("deberta-v2",),
-                              {"deberta-v2": "unigram"}),
+                              {"deberta-v2": "unigram"}, parameters=deberta_parameters),
 }
 
 

@@ -49,9 +49,10 @@ from transformers import PreTrainedTokenizerFast
 from retromae.data.corpus import HF_PREFIX, corpus_files, iter_corpus_pieces, parse_hf_source
 from retromae.data.fields import string_field, whole_number_field
 from retromae.data.long_texts import split_characters
-from retromae.runtime.console import notice, progress
+from retromae.runtime.cache_entries import cached_folder
+from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError, FileSystemError
-from retromae.runtime.io import CACHE_ENV, atomic_directory, cache_folder, write_text_atomic
+from retromae.runtime.io import CACHE_ENV, cache_folder, write_text_atomic
 from retromae.runtime.lines import check_own_file, check_regular_file, quoted, read_json_file
 from retromae.runtime.options import POSITIVE, require
 from retromae.runtime.run_folder import file_fingerprint
@@ -299,6 +300,8 @@ def read_meta(folder: Path, made_for: Mapping[str, Any] | None = None) -> dict[s
     the value given; DataError naming the file and the field otherwise."""
     path = folder / "meta.json"
     check_own_file(path)
+    if not os.path.lexists(path):
+        raise DataError(f"{path}: missing from the token store")
     meta = read_json_file(path)
     if meta.get("format_version") != FORMAT_VERSION:
         raise DataError(f"{path}: format version {quoted(meta.get('format_version'))}, not {FORMAT_VERSION}: "
@@ -399,7 +402,8 @@ class TokenStore:
         """The store for (sources, tokenizer, max_length): loaded from the cache, or built there first. A store found
         there that fails the checks of `TokenStore.__init__` (a file missing, cut, edited or not a file; meta.json
         damaged or of another store) is a cache's damage: it is built again, with a note naming the file and what is
-        wrong."""
+        wrong. Processes building the same store at once each build it in a private folder; the first renamed into
+        place is the store all use (`runtime.cache_entries.cached_folder`)."""
         sources = [sources] if isinstance(sources, (str, Path)) else list(sources)
         if not sources:
             raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
@@ -411,25 +415,20 @@ class TokenStore:
         path = stores / key
         made_for = {"cache_key": key, "max_length": max_length, "block_tokens": max_length - special,
                     "vocab_size": id_limit(tokenizer)}
-        if os.path.lexists(path / "meta.json"):
-            try:
-                store = cls(path, made_for)
-            except DataError as error:
-                notice(f"retromae: note: {error}; tokenising the corpus again (the token store is a cache)")
-            else:
-                logger.info("reusing token store %s", path)
-                return store
-        logger.info("building token store %s", path)
-        with atomic_directory(path) as tmp:
-            counts = _build(tmp, sources, tokenizer, max_length, show_progress)
+
+        def build(folder: Path) -> None:
+            logger.info("building token store %s", path)
+            counts = _build(folder, sources, tokenizer, max_length, show_progress)
             meta = {
                 "format_version": FORMAT_VERSION, "sources": [str(s) for s in sources],
                 "tokenizer": tokenizer.name_or_path, "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
                 **made_for, **counts,
-                "fingerprints": {name: file_fingerprint(tmp / name) for name, _ in FILES.values()},
+                "fingerprints": {name: file_fingerprint(folder / name) for name, _ in FILES.values()},
             }
-            write_text_atomic(tmp / "meta.json", json.dumps(meta, indent=2) + "\n")
-        return cls(path, made_for)
+            write_text_atomic(folder / "meta.json", json.dumps(meta, indent=2) + "\n")
+
+        return cached_folder(path, build, lambda folder: cls(folder, made_for),
+                             "tokenising the corpus again (the token store is a cache)")
 
     def __len__(self) -> int:
         return len(self._documents)

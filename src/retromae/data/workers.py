@@ -3,8 +3,9 @@
 Owns the start method of the workers (`worker_context`: forkserver once jax is loaded, whose threads a fork would
 copy half-alive, and which warns of deadlock when forked; the platform's default otherwise) and the environment
 they are started in (`started_workers`: tokenizers' parallelism switched off for them, so that a fork after the
-parent's parallel tokenisation neither warns nor risks its thread pool's locks). Does not own datasets or
-collation.
+parent's parallel tokenisation neither warns nor risks its thread pool's locks; off even where the user turned it
+on, which tokenizers obeys in a forked child, whose copy of the pool has no threads: its first batch hung). Does not
+own datasets or collation.
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ def worker_context() -> str | None:
 
 @contextlib.contextmanager
 def _tokenizers_parallelism_off() -> Iterator[None]:
-    """Workers inherit TOKENIZERS_PARALLELISM=false (unless the user set it); the parent keeps its own setting."""
+    """Workers inherit TOKENIZERS_PARALLELISM=false, whatever the user set; the parent keeps its own setting."""
     before = os.environ.get(TOKENIZERS_SWITCH)
-    os.environ[TOKENIZERS_SWITCH] = before if before is not None else "false"
+    os.environ[TOKENIZERS_SWITCH] = "false"
     try:
         yield
     finally:
         if before is None:
             del os.environ[TOKENIZERS_SWITCH]
+        else:
+            os.environ[TOKENIZERS_SWITCH] = before
 
 
 def started_workers(loader: DataLoader) -> Iterator:

@@ -16,7 +16,9 @@ file, the weights it was made from and its own fingerprint; a file whose record 
 or another fingerprint (a truncated or replaced file) is made again (with a note), never used. Weights changed in
 memory after loading (the candidates `adapt`'s guard scores) are exported to a temporary folder, dropped when the
 weights change again. Model folders' fingerprints skip these folders (`runtime.run_folder.DERIVED_FOLDERS`), so an
-export does not change the model's identity.
+export does not change the model's identity. Processes exporting the same weights at once each make the export in
+a private folder; the first moved into place with its record, under the folder's lock, is the one all use
+(`runtime.cache_entries`).
 
 The record is written by whoever wrote the folder (a shared cache is keyed by a hash anyone holding the model can
 compute), so an export found on disk is also checked against the weights it stands for before it runs
@@ -47,6 +49,7 @@ import torch
 from torch import nn
 
 from retromae.models.model_source import ours_to_write
+from retromae.runtime.cache_entries import entry_lock, private_folder
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError, ModelLoadError
 from retromae.runtime.io import cache_folder, write_text_atomic
@@ -192,31 +195,33 @@ def _external_data(path: Path) -> list[str]:
     return sorted(set(locations))
 
 
-def _fresh(path: Path, fingerprint: str) -> bool:
+def _fresh(path: Path, fingerprint: str, say: bool = True) -> bool:
     """Whether `path` and every file it reads (an OpenVINO IR's .bin, an .onnx's external data) are the export of
-    weights `fingerprint` its folder's record names; a note says why one that is there is not."""
+    weights `fingerprint` its folder's record names; a note says why one that is there is not (when `say`)."""
     names = [path.name, *([path.with_suffix(".bin").name] if path.suffix == ".xml" else [])]
     record = _record(path.parent)
     if not any((path.parent / name).exists() for name in names):
         return False
-    if not _matches(path.parent, names, record, fingerprint):
+    if not _matches(path.parent, names, record, fingerprint, say):
         return False
     # the .onnx is the one recorded: the files it reads besides must be too
-    return path.suffix != ".onnx" or _matches(path.parent, _external_data(path), record, fingerprint)
+    return path.suffix != ".onnx" or _matches(path.parent, _external_data(path), record, fingerprint, say)
 
 
-def _matches(folder: Path, names: list[str], record: dict[str, Any], fingerprint: str) -> bool:
+def _matches(folder: Path, names: list[str], record: dict[str, Any], fingerprint: str, say: bool) -> bool:
     """Whether each file `names` of `folder` is recorded in `record` as made from weights `fingerprint`, with its
-    fingerprint now; a note says why one is not."""
+    fingerprint now; a note says why one is not (when `say`)."""
     for name in names:
         entry = record.get(name)
         if not isinstance(entry, dict) or entry.get("weights") != fingerprint:
-            notice(f"retromae: note: {folder / name} was not exported from these weights; exporting again")
-            return False
-        if not (folder / name).is_file() or entry.get("fingerprint") != file_fingerprint(folder / name):
-            notice(f"retromae: note: {folder / name} changed since it was exported (cut short or replaced); "
-                   "exporting again")
-            return False
+            why = "was not exported from these weights"
+        elif not (folder / name).is_file() or entry.get("fingerprint") != file_fingerprint(folder / name):
+            why = "changed since it was exported (cut short or replaced)"
+        else:
+            continue
+        if say:
+            notice(f"retromae: note: {folder / name} {why}; exporting again")
+        return False
     return True
 
 
@@ -232,13 +237,16 @@ def _commit(folder: Path, made: dict[str, Path], fingerprint: str) -> None:
 
 def ensure_export(model: nn.Module, root: Path, fingerprint: str, backend: str, quantize: str) -> Path:
     """The export of `model` (weights `fingerprint`) for `backend` and `quantize` under `root`, made (with what it is
-    made from) unless a fresh one is there."""
+    made from) unless a fresh one is there. Made in a private folder and moved into place under the folder's lock
+    (`runtime.cache_entries`), unless another process put a fresh one there meanwhile: then ours is dropped and
+    theirs used (found, so probed as any export found)."""
     path = root / EXPORT_FILES[backend, quantize]
-    if _fresh(path, fingerprint):
-        return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".retromae-export.", dir=path.parent) as scratch:
-        tmp = Path(scratch) / path.name
+    with entry_lock(path.parent, shared=True):
+        if _fresh(path, fingerprint):
+            return path
+    with private_folder(path.parent / ".retromae-export") as scratch:
+        tmp = scratch / path.name
         if backend == "openvino":
             convert_openvino(ensure_export(model, root, fingerprint, "onnx", quantize), tmp)
             made = {path.name: tmp, path.with_suffix(".bin").name: tmp.with_suffix(".bin")}
@@ -248,7 +256,10 @@ def ensure_export(model: nn.Module, root: Path, fingerprint: str, backend: str, 
         else:
             export_onnx(model, tmp)
             made = {path.name: tmp}
-        _commit(path.parent, made, fingerprint)
+        with entry_lock(path.parent):
+            if _fresh(path, fingerprint, say=False):
+                return path
+            _commit(path.parent, made, fingerprint)
     _MADE.append(path)
     return path
 

@@ -145,22 +145,22 @@ def model_size(field: str, least: int = 1) -> Domain:
     return Domain(max(least, bound.low), bound.high)
 
 
-def model_parameters(vocab: int, hidden: int, layers: int, positions: int) -> int:
-    """About the parameters of a BERT-shaped masked LM: the token and position embeddings, 12·hidden² a layer
-    (attention's four projections and a feed-forward of 4·hidden), the head's transform and biases."""
-    return (vocab + positions + 2) * hidden + layers * (12 * hidden * hidden + 13 * hidden) + hidden * hidden + vocab
+def model_parameters(architecture: str, vocab: int, hidden: int, layers: int, positions: int) -> int:
+    """The parameters of the masked LM of `architecture` and this size that `init-model` builds, as its family counts
+    them (`backbones.families.BackboneFamily.parameters`: ModernBERT and DeBERTa-v3 build no position table)."""
+    return family_building(architecture).parameters(vocab, hidden, layers, positions)
 
 
-def check_model_fits(vocab: int, hidden: int, layers: int, positions: int) -> None:
-    """ConfigError naming the size options when the model's parameters, as float32 (4 bytes each), exceed the memory
-    this machine still gives (`runtime.cgroups.available_memory`; no check where it cannot be read): refused before
-    torch allocates anything, instead of dying in its allocator."""
-    count = model_parameters(vocab, hidden, layers, positions)
+def check_model_fits(architecture: str, vocab: int, hidden: int, layers: int, positions: int) -> None:
+    """ConfigError naming the size options when the model's parameters (`model_parameters`), as float32 (4 bytes
+    each), exceed the memory this machine still gives (`runtime.cgroups.available_memory`; no check where it cannot
+    be read): refused before torch allocates anything, instead of dying in its allocator."""
+    count = model_parameters(architecture, vocab, hidden, layers, positions)
     free = available_memory()
     if free is not None and 4 * count > free:
         tokens = f" and {vocab} tokens" if vocab else ""
-        raise ConfigError(f"--hidden-size, --layers, --max-positions: a model of {layers} layers, hidden size "
-                          f"{hidden}, {positions} positions{tokens} holds about {count:,} parameters, "
+        raise ConfigError(f"--hidden-size, --layers, --max-positions: a {architecture} model of {layers} layers, "
+                          f"hidden size {hidden}, {positions} positions{tokens} holds about {count:,} parameters, "
                           f"{4 * count:,} bytes as float32, more than the {free:,} bytes this machine has free; give a "
                           "smaller size")
 
@@ -190,7 +190,8 @@ class InitModelConfig(OutputOptions):
             raise ConfigError("--tokenizer: give either --tokenizer (an existing one) or --corpus (train one)")
         require(self.hidden_size % 64 == 0, "hidden_size", "must be a positive multiple of 64 (heads of 64)")
         # the vocabulary of --tokenizer is known once it is read (`save_random_model` weighs it then): here, none
-        check_model_fits(self.vocab_size if self.corpus else 0, self.hidden_size, self.layers, self.positions)
+        check_model_fits(self.architecture, self.vocab_size if self.corpus else 0, self.hidden_size, self.layers,
+                         self.positions)
 
     @property
     def positions(self) -> int:

@@ -61,7 +61,7 @@ def save_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, *, hidde
     if problem:
         raise ConfigError(f"--hidden-size, --layers, --max-positions: the model's config.json would say {problem}, "
                           "which no command loads")
-    check_model_fits(len(tokenizer), hidden_size, layers, max_positions)  # before torch allocates the weights
+    check_model_fits(architecture, len(tokenizer), hidden_size, layers, max_positions)  # before torch allocates
     seed_everything(seed)
     model = AutoModelForMaskedLM.from_config(config)
     folder = Path(folder)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 
 from retromae.runtime.cgroups import available_memory
 from retromae.runtime.options import Acts, Domain
@@ -121,21 +122,52 @@ def check_factory(factory: str) -> None:
 
 # The parts of a factory string that cluster the training vectors: an IVF's lists (IVF4, nested IVF4(IVF2,Flat)
 # too), a multi-index's 2^bits centroids per half (IMI2x8), and the 2^bits codewords of each codebook of a product or
-# additive quantizer (PQ32 = PQ32x8, RQ4x12, LSQ4x12; PRQ and PLSQ: splits x codebooks x bits).
+# additive quantizer (PQ32 = PQ32x8, RQ4x12, RQ1x12_2x8, LSQ4x12; PRQ and PLSQ: splits x codebooks x bits).
 LIST_PARTS = re.compile(r"(?<![A-Za-z])(IVF|IMI)(\d+)(?:x(\d+))?")
-CODEBOOK_PARTS = re.compile(r"(?<![A-Za-z])(PQ|RQ|LSQ|PRQ|PLSQ)(\d+)(?:x(\d+))?(?:x(\d+))?")
+CODEBOOK_PARTS = re.compile(r"(?<![A-Za-z])(PQ|RQ|LSQ|PRQ|PLSQ)(\d+)(?:x(\d+))?(?:x(\d+))?((?:_\d+x\d+)*)")
 PQ_BITS = 8  # faiss's default bits per code of a PQ without "x"
+# The graphs of an HNSW or NSG index over the vectors, or over an IVF's lists when it is that IVF's quantizer
+# (IVF65536_HNSW32).
+GRAPH_PARTS = re.compile(r"(?<![A-Za-z])(?:IVF(\d+)_)?(HNSW|NSG)(\d+)")
+# faiss's HNSW (impl/HNSW.cpp): a vector's level is above 0 with probability 1/M, each level one more with 1/M again
+# (`set_default_probas`, levelMult 1/ln M); it links to 2·M others on level 0 and M on each level above, as int32;
+# and keeps its level (int), its offset into the links (size_t) and, while adding, a lock (`hnsw_add_vertices`).
+HNSW_VECTOR_BYTES = 4 + 8 + 8
+# faiss's NSG (IndexNSG::add, build_type 0, and impl/NSG.cpp `build`): a brute-force graph of its GK + 1 nearest
+# (int64 ids; float distances while it is searched), then the pruned graph of R (id, distance) pairs, the final graph
+# of R int32 ids, a mutex and a degree a vector.
+NSG_GK = 64
+NSG_MUTEX_BYTES = 40
+# faiss's ResidualQuantizer (impl/ResidualQuantizer.cpp): `max_beam_size`, 5 (no factory string sets another); the
+# scratch of its beam search per vector (`memory_per_point`: two beams of residuals, a beam² of float distances and
+# int64 ids), in batches of at most `max_mem_distances` (5 GiB).
+RQ_BEAM = 5
+RQ_SCRATCH = 5 << 30
 
 
-def check_factory_fits(factory: str, vectors: int) -> None:
-    """ValueError when the index `factory` names cannot be trained on `vectors` training vectors, or would fill the
-    memory while training, before faiss allocates it: an IVF with more lists than vectors (faiss needs a vector for
-    each centroid, and found that out only after allocating 3 GB for IVF16777216), an IMI or a quantizer codebook
-    with more centroids (2^bits) than vectors, and an LSQ whose codebooks' pairwise table (codebooks² x 4^bits
-    float32) exceeds the memory free (`runtime.cgroups.available_memory`). The names of `COMPRESSED` pass (SQ8
-    trains on any count). `check_factory` has checked each number alone."""
+def check_factory_fits(factory: str, vectors: int, rows: int, dimension: int) -> None:
+    """ValueError when the index `factory` names cannot be trained on `vectors` training vectors
+    (`check_trainable`), or when what faiss allocates to build it over `rows` vectors of
+    `dimension` (`memory_parts`) exceeds the memory free (`runtime.cgroups.available_memory`), before faiss
+    allocates any of it. The names of `COMPRESSED` pass (SQ8 trains on any count). `check_factory` has checked each
+    number alone."""
     if factory in COMPRESSED:
         return
+    check_trainable(factory, vectors)
+    parts = list(memory_parts(factory, vectors, rows, dimension))
+    total, free = sum(size for _, size, _ in parts), available_memory()
+    if free is None or total <= free:
+        return
+    said = ", and ".join(f"{what}, {size:,} bytes" for what, size, _ in parts if size)
+    advice = max(parts, key=lambda part: part[1])[2]
+    in_all = f": {total:,} bytes in all" if sum(1 for _, size, _ in parts if size) > 1 else ""
+    raise ValueError(f"{factory!r}: {said}{in_all}, more than the {free:,} bytes this machine has free; {advice}")
+
+
+def check_trainable(factory: str, vectors: int) -> None:
+    """ValueError when the index `factory` names cannot be trained on `vectors` training vectors: an IVF with more
+    lists than vectors (faiss needs a vector for each centroid, and found that out only after allocating 3 GB for
+    IVF16777216), an IMI or a quantizer codebook with more centroids (2^bits) than vectors."""
     root = max(1, math.isqrt(vectors))
     for match in LIST_PARTS.finditer(factory):
         kind, first, bits = match.group(1), int(match.group(2)), match.group(3)
@@ -148,21 +180,76 @@ def check_factory_fits(factory: str, vectors: int) -> None:
             raise ValueError(f"{factory!r}: {match.group(0)} asks for {what}, but there are {vectors} vectors to "
                              f"train it on, and faiss needs at least one for each centroid; give {advice}")
     for match in CODEBOOK_PARTS.finditer(factory):
-        kind = match.group(1)
-        numbers = [int(number) for number in match.groups()[1:] if number is not None]
-        split = kind in ("PRQ", "PLSQ")
-        bits = numbers[2 if split else 1] if len(numbers) > (2 if split else 1) else PQ_BITS
-        books = numbers[1] if split and len(numbers) > 1 else numbers[0]
+        bits = max(_codebook_bits(match)[1])
         if 1 << bits > vectors:
             raise ValueError(f"{factory!r}: {match.group(0)} has {1 << bits} codewords a codebook ({bits} bits), but "
                              f"there are {vectors} vectors to train them on, and faiss needs at least one for each "
                              f"codeword; give fewer bits (at most {vectors.bit_length() - 1}) or more vectors")
-        table = 4 * books * books * (1 << (2 * bits)) if kind.endswith("LSQ") else 0
-        free = available_memory()
-        if free is not None and table > free:
-            raise ValueError(f"{factory!r}: {match.group(0)} trains with a table of {books}² x {1 << bits}² numbers, "
-                             f"{table:,} bytes, more than the {free:,} bytes this machine has free; give fewer bits or "
-                             "codebooks")
+
+
+def _codebook_bits(match: re.Match) -> tuple[int, list[int]]:
+    """(splits, the bits of each codebook of one split) of a `CODEBOOK_PARTS` match: PQ32 is 1 split of 32
+    codebooks of 8 bits, RQ1x12_2x8 1 of [12, 8, 8], PRQ2x4x6 2 of [6, 6, 6, 6]."""
+    kind, numbers = match.group(1), [int(number) for number in match.groups()[1:4] if number is not None]
+    if kind in ("PRQ", "PLSQ"):
+        splits, books, bits = (numbers + [1, PQ_BITS])[:3]
+        return splits, [bits] * books
+    books, bits = (numbers + [PQ_BITS])[:2]
+    more = [[int(n) for n in item.split("x")] for item in match.group(5).split("_") if item]
+    return 1, [bits] * books + [width for count, width in more for _ in range(count)]
+
+
+Part = tuple[str, int, str]  # what allocates, its bytes, the advice that makes it smaller
+
+
+def memory_parts(factory: str, vectors: int, rows: int, dimension: int) -> Iterator[Part]:
+    """What faiss allocates besides the vectors' codes to build the index `factory` names over `rows` vectors of
+    `dimension`, trained on `vectors`: an HNSW's or NSG's graph (`graph_part`), the pairwise table an LSQ trains with
+    (codebooks² x 4^bits float32), the beam search and codeword-product tables of a residual quantizer (`rq_parts`)."""
+    for match in GRAPH_PARTS.finditer(factory):
+        yield graph_part(match, rows)
+    for match in CODEBOOK_PARTS.finditer(factory):
+        kind, (splits, bits) = match.group(1), _codebook_bits(match)
+        if kind.endswith("LSQ"):
+            books, size = len(bits), 1 << bits[0]
+            yield (f"{match.group(0)} trains with a table of {books}² x {size}² numbers",
+                   4 * books * books * size * size, "give fewer bits or codebooks")
+        elif kind.endswith("RQ"):
+            yield from rq_parts(match.group(0), splits, bits, vectors, rows, max(1, dimension // splits))
+
+
+def graph_part(match: re.Match, rows: int) -> Part:
+    """The graph of an HNSW (`HNSW_VECTOR_BYTES` and its links, 2·M + M/(M-1) on average) or an NSG (`NSG_GK`)
+    over `rows` vectors, or over the lists of the IVF it quantizes."""
+    lists, kind, size = match.group(1), match.group(2), int(match.group(3))
+    nodes = int(lists) if lists else rows
+    if kind == "HNSW":
+        links = 2 * size + size / (size - 1)
+        per = HNSW_VECTOR_BYTES + math.ceil(4 * links)
+        return (f"{match.group(0)}'s graph links each of {nodes:,} vectors to about {links:.0f} others ({per} bytes a "
+                "vector)", nodes * per, "give a smaller M (e.g. HNSW32) or fewer vectors")
+    per = 8 * (NSG_GK + 1) + max(4 * (NSG_GK + 1), 12 * size + NSG_MUTEX_BYTES + 4)
+    return (f"{match.group(0)}'s graph of {nodes:,} vectors is pruned from their {NSG_GK} nearest ({per} bytes a "
+            "vector)", nodes * per, "give a smaller R (e.g. NSG32) or fewer vectors")
+
+
+def rq_parts(text: str, splits: int, bits: list[int], vectors: int, rows: int, dimension: int) -> Iterator[Part]:
+    """A residual quantizer's (`splits` of them, each over `dimension` of the vector, one trained at a time): its
+    beam search, training or adding, whichever takes more; and the products of each codeword with those of the
+    codebooks before it, float32, kept with the index (`compute_codebook_tables`: Σ 2^bits[m] x Σ_{j<m} 2^bits[j]).
+    Training keeps `RQ_BEAM` residuals, codes and distances per training vector, two of each (the step's and the
+    next one's); adding encodes in batches of `RQ_SCRATCH` over faiss's `memory_per_point` (two beams of residuals,
+    a beam² of results), each vector of a batch also given the distances of its beam to every codeword of the
+    largest codebook, which `memory_per_point` leaves out (RQ2x12 adding 20,000 vectors of 64 took 1.8 GB)."""
+    books, sizes = len(bits), [1 << bit for bit in bits]
+    point = RQ_BEAM * dimension * 8 + RQ_BEAM * RQ_BEAM * 12
+    adding = min(rows, max(1, RQ_SCRATCH // point)) * (point + RQ_BEAM * 4 * max(sizes))
+    training = vectors * (RQ_BEAM * 4 * (2 * dimension + 2 * books + 2) + 4 * dimension)
+    yield (f"{text}'s beam search of {RQ_BEAM} over {max(sizes):,} codewords", max(training, adding),
+           "give fewer bits, or a PQ")
+    products = sum(size * sum(sizes[:m]) for m, size in enumerate(sizes))
+    yield (f"{text} keeps a table of {splits * products:,} codeword products", 4 * splits * products,
+           "give fewer bits or codebooks")
 
 
 def check_search_params(params: str) -> None:

@@ -249,7 +249,8 @@ def build_index(embeddings: np.ndarray, factory: str = "Flat", metric: str = "ip
     if faiss is None:
         index = ExactIndex(embeddings.shape[1], metric)
     else:
-        _checked("--factory", lambda text: check_factory_fits(text, min(len(embeddings), TRAIN_SAMPLE)), factory)
+        _checked("--factory", lambda text: check_factory_fits(text, min(len(embeddings), TRAIN_SAMPLE), len(embeddings),
+                                                              int(embeddings.shape[1])), factory)
         try:
             index = faiss.index_factory(int(embeddings.shape[1]), COMPRESSED.get(factory, factory),
                                         _faiss_metric(faiss, metric))
