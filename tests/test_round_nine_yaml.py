@@ -208,3 +208,12 @@ def test_every_number_option_of_every_command_reads_a_config_files_text_as_its_f
             on_line = from_flag(command, field.name, text, needs, False)
             assert str(in_file) == str(on_line), (field.name, text)
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("text", ["\u0661", "1_0", "\uff12"])
+def test_threads_reads_its_number_in_plain_decimal_notation_too(capsys, text):
+    with pytest.raises(SystemExit) as exit_info:  # argparse's refusal, after its usage line
+        main(["--threads", text, "bm25", "--help"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"retromae: error: argument --threads: must be a positive whole number, got {text!r}")
