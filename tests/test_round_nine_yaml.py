@@ -233,3 +233,9 @@ def test_faiss_search_parameters_are_read_in_plain_decimal_notation(command, val
     config_cls = config_class(command)
     said = from_flag(command, "params", value, required_values(config_cls, "params"), False)
     assert str(said) == f"--params: {value}: must be a whole number from 1 to 16777216"
+
+
+@pytest.mark.parametrize("metric", ["ndcg@\u0661\u0660", "recall@\uff11"])
+def test_a_metrics_cut_off_is_read_in_ascii_digits(metric):
+    said = str(from_flag("evaluate", "metrics", metric, {"model": ["m"], "data": ["d"]}, False))
+    assert said.startswith(f"--metrics: {metric!r} is not") and "\n" not in said, said
