@@ -61,7 +61,7 @@ def test_every_float_option_of_every_command_refuses_nan_and_infinity(capsys):
 
 def test_non_finite_values_of_config_files_and_the_python_api_are_refused(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("model: m\ncorpus: [c]\noutput: o\nweight_decay: .nan\n")
+    config.write_text("model: m\ncorpus: [c]\noutput: o\nweight_decay: nan\n")  # read as --weight-decay nan is
     with pytest.raises(ConfigError, match="--weight-decay: must be a finite number, got nan"):
         build_config(PretrainConfig, {"config": config})
     config = tmp_path / "run.json"

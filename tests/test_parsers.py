@@ -196,7 +196,6 @@ def test_every_json_file_refuses_what_the_parser_cannot_read_naming_the_file(tmp
     ("deep.yaml", "top_k: " + "[" * 20_000 + "]" * 20_000 + "\n", "mappings or lists nested more than 100 levels"),
     ("nested.yaml", "top_k: " + "[" * 101 + "]" * 101 + "\n", "arrays or objects nested more than 100 levels"),
     ("key.yaml", "? [a, b]\n: 1\n", "line 1: a key must be a name, not a list"),
-    ("big.yaml", f"top_k: {BIG_INTEGER}\n", "not valid YAML: Exceeds the limit (4300 digits)"),
     ("bomb.yaml", "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{b}: &{b} [{', '.join(['*' + a] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True))
      + "tag: [*i, *i]\n", "its values, with YAML aliases expanded, hold more than 10,000,000"),

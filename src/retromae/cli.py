@@ -41,6 +41,7 @@ from retromae.preflight import check_arguments, check_settings
 from retromae.runtime.console import keep_standard_error, library_output, standard_output
 from retromae.runtime.cpu_features import bf16_override
 from retromae.runtime.errors import ConfigError, FileSystemError, RetroMAEError, os_error_line, tokenizer_panics
+from retromae.runtime.lines import INTEGER_TEXT
 from retromae.runtime.options import StoreOnce, check_command_line, store_once
 from retromae.runtime.processes import check_launch
 from retromae.runtime.threads import configure_threads
@@ -157,7 +158,8 @@ def version() -> str:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    """--threads: a whole number of 1 or more in plain decimal notation (`lines.INTEGER_TEXT`, as an option's)."""
+    if not INTEGER_TEXT.fullmatch(text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return int(text)
 

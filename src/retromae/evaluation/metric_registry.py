@@ -196,7 +196,7 @@ def find_key(key: str) -> tuple[Metric, int | None] | None:
     correlation); None for a key no registered metric has."""
     name, at, k = key.partition("@")
     metric = METRICS.get(name)
-    if metric is None or not (not at if metric.kind == CORRELATION else k.isdigit() and int(k) >= 1):
+    if metric is None or not (not at if metric.kind == CORRELATION else k.isascii() and k.isdigit() and int(k) >= 1):
         return None
     return metric, int(k) if at else None
 

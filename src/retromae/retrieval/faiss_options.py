@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator
 
 from retromae.runtime.cgroups import available_memory
+from retromae.runtime.lines import NUMBER_TEXT
 from retromae.runtime.options import Acts, Domain
 
 # The smallest and largest number each factory component may carry (the letters right before a number; "" for a
@@ -254,7 +255,8 @@ def rq_parts(text: str, splits: int, bits: list[int], vectors: int, rows: int, d
 
 def check_search_params(params: str) -> None:
     """ValueError naming the first `name=value` of faiss search parameters ("efSearch=128,nprobe=32") that faiss does
-    not know or whose value is outside what it takes (`SEARCH_PARAMS`)."""
+    not know or whose value is outside what it takes (`SEARCH_PARAMS`) or not in plain decimal notation
+    (`lines.NUMBER_TEXT`)."""
     for item in filter(None, (part.strip() for part in params.split(","))):
         name, equals, text = item.partition("=")
         known = name.removeprefix("quantizer_")
@@ -262,10 +264,7 @@ def check_search_params(params: str) -> None:
             raise ValueError(f"{item!r} is not NAME=VALUE of a faiss search parameter ({', '.join(SEARCH_PARAMS)}; "
                              "quantizer_NAME for an IVF's quantizer)")
         kind, low, high = SEARCH_PARAMS[known]
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
+        value = float(text) if NUMBER_TEXT.fullmatch(text) else math.nan  # faiss reads `1_0` as 1, float() as 10
         if not low <= value <= high or (kind is int and not value.is_integer()):
             what = "a whole number" if kind is int else "a number"
             raise ValueError(f"{name}={text}: must be {what} from {low} to {high}")

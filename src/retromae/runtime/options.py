@@ -13,10 +13,10 @@ dataclass into argparse options (required inputs first, then the command's own o
 class that names itself in `OPTION_GROUP`, or that a field's `group` names; each default printed once; an option of one
 value given twice with two values refused, `store_once`), old spellings of renamed options (hidden aliases that still
 work for one release, with a note saying the new name), merging a YAML/JSON config file (its options flat, or nested in
-the sections the config class names: `option_sections`) with command-line flags (flags win; YAML numbers such as `1e-2`
-read as numbers, a key given twice refused) and, for `--resume`, with the options the run saved, and saving a resolved
-config as JSON beside the outputs. Does not own any command's fields: each command declares its own dataclass. The
-vocabulary the names follow is in docs/cli.md.
+the sections the config class names: `option_sections`) with command-line flags (flags win; a value written bare in
+YAML read as the same text given as its flag, `read_texts`; a key given twice refused) and, for `--resume`, with the
+options the run saved, and saving a resolved config as JSON beside the outputs. Does not own any command's fields:
+each command declares its own dataclass. The vocabulary the names follow is in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ from retromae.runtime.console import notice
 from retromae.runtime.errors import ConfigError, DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import (
+    INTEGER_TEXT,
     MAX_NESTING,
+    NON_FINITE_TEXT,
+    NUMBER_TEXT,
     SURROGATE,
     UnreadableData,
     check_nesting,
@@ -424,15 +427,29 @@ def _default_of(field: dataclasses.Field) -> Any:
     return REQUIRED
 
 
+class Bare(str):
+    """A config file's value written bare in YAML (`top_k: 010`, `k1: 1:20`, `prefix: on`, `name: 2001-12-14`): the
+    text a flag would be given, which `build_config` reads as the command line reads that flag's text (`read_texts`),
+    so that one text has one value wherever it is written. YAML 1.1 would read these as octal 8, base-60 80, true and
+    a date: PyYAML's own types are never resolved (`_ConfigLoader`)."""
+
+
 class _ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading `1e-2` and `1E5` as numbers (YAML 1.1 wants `1.0e-2`; a user means a number)
-    and refusing a key given twice in one mapping (PyYAML keeps the last silently)."""
+    """PyYAML's safe loader, resolving no type of YAML 1.1's own: a bare value is `Bare` text, read by the option it
+    is given to as its flag's text; a bare `~`, `null` (`Null`, `NULL`) or nothing is null, JSON's null (an option's
+    "not given", where its default is None, refused elsewhere); a quoted value is text. A value tagged with a type
+    (`!!int 0x10`) is `Bare` too. Refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    yaml_implicit_resolvers: dict[str | None, list[tuple[str, re.Pattern]]] = {}
+
+    def construct_bare(self, node: yaml.ScalarNode) -> Bare:
+        return Bare(self.construct_scalar(node))
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str | int | float | bool | type(None)):  # `? [a, b]`: a list can name nothing
+            if not isinstance(key, str | type(None)):  # `? [a, b]`: a list can name nothing
                 raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a name, not a "
                                   f"{type(key).__name__}")
             if key in seen:
@@ -441,8 +458,12 @@ class _ConfigLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-                                    list("-+0123456789."))
+_BARE_TAG = "tag:retromae:bare"
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"(?:~|null|Null|NULL|)\Z"),
+                                    ["~", "n", "N", ""])
+_ConfigLoader.add_implicit_resolver(_BARE_TAG, re.compile(""), None)  # after null: any other bare value
+for _tag in (_BARE_TAG, *(f"tag:yaml.org,2002:{kind}" for kind in ("bool", "int", "float", "timestamp"))):
+    _ConfigLoader.add_constructor(_tag, _ConfigLoader.construct_bare)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -508,8 +529,9 @@ def build_config(config_cls: type[ConfigT], args: argparse.Namespace | dict[str,
     if unknown:
         raise ConfigError(f"{config_path}: unknown option(s) {', '.join(unknown)}")
     values = {**_saved_options(given, known), **values}
-    flags = _from_command_line(given, config_cls) if isinstance(args, argparse.Namespace) else given
+    flags = read_texts(given, config_cls, str) if isinstance(args, argparse.Namespace) else given
     values.update({key: value for key, value in flags.items() if key in known})
+    values = read_texts(values, config_cls, Bare)
     check_values(config_cls, values)  # a bad value is named even where a required option is missing too
     missing = [_flag(f.name) for f in dataclasses.fields(config_cls)
                if f.name not in values and _default_of(f) is REQUIRED]
@@ -529,39 +551,58 @@ def check_command_line(config_cls: type, args: argparse.Namespace) -> None:
     """The command line's own values checked against their options' domains (`check_values`), as `build_config`
     will check them, so that the command line answers a value out of its domain before any other check."""
     given = {key: value for key, value in vars(args).items() if key != "config"}
-    check_values(config_cls, _from_command_line(given, config_cls))
+    check_values(config_cls, read_texts(given, config_cls, str))
 
 
-def _from_command_line(given: dict[str, Any], config_cls: type) -> dict[str, Any]:
-    """The command line's values with the text of its numbers read as numbers (`number_from_text`)."""
+def read_texts(values: dict[str, Any], config_cls: type, kind: type) -> dict[str, Any]:
+    """`values` with each text of `kind` (`str`: the command line's, `Bare`: a config file's bare values) read as
+    its option's type, one by one in a list: a number's by `number_from_text`, a switch's `true` or `false` (`True`,
+    `TRUE`, ...; any other text is left to be refused) as True or False, text as text. The one reading of an
+    option's text, wherever it is written."""
     specs = _field_specs(config_cls)
     read = {}
-    for name, value in given.items():
+    for name, value in values.items():
         spec = specs.get(name)
-        if spec is not None and spec.scalar in (int, float) and value is not None:
-            value = ([number_from_text(name, spec.scalar, text) for text in value] if isinstance(value, list)
-                     else number_from_text(name, spec.scalar, value))
+        if spec is not None and (isinstance(value, kind) or isinstance(value, list) and spec.is_list):
+            value = ([_text_read(name, spec.scalar, kind, item) for item in value] if isinstance(value, list)
+                     else _text_read(name, spec.scalar, kind, value))
         read[name] = value
     return read
 
 
+def _text_read(name: str, scalar: type, kind: type, value: Any) -> Any:
+    if not isinstance(value, kind):
+        return value
+    if scalar in (int, float):
+        return number_from_text(name, scalar, value)
+    if scalar is bool and value in _SWITCH_TEXTS:
+        return value.lower() == "true"
+    return str(value)
+
+
+_SWITCH_TEXTS = ("true", "True", "TRUE", "false", "False", "FALSE")  # YAML 1.2's and JSON's spellings
+
+
 def number_from_text(name: str, scalar: type, text: Any) -> Any:
-    """A number the command line gives as text: `3`, `1e-2`, `nan` (refused later by its domain); a whole number
-    may be written `1e3`, and digits alone are read exactly (400 of them are beyond what the option holds, not
-    infinite). Anything else is refused naming the option and the type it takes."""
+    """A number given as text (a flag's, a config file's bare value): `3`, `-2.5`, `1e-2` in plain decimal
+    notation (`lines.NUMBER_TEXT`, the rule of numbers in data files: int() and float() would also take `1_0`,
+    `٣` or `１`, and YAML 1.1 `010` as octal and `1:20` in base 60), or `nan`/`inf` (refused later by its domain); a
+    whole number may be written `1e3`, and digits alone are read exactly (400 of them are beyond what the option
+    holds, not infinite). Anything else is refused naming the option and the type it takes."""
     if not isinstance(text, str):
         return text
-    digits = text.strip()
-    if digits.lstrip("+-").isdigit() and digits.lstrip("+-").isascii():  # exactly, beyond a float's range too
-        return int(digits)  # (`_number` makes it the option's type, or refuses it beyond that type's range)
-    try:
-        number = float(digits)
-    except ValueError:
-        raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[scalar]}, got {text!r}") from None
+    if INTEGER_TEXT.fullmatch(text):  # exactly, beyond a float's range too
+        try:
+            return int(text)  # (`_number` makes it the option's type, or refuses it beyond that type's range)
+        except ValueError:  # more digits than int() reads (`sys.get_int_max_str_digits()`)
+            raise _beyond(_flag(name), scalar, format(decimal.Decimal(text), ".2e")) from None
+    if not (NUMBER_TEXT.fullmatch(text) or NON_FINITE_TEXT.fullmatch(text)):
+        raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[scalar]}, got {quoted(text)}")
+    number = float(text)
     if scalar is int and math.isfinite(number):
         if not number.is_integer():
-            raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[int]}, got {text!r}")
-        return int(text) if text.strip().lstrip("+-").isdigit() else int(number)
+            raise ConfigError(f"{_flag(name)}: expected {_TYPE_WORDS[int]}, got {quoted(text)}")
+        return int(number)
     return number
 
 
@@ -804,15 +845,21 @@ def _number(flag: str, scalar: type, value: Any, domain: Domain | None) -> int |
             raise ConfigError(f"{flag}: expected {_TYPE_WORDS[int]}, got {value}")
         value = int(value)
         if abs(value) > INT64:
-            raise ConfigError(f"{flag}: {whole_text(value)} is beyond what a whole-number option holds (2**63 - 1)")
+            raise _beyond(flag, int, whole_text(value))
     elif whole and abs(int(value)) > sys.float_info.max:
-        raise ConfigError(f"{flag}: {whole_text(int(value))} is beyond what a number option holds "
-                          f"({sys.float_info.max:.2e})")
+        raise _beyond(flag, float, whole_text(int(value)))
     else:
         value = float(value)
     if domain is not None and not domain.holds(value):
         raise ConfigError(f"{flag}: {domain.describe()}, got {value}")
     return value
+
+
+def _beyond(flag: str, scalar: type, shown: str) -> ConfigError:
+    """The refusal of a whole number (`shown` short) beyond what an option of `scalar` holds."""
+    holds = "a whole-number option holds (2**63 - 1)" if scalar is int else (
+        f"a number option holds ({sys.float_info.max:.2e})")
+    return ConfigError(f"{flag}: {shown} is beyond what {holds}")
 
 
 def _shown(value: Any) -> str:
