@@ -37,6 +37,8 @@ FLOORS = (
 )
 KNOWN_FUNCTION_CYCLES = {
     ("retromae.models.encoder", "retromae.models.encoder_config"),  # EncoderOptions.load_encoder builds an Encoder
+    # load_masked_lm lowercases as a sentence-transformers folder declares, by the encoder's reading of such folders
+    ("retromae.models.encoder", "retromae.models.encoder_config", "retromae.models.masked_lm"),
 }
 
 

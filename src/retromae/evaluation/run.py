@@ -268,7 +268,7 @@ def cache_key(config: EvaluateConfig, model: str, encoder: Encoder) -> str:
     """The cache folder name of one model's corpus vectors: a hash of what makes its vectors (the model's files, by
     content, so that a link to the model or a copy of it finds the same vectors; pooling, passage prefix as put
     (`side_prefix`) and length, batch size, precision, backend and quantization), never of the name it was given by."""
-    from retromae.models.encoder import side_prefix
+    from retromae.models.encoder import side_prefix  # torch: only when a model's vectors are cached
 
     made_by = {"model": input_fingerprint(model), "pooling": encoder.pooling, "normalize": encoder.normalize,
                "prefix": side_prefix(encoder, "passage", config.passage_prefix),

@@ -513,6 +513,7 @@ class Encoder:
                 check_max_length(self.model.config, getattr(options, field.name), field.name, self.tokenizer)
 
     @quiet_entry_point
+    @checked_arguments(EncoderArguments, unchecked=("path",), overwrite="overwrite")
     def save(self, path: str | Path, overwrite: bool = False) -> None:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length), into
         `path` claimed as a command claims its output folder (`runtime.run_folder.claim_folder`, as `Encoder.save`):

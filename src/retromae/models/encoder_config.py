@@ -139,6 +139,7 @@ class EncoderArguments(EncoderOptions):
 
     max_length: int | None = option(None, "max tokens per text; default: the model's own", POSITIVE)
     prefix: str = option("", "text put before every text")
+    overwrite: bool = option(False, "replace the files of an earlier save at the path (`Encoder.save`)")
 
 
 def dtype_name(dtype: Any) -> Any:

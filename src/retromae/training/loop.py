@@ -101,8 +101,7 @@ class Trainer:
         return self.accelerator.unwrap_model(self.model)
 
     def run(self) -> None:
-        """Train to `max_steps` (resuming first when asked); with `save_every`, the final step is checkpointed too.
-        `self.summary` holds the run's numbers, said by `say_summary`."""
+        """Train to `max_steps` (resuming first when asked), the last step checkpointed with `save_every`."""
         started = time.perf_counter()
         check_room(self.config, self.model)
         metrics = self._resume()
@@ -165,9 +164,7 @@ class Trainer:
         self.summary.seconds = time.perf_counter() - started
 
     def say_summary(self) -> None:
-        """The summary line (final losses, wall time, tokens/s) on the main process. The caller says it once what
-        the run must save is saved (the exported model): a line that fails to print (a full disk, a closed reader)
-        then loses nothing."""
+        """The summary line (losses, wall time, tokens/s) on the main process, said once the run's model is saved."""
         if self.accelerator.is_main_process:
             say(self.summary.line())
 
