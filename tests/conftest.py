@@ -5,7 +5,8 @@ they load and the processes they start would write to (Hugging Face, matplotlib,
 token stores, $TMPDIR for torch.distributed.run's `torchelastic_*` folders) points into one folder, removed when
 the session ends, so the suite leaves nothing outside its temporary folders. The model libraries are imported
 inside the fixtures for that reason: Hugging Face reads its cache location when first imported. The session also
-fixes `auto` precision to float32 on every CPU (`FIXED_VARIABLES`), so no figure depends on the test machine's AMX.
+fixes `auto` precision to float32 on every CPU (`FIXED_VARIABLES`), so no figure depends on the test machine's AMX,
+and lets torch's threads wait between parallel regions as a `retromae` command's do (`runtime.threads`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ SANDBOX_VARIABLES = {"HF_HOME": "huggingface", "HF_HUB_CACHE": "huggingface/hub"
                      "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TMPDIR": "tmp"}
 # Float32 under `auto` precision on every CPU (bf16 autocast is its default where the CPU has AMX), so a test's
 # figures do not depend on the machine it runs on; tests of the bf16 default set the variable themselves.
-FIXED_VARIABLES = {"RETROMAE_CPU_BF16": "0"}
+# Passive waiting, which the CLI sets for every command it starts: torch imported in this process (the tests, the API)
+# would otherwise spin its threads between parallel regions, against each other and every other process on the
+# cores (on a busy 2-core machine test_objectives.py took 82 CPU seconds so, 8 passive). Set before torch is imported.
+FIXED_VARIABLES = {"RETROMAE_CPU_BF16": "0", "OMP_WAIT_POLICY": "PASSIVE"}
 SANDBOX = pytest.StashKey[tuple[Path, dict[str, str | None]]]()  # the folder, and the variables' previous values
 
 

@@ -65,9 +65,11 @@ def _record_max_length(folder: Path, max_length: int) -> None:
 
 def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bool, max_length: int | None) -> None:
     """modules.json and the Pooling (and Normalize) modules beside a model folder's weights, so that
-    `SentenceTransformer(folder)` pools as the model was trained rather than by its default mean, unnormalised."""
+    `SentenceTransformer(folder)` pools as the model was trained rather than by its default mean, unnormalised.
+    sentence-transformers' model card is not made: none of it is kept (compiling its template took most of a small
+    model's export)."""
     with tempfile.TemporaryDirectory(prefix=".modules.", dir=folder.parent) as scratch:
-        _sentence_transformer(folder, pooling, normalize, max_length).save(scratch)
+        _sentence_transformer(folder, pooling, normalize, max_length).save(scratch, create_model_card=False)
         for entry in Path(scratch).iterdir():
             if entry.is_dir():
                 shutil.copytree(entry, folder / entry.name, dirs_exist_ok=True)
@@ -107,12 +109,13 @@ def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str | No
     """Wrap an exported encoder folder as a sentence-transformers model with the given pooling (default: the one
     its metadata declares) and the `max_length` its metadata declares as `max_seq_length`. Its similarity is the
     score the model was trained and is searched with: the dot product of unnormalised vectors (cosine when they are
-    normalised), so that sentence-transformers and mteb rank as `retromae evaluate` does."""
+    normalised), so that sentence-transformers and mteb rank as `retromae evaluate` does. Its model card (README.md)
+    is the run's (`models.model_card`), not the one sentence-transformers would make."""
     pooling = pooling or describe_folder(str(encoder_dir)).pooling.pooling
     max_length = declared_max_length(encoder_dir)
     model = _sentence_transformer(encoder_dir, pooling, normalize, max_length)
     with atomic_directory(Path(path)) as staging:
-        model.save(str(staging))
+        model.save(str(staging), create_model_card=False)
         if max_length is not None:
             _record_max_length(staging, max_length)
 
