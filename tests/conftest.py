@@ -129,6 +129,13 @@ def tiny_beir(folder: Path, seed: int = 7) -> None:
         (folder / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
 
 
+def error_line(capsys) -> str:
+    """The one line a refused command wrote to standard error (no traceback), as the refusal tests read it."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err.strip()
+
+
 def command_inputs(folder: Path, tiny_model: Path) -> dict[str, Path]:
     """In `folder`: a model folder, a BEIR folder, its encoding, its index and a training file, keyed as the commands'
     case tables name them (M, B, E, I, T, C: the corpus, Q: the queries)."""

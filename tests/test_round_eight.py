@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import command_inputs, tiny_beir
+from conftest import command_inputs, error_line, tiny_beir
 from test_output_paths import CASES
 
 import retromae.evaluation.run
@@ -30,12 +30,6 @@ from retromae.cli import main
 from retromae.evaluation import evaluate_run
 from retromae.runtime.errors import NonFiniteError
 from retromae.runtime.options import ConfigError
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 @pytest.fixture()

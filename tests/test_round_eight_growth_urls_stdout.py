@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import command_inputs, make_sentences, tiny_beir
+from conftest import command_inputs, error_line, make_sentences, tiny_beir
 from test_output_paths import CASES
 
 from retromae.cli import main
@@ -41,12 +41,6 @@ from retromae.reranking.run import _load_classifier
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 def command_line(case: tuple[str, str], folder: Path, **words: object) -> list[str]:

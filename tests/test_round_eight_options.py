@@ -19,7 +19,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from conftest import tiny_beir
+from conftest import error_line, tiny_beir
 from test_option_domains import commands
 
 from retromae.adaptation.config import AdaptConfig
@@ -37,12 +37,6 @@ from retromae.runtime.options import (
     steps_from_passes,
     whole_text,
 )
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 @pytest.fixture(scope="module")

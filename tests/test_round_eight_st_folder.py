@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import command_inputs, make_sentences, tiny_bert_config
+from conftest import command_inputs, error_line, make_sentences, tiny_bert_config
 
 from retromae import Encoder, Searcher
 from retromae.cli import main
@@ -36,12 +36,6 @@ from retromae.runtime.run_folder import input_fingerprint
 
 PROMPT = "Represent this sentence for searching relevant passages: "
 TEXTS = [sentence.title() for sentence in make_sentences(6, seed=5)]  # capitals, for a cased tokenizer
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 def edit_json(path: Path, **values) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import command_inputs
+from conftest import command_inputs, error_line
 from test_output_paths import CASES
 
 import retromae.retrieval.index
@@ -34,12 +34,6 @@ from retromae.runtime.run_folder import claim_file, claim_folder, file_fingerpri
 
 SOURCE = Path(retromae.retrieval.index.__file__).parents[1]
 BAD = os.fsdecode(b"b\xff.jsonl")  # a Latin-1 name from an old archive: its byte 0xFF is no UTF-8
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tiny_beir
+from conftest import error_line, tiny_beir
 
 from retromae import Searcher
 from retromae.adaptation import guard
@@ -35,12 +35,6 @@ from retromae.runtime.options import ConfigError, build_config
 
 ST_FILE = "config_sentence_transformers.json"
 PROMPTS = {"query": "query: ", "document": "passage: "}
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 def prompted_folder(tiny_model_dir: Path, folder: Path, prompts: dict[str, str]) -> Path:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import command_inputs, make_sentences, tiny_bert_config
+from conftest import command_inputs, error_line, make_sentences, tiny_bert_config
 from test_os_failures import read_only  # noqa: F401  (a fixture: a read-only mount as root, else mode 0555)
 from test_output_paths import CASES, COMMANDS
 from test_round_eight_st_folder import TEXTS
@@ -39,12 +39,6 @@ from retromae.runtime.errors import ConfigError
 from retromae.runtime.io import PATH_VARIABLES, refused_write
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import build_config
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
 
 
 @pytest.fixture(scope="module")
