@@ -25,7 +25,7 @@ from retromae.data.retrieval_sets import load_corpus, load_queries
 from retromae.evaluation.config import EvaluateConfig
 from retromae.models import encoder as encoder_module
 from retromae.models.encoder import Encoder
-from retromae.models.export import export_encoder
+from retromae.models.export import export_encoder, export_sentence_transformer
 from retromae.models.masked_lm import load_masked_lm
 from retromae.retrieval import search as search_module
 from retromae.retrieval.config import EncodeConfig, SearchConfig
@@ -246,3 +246,20 @@ def test_an_empty_prefix_given_where_nothing_is_encoded_is_refused(argv, tmp_pat
     config_cls = {"evaluate": EvaluateConfig, "encode": EncodeConfig, "search": SearchConfig}[argv[0]]
     with pytest.raises(ConfigError, match="^--query-prefix: acts only "):
         build_config(config_cls, parse(argv))
+
+
+def test_an_export_names_the_prompts_it_is_given_for_retromae_and_sentence_transformers(world, tmp_path):
+    """`adapt` keeping its base exports it with the prompts the guard scored it with (`export_encoder(prompts=)`):
+    retromae reads them back by side, sentence-transformers by name, and the sentence-transformers copy keeps them."""
+    from sentence_transformers import SentenceTransformer
+
+    encoder = Encoder.load(world["model"], device="cpu")
+    export_encoder(encoder.model, encoder.tokenizer, tmp_path / "encoder", pooling="mean", prompts=encoder.prompts)
+    export_sentence_transformer(tmp_path / "encoder", tmp_path / "st")
+    sides = {"query": "query: ", "passage": "passage: "}
+    assert encoder.prompts == sides
+    for folder in ("encoder", "st"):
+        assert Encoder.load(tmp_path / folder, device="cpu").prompts == sides
+        assert SentenceTransformer(str(tmp_path / folder), device="cpu").prompts == PROMPTS
+    export_encoder(encoder.model, encoder.tokenizer, tmp_path / "candidate", pooling="mean")
+    assert Encoder.load(tmp_path / "candidate", device="cpu").prompts == {}

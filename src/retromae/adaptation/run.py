@@ -121,7 +121,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     best, scored, state = run_guard(encoder, data.validation, states, prefix, config.mix, base, ENCODE_BATCH,
                                     config.seed)
     encoder.model.load_state_dict(state)
-    export(encoder, config, output, pooling.normalize)
+    export(encoder, config, output, pooling.normalize, encoder.prompts if best.step == 0 else {})
     record = exported_record(config, output, data, best, scored, steps, again)
     report = (summary(best, scored, data.description, labelled=config.validation is not None,
                       adapted_before=record["adapted_before"]) + "\n" + next_step(config, record["systems"]))
@@ -283,11 +283,12 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: Poolin
     return StageConfig(**{**shared, **own})
 
 
-def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool) -> None:
+def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool, prompts: dict[str, str]) -> None:
     """OUTPUT/encoder/ and OUTPUT/sentence-transformer/ of the encoder as it now is, with the base's pooling,
-    similarity and declared input length."""
+    similarity and declared input length, and the named `prompts` it was scored with: the base's where the base is
+    kept (the guard scores it with them, `guard.score_candidate`), none for a candidate (trained and scored without)."""
     export_encoder(encoder.model, encoder.tokenizer, output / "encoder", pooling=encoder.pooling,
-                   normalize=normalize, max_length=declared_max_length(config.model))
+                   normalize=normalize, max_length=declared_max_length(config.model), prompts=prompts)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
 
 

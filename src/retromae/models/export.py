@@ -33,24 +33,29 @@ SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.jso
 
 
 def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path,
-                   pooling: str = "cls", normalize: bool = False, max_length: int | None = None) -> None:
+                   pooling: str = "cls", normalize: bool = False, max_length: int | None = None,
+                   prompts: dict[str, str] | None = None) -> None:
     """Save the base encoder (no MLM head) with its tokenizer, pooling and max length, loadable by `AutoModel` and,
     pooling and truncating the same way, by `SentenceTransformer`. `max_length` is the source model's declared
-    input length (`declared_max_length`); without one, the length `Encoder.load` gives the model."""
+    input length (`declared_max_length`); without one, the length `Encoder.load` gives the model. `prompts` (side →
+    text, as `Encoder.prompts`) are named in the folder, so that retromae and sentence-transformers' `encode_query`
+    / `encode_document` put them (`st_prompts`)."""
     check_weights(model.base_model, f"{path}: not exported")
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        write_encoding_files(staging, pooling, normalize, max_length or default_max_length(model, tokenizer, None))
+        write_encoding_files(staging, pooling, normalize, max_length or default_max_length(model, tokenizer, None),
+                             prompts)
 
 
-def write_encoding_files(folder: Path, pooling: str, normalize: bool, max_length: int) -> None:
+def write_encoding_files(folder: Path, pooling: str, normalize: bool, max_length: int,
+                         prompts: dict[str, str] | None = None) -> None:
     """How the model in `folder` turns text into a vector, in every file that a reader of the folder looks at:
-    `retromae_encoder.json` (ours), the sentence-transformers modules with `max_seq_length`, and the tokenizer's
-    `model_max_length` (where sentence-transformers 6 and a plain `AutoTokenizer` read it)."""
+    `retromae_encoder.json` (ours), the sentence-transformers modules with `max_seq_length` and the named `prompts`,
+    and the tokenizer's `model_max_length` (where sentence-transformers 6 and a plain `AutoTokenizer` read it)."""
     metadata = {"pooling": pooling, "normalize": normalize, "max_length": max_length}
     write_text_atomic(folder / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
-    _add_sentence_transformers_modules(folder, pooling, normalize, max_length)
+    _add_sentence_transformers_modules(folder, pooling, normalize, max_length, prompts)
     _record_max_length(folder, max_length)
 
 
@@ -63,13 +68,14 @@ def _record_max_length(folder: Path, max_length: int) -> None:
         write_text_atomic(folder / name, json.dumps(values, indent=2) + "\n")
 
 
-def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bool, max_length: int | None) -> None:
+def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bool, max_length: int | None,
+                                       prompts: dict[str, str] | None = None) -> None:
     """modules.json and the Pooling (and Normalize) modules beside a model folder's weights, so that
     `SentenceTransformer(folder)` pools as the model was trained rather than by its default mean, unnormalised.
     sentence-transformers' model card is not made: none of it is kept (compiling its template took most of a small
     model's export)."""
     with tempfile.TemporaryDirectory(prefix=".modules.", dir=folder.parent) as scratch:
-        _sentence_transformer(folder, pooling, normalize, max_length).save(scratch, create_model_card=False)
+        _sentence_transformer(folder, pooling, normalize, max_length, prompts).save(scratch, create_model_card=False)
         for entry in Path(scratch).iterdir():
             if entry.is_dir():
                 shutil.copytree(entry, folder / entry.name, dirs_exist_ok=True)
@@ -77,9 +83,11 @@ def _add_sentence_transformers_modules(folder: Path, pooling: str, normalize: bo
                 shutil.copy(entry, folder / entry.name)
 
 
-def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_length: int | None):
-    """A SentenceTransformer over the model in `encoder_dir`: its transformer, the pooling, optionally Normalize.
-    Built in the middle of a training (a best-probe export), it leaves the global RNG as it found it."""
+def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_length: int | None,
+                          prompts: dict[str, str] | None = None):
+    """A SentenceTransformer over the model in `encoder_dir`: its transformer, the pooling, optionally Normalize, the
+    named `prompts` (`st_prompts`). Built in the middle of a training (a best-probe export), it leaves the global RNG
+    as it found it."""
     # sentence-transformers: only when a sentence-transformers folder is written
     from sentence_transformers import SentenceTransformer
     try:  # the same, where sentence-transformers 6 keeps them
@@ -92,7 +100,15 @@ def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_
     modules: list[nn.Module] = [transformer, Pooling(transformer.auto_model.config.hidden_size, pooling)]
     if normalize:
         modules.append(Normalize())
-    return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine" if normalize else "dot")
+    return SentenceTransformer(modules=modules, device="cpu", similarity_fn_name="cosine" if normalize else "dot",
+                               prompts=st_prompts(prompts or {}))
+
+
+def st_prompts(sides: dict[str, str]) -> dict[str, str]:
+    """Named prompts by side ("query", "passage": `Encoder.prompts`) as sentence-transformers names them ("query",
+    "document": what `encode_query` and `encode_document` put), which retromae reads back (`named_prompts`)."""
+    names = {"query": "query", "passage": "document"}
+    return {names[side]: prompt for side, prompt in sides.items()}
 
 
 def declared_max_length(source: str | Path) -> int | None:
@@ -111,9 +127,10 @@ def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str | No
     score the model was trained and is searched with: the dot product of unnormalised vectors (cosine when they are
     normalised), so that sentence-transformers and mteb rank as `retromae evaluate` does. Its model card (README.md)
     is the run's (`models.model_card`), not the one sentence-transformers would make."""
-    pooling = pooling or describe_folder(str(encoder_dir)).pooling.pooling
+    described = describe_folder(str(encoder_dir))
+    pooling = pooling or described.pooling.pooling
     max_length = declared_max_length(encoder_dir)
-    model = _sentence_transformer(encoder_dir, pooling, normalize, max_length)
+    model = _sentence_transformer(encoder_dir, pooling, normalize, max_length, described.prompts)
     with atomic_directory(Path(path)) as staging:
         model.save(str(staging), create_model_card=False)
         if max_length is not None:
