@@ -39,6 +39,12 @@ def _tag() -> str:
     return f"pid{os.getpid()}@{socket.gethostname()}"
 
 
+def _temporary_folder(beside: Path) -> Path:
+    """A new folder of this process beside `beside`: `.NAME.pid<N>@<host>.XXXXXXXX.tmp`, the name `clear_debris`
+    recognises."""
+    return Path(tempfile.mkdtemp(prefix=f".{beside.name}.{_tag()}.", suffix=".tmp", dir=beside.parent))
+
+
 def clear_debris(folder: Path) -> None:
     """Remove the temporary folders in `folder` (`private_folder`) of builders of this host whose process is gone
     (killed while building); those of live processes, and of other hosts, stay."""
@@ -67,7 +73,7 @@ def private_folder(beside: Path) -> Iterator[Path]:
     beside = Path(beside)
     beside.parent.mkdir(parents=True, exist_ok=True)
     clear_debris(beside.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{beside.name}.{_tag()}.", suffix=".tmp", dir=beside.parent))
+    tmp = _temporary_folder(beside)
     try:
         yield tmp
     finally:
@@ -111,7 +117,7 @@ def _move_aside(path: Path, identity: tuple[int, int] | None) -> None:
     first, so that no one finds it half deleted."""
     if identity is None or _identity(path) != identity:
         return
-    aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_tag()}.", suffix=".tmp", dir=path.parent))
+    aside = _temporary_folder(path)
     with contextlib.suppress(FileNotFoundError):
         os.replace(path, aside / "damaged")
     shutil.rmtree(aside, ignore_errors=True)
