@@ -162,12 +162,12 @@ def check_cache_setting(writes: bool = False) -> None:
     command claims its output first."""
     for name in PATH_VARIABLES:
         path_variable(name)
-    setting = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default cache"
-    if setting != "the default cache" or writes:
+    setting = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else None
+    if setting is not None or writes:
         try:
             check_folder_option(cache_folder(), writes)
         except ValueError as error:
-            raise FileSystemError(f"{setting}: {error}") from None
+            raise FileSystemError(f"{setting or 'the default cache'}: {error}") from None
 
 
 def _kind_there(path: Path) -> str | None:
