@@ -128,8 +128,7 @@ def export_sentence_transformer(encoder_dir: Path, path: Path, pooling: str | No
     normalised), so that sentence-transformers and mteb rank as `retromae evaluate` does. Its model card (README.md)
     is the run's (`models.model_card`), not the one sentence-transformers would make."""
     described = describe_folder(str(encoder_dir))
-    pooling = pooling or described.pooling.pooling
-    max_length = declared_max_length(encoder_dir)
+    pooling, max_length = pooling or described.pooling.pooling, described.max_length
     model = _sentence_transformer(encoder_dir, pooling, normalize, max_length, described.prompts)
     with atomic_directory(Path(path)) as staging:
         model.save(str(staging), create_model_card=False)

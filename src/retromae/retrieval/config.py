@@ -117,11 +117,12 @@ class EncodeConfig(OutputOptions, EncoderOptions):
             setattr(self, f"{side}_max_length", self.max_length)
 
     @property
-    def text_options(self) -> tuple[str | None, int | None]:
-        """(prefix, None where not given; max length) of the texts this run encodes."""
+    def text_options(self) -> tuple[str, str | None, int | None]:
+        """(side, "query" or "passage"; its prefix, None where not given; its max length) of the texts this run
+        encodes."""
         if self.queries is not None:
-            return self.query_prefix, self.query_max_length
-        return self.passage_prefix, self.passage_max_length
+            return "query", self.query_prefix, self.query_max_length
+        return "passage", self.passage_prefix, self.passage_max_length
 
 
 @dataclasses.dataclass

@@ -67,9 +67,9 @@ def encode(config: EncodeConfig) -> Path:
     from retromae.retrieval.encode import encode_to_dir
 
     ids, texts = read_texts(config)
-    given, max_length = config.text_options
+    side, given, max_length = config.text_options
     encoder = config.load_encoder(process_state().device)
-    prefix = side_prefix(encoder, "query" if config.queries is not None else "passage", given)
+    prefix = side_prefix(encoder, side, given)
     return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,
