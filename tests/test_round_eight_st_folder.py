@@ -157,7 +157,7 @@ def test_a_setting_that_changes_the_vectors_is_refused_naming_the_file_and_field
 PASSING = {
     ST_FILE: {"similarity_fn_name": "cosine", "prompts": {"query": PROMPT, "passage": "passage: "},
               "default_prompt_name": None, "requirements": ["x"], "__version__": {"sentence_transformers": "9.0"}},
-    BERT_FILE: {"do_lower_case": False, "unpad_inputs": True, "query_length": 8, "document_length": 16,
+    BERT_FILE: {"do_lower_case": False, "unpad_inputs": True, "query_length": None, "document_length": None,
                 "model_args": {}, "tokenizer_name_or_path": None},
     POOLING_FILE: {"include_prompt": True, "embedding_dimension": 32},
 }

@@ -55,6 +55,7 @@ RANKING_NAMES = ", ".join(metric.name for metric in metrics(RANKING))  # ndcg, m
 RANKING_TITLES = ", ".join(f"{metric.long_title}@k" for metric in metrics(RANKING))  # NDCG@k, MRR@k, Recall@k, ...
 
 
+SIDE_OPTIONS = ("query_prefix", "passage_prefix", "query_max_length", "passage_max_length")  # a query's, a passage's
 WITH_MODEL = Acts(lambda config: bool(config.model), "with --model (a run file is scored as it is)",
                   {"model": ["x"]}, ({"model": None, "run": "x"},))
 
@@ -172,6 +173,16 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
         """The encoder of the (first) model."""
         return self.load_model(self.models[0], device)
+
+    def check_sts_options(self) -> None:
+        """ConfigError naming the first option of a query or passage side (its prefix or max length) given for STS
+        pairs, which are neither: each sentence is encoded as it is, as sentence-transformers'
+        EmbeddingSimilarityEvaluator encodes it (`encode`, no prompt, at the model's own length)."""
+        for name in SIDE_OPTIONS:
+            require(getattr(self, name) is None, name,
+                    "does not act on STS pairs: their sentences are neither queries nor passages, and each is encoded "
+                    "as it is, at the model's own length and with no prompt (as sentence-transformers' "
+                    "EmbeddingSimilarityEvaluator encodes them); drop it")
 
     @property
     def report_folder(self) -> Path | None:

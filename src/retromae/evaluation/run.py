@@ -103,6 +103,7 @@ def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
     from retromae.evaluation.sts import check_gold, sts_correlations  # numpy: only for STS (`evaluate --run` light)
 
     require(bool(config.models), "model", "STS evaluation needs a model (a run has no similarities)")
+    config.check_sts_options()
     first, second, gold = load_sts_pairs(path)
     check_gold(gold, str(path))  # before the model loads
     encoder = config.load_encoder()
@@ -167,7 +168,7 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
     encoders = {name: config.load_model(path) for name, path in systems.models.items()}  # a refused model: no folder
     folder = config.report_folder
     if folder is not None:
-        identity = run_identity(config, RUN_NEUTRAL | {"device"})
+        identity = run_identity(config, RUN_NEUTRAL | {"device"}) | prefixes_put(config, encoders)
         claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
                      overwrite=config.overwrite, resumable=False, inputs=input_paths(config))
     root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
@@ -189,6 +190,20 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
         write_report(table, folder, {**models_about(systems), "split": config.split,
                                      "data": {name: str(path) for name, path in sets.items()}, **hybrid_about(config)})
     return table
+
+
+def prefixes_put(config: EvaluateConfig, encoders: dict[str, Encoder]) -> dict[str, Any]:
+    """The prefix options as a table's run identity records them: as put (`side_prefix`) where a side is not given
+    and a model names a prompt for it (the text, or a list of each model's where they differ); else as given, so that
+    the records of models without prompts are those they were."""
+    from retromae.models.encoder import side_prefix  # torch: only when models are evaluated
+
+    put: dict[str, Any] = {}
+    for side in ("query", "passage"):
+        if getattr(config, f"{side}_prefix") is None and any(side in e.prompts for e in encoders.values()):
+            values = [side_prefix(encoder, side, None) for encoder in encoders.values()]
+            put[f"{side}_prefix"] = values[0] if len(set(values)) == 1 else values
+    return put
 
 
 def models_about(systems: Systems) -> dict[str, Any]:

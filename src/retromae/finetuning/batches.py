@@ -162,15 +162,17 @@ class GroupCollator:
     and teacher_scores (B, G) when the groups carry scores.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, query_max_length: int, passage_max_length: int) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, query_max_length: int, passage_max_length: int,
+                 prefixes: dict[str, str] | None = None) -> None:
         self.tokenizer = tokenizer
         self.query_max_length, self.passage_max_length = query_max_length, passage_max_length
+        self.prefixes = prefixes or {}  # side → the text put before each of its texts (`run.training_prefixes`)
 
-    def _encode(self, texts: list[str], max_length: int, prefix: str) -> dict[str, torch.Tensor]:
-        tokens = self.tokenizer(clip_texts(self.tokenizer, texts, max_length), truncation=True, max_length=max_length,
-                                padding=True,
+    def _encode(self, texts: list[str], max_length: int, side: str) -> dict[str, torch.Tensor]:
+        texts = clip_texts(self.tokenizer, texts, max_length, self.prefixes.get(side, ""))
+        tokens = self.tokenizer(texts, truncation=True, max_length=max_length, padding=True,
                                 return_token_type_ids=False, return_tensors="pt")
-        return {f"{prefix}_input_ids": tokens["input_ids"], f"{prefix}_attention_mask": tokens["attention_mask"]}
+        return {f"{side}_input_ids": tokens["input_ids"], f"{side}_attention_mask": tokens["attention_mask"]}
 
     def __call__(self, groups: list[tuple[str, list[str], tuple[float, ...] | None]]) -> dict[str, torch.Tensor]:
         batch = self._encode([query for query, _, _ in groups], self.query_max_length, "query")

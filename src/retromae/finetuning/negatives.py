@@ -12,7 +12,7 @@ the model.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelerate import Accelerator
@@ -72,6 +72,7 @@ class Miner:
     query_max_length: int | None = None
     passage_max_length: int | None = None
     batch_size: int = 64
+    prefixes: dict[str, str] = field(default_factory=dict)  # side → the prefix put (`dense_rankings`; none: default)
 
     def rankings(self, method: str, show_progress: bool = True) -> list[list[int]]:
         """Each example's passage rows, best first, by "bm25" or by the dense towers ("model")."""
@@ -79,7 +80,8 @@ class Miner:
             return bm25_rankings(self.data, self.options.rank_end, show_progress)
         return dense_rankings(self.encoder, self.data, self.options.rank_end, self.batch_size,
                               self.query_max_length, self.passage_max_length, show_progress,
-                              query_encoder=self.query_encoder)
+                              query_encoder=self.query_encoder, query_prefix=self.prefixes.get("query"),
+                              passage_prefix=self.prefixes.get("passage"))
 
     def mine(self, method: str, accelerator: Accelerator, seed: int, show_progress: bool = True) -> None:
         """Replace every example's negatives with freshly mined ones (mined on process 0, sent to the others), the

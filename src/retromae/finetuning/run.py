@@ -21,7 +21,7 @@ from retromae.finetuning.memory import measure_step_memory, memory_budget, plan_
 from retromae.finetuning.model import DualEncoder, LossOptions, estimated_step_seconds, freeze_unused_parameters
 from retromae.finetuning.negatives import NEGATIVES_DIR, Miner, NegativeRefresher, load_latest_negatives, save_negatives
 from retromae.finetuning.plan import plan_line, resolve_defaults, resolve_steps
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import Encoder, side_prefix
 from retromae.models.export import export_encoder, export_sentence_transformer
 from retromae.models.model_card import write_model_cards
 from retromae.models.model_source import check_unknown_share
@@ -96,6 +96,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     data, source = _training_data(config, passage_encoder)
     resolve_defaults(config, data, passage_encoder.tokenizer, passage_encoder.model.config, accelerator.num_processes)
     group_size = config.resolved_group_size(source)
+    prefixes = training_prefixes(config, passage_encoder, query_encoder)
 
     def sampler(rank: int, world: int, start: int) -> GroupBatchSampler:
         return GroupBatchSampler(data, config.batch_size, group_size, config.seed, rank, world, start,
@@ -105,11 +106,11 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     resolve_steps(config, probe.batches_per_epoch)  # a count of steps beyond the step domain refused before the claim
     claim_output(config, "finetune", OUTPUTS, accelerator)
     miner = Miner(data, config, passage_encoder, query_encoder if config.untie else None, config.query_max_length,
-                  config.passage_max_length, config.encode_batch_size)
+                  config.passage_max_length, config.encode_batch_size, prefixes)
     _prepare_negatives(config, data, source, miner, accelerator)
     model = _dual_encoder(config, passage_encoder, query_encoder, group_size)
     collate, dataset = GroupCollator(passage_encoder.tokenizer, config.query_max_length,
-                                     config.passage_max_length), GroupDataset(data)
+                                     config.passage_max_length, prefixes), GroupDataset(data)
     _fit_to_first_batch(config, model, collate([dataset[group] for group in next(iter(probe))]),
                         passage_encoder.tokenizer.pad_token_id, accelerator, len(data.examples), group_size)
     refresher = (NegativeRefresher(miner, config.refresh_negatives_every, config.seed)
@@ -120,7 +121,7 @@ def finetune(config: FinetuneConfig | None = None, /, **options: Any) -> Path:
     trained = whole_model(accelerator, trainer.model,
                           lambda: _dual_encoder(config, *_load_encoders(config, accelerator.device), group_size))
     if accelerator.is_main_process:
-        _export(trained, passage_encoder, config, describe(config, source))
+        _export(trained, passage_encoder, config, describe(config, source), prefixes)
     accelerator.wait_for_everyone()
     trainer.say_summary()
     return output
@@ -145,10 +146,12 @@ def _fit_to_first_batch(config: FinetuneConfig, model: DualEncoder, first: dict,
     _plan(config, model, first, pad_id, accelerator, queries, group_size)
 
 
-def _export(trained: DualEncoder, passage_encoder: Encoder, config: FinetuneConfig, description: str) -> None:
-    """The towers as encoder and sentence-transformers folders, each with its model card."""
+def _export(trained: DualEncoder, passage_encoder: Encoder, config: FinetuneConfig, description: str,
+            prefixes: dict[str, str]) -> None:
+    """The towers as encoder and sentence-transformers folders, each with its model card, naming the `prefixes` they
+    were trained with as their prompts."""
     output = Path(config.output)
-    export_towers(trained, passage_encoder, output, passage_encoder.max_length)
+    export_towers(trained, passage_encoder, output, passage_encoder.max_length, prefixes)
     folders = [output / f"{tower}{kind}" for tower in ("", "query-") for kind in ("encoder", "sentence-transformer")]
     write_model_cards(folders, f"{output.name}: a dense retriever fine-tuned by retromae",
                       finetuning_facts(config, description))
@@ -180,16 +183,27 @@ def describe(config: FinetuneConfig, negatives: str) -> str:
     return f"fine-tuning with {kind} negatives{distill} ({config.max_steps:,} steps)"
 
 
-def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length: int | None = None) -> None:
+def training_prefixes(config: FinetuneConfig, passage: Encoder, query: Encoder) -> dict[str, str]:
+    """The prefix put before every query and every passage that fine-tuning trains and mines on: `side_prefix`'s
+    (--query-prefix and --passage-prefix as given, else the prompts the base's folder names, as E5's and BGE's
+    recipes fine-tune with their prompts), which the export names as its prompts (`export_towers`), so that it
+    encodes as it was trained."""
+    return {"query": side_prefix(query, "query", config.query_prefix),
+            "passage": side_prefix(passage, "passage", config.passage_prefix)}
+
+
+def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length: int | None = None,
+                  prefixes: dict[str, str] | None = None) -> None:
     """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied.
     They keep the starting model's pooling and `max_length` (the length it declares, else the one it was loaded
-    with)."""
+    with), and name the `prefixes` (side → text) put in training as the prompts of their sides."""
+    prompts = {side: prefix for side, prefix in (prefixes or {}).items() if prefix}
     towers = {"": model.passage_model}
     if model.untied_passage_model is not None:
         towers["query-"] = model.query_model
     for prefix, tower in towers.items():
         export_encoder(tower, encoder.tokenizer, output / f"{prefix}encoder", encoder.pooling, encoder.normalize,
-                       max_length)
+                       max_length, prompts)
         export_sentence_transformer(output / f"{prefix}encoder", output / f"{prefix}sentence-transformer",
                                     encoder.pooling, encoder.normalize)
 

@@ -81,13 +81,15 @@ ST_SIMILARITIES = (None, "cosine", "dot")
 MODULE_ORDER = ("Transformer", "Pooling", "Normalize")  # the sentence-transformers modules read, in the order run
 _PROMPTS_NOTED: set[tuple[str, str]] = set()  # (model, side) whose named prompt put was said (`side_prefix`)
 # The fields of sentence_bert_config.json, which sentence-transformers passes to its Transformer module (one it does
-# not know is an error there), each with the values under which `SentenceTransformer.encode` reads texts as `Encoder`
-# does; None: any value. `Encoder.load` applies max_seq_length and do_lower_case; unpad_inputs, backend and cache_dir
-# say how it runs; the query and document lengths and the query expansion act only in `encode_query` and
-# `encode_document` (as their prompts do), whose part --query-* and --passage-* options play here.
+# not know is an error there), each with the values under which `SentenceTransformer.encode`, `encode_query` and
+# `encode_document` read texts as `Encoder` does; None: any value. `Encoder.load` applies max_seq_length and
+# do_lower_case; unpad_inputs, backend and cache_dir say how it runs; query_length and document_length cut a query or a
+# document at their own length in `encode_query` and `encode_document` (a length retromae takes only from
+# --query-max-length and --passage-max-length), and query_expansion pads or cuts every query there: a folder is read
+# only without them.
 ST_TRANSFORMER_FIELDS: dict[str, tuple[Any, ...] | None] = {
-    **dict.fromkeys(("max_seq_length", "do_lower_case", "unpad_inputs", "backend", "cache_dir", "query_length",
-                     "document_length", "query_expansion")),
+    **dict.fromkeys(("max_seq_length", "do_lower_case", "unpad_inputs", "backend", "cache_dir")),
+    **dict.fromkeys(("query_length", "document_length", "query_expansion"), (None,)),
     "transformer_task": ("feature-extraction",),
     "modality_config": ({"text": {"method": "forward", "method_output_name": "last_hidden_state"}},),
     "module_output_name": ("token_embeddings",),
@@ -188,7 +190,7 @@ def _st_transformer(source: str, path: str) -> tuple[int | None, bool]:
         if allowed is not None and value not in allowed:
             raise ModelLoadError(f"{where}: {field} is {quoted(value)}: sentence-transformers would read texts "
                                  f"otherwise than retromae, which reads a folder only with {field} "
-                                 f"{' or '.join(map(quoted, allowed))} (or without it)")
+                                 f"{' or '.join('null' if v is None else quoted(v) for v in allowed)} (or without it)")
     lowercase = settings.get("do_lower_case", False)
     if not isinstance(lowercase, bool):
         raise ModelLoadError(f"{where}: do_lower_case is {quoted(lowercase)}; it must be true or false")
@@ -371,6 +373,12 @@ def describe_folder(source: str) -> FolderSpec:
     if modules is not None:
         return _sentence_transformers_spec(source, modules)
     return FolderSpec()
+
+
+def folder_prompts(source: Any) -> dict[str, str]:
+    """The named prompts by side (`named_prompts`) of the model folder `source`, as a record names it; none where it
+    is no local folder (moved since, or a hub name: a record's check reads no network)."""
+    return describe_folder(source).prompts if isinstance(source, str) and os.path.isdir(source) else {}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:

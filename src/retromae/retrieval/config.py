@@ -287,7 +287,7 @@ class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"data": ("training data", "split")}
     ACTS = {**encoder_acts(acts_with("negatives", "model", off="bm25"), "model", "query_max_length",
-                           "passage_max_length"),
+                           "passage_max_length", "query_prefix", "passage_prefix"),
             "split": acts_with_folder("data")}
     model: str | None = option(None, "dense model that ranks the passages", required_unless="--negatives bm25",
                                reads="model")
@@ -298,6 +298,12 @@ class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
+    query_prefix: str | None = option(None, "text put before every query the model ranks for, e.g. 'query: ' ('' "
+                                            "for none); default: the query prompt of the model's "
+                                            "config_sentence_transformers.json, if any")
+    passage_prefix: str | None = option(None, "text put before every passage the model ranks, e.g. 'passage: ' "
+                                              "('' for none); default: the document prompt of the model's "
+                                              "config_sentence_transformers.json, if any")
     seed: int = option(0, "seed of the sampling inside the rank window", SEED)
 
     def __post_init__(self) -> None:

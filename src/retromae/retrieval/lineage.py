@@ -13,6 +13,8 @@ Whatever a command derives from, or shows beside, such a record is checked here 
 - `check_model`: the query encoder against the model the documents were encoded with;
 - `check_prompts`: the query prompt a model's folder names, put by default, against the documents' prefix: refused
   where they were encoded without the passage prompt (an index encoded before the prompts were put by default);
+- `check_vector_prompts`: the prefixes query vectors and documents were encoded with, against the prompts the
+  model's folder names: refused where one side has its prompt and the other not;
 - `check_query_vectors`: query vectors against the documents' encoding (model, pooling, normalisation, width, and
   what ran the model: `check_inference`);
 - `check_inference`: what encodes the queries (backend and quantization, `retromae.models.backends`) against what
@@ -81,6 +83,25 @@ def check_prompts(prompts: dict[str, str], given: str | None, record: dict[str, 
     raise ConfigError(f"--query-prefix: the documents were encoded with the prefix {quoted(documents)} ({where} "
                       f"records it), and {model} puts {put} by default: give --query-prefix to say what their "
                       "queries need ('' for none), or encode the documents again with the model's passage prompt")
+
+
+def check_vector_prompts(query_info: dict[str, Any], recorded: dict[str, Any], prompts: dict[str, str], queries: Path,
+                         index: Path, flag: str = "--queries") -> None:
+    """ConfigError naming `flag` where query vectors (encode.json of `queries`) and the documents of `index` (their
+    record `recorded`) were encoded with prefixes of which one side is the prompt the model's folder names for it
+    (`prompts`: `models.encoder.named_prompts`) and the other not: a query encoded with the query prompt against
+    documents encoded without the passage prompt, or documents encoded with the passage prompt against queries
+    encoded without the query prompt (encoded before the prompts were put by default)."""
+    query, documents = query_info.get("prefix"), recorded.get("prefix")
+    if not (prompts and isinstance(query, str) and isinstance(documents, str)):
+        return
+    asked, offered = prompts.get("query", ""), prompts.get("passage", "")
+    if (asked and query == asked and documents != offered) or (offered and documents == offered and query != asked):
+        put = " and ".join(f"{quoted(prompt)} before a {side}" for side, prompt in sorted(prompts.items()))
+        raise ConfigError(f"{flag}: {queries} was encoded with the prefix {quoted(query)} and the documents of "
+                          f"{index} with {quoted(documents)} (their records say so), and {recorded.get('model')} "
+                          f"puts {put}: one side has the model's prompt and the other not; encode the queries "
+                          "again as the documents were (`retromae encode --queries` puts the model's query prompt)")
 
 
 def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path,

@@ -13,7 +13,7 @@ import numpy as np
 
 from retromae.data.ranking import ranked
 from retromae.data.training_groups import TrainingSet
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import Encoder, side_prefix
 from retromae.retrieval.bm25 import BM25
 from retromae.retrieval.index import build_index, search
 from retromae.retrieval.mining_options import MiningOptions
@@ -55,14 +55,18 @@ def bm25_rankings(data: TrainingSet, depth: int, show_progress: bool = True) -> 
 
 def dense_rankings(encoder: Encoder, data: TrainingSet, depth: int, batch_size: int = 64,
                    query_max_length: int | None = None, passage_max_length: int | None = None,
-                   show_progress: bool = True, query_encoder: Encoder | None = None) -> list[list[int]]:
+                   show_progress: bool = True, query_encoder: Encoder | None = None, query_prefix: str | None = None,
+                   passage_prefix: str | None = None) -> list[list[int]]:
     """Per example, passage rows ranked by inner product (exact search), best first (ties by passage id), at most
-    `depth`; queries go through `query_encoder` when the towers are separate."""
+    `depth`; queries go through `query_encoder` when the towers are separate. Each side gets the prefix `side_prefix`
+    puts (`query_prefix`, `passage_prefix` as given; None: the model's named prompt), as `evaluate` ranks."""
+    questions = query_encoder or encoder
     passages = encoder.encode(data.texts, batch_size=batch_size, max_length=passage_max_length,
-                              show_progress=show_progress,
+                              prefix=side_prefix(encoder, "passage", passage_prefix), show_progress=show_progress,
                               description=f"mining: encoding passages ({len(data.texts):,} texts)")  # (N, D)
-    queries = (query_encoder or encoder).encode(
+    queries = questions.encode(
         [example.query for example in data.examples], batch_size=batch_size, max_length=query_max_length,
-        show_progress=show_progress, description=f"mining: encoding queries ({len(data.examples):,} texts)")  # (Q, D)
+        prefix=side_prefix(questions, "query", query_prefix), show_progress=show_progress,
+        description=f"mining: encoding queries ({len(data.examples):,} texts)")  # (Q, D)
     _, rows = search(build_index(passages, "Flat"), queries, depth, ids=data.ids)  # (Q, k), k capped at N
     return [[int(row) for row in ranked if row >= 0] for ranked in rows]

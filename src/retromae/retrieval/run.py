@@ -38,7 +38,7 @@ from retromae.retrieval.index import (
     reading,
     save_index,
 )
-from retromae.retrieval.lineage import check_query_vectors, check_texts
+from retromae.retrieval.lineage import check_query_vectors, check_texts, check_vector_prompts
 from retromae.retrieval.recall import Recall, measure_recall, tune
 from retromae.retrieval.searcher import Hit, QueryEncoding, Run, Searcher
 from retromae.retrieval.texts import corpus_path
@@ -210,12 +210,15 @@ def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
 def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], Any, dict[str, str] | None]:
     """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to come
     from the index's encoder; the texts from the queries file its encode.json records."""
-    from retromae.retrieval.encode import INFO_FILE, load_embeddings  # torch: only when the command runs
+    from retromae.models.encoder import folder_prompts  # torch: only when the command runs
+    from retromae.retrieval.encode import INFO_FILE, load_embeddings
 
     with reading(config.queries):
         ids, vectors, info = load_embeddings(config.queries)
         vectors = np.asarray(vectors, dtype=np.float32)
-    check_query_vectors(info, searcher.info.get("encoder", {}), Path(config.queries), searcher.folder)
+    recorded = searcher.info.get("encoder", {})
+    check_query_vectors(info, recorded, Path(config.queries), searcher.folder)
+    check_vector_prompts(info, recorded, folder_prompts(recorded.get("model")), Path(config.queries), searcher.folder)
     if not searcher.hybrid:
         return ids, vectors, None
     try:
@@ -289,7 +292,8 @@ def mine(config: MineConfig) -> Result:
         rankings = bm25_rankings(data, config.rank_end)
     else:
         rankings = dense_rankings(config.load_encoder(), data, config.rank_end, config.batch_size,
-                                  config.query_max_length, config.passage_max_length)
+                                  config.query_max_length, config.passage_max_length,
+                                  query_prefix=config.query_prefix, passage_prefix=config.passage_prefix)
     for example, negatives in zip(data.examples, choose_negatives(data, rankings, config, config.seed), strict=True):
         example.negatives = negatives
     write_training_file(data, config.output)
