@@ -32,9 +32,12 @@ from retromae.runtime.run_folder import MARKER, read_marker, write_marker
 
 SIZE = ["--hidden-size", "64", "--layers", "1", "--max-positions", "64"]
 WRITERS = {"init-model": "init-model", "retromae.init_model": "init-model", "Encoder.save": "Encoder.save"}
-NOT_RECORDED = "which no retromae run recorded writing (not outputs of `retromae {command}`), so even --overwrite"
-ANOTHER_COMMAND = "`retromae {command}` never writes over another command's outputs (not even with --overwrite)"
-OVERLAP = "which this command reads; write its outputs elsewhere (another --output)"
+NOT_RECORDED = "which no retromae run recorded writing (not outputs of {command}), so even {overwrite}"
+ANOTHER_COMMAND = "{command} never writes over another command's outputs (not even with {overwrite})"
+OVERLAP = "which this command reads; write its outputs elsewhere (another {output})"
+# How each command is named in a refusal, and its output and overwrite: the CLI's options, Encoder.save's arguments.
+WORDS = {"init-model": dict(command="`retromae init-model`", overwrite="--overwrite", output="--output"),
+         "Encoder.save": dict(command="`retromae.Encoder.save`", overwrite="overwrite=True", output="path")}
 
 
 def model_folder(folder: Path, tiny: Path) -> None:
@@ -135,7 +138,7 @@ def test_a_model_writer_refuses_a_folder_it_did_not_make(writer, holds, overwrit
     command = WRITERS[writer]
     before = contents(places[holds])
     err = write(writer, places[holds], tiny_model_dir, encoder, capsys, overwrite)
-    assert err.startswith(f"{places[holds]}: holds ") and HOLDS[holds][1].format(command=command) in err, err
+    assert err.startswith(f"{places[holds]}: holds ") and HOLDS[holds][1].format(**WORDS[command]) in err, err
     assert contents(places[holds]) == before
 
 
@@ -148,8 +151,9 @@ def test_a_model_writer_replaces_its_earlier_run_only_with_overwrite(writer, pla
     (earlier / "notes.txt").write_text("mine\n")
     before = contents(earlier)
     err = write(writer, earlier, tiny_model_dir, encoder, capsys)
-    assert err.startswith(f"{earlier}: holds the outputs of another run of `retromae {command}`") and \
-        "--overwrite replaces it, or choose another --output" in err, err
+    words = WORDS[command]
+    assert err.startswith(f"{earlier}: holds the outputs of another run of {words['command']}") and \
+        f"{words['overwrite']} replaces it, or choose another {words['output']}" in err, err
     assert contents(earlier) == before
     assert write(writer, earlier, tiny_model_dir, encoder, capsys, overwrite=True) == ""
     assert (earlier / "notes.txt").read_text() == "mine\n" and read_marker(earlier)["command"] == command
@@ -169,7 +173,7 @@ def test_init_model_never_writes_where_it_reads(where, tiny_model_dir, tmp_path,
     read = corpus if where == "the corpus file" else tokenizer
     before = contents(tmp_path)
     err = refused(["init-model", *source, "--output", str(output), *SIZE], capsys)
-    assert err == f"retromae: error: --output {output}: overlaps {read}, {OVERLAP}\n"
+    assert err == f"retromae: error: --output {output}: overlaps {read}, {OVERLAP.format(output='--output')}\n"
     assert contents(tmp_path) == before
 
 
@@ -181,7 +185,7 @@ def test_an_encoder_is_never_saved_over_the_folder_it_was_loaded_from(where, tin
     before = contents(tmp_path)
     with pytest.raises(ConfigError) as error:
         Encoder.load(source).save(output, overwrite=True)
-    assert str(error.value) == f"--output {output}: overlaps {source}, {OVERLAP}"
+    assert str(error.value) == f"path {output}: overlaps {source}, {OVERLAP.format(output='path')}"
     assert contents(tmp_path) == before
 
 
@@ -198,7 +202,7 @@ def test_a_run_that_fails_after_its_claim_leaves_no_folder(tiny_model_dir, tmp_p
     def fails(*args, **kwargs):
         raise DataError("the disk said no")
 
-    monkeypatch.setattr(scratch, "save_random_model", fails)
+    monkeypatch.setattr(scratch, "write_random_model", fails)
     assert refused(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(tmp_path / "m"), *SIZE],
                    capsys) == "retromae: error: the disk said no\n"
     assert not (tmp_path / "m").exists()

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from retromae.data.held_out import check_held_out
 from retromae.data.inputs import check_format, declared_formats
+from retromae.models.encoder_config import BACKENDS
 from retromae.models.model_source import ModelSource, looks_local, ours_to_write, resolve_model, resolve_tokenizer
 from retromae.runtime.errors import UNSHOWABLE, ConfigError, DataError, FileSystemError, ModelLoadError
 from retromae.runtime.io import check_cache_setting, path_variable
@@ -114,14 +115,29 @@ def check_config(config: T) -> T:
 
 def writes_cache(config: object) -> bool:
     """Whether the command `config` configures makes files in the cache folder (`runtime.io.cache_folder`): a token
-    store (`makes_token_store`: pretrain, adapt) with no --cache-dir, or an export for a --backend other than torch
-    of a --model (one of several) whose folder is not ours to write (`models.model_source.ours_to_write`: a hub name,
-    an installed package's folder; `models.backends.export_root` keeps it beside the model otherwise)."""
+    store (`makes_token_store`: pretrain, adapt) with no --cache-dir, or an export for a backend other than torch
+    (`inference_of`) of a model (one of several) whose folder is not ours to write
+    (`models.model_source.ours_to_write`: a hub name, an installed package's folder; `models.backends.export_root`
+    keeps it beside the model otherwise)."""
     token_store = getattr(config, "makes_token_store", lambda: False)() and not getattr(config, "cache_dir", None)
-    exports = getattr(config, "backend", None) not in (None, "torch") and any(
+    backend, models = inference_of(config)
+    exports = backend not in (None, "torch") and any(
         not (looks_local(os.path.expanduser(name)) and ours_to_write(resolve_model(name).transformer))
-        for name in _values(getattr(config, "model", None)))
+        for name in models)
     return token_store or exports
+
+
+def inference_of(config: object) -> tuple[str | None, list[str]]:
+    """The backend and the models the command `config` configures encodes with: its --backend and --model, and, for
+    a command that takes what is not given from a record (`recorded_encoder`: `search`, the documents' encoder in
+    index.json), the record's: a backend of `BACKENDS`, a model that is a hub name or on disk (a moved one is named,
+    with its record, by the loader)."""
+    recorded = getattr(config, "recorded_encoder", dict)()
+    backend = getattr(config, "backend", None) or (recorded.get("backend") if recorded.get("backend") in BACKENDS
+                                                   else None)
+    model = recorded.get("model")
+    kept = isinstance(model, str) and (os.path.exists(os.path.expanduser(model)) or not looks_local(model))
+    return backend, _values(getattr(config, "model", None)) or ([model] if kept else [])
 
 
 def check_inputs(config: object) -> None:

@@ -65,13 +65,14 @@ from retromae.runtime.errors import ModelLoadError, tokenizer_panics
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import checked_arguments, require
-from retromae.runtime.run_folder import claim_folder, mark_started, quiet_entry_point
+from retromae.runtime.run_folder import Naming, claim_folder, mark_started, quiet_entry_point
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
 DEFAULT_MAX_LENGTH = 512
 TOKENIZE_CHUNK = 10_000  # texts `Encoder.token_table` tokenises at once
 SAVE = "Encoder.save"  # what the marker of a folder `Encoder.save` wrote records (`run_folder.MARKER_COMMANDS`)
+SAVE_NAMING = Naming(output="path", overwrite="overwrite=True")  # what its refusals call its arguments
 # sentence-transformers names a pooling either as a mode string (v5+) or as boolean `pooling_mode_*` keys.
 ST_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 ST_MODEL_FILE = "config_sentence_transformers.json"
@@ -526,11 +527,11 @@ class Encoder:
         """Export as a plain HF model folder plus `retromae_encoder.json` (pooling, normalize, max_length), into
         `path` claimed as a command claims its output folder (`runtime.run_folder.claim_folder`, as `Encoder.save`):
         never over another run's or command's outputs, files no run recorded, or the folder it was loaded from;
-        `overwrite` replaces an earlier save's files (others kept)."""
+        `overwrite` replaces an earlier save's files (others kept). Its refusals name `path` and `overwrite=True`."""
         inputs = [self.source] if self.source and os.path.exists(self.source) else []
         identity = {"model": os.path.abspath(self.source) if inputs else self.source}
         claim_folder(path, SAVE, identity, (*saved_files(self.tokenizer), ENCODER_FILE), overwrite=overwrite,
-                     resumable=False, inputs=inputs, started=False)
+                     resumable=False, inputs=inputs, started=False, naming=SAVE_NAMING)
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         info = {**dataclasses.asdict(self.config), "max_length": self.max_length}

@@ -44,11 +44,13 @@ ENCODER_FILE = "retromae_encoder.json"
 RUN_MARKER = "retromae-run.json"
 HEAD_FILE = "pretrain_head.safetensors"  # the pre-training head a `retromae pretrain` run leaves beside encoder/
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-# What `save_pretrained` of a model and of its tokenizer writes in a folder: the model's files and a tokenizer's of
-# every common kind (`saved_files` adds the names of a tokenizer's own kind).
-SAVED_FILES = ("config.json", "model.safetensors", "generation_config.json", *TOKENIZER_FILES,
-               "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "vocab.txt", "vocab.json",
-               "merges.txt", "spm.model", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model")
+# What `save_pretrained` of a model and of its tokenizer writes in a folder: the model's files (in shards, with their
+# index, above its max_shard_size: a pattern of names, `run_folder.outputs_in`) and a tokenizer's of every common kind
+# (`saved_files` adds the names of a tokenizer's own kind).
+SAVED_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "model-?????-of-?????.safetensors",
+               "generation_config.json", *TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json",
+               "chat_template.jinja", "vocab.txt", "vocab.json", "merges.txt", "spm.model", "spiece.model",
+               "sentencepiece.bpe.model", "tokenizer.model")
 RUN_MODELS = ("encoder", "reranker")  # the model folder a run leaves, in the order looked for
 MAX_UNKNOWN_SHARE = 0.5  # a corpus read as more [UNK] than this is another language or a missing vocabulary
 # A Hugging Face Hub model id: `name` or `owner/name`, each part letters, digits, '-', '_' and '.', at most 96 long,

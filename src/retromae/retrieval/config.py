@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from retromae.data.fields import id_problem
 from retromae.data.retrieval_sets import check_split
@@ -29,6 +30,8 @@ from retromae.retrieval.faiss_options import (
 )
 from retromae.retrieval.fusion import METHODS
 from retromae.retrieval.mining_options import MiningOptions
+from retromae.runtime.errors import RetroMAEError
+from retromae.runtime.lines import read_json_file
 from retromae.runtime.options import (
     POSITIVE,
     PROBABILITY,
@@ -256,6 +259,19 @@ class SearchConfig(OutputOptions, EncoderOptions):
         super().__post_init__()
         require((self.query is None) != (self.queries is None), "query", "give either --query TEXT or --queries")
         require(self.queries is None or self.output is not None, "output", "is required with --queries")
+
+    def recorded_encoder(self) -> dict[str, Any]:
+        """index.json's record of the encoder of the documents, where this search encodes queries (`ENCODES_QUERIES`):
+        its model and backend encode them where --model and --backend are not given (`searcher.load_query_encoder`).
+        {} where no queries are encoded here, or index.json holds no such record or cannot be read (the index's
+        reader says why)."""
+        if self.index is None or not ENCODES_QUERIES.holds(self):
+            return {}
+        try:
+            encoder = read_json_file(Path(self.index) / "index.json").get("encoder")
+        except (RetroMAEError, OSError):
+            return {}
+        return encoder if isinstance(encoder, dict) else {}
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import dataclasses
 import fcntl
+import fnmatch
 import functools
 import hashlib
 import json
@@ -72,6 +73,20 @@ READ_IN_FOLDERS = ("corpus.jsonl", "queries.jsonl", "collection.tsv", "corpus.ts
 # run's marker (its identity's inputs). What a command reads through them is an input as much as what it names.
 RECORDS = ("index.json", "encode.json", MARKER)
 RECORD_BYTES = 1 << 22  # a record larger than this is no record of ours: its paths are not followed
+
+
+@dataclasses.dataclass(frozen=True)
+class Naming:
+    """How the refusals of a claim name what its caller was given: the command line's options (`COMMAND_LINE`), or a
+    Python method's arguments (`Encoder.save`: `path`, `overwrite=True`), so that each refusal speaks its caller's
+    words. Every message of `claim_folder`, `claim_file` and `check_apart` that names an option takes it from here."""
+
+    output: str = "--output"
+    overwrite: str = "--overwrite"
+    resume: str = "--resume"
+
+
+COMMAND_LINE = Naming()
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -217,23 +232,37 @@ def input_paths(config: Any) -> list[str]:
 
 
 def check_apart(output: str | Path, inputs: Iterable[str | Path], ours: Iterable[str] = (), kind: str = "folder",
-                option_name: str = "output") -> None:
+                naming: Naming = COMMAND_LINE) -> None:
     """ConfigError when an output overlaps an input, given or named by an input's record (`recorded_inputs`): the
     same path, an output folder inside an input folder (it would change what the command reads), an output file
     over one an input folder is read by (`READ_IN_FOLDERS`), or an input where the command writes (`ours`, the
-    names it writes in an output folder: --overwrite would delete it), or inside such a place. Checked before
-    anything is deleted or written."""
+    names it writes in an output folder, `outputs_in`: --overwrite would delete it), or inside such a place. Checked
+    before anything is deleted or written; said in the caller's words (`naming`)."""
     out = Path(os.path.realpath(output))
-    written = [out] if kind == "file" else [out / name for name in ours]
     for given, record in recorded_inputs(inputs):
         source = Path(os.path.realpath(given))
         inside = out == source or (source in out.parents and (kind == "folder" or _read_in(out.relative_to(source))))
-        replaced = any(place == source or place in source.parents or (kind == "folder" and source in place.parents)
-                       for place in written)
+        replaced = kind == "folder" and out in source.parents and _written(source.relative_to(out).parts[0], ours)
         if inside or replaced:
             named = f" (named in {record})" if record else ""
-            raise ConfigError(f"--{option_name.replace('_', '-')} {output}: overlaps {given}, which this command "
-                              f"reads{named}; write its outputs elsewhere (another --output)")
+            raise ConfigError(f"{naming.output} {output}: overlaps {given}, which this command reads{named}; write "
+                              f"its outputs elsewhere (another {naming.output})")
+
+
+def outputs_in(folder: Path, ours: Iterable[str]) -> list[Path]:
+    """What `folder` holds of the names a command writes there (`ours`: names, or patterns of names such as a sharded
+    model's `model-*-of-*.safetensors`, `model_source.SAVED_FILES`): what a claim finds of an earlier run, deletes with
+    --overwrite and takes back when its run fails (`claim_folder`, `abandon`)."""
+    ours = tuple(ours)
+    try:
+        return [folder / name for name in sorted(os.listdir(folder)) if _written(name, ours)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _written(name: str, ours: Iterable[str]) -> bool:
+    """Whether a command that writes `ours` (names and patterns of names, `outputs_in`) writes the name `name`."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in ours)
 
 
 def recorded_inputs(inputs: Iterable[str | Path]) -> list[tuple[str, Path | None]]:
@@ -284,34 +313,45 @@ def _named_paths(value: Any) -> list[str]:
     return [value] if isinstance(value, str) and os.path.isabs(value) and os.path.exists(value) else []
 
 
-def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, identity: Mapping[str, Any]) -> None:
+def shown_command(command: Any) -> str:
+    """How a message names the command a marker records (`MARKER_COMMANDS`): a method of the Python API as it is
+    called (`retromae.Encoder.save`), a command of the CLI as it is typed (`retromae pretrain`)."""
+    return f"`retromae.{command}`" if "." in str(command) else f"`retromae {command}`"
+
+
+def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, identity: Mapping[str, Any],
+                   naming: Naming = COMMAND_LINE) -> None:
     """ConfigError unless `saved` (a marker) records this command with this identity; lists the differing options."""
+    instead = f"use {naming.overwrite} to replace them, or another {naming.output}"
     if saved is None:
         raise ConfigError(f"{where}: holds outputs with no record of the run that wrote them; cannot check it is "
-                          "the same run: use --overwrite to replace them, or another --output")
+                          f"the same run: {instead}")
     if saved.get("command") != command:
-        raise ConfigError(f"{where}: holds the outputs of `retromae {saved.get('command')}`, not of `retromae "
-                          f"{command}`: use --overwrite to replace them, or another --output")
+        raise ConfigError(f"{where}: holds the outputs of {shown_command(saved.get('command'))}, not of "
+                          f"{shown_command(command)}: {instead}")
     changed = differences(saved.get("identity", {}), identity)
     if changed:
         raise ConfigError(f"{where}: belongs to another run ({', '.join(changed)} differ); give the same options, "
-                          "or use --overwrite to replace it, or another --output")
+                          f"or use {naming.overwrite} to replace it, or another {naming.output}")
 
 
 def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], *,
                  resume: bool = False, overwrite: bool = False, resumable: bool = True, processes: Any = None,
-                 inputs: Iterable[str | Path] = (), started: bool = True) -> None:
+                 inputs: Iterable[str | Path] = (), started: bool = True, naming: Naming = COMMAND_LINE,
+                 unrecorded: Callable[[Path], bool] | None = None) -> None:
     """Make `folder` this run's before any work: none of `ours` there (only unrelated files): take it; the same run with
     `resume`: continue; with `overwrite`: delete `ours` (the names this command writes) where an earlier run of this
     command wrote them, and take it; else refuse. `inputs` (the paths the command reads) must lie apart from it
     (`check_apart`). `started` False: the run marks itself started later (`mark_started`); until then, a failure
     leaves the folder free for the next run of this command. Once taken, a killed run's temporary files of `ours` and
-    of the marker are removed (`clear_leftovers`).
+    of the marker are removed (`clear_leftovers`). `ours` may hold patterns of names (`outputs_in`). `naming`: the
+    words of the refusals (`Naming`). `unrecorded`: whether a folder holding no marker at all is as an earlier run of
+    this command left it before its runs were recorded (`scratch.unrecorded_init_model`): replaced with `overwrite`.
 
     Every process checks; only the main one of `processes` (an Accelerator or PartialState) takes the folder's lock
     (`hold`) and then writes."""
     ours = tuple(ours)
-    check_apart(folder, inputs, ours)
+    check_apart(folder, inputs, ours, naming=naming)
     made = not os.path.exists(folder)
     main = processes is None or processes.is_main_process
     refusal = hold(Path(folder), Path(folder) / LOCK_FILE, resumable) if main else None
@@ -319,7 +359,8 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
         refusal = _from_main(refusal, processes)
     if refusal is not None:
         raise refusal
-    stale, continued = _check_folder(Path(folder), command, identity, ours, resume, overwrite, resumable)
+    stale, continued = _check_folder(Path(folder), command, identity, ours, resume, overwrite, resumable, naming,
+                                     unrecorded)
     if processes is not None:
         processes.wait_for_everyone()
     if processes is None or processes.is_main_process:
@@ -330,6 +371,19 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
         _CLAIMED[Path(os.path.abspath(folder))] = (ours, made)
     if processes is not None:
         processes.wait_for_everyone()
+
+
+def check_claim(folder: str | Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], *,
+                overwrite: bool = False, resumable: bool = True, inputs: Iterable[str | Path] = (),
+                naming: Naming = COMMAND_LINE, unrecorded: Callable[[Path], bool] | None = None) -> None:
+    """Refuse now what `claim_folder` given the same arguments would refuse of the folder and the inputs, writing and
+    taking nothing: for a command that has work to do before it may claim (`init-model` trains its tokenizer, then
+    checks the sizes it makes), so that its refusals come before that work and it claims only once nothing can refuse
+    but the folder's lock and the file system. `claim_folder` checks all again when it takes the folder."""
+    ours = tuple(ours)
+    check_apart(folder, inputs, ours, naming=naming)
+    if os.path.isdir(folder):
+        _check_folder(Path(folder), command, identity, ours, False, overwrite, resumable, naming, unrecorded)
 
 
 def _remove(paths: Iterable[Path]) -> None:
@@ -349,7 +403,7 @@ def abandon(keep: Collection[Path] = ()) -> None:
         marker = read_marker(folder)
         if folder / LOCK_FILE not in keep and marker is not None and not _started(marker):
             with contextlib.suppress(OSError):  # the failure being reported may be the disk's: say that one
-                _remove(folder / name for name in ours if (folder / name).exists() or (folder / name).is_symlink())
+                _remove(outputs_in(folder, ours))
                 (folder / MARKER).unlink()
             unstarted += [folder] if made else []
     release(keep)
@@ -359,35 +413,51 @@ def abandon(keep: Collection[Path] = ()) -> None:
 
 
 def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], resume: bool,
-                  overwrite: bool, resumable: bool) -> tuple[list[Path], bool]:
+                  overwrite: bool, resumable: bool, naming: Naming = COMMAND_LINE,
+                  unrecorded: Callable[[Path], bool] | None = None) -> tuple[list[Path], bool]:
     """The outputs to delete before taking `folder` (none unless `overwrite`, or an earlier run of this command that
     failed before its first step), and whether this run continues a started one; ConfigError when it is not ours."""
-    present = [folder / name for name in ours if (folder / name).exists()]
+    present = outputs_in(folder, ours)
     marker = read_marker(folder)
     if marker is not None and marker.get("command") != command and (present or _started(marker)):
-        raise ConfigError(f"{folder}: holds the outputs of `retromae {marker.get('command')}`; `retromae {command}` "
-                          "never writes over another command's outputs (not even with --overwrite): choose another "
-                          "--output")
+        raise ConfigError(f"{folder}: holds the outputs of {shown_command(marker.get('command'))}; "
+                          f"{shown_command(command)} never writes over another command's outputs (not even with "
+                          f"{naming.overwrite}): choose another {naming.output}")
     if not present:  # nothing of an earlier run (at most the marker of one that failed at once)
         return [], False
     if marker is None:
-        names = ", ".join(path.name for path in present[:3])
-        raise ConfigError(f"{folder}: holds {names}, which no retromae run recorded writing (not outputs of `retromae "
-                          f"{command}`), so even --overwrite keeps them: move them, or choose another --output")
+        return _unrecorded_outputs(folder, command, present, overwrite, naming, unrecorded), False
     if not _started(marker):  # an earlier run of this command failed before its first step: nothing to keep
         same = resume and not differences(marker.get("identity", {}), identity)
         return ([] if same else present), False
     if overwrite:
         return present, False
     if resume:
-        check_same_run(folder, command, marker, identity)
+        check_same_run(folder, command, marker, identity, naming)
         return [], True
     changed = differences(marker.get("identity", {}), identity)
     # --resume is named only where it would work: the same command with the same options.
-    ways = "--resume continues it, --overwrite replaces it" if resumable and not changed else "--overwrite replaces it"
+    ways = f"{naming.overwrite} replaces it"
+    ways = f"{naming.resume} continues it, {ways}" if resumable and not changed else ways
     which = f" ({', '.join(changed)} differ)" if changed else ""
-    raise ConfigError(f"{folder}: holds the outputs of another run of `retromae {command}`{which}; {ways}, or choose "
-                      "another --output")
+    raise ConfigError(f"{folder}: holds the outputs of another run of {shown_command(command)}{which}; {ways}, or "
+                      f"choose another {naming.output}")
+
+
+def _unrecorded_outputs(folder: Path, command: str, present: list[Path], overwrite: bool, naming: Naming,
+                        unrecorded: Callable[[Path], bool] | None) -> list[Path]:
+    """The outputs to delete from `folder`, which holds `present` of this command's names and no marker of ours:
+    those of an earlier run of this command made before its runs were recorded (`unrecorded` says so of a folder
+    holding no marker file at all), with `overwrite`; ConfigError otherwise (files no run recorded are kept)."""
+    if unrecorded is not None and not os.path.lexists(folder / MARKER) and unrecorded(folder):
+        if overwrite:
+            return present
+        raise ConfigError(f"{folder}: holds the outputs of an earlier run of {shown_command(command)}, made before its "
+                          f"runs were recorded; {naming.overwrite} replaces them, or choose another {naming.output}")
+    names = ", ".join(path.name for path in present[:3])
+    raise ConfigError(f"{folder}: holds {names}, which no retromae run recorded writing (not outputs of "
+                      f"{shown_command(command)}), so even {naming.overwrite} keeps them: move them, or choose another "
+                      f"{naming.output}")
 
 
 def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "output",
@@ -399,16 +469,17 @@ def claim_file(path: str | Path | None, overwrite: bool, option_name: str = "out
     `check_apart`). Once claimed, a killed earlier write's temporary files beside it are removed (`clear_leftovers`)."""
     if path is None:
         return
-    check_apart(path, inputs, kind="file", option_name=option_name)
-    path, option_name = Path(path), f"--{option_name.replace('_', '-')}"
+    naming = dataclasses.replace(COMMAND_LINE, output=f"--{option_name.replace('_', '-')}")
+    check_apart(path, inputs, kind="file", naming=naming)
+    path = Path(path)
     if path.is_dir():
-        raise FileSystemError(f"{path}: is a folder; {option_name} takes a file name")
-    replaced_file(path, option_name)
+        raise FileSystemError(f"{path}: is a folder; {naming.output} takes a file name")
+    replaced_file(path, naming.output)
     refusal = hold(path, path.parent / f"{own_prefix(path)}lock", resumable=False)
     if refusal is not None:
         raise refusal
     if path.exists() and not overwrite:
-        raise ConfigError(f"{path}: exists; add --overwrite to replace it, or choose another {option_name}")
+        raise ConfigError(f"{path}: exists; add {naming.overwrite} to replace it, or choose another {naming.output}")
     clear_leftovers(path)
 
 
