@@ -25,7 +25,7 @@ from retromae.models.model_source import RANDOM_INIT_MARKER, check_tokenizer, re
 from retromae.models.pretrained import config_number_problem, load_tokenizer
 from retromae.models.tokenizer_training import train_tokenizer
 from retromae.pretraining.config import InitModelConfig, check_model_fits
-from retromae.runtime.console import Result
+from retromae.runtime.console import Result, given
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import ConfigError, require
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -86,7 +86,7 @@ def init_model(config: InitModelConfig) -> Result:
                                max_positions=config.positions, seed=config.seed, architecture=config.architecture)
     mark_started(folder)
     return Result(Path(folder), (f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, "
-                                 f"vocabulary {len(tokenizer)}, {config.positions} positions) → {folder}",))
+                                 f"vocabulary {len(tokenizer)}, {config.positions} positions) → {given(folder)}",))
 
 
 def trained_tokenizer(config: InitModelConfig) -> PreTrainedTokenizerFast:
