@@ -21,7 +21,7 @@ from test_adapt import topical_corpus
 from retromae.cli import main
 
 TINY = ["--batch-size", "4", "--max-length", "32"]
-NOT_ASCII = "données·✓"
+NOT_ASCII = "données·\n✓"  # a newline too: a path stays in its line (round ten)
 STDERR_KINDS = (
     re.compile(r".*\[\d+:\d\d.*\]$"),  # a progress bar (tqdm: "name: 50%|███  | 1/2 [00:01<00:01, 1.28s/step]")
     re.compile(r"^\d+/\d+ \S.*"),  # a numbered stage: "2/4 scoring the base ..."

@@ -89,7 +89,7 @@ def test_every_candidate_is_timed_at_the_given_shape():
     assert line == "vocabulary loss: auto runs unfused on this CPU (cached: unfused 12 ms, chunked-torch 20 ms a pass)"
 
 
-def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, tmp_path):
+def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, tmp_path, capsys):
     """`retromae pretrain` with auto on the CPU: the objective runs the kind the cache holds for its shapes (in
     the sandboxed $RETROMAE_CACHE), and the run's log names it; any other choice is left as given."""
     from test_objectives import build
@@ -104,15 +104,14 @@ def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, t
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({cache_key(width, vocab, 2 * 16, torch.float32): {"unfused": 1.0,
                                                                                    "chunked-torch": 0.5}}))
-    printed = []
     accelerator = type("Accelerator", (), {"device": torch.device("cpu"), "mixed_precision": "no",
-                                           "print": staticmethod(printed.append)})()
+                                           "is_main_process": True})()
     config = type("Config", (), {"vocabulary_loss": "auto", "batch_size": 2, "max_length": 16})()
     choose_vocabulary_loss(objective, config, accelerator)
     assert objective.vocabulary.kind == "chunked-torch" and not objective.vocabulary.use_onednn
-    assert printed == ["vocabulary loss: auto runs chunked-torch on this CPU (cached: unfused 1000 ms, "
-                       "chunked-torch 500 ms a pass)"]
+    assert capsys.readouterr().out == ("vocabulary loss: auto runs chunked-torch on this CPU (cached: unfused "
+                                       "1000 ms, chunked-torch 500 ms a pass)\n")
     config.vocabulary_loss = "unfused"
     objective.use_vocabulary_loss("unfused")
     choose_vocabulary_loss(objective, config, accelerator)
-    assert objective.vocabulary.kind == "unfused" and len(printed) == 1
+    assert objective.vocabulary.kind == "unfused" and capsys.readouterr().out == ""

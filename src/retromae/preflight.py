@@ -24,7 +24,10 @@ Does not own what a folder holds (`retromae.models.model_source.resolve_model`, 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ipaddress
 import os
+import re
 import socket
 import sys
 import threading
@@ -45,17 +48,21 @@ from retromae.runtime.options import MODEL_READS, build_config, reading_options
 T = TypeVar("T")
 
 PROBE_SECONDS = 3.0
+HUB = ("huggingface.co", 443)
 OFFLINE_VALUES = ("1", "on", "yes", "true")
 # The proxy the hub's client (httpx, as urllib reads the environment) goes through to an https:// endpoint, the first
 # set: a lowercase name wins
 PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 # Every URL the clients read from the environment (huggingface_hub's httpx and requests): each proxy is parsed when a
 # client is made, whatever the request, so a malformed http_proxy fails a download from an https:// hub.
-# NO_PROXY is not one: a comma list of host patterns that no client refuses (a pattern matching no host is no error)
+# NO_PROXY is not one: a comma list of hosts the proxies do not apply to (`no_proxy`)
 URL_VARIABLES = ("HF_ENDPOINT", *PROXY_VARIABLES, "http_proxy", "HTTP_PROXY")
 # The schemes httpx and requests take for a proxy, with the port each means when a URL leaves it out; the hub's
 # endpoint is http or https
 SCHEME_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
+# An entry of NO_PROXY the clients read (but an IP address or network, or a URL): a host or a domain, `.` or `*.`
+# before it for its subdomains only, a port after it
+NO_PROXY_HOST = re.compile(r"(\*?\.)?[\w-]+(\.[\w-]+)*(:\d{1,5})?", re.ASCII)
 
 
 def check_arguments(args: argparse.Namespace, options_class: type | None) -> None:
@@ -240,6 +247,58 @@ def url_variable(name: str) -> tuple[str, int] | None:
     return host, port or SCHEME_PORTS[parts.scheme]
 
 
+def no_proxy() -> list[str]:
+    """The entries of $no_proxy, else $NO_PROXY (a lowercase name wins, even empty, as urllib reads them for the hub's
+    client): the hosts the proxies do not apply to (`bypasses_proxy`). ConfigError naming the variable for an entry
+    that names no host (`a b`, `[::1`, `http://[`, `host/path`), which the client drops or matches with no host,
+    without a word, so that the proxy would be used for the host it meant."""
+    name = "no_proxy" if "no_proxy" in os.environ else "NO_PROXY"
+    entries = [entry.strip() for entry in os.environ.get(name, "").split(",") if entry.strip()]
+    for entry in entries:
+        if _no_proxy_host(entry) is None:
+            raise ConfigError(f"{name}={quoted(os.environ[name])}: {quoted(entry)} names no host (HOST, .DOMAIN, "
+                              "*.DOMAIN, an IP address or network, a URL, or *), so the proxies would be used for the "
+                              "one meant; fix or unset it")
+    return entries
+
+
+def bypasses_proxy(host: str, port: int | None = None) -> bool:
+    """Whether `no_proxy` exempts `host` (the hub's, at the `port` its URL names, if it names one) from the proxies,
+    as the hub's client (httpx) matches its entries: `*` every host; `DOMAIN` that host and its subdomains, `.DOMAIN`
+    and `*.DOMAIN` its subdomains only; an IP address or network the addresses in it; `HOST:PORT` only a URL naming
+    that port; a URL its host for https (`http://HOST` exempts only http requests)."""
+    host = host.lower()
+    entries = [entry for entry in no_proxy() if ("://" not in entry or entry.startswith(("https://", "all://")))
+               and (port is not None and entry.endswith(f":{port}") or not re.search(r":\d+$", entry))]
+    for pattern in map(_no_proxy_host, entries):
+        if isinstance(pattern, str):
+            domain = pattern.split(".", 1)[1] if pattern.startswith((".", "*.")) else None
+            if pattern == "*" or host.endswith(f".{domain or pattern}") or host == pattern and domain is None:
+                return True
+        else:
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(host.strip("[]")) in pattern:
+                    return True
+    return False
+
+
+def _no_proxy_host(entry: str) -> str | ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """What one entry of NO_PROXY names: `*`, a host pattern without its port (`.example.com`), an IP network (an
+    address is one of one), or None when the clients cannot read it."""
+    if entry == "*":
+        return entry
+    if "://" in entry:
+        try:
+            host = urlsplit(entry).hostname
+        except ValueError:
+            return None
+        return _no_proxy_host(host) if host and "://" not in host else None
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_network(entry.strip("[]") if entry.startswith("[") and entry.endswith("]") else entry,
+                                    strict=False)
+    return entry.rsplit(":", 1)[0].lower() if NO_PROXY_HOST.fullmatch(entry) else None
+
+
 def check_settings(writes: bool = False) -> None:
     """The environment's settings, before any work: its path variables and the cache, which a command that `writes`
     in must take a new file (`runtime.io.check_cache_setting`), then the hub's URL variables
@@ -254,20 +313,24 @@ def check_network_settings() -> None:
     cannot split), and by `check_config` for the Python API."""
     for name in URL_VARIABLES:
         url_variable(name)
+    no_proxy()
 
 
 def hub_endpoint() -> tuple[str, int]:
     """(host, port) of the hub: $HF_ENDPOINT (`url_variable`) or huggingface.co:443."""
-    return url_variable("HF_ENDPOINT") or ("huggingface.co", 443)
+    return url_variable("HF_ENDPOINT") or HUB
 
 
 def hub_unreachable(seconds: float = PROBE_SECONDS) -> str | None:
     """None when a TCP connection to the hub (or to the proxy its client goes through, the first of `PROXY_VARIABLES`
-    set) opens within `seconds`; otherwise why not, in a few words. Runs in a thread, so that a name lookup that hangs
-    is bounded too. $HF_ENDPOINT and each proxy variable are read (`url_variable`), whichever is used."""
+    set, unless NO_PROXY exempts the hub: `bypasses_proxy`) opens within `seconds`; otherwise why not, in a few
+    words. Runs in a thread, so that a name lookup that hangs is bounded too. $HF_ENDPOINT, each proxy variable
+    (`url_variable`) and NO_PROXY are read, whichever is used."""
     endpoint = hub_endpoint()
     proxies = [url_variable(name) for name in PROXY_VARIABLES]
-    host, port = next((proxy for proxy in proxies if proxy is not None), endpoint)
+    proxy = next((proxy for proxy in proxies if proxy is not None), None)
+    named_port = urlsplit(os.environ.get("HF_ENDPOINT", "").strip()).port if endpoint != HUB else None
+    host, port = endpoint if proxy is None or bypasses_proxy(endpoint[0], named_port) else proxy
     outcome: list[str | None] = []
 
     def connect() -> None:

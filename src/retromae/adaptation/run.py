@@ -53,7 +53,7 @@ from retromae.models.model_card import ADAPTED_TAG, card_tags, write_model_cards
 from retromae.models.model_source import looks_local, resolve_model
 from retromae.objectives import OBJECTIVES
 from retromae.pretraining.config import PretrainConfig
-from retromae.runtime.console import Result, Stages, notice, step
+from retromae.runtime.console import Result, Stages, given, notice, step
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import option, save_config, steps_from_passes
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -128,7 +128,7 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
     if config.train is not None:
         stages.start(f"fine-tuning the adapted encoder on {config.train}")
         record["finetuned"] = finetune_adapted(config, output, data.validation)
-        report += f"\nfine-tuned on {config.train}: {record['finetuned']:.4f} on the same validation set"
+        report += f"\nfine-tuned on {given(config.train)}: {record['finetuned']:.4f} on the same validation set"
     write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
     return Result(output, (report,))  # the verdict is a result: standard output (docs/output.md)
 
@@ -355,7 +355,7 @@ def next_step(config: AdaptConfig, scores: dict[str, float]) -> str:
     words, command = NEXT_STEPS[order[0]]
     ranking = "; ".join(f"{NEXT_STEPS[name][0]} {scores[name]:.4f}" for name in order)
     return (f"best next step, by {METRIC} on the same held-out queries: {words} ({ranking})\n  "
-            + command.format(output=config.output, corpus=config.corpus[0], model=config.model))
+            + command.format(output=given(config.output), corpus=given(config.corpus[0]), model=given(config.model)))
 
 
 def estimated_on(labelled: bool) -> str:

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     # torch: only when the command runs, so --help stays instant
     from retromae.retrieval.encode import INFO_FILE
     from retromae.retrieval.run import encode
-    from retromae.runtime.console import format_seconds, out
+    from retromae.runtime.console import format_seconds, given, out
     from retromae.runtime.lines import read_json_file
     from retromae.runtime.processes import is_main_process
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     folder = encode(config)
     if is_main_process():
         info = read_json_file(folder / INFO_FILE)
-        out(f"encoded {info['count']:,} texts in {format_seconds(time.perf_counter() - started)} into {folder} "
+        out(f"encoded {info['count']:,} texts in {format_seconds(time.perf_counter() - started)} into {given(folder)} "
             f"({info['dim']} dimensions, at most {info['max_length']} tokens, pooling {info['pooling']}, "
             f"normalize {info['normalize']})")
     return 0

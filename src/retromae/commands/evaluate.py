@@ -14,7 +14,7 @@ import argparse
 from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, metrics
 from retromae.preflight import configured
-from retromae.runtime.console import out
+from retromae.runtime.console import given, out
 from retromae.runtime.options import add_config_arguments
 
 HELP = (f"evaluate a model or a run: {'/'.join(metric.long_title for metric in metrics(RANKING))}@k on BEIR or "
@@ -35,11 +35,11 @@ def run(args: argparse.Namespace) -> int:
     results = evaluate(config)
     source = config.source()  # the models' names (`evaluation.names`), not their paths
     if "table" in results:
-        out(f"\n{source} ({config.split} split)\n\n{results['table']}", end="")
+        out(f"\n{given(source)} ({config.split} split)\n\n{results['table']}", end="")
         if config.report_folder is not None:
             out(f"\nresults.md, results.csv, results.json, results.png, per-query.json, runs/SET/SYSTEM.trec: "
-                f"{config.report_folder}")
+                f"{given(config.report_folder)}")
         return 0
     shown = {key: value for key, value in results.items() if key != "per_query"}
-    out(format_table(shown, title=f"{source} on {config.data[0]} ({config.split})"))
+    out(format_table(shown, title=f"{given(source)} on {given(config.data[0])} ({config.split})"))
     return 0

@@ -32,7 +32,7 @@ from retromae.evaluation.curves import PROBE_PREFIX, ProbePoint, plot_probe_curv
 from retromae.evaluation.metric_registry import reported_keys, show
 from retromae.objectives import OBJECTIVES
 from retromae.objectives.summary import describe_pretraining
-from retromae.runtime.console import Result
+from retromae.runtime.console import Result, given
 from retromae.runtime.errors import DataError, RetroMAEError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import (
@@ -295,4 +295,4 @@ def report(config: ReportConfig) -> Result:
                  inputs=input_paths(config), resumable=False, started=False)  # kept only whole (mark_started)
     table = write_report(config.variants, config.output, config.title)
     mark_started(config.output)
-    return Result(Path(config.output), (table, f"report: {config.output / 'report.md'}"))
+    return Result(Path(config.output), (table, f"report: {given(config.output / 'report.md')}"))

@@ -39,6 +39,7 @@ from retromae.models.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
 from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
+from retromae.runtime.console import say
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.lines import loads_finite, quoted, read_json_file
 from retromae.runtime.options import config_to_dict
@@ -97,7 +98,7 @@ def choose_vocabulary_loss(objective: PretrainingObjective, config: PretrainConf
     kind, timings, fresh = auto_kind(projection.shape[1], projection.shape[0], config.batch_size * config.max_length,
                                      dtype)
     objective.use_vocabulary_loss(kind)
-    accelerator.print(describe_choice(kind, timings, fresh))
+    say(describe_choice(kind, timings, fresh), accelerator.is_main_process)
 
 
 def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):

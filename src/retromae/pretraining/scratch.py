@@ -35,7 +35,7 @@ from retromae.models.model_source import (
 from retromae.models.pretrained import config_number_problem, load_tokenizer
 from retromae.models.tokenizer_training import train_tokenizer
 from retromae.pretraining.config import InitModelConfig, check_model_fits
-from retromae.runtime.console import Result
+from retromae.runtime.console import Result, given
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import loads_finite
 from retromae.runtime.options import ConfigError, require
@@ -132,7 +132,7 @@ def init_model(config: InitModelConfig) -> Result:
     folder = write_random_model(tokenizer, config.output, model, seed=config.seed, architecture=config.architecture)
     mark_started(folder)
     return Result(Path(folder), (f"random {config.architecture} ({config.layers} layers, hidden {config.hidden_size}, "
-                                 f"vocabulary {len(tokenizer)}, {config.positions} positions) → {folder}",))
+                                 f"vocabulary {len(tokenizer)}, {config.positions} positions) → {given(folder)}",))
 
 
 def trained_tokenizer(config: InitModelConfig) -> PreTrainedTokenizerFast:

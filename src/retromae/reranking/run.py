@@ -32,7 +32,7 @@ from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import check_tokenizer, resolve_model
 from retromae.models.pretrained import load_model, load_tokenizer
 from retromae.reranking.config import RerankerConfig, ScoreConfig
-from retromae.runtime.console import Result, progress
+from retromae.runtime.console import Result, given, progress
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import atomic_directory
@@ -206,4 +206,4 @@ def score(config: ScoreConfig) -> Result:
     claim_file(config.output, config.overwrite, inputs=input_paths(config))
     scorer = CrossEncoder(config.model, config.device, config.max_length)
     count = score_training_file(scorer, config.data, config.output, config.batch_size)
-    return Result(Path(config.output), (f"scored {count} pairs into {config.output}",))
+    return Result(Path(config.output), (f"scored {count} pairs into {given(config.output)}",))

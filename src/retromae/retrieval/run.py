@@ -43,7 +43,7 @@ from retromae.retrieval.recall import Recall, measure_recall, tune
 from retromae.retrieval.searcher import Hit, QueryEncoding, Run, Searcher
 from retromae.retrieval.texts import corpus_path
 from retromae.retrieval.top_k import capped_top_k
-from retromae.runtime.console import Result
+from retromae.runtime.console import Result, given
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError
@@ -110,7 +110,7 @@ def index(config: IndexConfig) -> Result:
     save_index(built, config.output, ids, info, lexical)
     mark_started(config.output)
     sides = f"{config.factory}, {config.metric}" + (", with BM25" if lexical is not None else "")
-    lines = (f"indexed {len(ids)} vectors into {config.output} ({sides})",)
+    lines = (f"indexed {len(ids)} vectors into {given(config.output)} ({sides})",)
     if recall is not None:
         lines += (recall.line(),)
     elif config.factory != "Flat":
@@ -183,7 +183,7 @@ def search(config: SearchConfig) -> Result:
         return Result(hits, hit_lines(searcher, list(queries.values()), hits, k))
     sides = f"the model and BM25, fused ({fused_depth(searcher, k)})" if searcher.hybrid else "the model"
     return Result(Path(config.output), (f"searched {len(run)} queries over {len(searcher.ids)} documents with {sides}; "
-                                        f"top-{k} run in {config.output}",))
+                                        f"top-{k} run in {given(config.output)}",))
 
 
 def load_searcher(config: SearchConfig) -> Searcher:
@@ -246,15 +246,15 @@ def hit_lines(searcher: Searcher, queries: list[str], hits: list[list[Hit]], k: 
     how = f"hybrid: model + BM25, {method}, {fused_depth(searcher, k)}" if searcher.hybrid else "model"
     lines: list[str] = []
     for text, query_hits in zip(queries, hits, strict=True):
-        lines.append(f"query: {text}  ({how}; {len(query_hits)} hits)")
-        id_width = max((len(hit.id) for hit in query_hits), default=2)
+        lines.append(f"query: {given(text)}  ({how}; {len(query_hits)} hits)")
+        id_width = max((len(given(hit.id)) for hit in query_hits), default=2)
         for hit in query_hits:
-            line = f"{hit.rank:>4}  {hit.score:8.4f}  {hit.id}"
+            line = f"{hit.rank:>4}  {hit.score:8.4f}  {given(hit.id)}"
             if hit.text is not None:
                 line = f"{line:<{id_width + 16}}"
                 room = max(20, width - len(line) - 2)
                 start = " ".join(hit.text.split())
-                line += "  " + (start if len(start) <= room else start[:room - 1] + "…")
+                line += "  " + (given(start) if len(start) <= room else given(start[:room - 1]) + "…")
             lines.append(line)
         lines.append("")
     return tuple(lines)
@@ -276,7 +276,7 @@ def bm25(config: BM25Config) -> Result:
     corpus, queries = read_inputs(config)
     write_trec_run(bm25_search(corpus, queries, config.top_k, config), config.output, tag=config.tag)
     return Result(Path(config.output), (f"BM25: {len(queries)} queries over {len(corpus)} documents; "
-                                        f"top-{config.top_k} run in {config.output}",))
+                                        f"top-{config.top_k} run in {given(config.output)}",))
 
 
 def mine(config: MineConfig) -> Result:
@@ -298,4 +298,4 @@ def mine(config: MineConfig) -> Result:
         example.negatives = negatives
     write_training_file(data, config.output)
     return Result(Path(config.output), (f"mined {sum(len(e.negatives) for e in data.examples)} negatives for "
-                                        f"{len(data.examples)} queries into {config.output}",))
+                                        f"{len(data.examples)} queries into {given(config.output)}",))

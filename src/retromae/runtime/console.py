@@ -58,6 +58,8 @@ QUIET_LOGGERS = ("transformers", "accelerate", "sentence_transformers", "hugging
 QUIET_WARNING_MODULES = r"(transformers|accelerate|sentence_transformers|huggingface_hub|bm25s|torch)(\.|$)"
 VERBOSITY_ENV = "TRANSFORMERS_VERBOSITY"
 NOT_LOSSES = ("step", "lr", "head_lr", "tokens_per_s", "tokens")
+# The tool's own symbols in what it shows, and what a stream whose encoding lacks one shows instead (`fitted`)
+STAND_INS = {"·": "-", "→": "->", "←": "<-", "×": "x", "≤": "<=", "≥": ">=", "…": "...", "−": "-", "–": "-", "—": "--"}
 
 
 def verbose() -> bool:
@@ -88,11 +90,12 @@ class Result:
     lines: tuple[str, ...] = ()
 
 
-def say(line: str) -> None:
-    """A line of what a long run is doing or did (a plan, a summary) on standard output, `shown` and `fitted` to its
-    encoding (a caller's stream is written as it is set, never reconfigured), unless within a Python API call that
-    did not ask for it (`speaking`)."""
-    if _SPEAKING.get() is not False:
+def say(line: str, main_process: bool = True) -> None:
+    """A line of what a long run is doing or did (a plan, a summary, the checkpoint it resumed from, a choice it made
+    for the run) on standard output, `shown` and `fitted` to its encoding (a caller's stream is written as it is set,
+    never reconfigured), unless within a Python API call that did not ask for it (`speaking`), or said by a process of
+    a distributed run other than the main one (`main_process` False: the line is said once)."""
+    if main_process and _SPEAKING.get() is not False:
         print(fitted(shown(line), sys.stdout), flush=True)
 
 
@@ -115,15 +118,38 @@ def notice(line: str) -> None:
 
 
 def fitted(text: str, stream: Any) -> str:
-    """`text` as `stream` can encode it: each character its encoding lacks (`·` in ASCII, `…` in Latin-1, as
-    PYTHONIOENCODING, an ISO-8859 locale or a Windows console's code page set it) written as its backslash escape
-    (`\\xb7`, `\\u2026`), as Python writes standard error; unchanged for a stream that names no encoding.
+    """`text` as `stream` can encode it (ASCII, Latin-1, as PYTHONIOENCODING, an ISO-8859 locale or a Windows
+    console's code page set it): each of the tool's own symbols its encoding lacks as its ASCII stand-in
+    (`STAND_INS`: `·` as `-`, `→` as `->`, `…` as `...`), any other character it lacks written as its backslash escape
+    (`é` as `\\xe9`), as Python writes standard error; unchanged for a stream that names no encoding. A user's text
+    in a line (`given`) is escaped before, so that its characters are never stood in for.
 
     The one rule of what standard output can hold (`standard_output`, `say`). An escape, not a refusal: every line
     there is for a person, and loses nothing (the escape names the character); what a program reads (a TREC run,
     results.json, mined negatives, scores) goes to files, always UTF-8."""
     encoding = getattr(stream, "encoding", None)
+    return _escaped(text.translate(_stand_ins(encoding)), encoding) if encoding else text
+
+
+def given(text: Any) -> str:
+    """A path, a query, an id or a document's text (what a user gave or a file holds) as a line for the terminal
+    holds it: on one line (`printable`: a newline in a path stays in its line), each character standard output's
+    encoding lacks escaped now (`données·✓` as `donn\\xe9es\\xb7\\u2713` under ASCII), so that `fitted` stands in
+    for the tool's own symbols only, never for a user's. The one rule of what a user's text looks like inside a
+    status line, a result line or a progress bar's name; never for a file a command writes."""
+    return _escaped(printable(str(text)), getattr(sys.stdout, "encoding", None))
+
+
+def _escaped(text: str, encoding: str | None) -> str:
+    """`text` with each character `encoding` lacks as its backslash escape."""
     return text.encode(encoding, "backslashreplace").decode(encoding) if encoding else text
+
+
+@functools.cache
+def _stand_ins(encoding: str) -> dict[int, str]:
+    """The `str.translate` table of the `STAND_INS` that `encoding` cannot encode."""
+    return str.maketrans({symbol: ascii_form for symbol, ascii_form in STAND_INS.items()
+                          if _escaped(symbol, encoding) != symbol})
 
 
 def keep_standard_error() -> None:
@@ -219,12 +245,13 @@ def speaking(on: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def library_output(verbose: bool) -> Iterator[None]:
     """Within the block: the libraries' bars, reports and warnings off unless `verbose`, those shown `printable`
-    (`_printable_reports`); all restored on exit."""
+    (`_printable_reports`, `_printable_transformers`); all restored on exit."""
     token = _VERBOSE.set(verbose)
     try:
         with _printable_reports():
             if verbose:
-                yield
+                with _printable_transformers():
+                    yield
             else:
                 # huggingface_hub sets its logger's level when its logging module is first imported (by
                 # `_quiet_hub_bars`): its retry warnings ("Retrying in 8s") stay quiet only with the loggers raised
@@ -240,7 +267,7 @@ def library_output(verbose: bool) -> Iterator[None]:
 def _printable_reports() -> Iterator[None]:
     """Within: the Python warnings shown (`warnings.showwarning`) and the log records no handler takes
     (`logging.lastResort`: our modules' warnings, and those of the libraries that set no handler of their own)
-    written `printable` on standard error. A library's own handler (transformers' under --verbose) is its own."""
+    written `printable` on standard error (transformers' own handler: `_printable_transformers`)."""
     last_resort = logging.lastResort
     logging.lastResort = _PrintableStandardError(logging.WARNING)
     try:
@@ -252,15 +279,40 @@ def _printable_reports() -> Iterator[None]:
 
 
 class _PrintableStandardError(logging.Handler):
-    """A log record on the standard error of the moment, as `logging.lastResort` writes it: its message one
-    `printable` line, a traceback it carries `shown` below."""
+    """A log record on the standard error of the moment, as `logging.lastResort` writes it (`_Printable`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            trace = shown(logging.Formatter().formatException(record.exc_info)) if record.exc_info else ""
-            sys.stderr.write("\n".join(filter(None, (printable(record.getMessage()), trace))) + "\n")
+            sys.stderr.write(_Printable().format(record) + "\n")
         except Exception:  # logging's own rule: a failed report never fails the program
             self.handleError(record)
+
+
+class _Printable(logging.Formatter):
+    """What a log record shows on the terminal: its message one `printable` line, a traceback it carries `shown`
+    below."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        trace = shown(self.formatException(record.exc_info)) if record.exc_info else ""
+        return "\n".join(filter(None, (printable(record.getMessage()), trace)))
+
+
+@contextlib.contextmanager
+def _printable_transformers() -> Iterator[None]:
+    """Within (`--verbose`): transformers' own handlers, which it gives its loggers when first used (its records do
+    not reach `logging.lastResort`), write each record as ours are written (`_Printable`); their formats restored on
+    exit. Imports transformers' logging (half a second, under --verbose only): the handler is made there."""
+    from transformers.utils import logging as transformers_logging
+
+    handlers = list(transformers_logging.get_logger("transformers").handlers)
+    formats = [handler.formatter for handler in handlers]
+    for handler in handlers:
+        handler.setFormatter(_Printable())
+    try:
+        yield
+    finally:
+        for handler, format_ in zip(handlers, formats, strict=True):
+            handler.setFormatter(format_)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
@@ -465,8 +517,8 @@ def written(output: Path, optional: Mapping[str, str]) -> dict[str, Path]:
 
 def wrote(outputs: Mapping[str, Path | str], started: float | None = None) -> str:
     """The closing lines of a command: its wall time since `started` and what it wrote where, one per line (each path
-    `printable`: a newline in it stays in its line)."""
+    `given`: a newline in it stays in its line)."""
     took = f" in {format_seconds(time.perf_counter() - started)}" if started is not None else ""
     width = max((len(name) for name in outputs), default=0)
-    return f"done{took}; wrote:\n" + "\n".join(f"  {name:<{width}}  {printable(str(path))}"
+    return f"done{took}; wrote:\n" + "\n".join(f"  {name:<{width}}  {given(path)}"
                                                 for name, path in outputs.items())

@@ -20,7 +20,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from retromae.runtime.console import shown
+from retromae.runtime.console import given, say
 from retromae.runtime.io import check_free_space
 from retromae.runtime.run_folder import MARKER, check_same_run, read_marker, write_marker
 from retromae.training.checkpoint_state import (
@@ -117,11 +117,11 @@ def resume_from(config: TrainingConfig, identity: dict, model: nn.Module, optimi
         return None
     found = checkpoints_by_step(output)
     if not found:
-        accelerator.print(shown(f"no checkpoint under {output / 'checkpoints'}; starting from step 0"))
+        say(f"no checkpoint under {given(output / 'checkpoints')}; starting from step 0", accelerator.is_main_process)
         return None
     step, checkpoint = found[-1]
     check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), identity)
     state = load_training_state(checkpoint, model, optimizer, scheduler, accelerator, step=step,
                                 max_steps=config.max_steps)
-    accelerator.print(shown(f"resumed from {checkpoint} at step {state['step']}"))
+    say(f"resumed from {given(checkpoint)} at step {state['step']}", accelerator.is_main_process)
     return state

@@ -165,8 +165,7 @@ class Trainer:
 
     def say_summary(self) -> None:
         """The summary line (losses, wall time, tokens/s) on the main process, said once the run's model is saved."""
-        if self.accelerator.is_main_process:
-            say(self.summary.line())
+        say(self.summary.line(), self.accelerator.is_main_process)
 
     def _hook(self, hook: Callable[[Trainer], Any], bar: tqdm) -> Any:
         """`hook(self)` (`log_extra`, `on_step`); a hook that met NaN vectors (a probe or a re-mining encoding with

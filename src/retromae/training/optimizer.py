@@ -16,6 +16,7 @@ from accelerate import Accelerator
 from torch import nn
 from transformers import PreTrainedModel
 
+from retromae.runtime.console import say
 from retromae.runtime.options import ConfigError
 from retromae.training.config import TrainingConfig
 
@@ -91,9 +92,9 @@ def resume_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int, max
     checkpoint's (a larger --max-steps)."""
     before, after = follow_schedule(scheduler, step)
     if not math.isclose(before, after, rel_tol=1e-6, abs_tol=1e-12):
-        accelerator.print(f"--max-steps {max_steps}: the learning rate follows the schedule of {max_steps} steps "
-                          f"from step {step} on: {after:.3g} (the checkpoint's schedule was at {before:.3g}); see "
-                          "docs/reliability.md")
+        say(f"--max-steps {max_steps}: the learning rate follows the schedule of {max_steps} steps from step {step} "
+            f"on: {after:.3g} (the checkpoint's schedule was at {before:.3g}); see docs/reliability.md",
+            accelerator.is_main_process)
 
 
 def check_heads(config: TrainingConfig, optimizer: torch.optim.Optimizer) -> None:

@@ -24,6 +24,7 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs, set_seed
 from torch import nn
 from transformers import PreTrainedModel
 
+from retromae.runtime.console import say
 from retromae.runtime.cpu_features import AUTO_BF16_VARIABLE, auto_bf16
 from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import check_process_count, without_gpus
@@ -71,7 +72,7 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     _configure_deepspeed(accelerator, config)
     use_tensor_cores(accelerator.device)
     if config.mixed_precision == "auto" and (accelerator.device.type == "cuda" or accelerator.mixed_precision != "no"):
-        accelerator.print(_precision_notice(accelerator.mixed_precision, accelerator.device))
+        say(_precision_notice(accelerator.mixed_precision, accelerator.device), accelerator.is_main_process)
     return accelerator
 
 

@@ -40,7 +40,7 @@ from retromae.pretraining.run import PretrainConfig, pretrain
 from retromae.pretraining.scratch import family_tokenizer, save_random_model
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.search import TextOptions, dense_search
-from retromae.runtime.console import NOT_LOSSES, Result, Stages, say
+from retromae.runtime.console import NOT_LOSSES, Result, Stages, given, say
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.options import save_config, steps_from_passes
 from retromae.runtime.run_folder import claim_folder, input_paths, mark_started, run_identity
@@ -100,7 +100,7 @@ def prepare_data(config: QuickstartConfig, output: Path) -> Path:
     if not (folder / "corpus.jsonl").exists():
         counts = build_stdlib_retrieval_set(folder)
         say(f"standard-library docstrings: {counts['documents']} documents, {counts['train']} train and "
-            f"{counts['test']} test queries → {folder}")
+            f"{counts['test']} test queries → {given(folder)}")
     return folder
 
 
@@ -300,12 +300,12 @@ def quickstart(config: QuickstartConfig) -> Result:
 def write_outputs(summary: dict[str, Any], pretraining: dict[str, Path], output: Path, data: Path) -> str:
     """results.md, results.json and results.png; returns the table and the plateau note, for the command to print."""
     table = results_table(summary["results"])
-    header = (f"Test split of {data}; device {summary['device']}, {summary['preset']} preset; "
-              f"{summary['minutes']:.1f} min in all.\n\n")
-    note = plateau_note(summary["pretraining_losses"], summary["unigram_entropy"])
-    write_text_atomic(output / "results.md", f"{header}{table}\n{note}\n")
+    body = (f"device {summary['device']}, {summary['preset']} preset; {summary['minutes']:.1f} min in all.\n\n"
+            f"{table}\n{plateau_note(summary['pretraining_losses'], summary['unigram_entropy'])}\n")
+    write_text_atomic(output / "results.md", f"Test split of {data}; {body}")
     write_text_atomic(output / "results.json", json.dumps(summary, indent=2) + "\n")
     plot_results(pretraining, summary["results"], summary["unigram_entropy"], output / "results.png",
                  model_caption(summary, data))
-    return f"\n{header}{table}\n{note}\n\nresults: {output / 'results.md'}   plot: {output / 'results.png'}"
+    return (f"\nTest split of {given(data)}; {body}\nresults: {given(output / 'results.md')}   "
+            f"plot: {given(output / 'results.png')}")
 
