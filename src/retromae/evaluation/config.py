@@ -17,7 +17,7 @@ from retromae.data.corpus import CORPUS_NAMES
 from retromae.data.retrieval_sets import check_split
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
-from retromae.evaluation.table import DEFAULT_METRICS, metric_k
+from retromae.evaluation.table import DEFAULT_METRICS, metric_k, ranking_key
 from retromae.models.encoder_config import EncoderOptions, encoder_acts
 from retromae.retrieval.faiss_options import (
     NOT_BINARY,
@@ -135,8 +135,10 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         self.data = [Path(path) for path in ([self.data] if isinstance(self.data, (str, Path)) else self.data)]
         require(len(self.data) > 0, "data", "give at least one data set")
         require(len(self.metrics) > 0, "metrics", "give at least one metric")
-        for metric in self.metrics:
-            metric_k(metric)
+        given, self.metrics = list(self.metrics), [ranking_key(metric) for metric in self.metrics]
+        twice = next((key for key in self.metrics if self.metrics.count(key) > 1), None)
+        spellings = ", ".join(text for text, key in zip(given, self.metrics, strict=True) if key == twice)
+        require(twice is None, "metrics", f"names {twice} twice ({spellings}): give it once")
         if isinstance(self.model, str):
             self.model = [self.model]
         if isinstance(self.name, str):

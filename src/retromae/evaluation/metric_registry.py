@@ -209,6 +209,14 @@ def parse_key(key: str, kind: str | None = None) -> tuple[Metric, int | None]:
     return found
 
 
+def canonical_key(text: str, kind: str | None = None) -> str:
+    """The one form of a metric key a user names (`--metrics`, a config's `metrics`): `NAME@K` with K as plain
+    decimal writes it (`ndcg@010` and `ndcg@10` are one metric, so one key, ndcg@10), `NAME` for a correlation;
+    ValueError (`parse_key`) for a key no registered metric (of `kind`) has."""
+    metric, k = parse_key(text, kind)
+    return metric.name if k is None else f"{metric.name}@{k}"
+
+
 def cutoffs(keys: Sequence[str]) -> list[int]:
     """The cut-offs ranking keys need, ascending (correlation keys need none)."""
     return sorted({k for key in keys if (k := parse_key(key)[1]) is not None})

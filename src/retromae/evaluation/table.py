@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.evaluation.axes import clamp
-from retromae.evaluation.metric_registry import RANKING, metrics, parse_key, reported_keys, show, title
+from retromae.evaluation.metric_registry import RANKING, canonical_key, metrics, parse_key, reported_keys, show, title
 from retromae.runtime.io import atomic_path, write_text_atomic
 from retromae.runtime.options import ConfigError
 
@@ -29,10 +29,15 @@ REPORT_FILES = ("results.md", "results.csv", "results.json", "results.png", PER_
 
 
 def metric_k(metric: str) -> int:
-    """The cut-off of a ranking metric's key such as `ndcg@10`; ConfigError for a key `evaluate_run` does not
-    compute."""
+    """The cut-off of a ranking metric's key such as `ndcg@10` (`ranking_key`)."""
+    return parse_key(ranking_key(metric))[1]
+
+
+def ranking_key(metric: str) -> str:
+    """The canonical key (`metric_registry.canonical_key`: ndcg@010 is ndcg@10) of a ranking metric a user names;
+    ConfigError for a key `evaluate_run` does not compute."""
     try:
-        return parse_key(metric, RANKING)[1]
+        return canonical_key(metric, RANKING)
     except ValueError as error:
         raise ConfigError(f"--metrics: {metric!r} is not a metric; use NAME@K with NAME one of "
                           f"{', '.join(entry.name for entry in metrics(RANKING))}, e.g. ndcg@10 recall@100") from error

@@ -115,7 +115,7 @@ def resident_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device)
     status = read_setting(Path("/proc/self/status"))
-    found = re.search(r"^VmRSS:\s+(\d+) kB", status or "", re.MULTILINE)
+    found = re.search(r"^VmRSS:\s+([0-9]+) kB", status or "", re.MULTILINE)
     return int(found.group(1)) * 1024 if found else 0
 
 

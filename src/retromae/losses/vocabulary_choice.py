@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from retromae.losses.fused_loss import linear_cross_entropy_sum
 from retromae.models import onednn
+from retromae.runtime.cache_entries import entry_lock
 from retromae.runtime.cpu_features import cpu_model
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import cache_folder, write_text_atomic
@@ -116,12 +117,19 @@ def auto_kind(width: int, vocab: int, rows: int, dtype: torch.dtype, cache: Path
     fresh = key not in entries
     if fresh:
         entries[key] = measure(width, vocab, rows, dtype)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(path, _dumps(entries))
-        except OSError:
-            pass  # the cache only saves the next run a measurement
+        record_timings(path, key, entries[key])
     return choose(entries[key]), entries[key], fresh
+
+
+def record_timings(path: Path, key: str, timings: Timings) -> None:
+    """Add `timings` under `key` to the cache file `path`: read again and written back under its folder's lock
+    (`cache_entries.entry_lock`, as the caches' entries are), so that processes recording at once each keep their
+    timings; a cache that cannot be written is left as it is (it only saves the next run a measurement)."""
+    try:
+        with entry_lock(path.parent):
+            write_text_atomic(path, _dumps({**read_cache(path), key: timings}))
+    except OSError:
+        pass
 
 
 def _dumps(entries: dict[str, Timings]) -> str:

@@ -45,6 +45,7 @@ from retromae.retrieval.faiss_options import (
     check_factory,
     check_factory_fits,
     check_search_params,
+    check_search_value,
     check_shortlist,
     index_type,
 )
@@ -433,7 +434,39 @@ def _load_faiss(folder: Path) -> Any:
         raise ConfigError(f"{folder}: this is a faiss index; install faiss (pip install faiss-cpu) to load it")
     index = _read_faiss(faiss.read_index, folder / FAISS_FILE, "faiss index")
     _check_faiss_finite(faiss, index, folder / FAISS_FILE)
+    _check_stored_settings(faiss, index, folder / FAISS_FILE)
     return index
+
+
+def _stored_settings(faiss: Any, index: Any) -> Iterator[tuple[str, str, float]]:
+    """(how it is shown, the search parameter that bounds it, its value) of each search setting a faiss index and the
+    indexes inside it store: an HNSW's efSearch, an NSG's search_L (its efSearch), an IVF's nprobe and max_codes, a
+    refinement's k_factor, a PQ's polysemous ht, a residual quantizer's beam and a residual coarse quantizer's beam
+    factor."""
+    index = faiss.downcast_index(index)
+    for holder, attribute, name in (("hnsw", "efSearch", "efSearch"), ("nsg", "search_L", "efSearch"),
+                                    (None, "nprobe", "nprobe"), (None, "max_codes", "max_codes"),
+                                    (None, "k_factor", "k_factor"), (None, "polysemous_ht", "ht"),
+                                    ("rq", "max_beam_size", "max_beam_size"), (None, "beam_factor", "beam_factor")):
+        owner = getattr(index, holder, None) if holder else index
+        value = getattr(owner, attribute, None)
+        if isinstance(value, (int, float)) and not (name == "beam_factor" and value < 0):
+            yield f"{attribute}={value}", name, value
+    for attribute in ("quantizer", "storage", "index", "base_index", "refine_index"):
+        inner = getattr(index, attribute, None)
+        if inner is not None and isinstance(inner, faiss.Index):
+            yield from _stored_settings(faiss, inner)
+
+
+def _check_stored_settings(faiss: Any, index: Any, path: Path) -> None:
+    """DataError naming `path` when a search setting the faiss `index` stores (`_stored_settings`) is outside what
+    the search parameter bounding it takes (`faiss_options.check_search_value`, the bound of --params): a search
+    would use it as stored (an efSearch of 2**30 allocates that many candidates a query)."""
+    for shown, name, value in _stored_settings(faiss, index):
+        try:
+            check_search_value(name, value, shown)
+        except ValueError as error:
+            raise DataError(f"{path}: a search setting it stores is out of bounds: {error}{REBUILD}") from None
 
 
 def _float_tables(faiss: Any, index: Any) -> Iterator[np.ndarray]:

@@ -19,7 +19,9 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -32,6 +34,9 @@ from retromae.runtime.lines import open_own_file
 T = TypeVar("T")
 ATTEMPTS = 3  # builds of one entry before its check's error is raised (each lost to a damaged or vanished entry)
 LOCK_NAME = ".retromae-entries.lock"
+# A builder's temporary folder as named before round nine (`tempfile.mkdtemp` beside a token store: `.KEY.XXXXXXXX.tmp`)
+OLD_TEMPORARY = re.compile(r"^\.[0-9a-f]{64}\.[a-z0-9_]{8}\.tmp$")
+OLD_IDLE = 3600  # seconds without a change after which such a folder no process is seen holding is abandoned
 
 
 def _tag() -> str:
@@ -47,13 +52,46 @@ def _temporary_folder(beside: Path) -> Path:
 
 def clear_debris(folder: Path) -> None:
     """Remove the temporary folders in `folder` (`private_folder`) of builders of this host whose process is gone
-    (killed while building); those of live processes, and of other hosts, stay."""
-    pattern = re.compile(rf"^\..*\.pid(\d+)@{re.escape(socket.gethostname())}\.[^.]*\.tmp$")
+    (killed while building); those of live processes, and of other hosts, stay. So do the folders of the naming
+    before process tags (`OLD_TEMPORARY`: a token store's key and 8 random characters), whose builder is known gone
+    by `_abandoned`."""
+    pattern = re.compile(rf"^\..*\.pid([0-9]+)@{re.escape(socket.gethostname())}\.[^.]*\.tmp$")
     with contextlib.suppress(OSError):
         for item in Path(folder).iterdir():
             match = pattern.match(item.name)
             if match and not _alive(int(match.group(1))):
                 shutil.rmtree(item, ignore_errors=True)
+            elif OLD_TEMPORARY.match(item.name) and _real_folder(item) and _abandoned(item):
+                shutil.rmtree(item, ignore_errors=True)
+
+
+def _real_folder(path: Path) -> bool:
+    return stat.S_ISDIR(os.lstat(path).st_mode)
+
+
+def _abandoned(folder: Path) -> bool:
+    """Whether the builder of the old-named `folder` is gone: nothing in it changed for `OLD_IDLE` seconds (what a
+    builder whose files cannot be looked at, another user's, would show) and no process of this host whose files
+    can be read holds a file in it open or memory-mapped (`/proc/PID/fd`, `maps`), as a builder held its arrays."""
+    inside = f"{os.path.realpath(folder)}/"
+    try:
+        changed = max(entry.stat(follow_symlinks=False).st_mtime for entry in [*os.scandir(folder), folder])
+        processes = [item for item in Path("/proc").iterdir() if item.name.isdigit()]
+    except OSError:
+        return False
+    if time.time() - changed < OLD_IDLE:
+        return False
+    return not any(inside in held for process in processes for held in _held_files(process))
+
+
+def _held_files(process: Path) -> Iterator[str]:
+    """The paths `process` (a /proc/PID folder) holds open and the text of its memory maps; nothing for what cannot
+    be read (a process ended meanwhile, another user's, a descriptor closed while listed)."""
+    with contextlib.suppress(OSError):
+        yield (process / "maps").read_text(errors="replace")
+        for descriptor in (process / "fd").iterdir():
+            with contextlib.suppress(OSError):
+                yield os.readlink(descriptor) + "/"
 
 
 def _alive(pid: int) -> bool:

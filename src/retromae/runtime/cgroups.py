@@ -36,7 +36,7 @@ def read_setting(path: Path) -> str | None:
 
 def meminfo_available() -> int | None:
     """The kernel's estimate of the memory available to new work (MemAvailable), None where there is no /proc."""
-    found = re.search(r"^MemAvailable:\s+(\d+) kB", read_setting(Path("/proc/meminfo")) or "", re.MULTILINE)
+    found = re.search(r"^MemAvailable:\s+([0-9]+) kB", read_setting(Path("/proc/meminfo")) or "", re.MULTILINE)
     return int(found.group(1)) * 1024 if found else None
 
 
@@ -54,7 +54,7 @@ def cgroup_headroom(cgroups: Path = Path("/proc/self/cgroup"), mount: Path = Pat
         limit, usage = read_setting(folder / files[0]), read_setting(folder / files[1])
         if limit is None or usage is None or not limit.isdigit() or int(limit) >= UNLIMITED:
             continue
-        dropped = re.search(rf"^{files[2]} (\d+)$", read_setting(folder / "memory.stat") or "", re.MULTILINE)
+        dropped = re.search(rf"^{files[2]} ([0-9]+)$", read_setting(folder / "memory.stat") or "", re.MULTILINE)
         return max(0, int(limit) - int(usage) + (int(dropped.group(1)) if dropped else 0))
     return None
 

@@ -36,7 +36,7 @@ CACHE_ENV = "RETROMAE_CACHE"  # the folder of retromae's caches (`cache_folder`)
 PATH_VARIABLES = (CACHE_ENV, "HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
 
 FULL_BELOW = 1 << 20  # free bytes under which a failed write is put down to a full disk
-RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
+RUST_OS_ERROR = re.compile(r"\(os error ([0-9]+)\)")  # how Rust libraries (safetensors, tokenizers) quote errno
 TEMPORARY = re.compile(r"[a-z0-9_]{8}\.tmp")  # what `tempfile` puts after our prefix: 8 random characters and .tmp
 OWN_EXTRA = len(".") + len(".XXXXXXXX.tmp")  # the most characters our own names beside a file add to its name
 NAME_MAX = 255  # the limit of a name in bytes, where the file system does not say (`os.pathconf`)

@@ -221,19 +221,25 @@ class UnreadableData(ValueError):
     objects nested too deep, a key given twice, a lone surrogate; its message says which, to follow `FILE:LINE: `."""
 
 
+def _cut(text: str, size: int) -> str:
+    """`text` in at most about `size` characters: a longer one is named by its start and length."""
+    return text if len(text) <= size else f"{text[:size - 8]}... ({len(text)} characters)"
+
+
 def shortened(text: str, size: int = 20) -> str:
-    """`text` as a refusal shows it: at most `size` characters (a 5,000-digit number is named by its start and
+    """`text` as a refusal shows it unquoted: `_cut` to `size` (a 5,000-digit number is named by its start and
     length), a lone surrogate written as its escape (`\\ud800`), so that the message can be printed."""
-    shown = text if len(text) <= size else f"{text[:size - 8]}... ({len(text)} characters)"
-    return shown.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _cut(text, size).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def quoted(value: Any) -> str:
+def quoted(value: Any, size: int = SHOWN_CHARACTERS) -> str:
     """How every message shows an id or a text taken from a file (or any JSON value read from one): quoted as repr
-    quotes it, and `shortened` to SHOWN_CHARACTERS, so that an id of megabytes never fills a terminal or a log."""
+    quotes it, `_cut` to `size` characters, so that an id of megabytes never fills a terminal or a log. A lone
+    surrogate (a byte that is not UTF-8, read through surrogateescape) is shown once as repr escapes it (`\\udcff`),
+    as every character repr does not print: the quoted text reads back (`ast.literal_eval`) as the value."""
     if isinstance(value, str):
-        return repr(shortened(value, SHOWN_CHARACTERS))
-    return shortened(repr(value), SHOWN_CHARACTERS)
+        return repr(_cut(value, size))
+    return shortened(repr(value), size)
 
 
 def _finite_float(text: str) -> float:
@@ -281,7 +287,7 @@ def _check_unicode(value: Any, field: str) -> None:
     """UnreadableData naming the first field (`metadata.title`, `neg[2]`) or key of `value` that holds a lone
     surrogate: a code point of half a UTF-16 pair, which no text may hold (it cannot be written out as UTF-8)."""
     if isinstance(value, str) and SURROGATE.search(value):
-        raise UnreadableData(f"field {shortened(field or '(the value)')!r} is not Unicode text: it holds a lone "
+        raise UnreadableData(f"field {quoted(field or '(the value)', 20)} is not Unicode text: it holds a lone "
                              "surrogate (a JSON \\ud800-\\udfff escape not paired as UTF-16)")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
@@ -346,7 +352,7 @@ def finite_number(path: Path, number: int, value: Any, what: str) -> float:
     """`value` (a field's text, or a parsed JSON number) as a finite float; DataError naming the file, line and
     `what` when it is not a number (a text only in plain decimal notation, `NUMBER_TEXT`), or is NaN or infinite."""
     if isinstance(value, str) and not (NUMBER_TEXT.fullmatch(value) or NON_FINITE_TEXT.fullmatch(value)):
-        raise DataError(f"{path}:{number}: {what} {shortened(value)!r} is not a number ({PLAIN_NOTATION})")
+        raise DataError(f"{path}:{number}: {what} {quoted(value, 20)} is not a number ({PLAIN_NOTATION})")
     try:
         result = float(value)
     except (TypeError, ValueError):
@@ -354,7 +360,7 @@ def finite_number(path: Path, number: int, value: Any, what: str) -> float:
     except OverflowError:  # an integer beyond a float's range
         result = math.inf
     if not math.isfinite(result):
-        raise DataError(f"{path}:{number}: {what} {shortened(str(value))!r} is not finite (NaN, infinite or beyond a "
+        raise DataError(f"{path}:{number}: {what} {quoted(str(value), 20)} is not finite (NaN, infinite or beyond a "
                         "float's range)")
     return result
 
@@ -364,7 +370,7 @@ def integer_field(path: Path, number: int, text: str, what: str, *, hint: str = 
     `1_000`, `٣` or `１`), within a float's range; DataError naming the file, line and `what` (then `hint`, when
     given, in place of the rule)."""
     if not INTEGER_TEXT.fullmatch(text):
-        raise DataError(f"{path}:{number}: {what} {shortened(text)!r} is not an integer"
+        raise DataError(f"{path}:{number}: {what} {quoted(text, 20)} is not an integer"
                         f"{hint or ' (ASCII digits 0-9, optionally signed)'}")
     finite_number(path, number, text, what)  # a 400-digit grade would overflow every sum of gains
     return int(text)

@@ -438,7 +438,8 @@ class _ConfigLoader(yaml.SafeLoader):
     """PyYAML's safe loader, resolving no type of YAML 1.1's own: a bare value is `Bare` text, read by the option it
     is given to as its flag's text; a bare `~`, `null` (`Null`, `NULL`) or nothing is null, JSON's null (an option's
     "not given", where its default is None, refused elsewhere); a quoted value is text. A value tagged with a type
-    (`!!int 0x10`) is `Bare` too. Refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+    (`!!int 0x10`) is `Bare` too. Refuses a key given twice in one mapping (PyYAML keeps the last silently), and a
+    merge key (`<<: *anchor`, bare or tagged `!!merge`): a config file holds its options itself."""
 
     yaml_implicit_resolvers: dict[str | None, list[tuple[str, re.Pattern]]] = {}
 
@@ -448,6 +449,9 @@ class _ConfigLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: a merge key (<<) is not read: a config file "
+                                  "is one mapping of options; write each option there")
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, str | type(None)):  # `? [a, b]`: a list can name nothing
                 raise ConfigError(f"line {key_node.start_mark.line + 1}: a key must be a name, not a "
@@ -459,6 +463,8 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 _BARE_TAG = "tag:retromae:bare"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_ConfigLoader.add_implicit_resolver(_MERGE_TAG, re.compile(r"<<\Z"), ["<"])
 _ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"(?:~|null|Null|NULL|)\Z"),
                                     ["~", "n", "N", ""])
 _ConfigLoader.add_implicit_resolver(_BARE_TAG, re.compile(""), None)  # after null: any other bare value

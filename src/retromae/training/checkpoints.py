@@ -31,7 +31,7 @@ from retromae.training.checkpoint_state import (
 )
 from retromae.training.config import TrainingConfig
 
-CHECKPOINT_PATTERN = re.compile(r"^step-(\d+)$")
+CHECKPOINT_PATTERN = re.compile(r"^step-([0-9]+)$")
 
 
 def checkpoint_path(output: Path, step: int) -> Path:
