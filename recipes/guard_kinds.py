@@ -55,13 +55,16 @@ def estimate(run: Path, base: str) -> dict:
     """The base's and the export's NDCG@10 on the run's passage queries, the gain and its interval."""
     from retromae.adaptation.data import base_pooling
     from retromae.adaptation.guard import measure_gain, score
-    from retromae.models.encoder import Encoder
+    from retromae.models.encoder import Encoder, side_prefix
 
     guard = json.loads((run / "guard.json").read_text())
     validation = passage_set(run / "validation")
     pooling = base_pooling(base, None, None)
-    scores = {name: score(Encoder.load(path, pooling=pooling.pooling, normalize=pooling.normalize), validation, 64)
-              for name, path in (("base", base), ("export", str(run / "encoder")))}
+    scores = {}
+    for name, path in (("base", base), ("export", str(run / "encoder"))):
+        encoder = Encoder.load(path, pooling=pooling.pooling, normalize=pooling.normalize)
+        prompts = {side: side_prefix(encoder, side, None) for side in ("query", "passage")}  # what the folder names
+        scores[name] = score(encoder, validation, 64, prompts)
     low, high = measure_gain(scores["base"][1], scores["export"][1], SEED).interval
     return {"run": str(run), "keyword_set": guard["validation_set"], "keyword_gain": guard["candidates"][-1]["gain"],
             "exported": guard["chosen"], "passage_queries": len(validation.queries),

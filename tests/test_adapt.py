@@ -344,7 +344,8 @@ def test_the_distillation_trains_under_the_mixed_precision_asked_for(tmp_path, d
                                  np.array([[2.0, 0.0], [1.0, 0.5]], dtype=np.float32))
     config = tiny_adapt(declared_base, topical_corpus(tmp_path / "c.jsonl"), tmp_path / "out", objective="distill",
                         list_size=2, batch_size=2, max_steps=2, mixed_precision=requested)
-    assert distill.train_student(config, encoder, lists, ["alpha beta gamma", "delta epsilon"]) == 2
+    assert distill.train_student(config, encoder, lists, ["alpha beta gamma", "delta epsilon"],
+                                 {"query": "", "passage": ""}) == 2
     assert seen == [expected, expected]
     changed = [name for name, tensor in encoder.model.state_dict().items()
                if tensor.is_floating_point() and not torch.equal(tensor, before[name])]

@@ -217,9 +217,9 @@ def test_a_model_naming_a_query_prompt_alone_searches_documents_encoded_without_
     assert Searcher.load(tmp_path / "idx").search("a cat")
 
 
-def test_adapt_scores_the_base_with_its_prompts_and_a_candidate_without(world, monkeypatch):
-    """The guard scores as `evaluate` scores what a user keeps: the base (its own folder) with its prompts, an
-    adapted candidate (exported naming none) without."""
+def test_adapt_scores_the_base_and_a_candidate_with_the_run_s_prefixes(world, monkeypatch):
+    """The guard scores as `evaluate` scores what a user keeps: the base and an adapted candidate alike with the run's
+    prefixes, which the export names (round ten: `tests/test_round_ten_adapt.py`)."""
     prefixes = []
 
     def dense_search(encoder, corpus, queries, *, passages, questions, **options):
@@ -230,9 +230,10 @@ def test_adapt_scores_the_base_with_its_prompts_and_a_candidate_without(world, m
     monkeypatch.setattr(guard, "metric_of", lambda validation, run: (0.0, {}))
     encoder = Encoder.load(world["model"], device="cpu")
     validation = type("Validation", (), {"corpus_texts": lambda self: {}, "queries": {"q": "x"}})()
+    sides = {"query": "query: ", "passage": "passage: "}
     for step in (0, 1):
-        guard.score_candidate(guard.Candidate(step, 1.0), encoder, validation, 8)
-    assert prefixes == [("passage: ", "query: "), ("", "")]
+        guard.score_candidate(guard.Candidate(step, 1.0), encoder, validation, 8, sides)
+    assert prefixes == [("passage: ", "query: ")] * 2
 
 
 @pytest.mark.parametrize("argv", [["evaluate", "--run", "RUN", "--data", "B", "--query-prefix", ""],

@@ -79,14 +79,17 @@ def training_queries(documents: list[Document], count: int, seed: int, wanted: S
 
 
 def candidate_runs(encoder: Encoder, texts: list[str], queries: list[str], depth: int, max_length: int,
-                   batch_size: int) -> tuple[list[dict[int, float]], list[dict[int, float]], np.ndarray, np.ndarray]:
+                   batch_size: int, prefixes: dict[str, str]) -> tuple[list[dict[int, float]],
+                                                                       list[dict[int, float]], np.ndarray, np.ndarray]:
     """BM25's and the base's top `depth` per query (document index → score), and the base's vectors of the queries
-    (Q, D) and of the documents (N, D)."""
+    (Q, D) and of the documents (N, D), each side encoded with its prefix of `prefixes`."""
     ids = [str(i) for i in range(len(texts))]
     with step(f"BM25 over {len(texts):,} documents for {len(queries):,} pseudo-queries"):
         lexical = BM25().index(ids, texts).search({str(n): query for n, query in enumerate(queries)}, k=depth)
-    documents = encoder.encode(texts, batch_size, max_length, description=f"encoding {len(texts):,} documents")
-    vectors = encoder.encode(queries, batch_size, max_length, description=f"encoding {len(queries):,} queries")
+    documents = encoder.encode(texts, batch_size, max_length, prefixes["passage"],
+                               description=f"encoding {len(texts):,} documents")
+    vectors = encoder.encode(queries, batch_size, max_length, prefixes["query"],
+                             description=f"encoding {len(queries):,} queries")
     scores, rows = search(build_index(documents), vectors, depth, ids=ids)  # (Q, depth) each
     dense = [{int(row): float(value) for row, value in zip(rows[n], scores[n], strict=True) if row >= 0}
              for n in range(len(queries))]
@@ -153,13 +156,16 @@ def matched_temperature(teacher: np.ndarray, base: np.ndarray) -> float:
     return spread / target if spread > 0 and target > 0 else 1.0
 
 
-def teacher_lists(config: AdaptConfig, encoder: Encoder, documents: list[Document]) -> TeacherLists:
-    """The pseudo-queries, each one's list of candidates and the teacher's logits over it (matched temperature)."""
+def teacher_lists(config: AdaptConfig, encoder: Encoder, documents: list[Document],
+                  prefixes: dict[str, str]) -> TeacherLists:
+    """The pseudo-queries, each one's list of candidates and the teacher's logits over it (matched temperature): the
+    base's side of the hybrid and the base's logits encoded with `prefixes`, as the student trains (a cross-encoder
+    teacher reads the texts as they are)."""
     texts = [document.text for document in documents]
     queries = training_queries(documents, config.distill_queries, config.seed, config.distill_kinds)
     depth = candidate_depth(config.distill_candidates)  # the hybrid teacher fuses at the fusion's depth
     lexical, dense, query_vectors, document_vectors = candidate_runs(
-        encoder, texts, queries, depth, config.max_length, 64)
+        encoder, texts, queries, depth, config.max_length, 64, prefixes)
     teacher = teacher_scores(config, queries, texts, lexical, dense)
     rng = np.random.default_rng(config.seed + 1)
     kept, lists = [], []
@@ -185,9 +191,12 @@ def distill_loss(name: str, student: torch.Tensor, teacher: torch.Tensor) -> tor
     return listwise_kl(student, teacher) if name == "kl" else margin_mse(student, teacher)
 
 
-def student_logits(encoder: Encoder, queries: list[str], texts: list[str], max_length: int) -> torch.Tensor:
-    """(B, L) logits of the student: its similarity of each query to each of its L texts over the temperature."""
-    query_ids, text_ids = encoder.tokenize(queries, max_length), encoder.tokenize(texts, max_length)
+def student_logits(encoder: Encoder, queries: list[str], texts: list[str], max_length: int,
+                   prefixes: dict[str, str]) -> torch.Tensor:
+    """(B, L) logits of the student: its similarity of each query to each of its L texts over the temperature, each
+    side with its prefix of `prefixes`."""
+    query_ids = encoder.tokenize(queries, max_length, prefixes["query"])
+    text_ids = encoder.tokenize(texts, max_length, prefixes["passage"])
     query_vectors = encoder.embed(*encoder.collate(query_ids))  # (B, D)
     text_vectors = encoder.embed(*encoder.collate(text_ids)).view(len(queries), -1, query_vectors.shape[-1])
     return torch.einsum("bd,bld->bl", query_vectors, text_vectors) / STUDENT_TEMPERATURE
@@ -214,9 +223,10 @@ def autocast_dtype(requested: str) -> torch.dtype | None:
     return AUTOCAST_DTYPES.get(resolve_mixed_precision(requested))
 
 
-def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, texts: list[str]) -> int:
-    """Train `encoder` in place on the teacher's lists, under --mixed-precision's autocast (fp16 with a gradient
-    scaler); returns the steps taken."""
+def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, texts: list[str],
+                  prefixes: dict[str, str]) -> int:
+    """Train `encoder` in place on the teacher's lists, its queries and texts with `prefixes`, under
+    --mixed-precision's autocast (fp16 with a gradient scaler); returns the steps taken."""
     torch.manual_seed(config.seed)
     steps, per_step = steps_of(config, len(lists.queries)), max(1, config.batch_size // config.list_size)
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=config.learning_rate,
@@ -232,7 +242,8 @@ def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, te
             rows = np.take(order, range(now * per_step, (now + 1) * per_step), mode="wrap")
             with torch.autocast(encoder.device.type, dtype=dtype) if dtype else contextlib.nullcontext():
                 logits = student_logits(encoder, [lists.queries[r] for r in rows],
-                                        [texts[d] for r in rows for d in lists.documents[r]], config.max_length)
+                                        [texts[d] for r in rows for d in lists.documents[r]], config.max_length,
+                                        prefixes)
             teacher = torch.from_numpy(lists.logits[rows]).to(logits.device)
             loss = distill_loss(config.distill_loss, logits.float(), teacher)
             scaler.scale(loss).backward()
@@ -249,18 +260,19 @@ def train_student(config: AdaptConfig, encoder: Encoder, lists: TeacherLists, te
     return steps
 
 
-def distill(config: AdaptConfig, documents: list[Document], folder: Path, prefix: str,
-            pooling: PoolingConfig) -> tuple[int, Path]:
-    """The distillation stage from the base (`config.model`): (steps, the folder holding the student's encoder as a
-    checkpoint names it, under `prefix`). A finished stage is reused on --resume."""
+def distill(config: AdaptConfig, documents: list[Document], folder: Path, prefix: str, pooling: PoolingConfig,
+            prefixes: dict[str, str]) -> tuple[int, Path]:
+    """The distillation stage from the base (`config.model`), the teacher's lists and the student's training with the
+    run's `prefixes` (side → text): (steps, the folder holding the student's encoder as a checkpoint names it, under
+    `prefix`). A finished stage is reused on --resume."""
     target = folder / DISTILLED
     saved = target / MODEL_FILE
     student = Encoder.load(config.model, pooling=pooling.pooling, normalize=pooling.normalize,
                            max_length=config.max_length, backend=config.backend, quantize=config.quantize)
     if config.resume and saved.is_file():
         return steps_of(config, config.distill_queries), target
-    lists = teacher_lists(config, student, documents)
-    steps = train_student(config, student, lists, [document.text for document in documents])
+    lists = teacher_lists(config, student, documents, prefixes)
+    steps = train_student(config, student, lists, [document.text for document in documents], prefixes)
     with atomic_path(saved) as temporary:
         save_file({prefix + name: tensor.detach().contiguous().cpu()
                    for name, tensor in student.model.state_dict().items()}, str(temporary))

@@ -12,6 +12,8 @@ may be much harder or easier than a user's (the base scores 0.09 to 0.70 on them
 development collections' real queries), and a gain in points follows that level (how far each is from the real gain:
 docs/RESULTS.md, section 10.7). Does not own the training (`retromae.pretraining.run`,
 `retromae.adaptation.distill`), search or metrics (`retromae.retrieval`, `retromae.evaluation.metric_registry`).
+The base and every candidate are scored with the run's prefixes (`finetuning.run.training_prefixes`), the prompts the
+export names.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from retromae.data.ranking import Run
 from retromae.data.retrieval_sets import RetrievalSet
 from retromae.evaluation.metric_registry import parse_key, primary_key
 from retromae.evaluation.metrics import evaluate_run
-from retromae.models.encoder import Encoder, side_prefix
+from retromae.models.encoder import Encoder
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import candidate_depth, fuse
 from retromae.retrieval.search import TextOptions, dense_search
@@ -69,27 +71,27 @@ class Candidate:
         return f"step {self.step}" + ("" if self.weight == 1 else f", averaged with the base at {self.weight:g}")
 
 
-def score(encoder: Encoder, validation: RetrievalSet, batch_size: int) -> tuple[float, dict[str, float]]:
+def score(encoder: Encoder, validation: RetrievalSet, batch_size: int,
+          prefixes: dict[str, str]) -> tuple[float, dict[str, float]]:
     """`METRIC` (NDCG@10) of `encoder` on the validation set, on average and per query (no progress display)."""
-    return metric_of(validation, search_validation(encoder, validation, batch_size, prompted=True))
+    return metric_of(validation, search_validation(encoder, validation, batch_size, prefixes))
 
 
-def score_candidate(candidate: Candidate, encoder: Encoder, validation: RetrievalSet, batch_size: int) -> None:
-    """Set the candidate's run (`encoder` holds its weights), its score and per-query scores: each scored as
-    `retromae evaluate` scores what a user keeps, the base with the prompts its folder names, an adapted candidate
-    without (it is trained, and exported, without them)."""
-    candidate.run = search_validation(encoder, validation, batch_size, prompted=candidate.step == 0)
+def score_candidate(candidate: Candidate, encoder: Encoder, validation: RetrievalSet, batch_size: int,
+                    prefixes: dict[str, str]) -> None:
+    """Set the candidate's run (`encoder` holds its weights), its score and per-query scores: the base and every
+    candidate scored with the run's `prefixes`, the prompts its export names, so that `retromae evaluate` of what a
+    user keeps gives the guard's figure."""
+    candidate.run = search_validation(encoder, validation, batch_size, prefixes)
     candidate.score, candidate.per_query = metric_of(validation, candidate.run)
 
 
-def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int, prompted: bool) -> Run:
+def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int, prefixes: dict[str, str]) -> Run:
     """The encoder's best documents per validation query, as deep as a hybrid fuses (no progress display); the
-    queries and passages with the prompts its folder names where `prompted` (`side_prefix`), else with none."""
-    given = None if prompted else ""
-    sides = {side: TextOptions(side_prefix(encoder, side, given)) for side in ("passage", "query")}
+    queries and passages with `prefixes` (side → text: `finetuning.run.training_prefixes`)."""
     return dense_search(encoder, validation.corpus_texts(), validation.queries, k=candidate_depth(CUTOFF),
-                        passages=sides["passage"], questions=sides["query"], batch_size=batch_size,
-                        show_progress=False)
+                        passages=TextOptions(prefixes["passage"]), questions=TextOptions(prefixes["query"]),
+                        batch_size=batch_size, show_progress=False)
 
 
 def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, float]]:
@@ -169,11 +171,11 @@ def candidates(steps: list[int], weights: list[float], last_only: bool) -> list[
 
 
 def run_guard(encoder: Encoder, validation: RetrievalSet, states: dict[int, Path], prefix: str,
-              weights: list[float], base: Candidate, batch_size: int,
-              seed: int) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
-    """Score every candidate (`states`: training checkpoints by step); returns the one exported (the base unless a
-    candidate beats it, `decide`), all of them (the base first) and the exported state. `encoder` holds the base's
-    weights on entry and on return."""
+              weights: list[float], base: Candidate, batch_size: int, seed: int,
+              prefixes: dict[str, str]) -> tuple[Candidate, list[Candidate], dict[str, torch.Tensor]]:
+    """Score every candidate (`states`: training checkpoints by step, their encoder's tensors named under `prefix`)
+    with `prefixes`, as the base was; returns the one exported (the base unless a candidate beats it, `decide`), all
+    of them (the base first) and the exported state. `encoder` holds the base's weights on entry and on return."""
     base_state = {name: tensor.detach().clone() for name, tensor in encoder.model.state_dict().items()}
     found = candidates(list(states), weights, last_only=False)
     with progress(f"validating {len(found)} candidate{'s' if len(found) != 1 else ''}", len(found),
@@ -181,7 +183,7 @@ def run_guard(encoder: Encoder, validation: RetrievalSet, states: dict[int, Path
         for candidate in found:
             encoder.model.load_state_dict(candidate_state(states[candidate.step], base_state, prefix,
                                                           candidate.weight))
-            score_candidate(candidate, encoder, validation, batch_size)
+            score_candidate(candidate, encoder, validation, batch_size, prefixes)
             bar.update(1)
     chosen = decide(base, found, seed)
     for candidate in found:

@@ -4,9 +4,11 @@ Owns `adapt(config)`: the stages in order, each with one display (reading and sp
 the training stage, the guard), the validation set's description (what it was estimated on, how many documents, at
 which length), the budget sized from the corpus, the training stage's config (a `retromae pretrain` run in
 `OUTPUT/training/`, its checkpoints the guard's candidates; or the distillation, `retromae.adaptation.distill`), the
-export of the winner as `OUTPUT/encoder/` and `OUTPUT/sentence-transformer/` with the base's pooling and similarity
-and a model card naming the base, the objective, the averaging and the guard's scores, `OUTPUT/guard.json`, and the
-closing verdict on standard output. Does not own the objective, the loop or the scoring (`retromae.adaptation.guard`).
+export of the winner as `OUTPUT/encoder/` and `OUTPUT/sentence-transformer/` with the base's pooling and similarity,
+naming as its prompts the prefixes the guard scored with (`finetuning.run.training_prefixes`: the base's prompts
+unless --query-prefix/--passage-prefix say otherwise), and a model card naming the base, the objective, the averaging
+and the guard's scores, `OUTPUT/guard.json`, and the closing verdict on standard output. Does not own the objective,
+the loop or the scoring (`retromae.adaptation.guard`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set
 from retromae.data.token_store import TokenStore
 from retromae.data.training_groups import load_training_data
 from retromae.evaluation.probe import sample_retrieval_set
-from retromae.finetuning.run import FinetuneConfig, finetune
+from retromae.finetuning.run import FinetuneConfig, finetune, training_prefixes
 from retromae.models.encoder import Encoder, PoolingConfig
 from retromae.models.export import declared_max_length, export_encoder, export_sentence_transformer
 from retromae.models.model_card import ADAPTED_TAG, card_tags, write_model_cards
@@ -110,24 +112,25 @@ def adapt(config: AdaptConfig | None = None, /, **options: Any) -> Path:
                            backend=config.backend, quantize=config.quantize)
     data = prepare_data(config, encoder, output)
     stages.start(f"scoring the base on {len(data.validation.queries):,} validation queries")
+    prefixes = training_prefixes(config, encoder, encoder)
     base = Candidate(0, 1.0)
     with step(f"{METRIC} of the base"):
-        score_candidate(base, encoder, data.validation, ENCODE_BATCH)
+        score_candidate(base, encoder, data.validation, ENCODE_BATCH, prefixes)
     stages.start("adapting")
     prefix = f"encoder.{encoder.model.base_model_prefix}."
     mark_started(output)
-    steps, states = train_stage(config, output, data, pooling, prefix)
+    steps, states = train_stage(config, output, data, pooling, prefix, prefixes)
     stages.start("guarding: scoring the adapted encoder against the base")
     best, scored, state = run_guard(encoder, data.validation, states, prefix, config.mix, base, ENCODE_BATCH,
-                                    config.seed)
+                                    config.seed, prefixes)
     encoder.model.load_state_dict(state)
-    export(encoder, config, output, pooling.normalize, encoder.prompts if best.step == 0 else {})
+    export(encoder, config, output, pooling.normalize, prefixes)
     record = exported_record(config, output, data, best, scored, steps, again)
     report = (summary(best, scored, data.description, labelled=config.validation is not None,
                       adapted_before=record["adapted_before"]) + "\n" + next_step(config, record["systems"]))
     if config.train is not None:
         stages.start(f"fine-tuning the adapted encoder on {config.train}")
-        record["finetuned"] = finetune_adapted(config, output, data.validation)
+        record["finetuned"] = finetune_adapted(config, output, data.validation, prefixes)
         report += f"\nfine-tuned on {given(config.train)}: {record['finetuned']:.4f} on the same validation set"
     write_text_atomic(output / GUARD_FILE, json.dumps(record, indent=2) + "\n")
     return Result(output, (report,))  # the verdict is a result: standard output (docs/output.md)
@@ -146,14 +149,15 @@ def exported_record(config: AdaptConfig, output: Path, data: Prepared, best: Can
     return record
 
 
-def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: PoolingConfig,
-                prefix: str) -> tuple[int, dict[int, Path]]:
-    """The adaptation: distillation, or a `retromae pretrain` run; returns its steps and the guard's candidate
-    states (checkpoint folders by step: the last, or every one with --candidates all)."""
+def train_stage(config: AdaptConfig, output: Path, data: Prepared, pooling: PoolingConfig, prefix: str,
+                prefixes: dict[str, str]) -> tuple[int, dict[int, Path]]:
+    """The adaptation: distillation (its queries and passages with `prefixes`), or a `retromae pretrain` run (its
+    blocks of documents with none: the objectives read text, not passages as they are searched); returns its steps
+    and the guard's candidate states (checkpoint folders by step: the last, or every one with --candidates all)."""
     if config.objective == "distill":
         from retromae.adaptation.distill import distill  # torch's training loop: only once the inputs have passed
 
-        steps, folder = distill(config, data.training, output / "training", prefix, pooling)
+        steps, folder = distill(config, data.training, output / "training", prefix, pooling, prefixes)
         return steps, {steps: folder}
     stage = stage_config(config, output, data.blocks, pooling)
     from retromae.pretraining.run import pretrain  # the training stack: only once the inputs have passed their checks
@@ -185,14 +189,15 @@ def gain_fields(gain: Gain | None) -> dict[str, Any]:
             else list(gain.relative_interval)}
 
 
-def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet) -> float:
+def finetune_adapted(config: AdaptConfig, output: Path, validation: RetrievalSet, prefixes: dict[str, str]) -> float:
     """`retromae finetune` of OUTPUT/encoder on --train into OUTPUT/finetuned/ (its defaults; the adapted encoder's
-    pooling and similarity); returns the fine-tuned encoder's score on the validation set."""
+    pooling and similarity; the run's `prefixes`); returns the fine-tuned encoder's score on the validation set."""
     tuned = finetune(FinetuneConfig(model=str(output / "encoder"), data=config.train, split=config.train_split,
                                     output=str(output / "finetuned"), seed=config.seed, resume=config.resume,
-                                    overwrite=config.overwrite, mixed_precision=config.mixed_precision))
+                                    overwrite=config.overwrite, mixed_precision=config.mixed_precision,
+                                    query_prefix=prefixes["query"], passage_prefix=prefixes["passage"]))
     return score(Encoder.load(tuned / "encoder", backend=config.backend, quantize=config.quantize), validation,
-                 ENCODE_BATCH)[0]
+                 ENCODE_BATCH, prefixes)[0]
 
 
 def prepare_data(config: AdaptConfig, encoder: Encoder, output: Path) -> Prepared:
@@ -283,12 +288,12 @@ def stage_config(config: AdaptConfig, output: Path, blocks: int, pooling: Poolin
     return StageConfig(**{**shared, **own})
 
 
-def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool, prompts: dict[str, str]) -> None:
+def export(encoder: Encoder, config: AdaptConfig, output: Path, normalize: bool, prefixes: dict[str, str]) -> None:
     """OUTPUT/encoder/ and OUTPUT/sentence-transformer/ of the encoder as it now is, with the base's pooling,
-    similarity and declared input length, and the named `prompts` it was scored with: the base's where the base is
-    kept (the guard scores it with them, `guard.score_candidate`), none for a candidate (trained and scored without)."""
+    similarity and declared input length, naming as its prompts the run's `prefixes`, which the guard scored the base
+    and every candidate with (`guard.score_candidate`), so that `retromae evaluate` of it gives the guard's figure."""
     export_encoder(encoder.model, encoder.tokenizer, output / "encoder", pooling=encoder.pooling,
-                   normalize=normalize, max_length=declared_max_length(config.model), prompts=prompts)
+                   normalize=normalize, max_length=declared_max_length(config.model), prompts=prefixes)
     export_sentence_transformer(output / "encoder", output / "sentence-transformer", normalize=normalize)
 
 

@@ -72,7 +72,8 @@ class Miner:
     query_max_length: int | None = None
     passage_max_length: int | None = None
     batch_size: int = 64
-    prefixes: dict[str, str] = field(default_factory=dict)  # side → the prefix put (`dense_rankings`; none: default)
+    prefixes: dict[str, str | None] = field(default_factory=dict)  # side → the prefix given (`dense_rankings`'s;
+    # absent or None: the model's prompt)
 
     def rankings(self, method: str, show_progress: bool = True) -> list[list[int]]:
         """Each example's passage rows, best first, by "bm25" or by the dense towers ("model")."""

@@ -183,11 +183,11 @@ def describe(config: FinetuneConfig, negatives: str) -> str:
     return f"fine-tuning with {kind} negatives{distill} ({config.max_steps:,} steps)"
 
 
-def training_prefixes(config: FinetuneConfig, passage: Encoder, query: Encoder) -> dict[str, str]:
-    """The prefix put before every query and every passage that fine-tuning trains and mines on: `side_prefix`'s
-    (--query-prefix and --passage-prefix as given, else the prompts the base's folder names, as E5's and BGE's
-    recipes fine-tune with their prompts), which the export names as its prompts (`export_towers`), so that it
-    encodes as it was trained."""
+def training_prefixes(config: Any, passage: Encoder, query: Encoder) -> dict[str, str]:
+    """The prefix put before every query and every passage that a training run (`config`: finetune's or adapt's) trains,
+    mines and scores on: `side_prefix`'s (--query-prefix and --passage-prefix as given,
+    else the prompts the base's folder names, as E5's and BGE's recipes fine-tune with their prompts), which the
+    export names as its prompts (`export_towers`, `adaptation.run.export`), so that it encodes as it was trained."""
     return {"query": side_prefix(query, "query", config.query_prefix),
             "passage": side_prefix(passage, "passage", config.passage_prefix)}
 
@@ -197,13 +197,12 @@ def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length
     """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied.
     They keep the starting model's pooling and `max_length` (the length it declares, else the one it was loaded
     with), and name the `prefixes` (side → text) put in training as the prompts of their sides."""
-    prompts = {side: prefix for side, prefix in (prefixes or {}).items() if prefix}
     towers = {"": model.passage_model}
     if model.untied_passage_model is not None:
         towers["query-"] = model.query_model
     for prefix, tower in towers.items():
         export_encoder(tower, encoder.tokenizer, output / f"{prefix}encoder", encoder.pooling, encoder.normalize,
-                       max_length, prompts)
+                       max_length, prefixes)
         export_sentence_transformer(output / f"{prefix}encoder", output / f"{prefix}sentence-transformer",
                                     encoder.pooling, encoder.normalize)
 

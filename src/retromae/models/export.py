@@ -106,9 +106,10 @@ def _sentence_transformer(encoder_dir: Path, pooling: str, normalize: bool, max_
 
 def st_prompts(sides: dict[str, str]) -> dict[str, str]:
     """Named prompts by side ("query", "passage": `Encoder.prompts`) as sentence-transformers names them ("query",
-    "document": what `encode_query` and `encode_document` put), which retromae reads back (`named_prompts`)."""
+    "document": what `encode_query` and `encode_document` put), which retromae reads back (`named_prompts`); a side
+    whose prompt is '' is named none."""
     names = {"query": "query", "passage": "document"}
-    return {names[side]: prompt for side, prompt in sides.items()}
+    return {names[side]: prompt for side, prompt in sides.items() if prompt}
 
 
 def declared_max_length(source: str | Path) -> int | None:

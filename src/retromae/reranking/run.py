@@ -106,7 +106,8 @@ def _training_set(config: RerankerConfig, accelerator):
         raise ConfigError(f"--negatives: {data.source} lists no negatives; use --negatives bm25 or model")
     if source in ("bm25", "model"):
         encoder = Encoder.load(config.model, device=accelerator.device) if source == "model" else None
-        Miner(data, config, encoder).mine(source, accelerator, config.seed)
+        prefixes = {"query": config.query_prefix, "passage": config.passage_prefix}
+        Miner(data, config, encoder, prefixes=prefixes).mine(source, accelerator, config.seed)
     return data
 
 
