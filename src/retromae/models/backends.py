@@ -239,9 +239,10 @@ def ensure_export(model: nn.Module, root: Path, fingerprint: str, backend: str, 
     """The export of `model` (weights `fingerprint`) for `backend` and `quantize` under `root`, made (with what it is
     made from) unless a fresh one is there. Made in a private folder and moved into place under the folder's lock
     (`runtime.cache_entries`), unless another process put a fresh one there meanwhile: then ours is dropped and
-    theirs used (found, so probed as any export found)."""
+    theirs used (found, so probed as any export found). A fresh one in a folder that takes no file (a cache shared
+    read-only) is served; one that must be made there is refused naming the folder and the cache's setting
+    (`runtime.cache_entries.private_folder`)."""
     path = root / EXPORT_FILES[backend, quantize]
-    path.parent.mkdir(parents=True, exist_ok=True)
     with entry_lock(path.parent, shared=True):
         if _fresh(path, fingerprint):
             return path

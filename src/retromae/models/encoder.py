@@ -486,7 +486,8 @@ class Encoder:
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
              max_length: int | None = None, backend: str | None = None, quantize: str | None = None) -> Encoder:
         """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win. `backend` and
-        `quantize` choose what runs its forward pass in `encode` (`retromae.models.backends`; default torch, none)."""
+        `quantize` choose what runs its forward pass in `encode` (`retromae.models.backends`; default torch, none),
+        its export made or found here."""
         resolved = resolve_model(name_or_path)
         source = resolved.folder
         spec = describe_folder(source)
@@ -509,6 +510,8 @@ class Encoder:
         length = max_length or default_max_length(model, tokenizer, spec.max_length)
         runner = None if backend == "torch" else Backend(
             backend, quantize, str(Path(source) / spec.subfolder) if os.path.isdir(source) else None)
+        if runner is not None:
+            runner.runner(model)  # exported or found now: a cache that cannot take it is refused before any claim
         amp_dtype = resolve_dtype(dtype, device) if runner is None else None  # the backends compute in float32
         encoder = cls(model, tokenizer, config, length, amp_dtype, runner)
         encoder.source, encoder.prompts = resolved.given, spec.prompts

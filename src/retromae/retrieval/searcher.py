@@ -22,7 +22,7 @@ from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.retrieval.lineage import check_inference, check_model, check_prompts, recorded_inference
 from retromae.retrieval.texts import document_texts
-from retromae.runtime.errors import RetroMAEError
+from retromae.runtime.errors import FileSystemError, RetroMAEError
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError, checked_arguments, require
 
@@ -239,7 +239,7 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
         encoder = Encoder.load(model, pooling=pooling, normalize=normalize, device=options.device,
                                dtype=options.dtype, backend=inference[0], quantize=inference[1])
     except RetroMAEError as error:
-        if options.model:
+        if options.model or isinstance(error, FileSystemError):  # the file system's (a cache), not the record's
             raise
         raise type(error)(f"{error} (the model path was recorded in {where}; --model overrides it)") from None
     check_max_length(encoder.model.config, options.max_length, "query_max_length", encoder.tokenizer)

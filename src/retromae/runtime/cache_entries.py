@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
-from retromae.runtime.io import share_as_umask_allows, writing
+from retromae.runtime.io import check_writable, share_as_umask_allows, writing
 from retromae.runtime.lines import open_own_file
 
 T = TypeVar("T")
@@ -37,6 +37,7 @@ LOCK_NAME = ".retromae-entries.lock"
 # A builder's temporary folder as named before round nine (`tempfile.mkdtemp` beside a token store: `.KEY.XXXXXXXX.tmp`)
 OLD_TEMPORARY = re.compile(r"^\.[0-9a-f]{64}\.[a-z0-9_]{8}\.tmp$")
 OLD_IDLE = 3600  # seconds without a change after which such a folder no process is seen holding is abandoned
+REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)  # a folder that takes no file: read-only, not ours
 
 
 def _tag() -> str:
@@ -107,8 +108,10 @@ def _alive(pid: int) -> bool:
 @contextlib.contextmanager
 def private_folder(beside: Path) -> Iterator[Path]:
     """A fresh temporary folder of this process in the folder `beside` lies in, removed on leaving (what was moved
-    out of it stays where it went); the debris of dead builders there is cleared first (`clear_debris`)."""
+    out of it stays where it went); the debris of dead builders there is cleared first (`clear_debris`). A folder
+    that cannot be made or written is refused first, naming it and the cache's setting (`io.check_writable`)."""
     beside = Path(beside)
+    check_writable(beside.parent)
     beside.parent.mkdir(parents=True, exist_ok=True)
     clear_debris(beside.parent)
     tmp = _temporary_folder(beside)
@@ -174,13 +177,27 @@ def _rename_unless_there(tmp: Path, path: Path) -> None:
 def entry_lock(folder: Path, shared: bool = False) -> Iterator[None]:
     """Hold the lock of the cache folder `folder` (`LOCK_NAME` in it, created with the folder): exclusive while
     entries' files are moved into place and recorded there, `shared` while they are checked, so that no check sees
-    a file moved in before its record."""
-    folder = Path(folder)
-    with writing(folder / LOCK_NAME):
-        folder.mkdir(parents=True, exist_ok=True)
-        descriptor = open_own_file(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    a file moved in before its record. A `shared` lock of a folder that takes no file (a cache shared read-only) is
+    taken on its lock file opened to read, or none where it has none (no builder has locked it)."""
+    descriptor = _lock_file(Path(folder), shared)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        if descriptor is not None:
+            fcntl.flock(descriptor, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
-        os.close(descriptor)
+        if descriptor is not None:
+            os.close(descriptor)
+
+
+def _lock_file(folder: Path, shared: bool) -> int | None:
+    """A descriptor of `folder`'s lock file, made with the folder; for a `shared` lock where they cannot be made,
+    the lock file opened to read, None where there is none."""
+    path = folder / LOCK_NAME
+    try:
+        with writing(path):
+            folder.mkdir(parents=True, exist_ok=True)
+            return open_own_file(path, os.O_RDWR | os.O_CREAT)
+    except OSError as error:
+        if not shared or error.errno not in REFUSED:
+            raise
+    return open_own_file(path, os.O_RDONLY) if os.path.lexists(path) else None

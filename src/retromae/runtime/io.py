@@ -3,15 +3,16 @@
 Owns: writing text, JSON lines, numpy arrays and whole directories through a temporary name and a rename, with
 the permissions an ordinary write would give under the user's umask (the temporary names start private: 0600
 files, 0700 folders, and a colleague could not read an exported model); appending a line whole or not at all; and
-turning a failed write into one `FileSystemError` naming the path the user asked for and the cause (`writing`),
+turning a failed write into one `FileSystemError` naming the path the user asked for and the cause (`writing`; any
+other OSError naming a path, at the API's entry points: `named_os_errors`),
 also where the library that wrote (torch, safetensors, numpy) reports a full disk in its own words; the names of
 retromae's own files beside an output (`own_prefix`: its temporary files and its lock, any legal output name fitting
 them) and the clearing of a killed write's temporary files (`clear_leftovers`); the one writer through a memory map
 (`atomic_array`: its blocks reserved first, so that a full disk is an error, not a SIGBUS); and the rule of
 what a write may replace (`replaced_file`, `replaced_folder`): a file output only a regular file (through a symbolic
 link to one, which stays), a folder output only a folder, never a device, a FIFO, a socket or a link to nothing;
-the environment's path variables (`path_variable`), the cache folder (`cache_folder`, `check_cache_setting`), and
-whether a folder takes a new file (`refused_write`).
+the environment's path variables (`path_variable`), the cache folder (`cache_folder`, `check_cache_setting`) and
+whether a folder takes a new file (`refused_write`, `check_writable`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from retromae.runtime.errors import UNSHOWABLE, ConfigError, FileSystemError, RetroMAEError
+from retromae.runtime.errors import UNSHOWABLE, ConfigError, FileSystemError, RetroMAEError, os_error_line
 from retromae.runtime.lines import check_own_file, file_kind, open_own_file, quoted
 
 CACHE_ENV = "RETROMAE_CACHE"  # the folder of retromae's caches (`cache_folder`)
@@ -65,6 +66,20 @@ def writing(path: Path) -> Iterator[None]:
         if cause is None:
             raise
         raise FileSystemError(f"{path}: cannot write: {cause}") from error
+
+
+@contextlib.contextmanager
+def named_os_errors() -> Iterator[None]:
+    """Within: an OSError naming a path that no retromae error stands for (a write of a library, a folder made inside
+    a claimed output) raised as a FileSystemError of the one line the CLI prints for it (`errors.os_error_line`: the
+    path and the cause), so that a caller of the Python API catches every refusal of the file system as one class.
+    Entered by the API's entry points (`run_folder.quiet_entry_point`)."""
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, RetroMAEError) or error.filename is None:
+            raise
+        raise FileSystemError(os_error_line(error)) from error
 
 
 def _writer_error(error: Exception) -> bool:
@@ -162,12 +177,21 @@ def check_cache_setting(writes: bool = False) -> None:
     command claims its output first."""
     for name in PATH_VARIABLES:
         path_variable(name)
-    setting = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else None
-    if setting is not None or writes:
-        try:
-            check_folder_option(cache_folder(), writes)
-        except ValueError as error:
-            raise FileSystemError(f"{setting or 'the default cache'}: {error}") from None
+    if os.environ.get(CACHE_ENV) or writes:
+        check_writable(cache_folder(), writes)
+
+
+def check_writable(folder: Path, writes: bool = True) -> None:
+    """FileSystemError when the folder `folder` cannot be (made and) written (`check_folder_option`), naming the
+    cache's setting ($RETROMAE_CACHE, else the default cache) where `folder` lies in the cache folder. The one
+    wording of a cache that takes no file: the preflight's (`check_cache_setting`) and that of a cache entry about
+    to be built (`cache_entries.private_folder`: an export, a token store)."""
+    try:
+        check_folder_option(folder, writes)
+    except ValueError as error:
+        cache = cache_folder()
+        setting = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the default cache"
+        raise FileSystemError(f"{setting}: {error}" if Path(folder).is_relative_to(cache) else str(error)) from None
 
 
 def _kind_there(path: Path) -> str | None:

@@ -37,7 +37,14 @@ from typing import Any
 
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import DataError, FileSystemError, tokenizer_panics
-from retromae.runtime.io import clear_leftovers, own_prefix, replaced_file, replaced_folder, write_text_atomic
+from retromae.runtime.io import (
+    clear_leftovers,
+    named_os_errors,
+    own_prefix,
+    replaced_file,
+    replaced_folder,
+    write_text_atomic,
+)
 from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, quoted
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
 
@@ -582,12 +589,13 @@ def released_after() -> Iterator[None]:
 def quiet_entry_point(function: Callable[..., Any]) -> Callable[..., Any]:
     """An entry point of the Python API (`console.quiet_by_default`: the libraries quiet, no `say` lines unless
     asked), its outputs released when it returns (`released_after`), so that a later command may continue them; a
-    panic of the tokenizers library raised as a ModelLoadError (`errors.tokenizer_panics`), as the CLI reports it."""
+    panic of the tokenizers library raised as a ModelLoadError (`errors.tokenizer_panics`) and an OSError naming a
+    path as a FileSystemError (`io.named_os_errors`), as the CLI reports them."""
     quiet = quiet_by_default(function)
 
     @functools.wraps(function)
     def entry_point(*args: Any, **kwargs: Any) -> Any:
-        with released_after(), tokenizer_panics():
+        with released_after(), tokenizer_panics(), named_os_errors():
             return quiet(*args, **kwargs)
 
     return entry_point
