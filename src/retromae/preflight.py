@@ -62,7 +62,7 @@ URL_VARIABLES = ("HF_ENDPOINT", *PROXY_VARIABLES, "http_proxy", "HTTP_PROXY")
 SCHEME_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
 # An entry of NO_PROXY the clients read (but an IP address or network, or a URL): a host or a domain, `.` or `*.`
 # before it for its subdomains only, a port after it
-NO_PROXY_HOST = re.compile(r"(\*?\.)?[\w-]+(\.[\w-]+)*(:\d{1,5})?", re.ASCII)
+NO_PROXY_HOST = re.compile(r"(\*?\.)?[\w-]+(\.[\w-]+)*(:[0-9]{1,5})?", re.ASCII)
 
 
 def check_arguments(args: argparse.Namespace, options_class: type | None) -> None:
@@ -269,7 +269,7 @@ def bypasses_proxy(host: str, port: int | None = None) -> bool:
     that port; a URL its host for https (`http://HOST` exempts only http requests)."""
     host = host.lower()
     entries = [entry for entry in no_proxy() if ("://" not in entry or entry.startswith(("https://", "all://")))
-               and (port is not None and entry.endswith(f":{port}") or not re.search(r":\d+$", entry))]
+               and (port is not None and entry.endswith(f":{port}") or not re.search(r":[0-9]+$", entry))]
     for pattern in map(_no_proxy_host, entries):
         if isinstance(pattern, str):
             domain = pattern.split(".", 1)[1] if pattern.startswith((".", "*.")) else None
