@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,8 @@ def test_every_public_method_taking_an_option_declares_how_each_argument_is_chec
     for name, method, signature in taking_options:
         declared = getattr(method, "checked_options", None)
         assert declared is not None, f"{name} takes options ({set(arguments(signature)) & OPTION_NAMES}) unchecked"
-        undeclared = set(arguments(signature)) - set(declared) - set(method.text_lists) - set(method.unchecked)
+        undeclared = set(arguments(signature)) - set(declared) - set(method.text_lists) - set(method.checks) - set(
+            method.unchecked)
         assert not undeclared, f"{name}: {undeclared} neither checked nor declared unchecked"
 
 
@@ -75,16 +77,23 @@ def test_every_argument_taking_texts_is_checked_as_texts():
             if takes_texts(parameter) and argument not in getattr(method, "unchecked", ()):
                 found.append(f"{name}.{argument}")
                 assert argument in getattr(method, "text_lists", ()) or argument in getattr(
-                    method, "checked_options", {}), f"{name}({argument}=...) takes texts unchecked"
+                    method, "checked_options", {}) or argument in getattr(method, "checks", {}), (
+                    f"{name}({argument}=...) takes texts unchecked")
     assert {"Encoder.encode.texts", "Encoder.tokenize.texts", "Encoder.token_table.texts",
             "Searcher.run.queries"} <= set(found)
 
 
+# What a method's own data (`checks`) takes, for an instance with the index `SELF` stands for
+OWN_DATA = {"query_ids": ["q"], "vectors": np.zeros((1, 4), np.float32), "scores": {}}
+SELF = types.SimpleNamespace(index=types.SimpleNamespace(d=4), lexical=None, folder="idx", ids=[], rows={})
+
+
 def given_for(method: object, argument: str, value: object) -> dict[str, object]:
-    """The required arguments of `method` (each "x"), with `argument` set to `value`."""
+    """The required arguments of `method` (each "x", or what its own data takes), with `argument` set to `value`."""
     signature = inspect.signature(inspect.unwrap(method))
     given: dict[str, object] = {
-        name: ["x"] if name in method.text_lists else {"q": "x"} if "Mapping" in str(parameter.annotation) else "x"
+        name: OWN_DATA[name] if name in method.checks else ["x"] if name in method.text_lists else {"q": "x"} if (
+            "Mapping" in str(parameter.annotation)) else "x"
         for name, parameter in signature.parameters.items()
         if parameter.default is inspect.Parameter.empty and name not in ("self", "cls")}
     given[argument] = value
@@ -111,11 +120,11 @@ def test_every_list_of_texts_refuses_what_is_no_list_of_texts(method_name, argum
     method = getattr(getattr(retromae, class_name), attribute)
     for what, value in BAD_TEXTS.items():
         with pytest.raises(ConfigError) as refused:
-            method.check(None, **given_for(method, argument, value))
+            method.check(SELF, **given_for(method, argument, value))
         message = str(refused.value)
         assert message.startswith(f"{argument}: ") and "\n" not in message and len(message) < 300, (what, message)
     for value in (["apple pie", ""], ("apple pie",), np.array(["apple", "pie"])):
-        passed = method.check(None, **given_for(method, argument, value)).arguments[argument]
+        passed = method.check(SELF, **given_for(method, argument, value)).arguments[argument]
         assert type(passed) is list and all(type(text) is str for text in passed)
         assert passed == [str(text) for text in value]
 
@@ -158,14 +167,14 @@ def test_every_checked_argument_reaches_the_method_as_checked(method_name, argum
     if scalar is int:
         value = next(number for number in (3, 64, 1, 0) if in_domain(field, method.config_class, number))
         for given in (float(value), np.float32(value), np.int64(value)):
-            passed = method.check(None, **given_for(method, argument, given)).arguments[argument]
+            passed = method.check(SELF, **given_for(method, argument, given)).arguments[argument]
             assert type(passed) is int and passed == value, (given, passed)
     elif scalar is float:
-        passed = method.check(None, **given_for(method, argument, 1)).arguments[argument]
+        passed = method.check(SELF, **given_for(method, argument, 1)).arguments[argument]
         assert type(passed) is float
     else:  # a path, or the name of a model (a folder)
         lying = Lying("/tmp", "/")
-        passed = method.check(None, **given_for(method, argument, lying)).arguments[argument]
+        passed = method.check(SELF, **given_for(method, argument, lying)).arguments[argument]
         assert lying.asked == 1 and os.fspath(passed) == "/tmp"
 
 
@@ -209,7 +218,7 @@ def test_every_checked_argument_is_refused_exactly_outside_its_option_s_domain(m
     refused = unreadable or (value is None and signature.parameters[argument].default is not None) or not in_domain(
         field, config_cls, read_value) or not passes_check(field, read_value)
     try:
-        method.check(None, **given)
+        method.check(SELF, **given)
     except ConfigError as error:
         assert refused, f"{method_name}({argument}={value!r}) refused: {error}"
         assert str(error).startswith(f"{argument}: ") and "\n" not in str(error)

@@ -206,9 +206,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         return sorted({metric_k(metric) for metric in self.metrics})
 
     def check_top_k(self, ks: list[int], named: str) -> None:
-        """ConfigError when --top-k retrieves fewer documents than the largest cut-off asks (metrics@k from fewer
-        than k documents)."""
-        if self.top_k is not None and self.top_k < max(ks):
+        """ConfigError when --top-k retrieves fewer documents than the largest cut-off asks (`cut_offs_beyond`)."""
+        if self.top_k is not None and cut_offs_beyond(self.top_k, ks):
             raise ConfigError(f"--top-k {self.top_k} retrieves fewer documents than {named} asks for "
                               f"(@{max(ks)}); raise --top-k to {max(ks)} or lower {named}")
 
@@ -242,6 +241,13 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         if self.output is not None and self.report_folder is None:
             raise ConfigError(f"--output {self.output}: a table ({reason}) goes into a folder (results.md, .csv, "
                               ".json, .png), not a .json file")
+
+
+def cut_offs_beyond(depth: int, ks: list[int], documents: int | None = None) -> list[int]:
+    """The one rule of a cut-off deeper than what was retrieved, for the model's --top-k and a given --run alike: the
+    cut-offs of `ks` beyond `depth` documents a query, since a metric@k of fewer than k documents is not measured at k;
+    none when those are all the corpus's `documents` (a run ranking a whole small corpus measured every cut-off)."""
+    return [] if documents is not None and depth >= documents else [k for k in ks if k > depth]
 
 
 def check_not_retrieval_file(path: Path, split: str) -> None:

@@ -28,7 +28,7 @@ from retromae.data.retrieval_sets import (
     read_trec_run,
     write_trec_run,
 )
-from retromae.evaluation.config import EvaluateConfig, check_not_retrieval_file
+from retromae.evaluation.config import EvaluateConfig, check_not_retrieval_file, cut_offs_beyond
 from retromae.evaluation.metrics import empty_queries, evaluate_run
 from retromae.evaluation.names import file_name, model_path
 from retromae.evaluation.report import save_results
@@ -37,7 +37,7 @@ from retromae.evaluation.table import REPORT_FILES, RUNS_DIR, SetRow, Table, wri
 from retromae.models.encoder_config import beyond_torch
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import RRF_K, candidate_depth, fuse
-from retromae.runtime.console import Stages, notice
+from retromae.runtime.console import Stages, given, notice
 from retromae.runtime.options import require
 from retromae.runtime.run_folder import (
     RUN_NEUTRAL,
@@ -125,9 +125,25 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
         results = evaluate_run(data.qrels, run, config.k_values, per_query=True, source=str(path))
     else:
         results = evaluate_run(data.qrels, run, config.k_values, source=str(path)), None
+    if config.run is not None:  # once the metrics are checked: a refused evaluation says only why
+        warn_shallow_run(config, run, len(data.corpus))
     if config.save_run is not None:  # after the metrics are checked: a refused evaluation writes nothing
         write_trec_run(run, config.save_run)
     return results
+
+
+def warn_shallow_run(config: EvaluateConfig, run: Run, documents: int) -> None:
+    """A warning when the --run read is shallower than cut-offs of --k-values ask (`cut_offs_beyond`, over a corpus of
+    `documents`): its deepest query counts, since others may hold fewer because fewer matched. A warning, where
+    --top-k's shortfall is refused: a run file may be shallow because its system found no more (BM25 ranks only the
+    documents sharing a term with the query), which the file cannot tell from a cut."""
+    deepest = max(len(ranking) for ranking in run.values())
+    beyond = cut_offs_beyond(deepest, config.k_values, documents)
+    if beyond:
+        shown = ", ".join(f"@{k}" for k in beyond)
+        notice(f"retromae: warning: --run {given(config.run)} holds at most {deepest} document"
+               f"{'s' if deepest > 1 else ''} a query, fewer than --k-values asks for ({shown}): those metrics count "
+               f"only the documents retrieved, as @{deepest} would; evaluate a run {max(beyond)} deep to measure them")
 
 
 def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,

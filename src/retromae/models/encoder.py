@@ -44,7 +44,7 @@ from retromae.models.encoder_config import (
     device_name,
     dtype_name,
 )
-from retromae.models.finite import check_vectors, check_weights
+from retromae.models.finite import VECTOR_LIMIT, check_vectors, check_weights
 from retromae.models.low_precision import LowPrecisionWeights
 from retromae.models.masked_lm import check_max_length, position_limit
 from retromae.models.model_source import (
@@ -621,7 +621,7 @@ class Encoder:
         finally:
             if not self.weights_fixed:
                 self._forget_inference_weights()
-        check_vectors(output, f"the vectors of {self.source or 'the encoder'}")  # none leaves for an index or metric
+        check_vectors(output, f"the vectors of {self.source or 'the encoder'}", limit=VECTOR_LIMIT)  # none searched
         return output
 
     @property

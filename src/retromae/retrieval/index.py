@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from retromae.data.fields import read_id_lines
-from retromae.models.finite import check_vectors
+from retromae.models.finite import VECTOR_LIMIT, check_vectors
 from retromae.retrieval.config import METRICS
 from retromae.retrieval.faiss_options import (
     BINARY,
@@ -515,10 +515,11 @@ def _transform_tables(faiss: Any, transform: Any) -> Iterator[np.ndarray]:
 
 
 def _check_faiss_finite(faiss: Any, index: Any, path: Path) -> None:
-    """NonFiniteError naming `path` when a float table of the faiss `index` holds a NaN or an infinity (a Flat
-    index with a NaN row would silently drop that document from every result)."""
+    """NonFiniteError naming `path` when a float table of the faiss `index` holds a NaN or an infinity, or a value
+    beyond `VECTOR_LIMIT` (a Flat index with such a row would silently drop that document from every result)."""
     for table in _float_tables(faiss, index):
-        check_vectors(table.reshape(len(table), -1) if table.ndim > 1 else table.reshape(1, -1), str(path))
+        rows = table.reshape(len(table), -1) if table.ndim > 1 else table.reshape(1, -1)
+        check_vectors(rows, str(path), limit=VECTOR_LIMIT)
 
 
 def _read_faiss(read: Callable[[str], Any], path: Path, what: str) -> Any:

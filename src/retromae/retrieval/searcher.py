@@ -13,16 +13,19 @@ index's encoder, and `run`/`run_vectors` (runs for `retromae search`). Does not 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+from retromae.data.fields import UniqueIds, check_id
 from retromae.data.ranking import Run, ranked
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.retrieval.lineage import check_inference, check_model, check_prompts, recorded_inference
 from retromae.retrieval.texts import document_texts
-from retromae.runtime.errors import FileSystemError, RetroMAEError
+from retromae.runtime.errors import DataError, FileSystemError, RetroMAEError
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError, checked_arguments, require
 
@@ -75,16 +78,85 @@ class QueryEncoding:
 
 
 def _texts(queries: Any) -> Any:
-    """The texts of a mapping of queries (id → text), checked as `--query` values; anything but a mapping refused
-    (a list's texts would be taken for ids)."""
+    """The texts of a mapping of queries (id → text), checked as `--query` values, its keys as query ids
+    (`_checked_ids`); anything but a mapping refused (a list's texts would be taken for ids)."""
     if not isinstance(queries, Mapping):
         raise ConfigError(f"--query: expected a mapping of query ids to texts, got {quoted(queries)}")
+    _checked_ids("queries", list(queries), "key")
     return list(queries.values())
+
+
+def _checked_ids(argument: str, ids: list[Any], item: str = "position") -> list[str]:
+    """`ids` as plain str, each an id by the files' rule (`data.fields.check_id`: text without whitespace, of at most
+    1,000 characters) and given once (`UniqueIds`: a repeated id's results would replace the other's); DataError naming
+    `argument` and the `item` (position, or key) otherwise. A number is refused, not converted: 1 and "1" would be two
+    queries of one run here, and one in the TREC run file that holds an id as its text."""
+    unique = UniqueIds("query id")
+    for number, value in enumerate(ids):
+        where = f"{argument} ({item} {number})"
+        unique.add(check_id(value, where, "query id"), where)
+    return [str(value) for value in ids]
+
+
+def _query_ids(argument: str, ids: Any, arguments: Mapping[str, Any]) -> list[str]:
+    """`run_vectors`' query ids: a list (tuple, or one-dimensional numpy array) of ids (`_checked_ids`)."""
+    if isinstance(ids, str | bytes | Mapping) or not (isinstance(ids, Sequence) or (
+            type(ids).__module__ == "numpy" and getattr(ids, "ndim", None) == 1)):
+        raise DataError(f"{argument}: expected a list of query ids, got {quoted(ids)}")
+    return _checked_ids(argument, list(ids))
+
+
+def _query_vectors(argument: str, vectors: Any, arguments: Mapping[str, Any]) -> np.ndarray:
+    """`run_vectors`' vectors as float32 `(len(query_ids), D)`: a numpy array of floating-point numbers (float16, 32
+    or 64: integers are no model's vectors), one row per query id, the index's width D, each value finite and small
+    enough that its products with the index's vectors stay finite (`models.finite.check_vectors`, `VECTOR_LIMIT`)."""
+    import numpy as np  # only when vectors are searched, so `retromae.Searcher` imports light
+
+    from retromae.models.finite import VECTOR_LIMIT, check_vectors
+
+    if not isinstance(vectors, np.ndarray) or vectors.dtype.kind != "f":
+        kind = f"an array of {vectors.dtype}" if isinstance(vectors, np.ndarray) else f"a {type(vectors).__name__}"
+        raise DataError(f"{argument}: expected a numpy array of floating-point numbers, got {kind}")
+    ids, searcher = arguments["query_ids"], arguments["self"]
+    if vectors.shape != (len(ids), searcher.index.d):
+        raise DataError(f"{argument}: holds shape {vectors.shape}, not ({len(ids)}, {searcher.index.d}): one row per "
+                        f"query id, as wide as the vectors of {searcher.folder}")
+    check_vectors(vectors, argument, ids, VECTOR_LIMIT)
+    return np.asarray(vectors, dtype=np.float32)
+
+
+def _query_texts(argument: str, queries: Mapping[str, str] | None, arguments: Mapping[str, Any]) -> Any:
+    """`run_vectors`' query texts: on a hybrid index, a text for each query id (BM25 searches them)."""
+    if arguments["self"].lexical is None:
+        return queries
+    if queries is None:
+        raise ConfigError(f"{argument}: a hybrid index needs the query texts for BM25 (--queries as a queries file); "
+                          "or --dense-only")
+    missing = next((query_id for query_id in arguments["query_ids"] if query_id not in queries), None)
+    if missing is not None:
+        raise DataError(f"{argument}: holds no text for query {quoted(missing)}, which a hybrid index needs for BM25")
+    return queries
+
+
+def _scores(argument: str, scores: Any, arguments: Mapping[str, Any]) -> dict[str, float]:
+    """`hits`' scores: a mapping of the index's document ids to finite numbers (a query's entry of a run)."""
+    if not isinstance(scores, Mapping):
+        raise DataError(f"{argument}: expected a mapping of document ids to scores, got {quoted(scores)}")
+    searcher = arguments["self"]
+    for doc_id, score in scores.items():
+        if doc_id not in searcher.rows:
+            raise DataError(f"{argument}: document {quoted(doc_id)} is not in the index {searcher.folder} (of "
+                            f"{len(searcher.ids):,} documents)")
+        if isinstance(score, bool) or not isinstance(score, numbers.Real) or not math.isfinite(score):
+            raise DataError(f"{argument}: the score of document {quoted(doc_id)} is {quoted(score)}, not a finite "
+                            "number")
+    return {doc_id: float(score) for doc_id, score in scores.items()}
 
 
 class Searcher:
     """An index folder loaded once for many searches (`Searcher.load`); the arguments of its methods are checked
-    as the options of `retromae search` they stand for (`checked_arguments`)."""
+    (`checked_arguments`) as the options of `retromae search` they stand for, and its data (query ids, vectors, a
+    run entry's scores) by their own checks, each refused in one line naming the argument."""
 
     def __init__(self, folder: Path, index: Any, ids: list[str], info: dict[str, Any], lexical: BM25 | None,
                  texts: list[str] | None, fusion: Fusion, encoding: QueryEncoding) -> None:
@@ -92,6 +164,13 @@ class Searcher:
         self.lexical, self.texts, self.fusion, self.encoding = lexical, texts, fusion, encoding
         self._encoder: Encoder | None = None
         self._rows: dict[str, int] | None = None
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """Each document id's row in the index."""
+        if self._rows is None:
+            self._rows = {doc_id: n for n, doc_id in enumerate(self.ids)}
+        return self._rows
 
     @classmethod
     @checked_arguments(SearchConfig, unchecked=("texts", "encoding"), index="index", model="model", corpus="corpus",
@@ -158,14 +237,12 @@ class Searcher:
         hits = [self.hits(run[str(n)]) for n in range(len(texts))]
         return hits[0] if isinstance(query, str) else hits
 
+    @checked_arguments(SearchConfig, checks={"scores": _scores})
     def hits(self, scores: Mapping[str, float]) -> list[Hit]:
-        """A query's run entry as ranked `Hit`s with the documents' texts."""
-        if self._rows is None:
-            self._rows = {doc_id: n for n, doc_id in enumerate(self.ids)}
-        row = self._rows
-        ordered = ranked(scores)
-        return [Hit(rank, doc_id, scores[doc_id], self.texts[row[doc_id]] if self.texts is not None else None)
-                for rank, doc_id in enumerate(ordered, start=1)]
+        """A query's run entry (the index's document ids → finite scores) as ranked `Hit`s with the documents'
+        texts."""
+        return [Hit(rank, doc_id, scores[doc_id], self.texts[self.rows[doc_id]] if self.texts is not None else None)
+                for rank, doc_id in enumerate(ranked(scores), start=1)]
 
     @checked_arguments(SearchConfig, unchecked=("show_progress",), queries=("query", _texts), k="top_k")
     def run(self, queries: Mapping[str, str], k: int = 10, show_progress: bool = False) -> Run:
@@ -180,22 +257,17 @@ class Searcher:
                                show_progress, f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
         return self.run_vectors(query_ids, vectors, k, queries, show_progress)
 
-    @checked_arguments(SearchConfig, unchecked=("query_ids", "vectors", "show_progress"), queries=("query", _texts),
-                       k="top_k")
+    @checked_arguments(SearchConfig, unchecked=("show_progress",), queries=("query", _texts), k="top_k",
+                       checks={"query_ids": _query_ids, "vectors": _query_vectors, "queries": _query_texts})
     def run_vectors(self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10,
                     queries: Mapping[str, str] | None = None, show_progress: bool = False) -> Run:
-        """The top-k run of query vectors `(Q, D)`; on a hybrid index fused with BM25 over `queries`' texts."""
+        """The top-k run of query vectors `(Q, D)`, a row per query id (each once, text); on a hybrid index fused with
+        BM25 over `queries`' texts."""
         # numpy, faiss and (through retrieval.search) torch: only when a search runs
         from retromae.retrieval.bm25 import empty_results
         from retromae.retrieval.index import search
         from retromae.retrieval.search import results_to_run
 
-        if vectors.shape[1] != self.index.d:
-            raise ConfigError(f"--queries: {vectors.shape[1]}-dimensional query vectors for a {self.index.d}-"
-                              "dimensional index")
-        if self.lexical is not None and queries is None:
-            raise ConfigError("--queries: a hybrid index needs the query texts for BM25; give a queries file, or "
-                              "--dense-only")
         k = min(k, len(self.ids))
         depth = k if self.lexical is None else candidate_depth(k)  # each side's candidates: the fusion's depth
         scores, rows = search(self.index, vectors, depth, ids=self.ids, show_progress=show_progress)  # (Q, depth)

@@ -3,11 +3,11 @@
 Owns `read_array` (any .npy file of an embeddings or index folder: a regular file, numpy's format read without
 pickle and memory-mapped first, so that a header promising more than the file holds is refused before anything is
 allocated; DataError naming the file otherwise), `read_vectors` (the float rows of embeddings.npy, a shard,
-index.npy, vectors.npy: exactly little-endian float32, two-dimensional, the recorded count and width, finite; no
-other dtype is converted, since every writer of the project writes float32) and `check_encoding_record` (the fields
-of encode.json, and of its copy under "encoder" in index.json: each of its type and domain, DataError naming the
-file and the field), and `check_recorded_count` (a record's count against its ids). Does not own the folders'
-layouts (`retrieval.encode`, `retrieval.index`, `retrieval.bm25`).
+index.npy, vectors.npy: exactly little-endian float32, two-dimensional, the recorded count and width, finite and
+below `models.finite.VECTOR_LIMIT`; no other dtype is converted, since every writer of the project writes float32)
+and `check_encoding_record` (the fields of encode.json, and of its copy under "encoder" in index.json: each of its
+type and domain, DataError naming the file and the field), and `check_recorded_count` (a record's count against its
+ids). Does not own the folders' layouts (`retrieval.encode`, `retrieval.index`, `retrieval.bm25`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from retromae.data.fields import whole_number_field
 from retromae.models.encoder_config import POOLINGS
-from retromae.models.finite import check_vectors
+from retromae.models.finite import VECTOR_LIMIT, check_vectors
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import check_regular_file, quoted
 from retromae.runtime.options import Domain, between
@@ -59,7 +59,7 @@ def read_vectors(path: Path, rows: int, dim: int | None = None, *, ids: list[str
         wanted = f"({rows}, {'D' if dim is None else dim})"
         raise DataError(f"{path}: holds {_dtype_name(vectors.dtype)} of shape {vectors.shape}, not float32 of shape "
                         f"{wanted} (little-endian, one row per id, the recorded width){remedy}")
-    check_vectors(vectors, str(path), ids)
+    check_vectors(vectors, str(path), ids, VECTOR_LIMIT)
     return vectors
 
 

@@ -878,6 +878,7 @@ def _shown(value: Any) -> str:
 
 
 def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_lists: tuple[str, ...] = (),
+                      checks: Mapping[str, Callable[[str, Any, Mapping[str, Any]], Any]] | None = None,
                       **options: str | tuple[str, Callable[[Any], Any]]) -> Callable[[Callable], Callable]:
     """A method of the Python API whose arguments are options of a command: `argument="option"` (or `(option, how
     to read the argument's values)`), each given argument checked by the one check of that option (`check_values`
@@ -887,9 +888,13 @@ def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_li
     checked, as a config's fields hold them: a whole number given as `3.0` (or `numpy.float32(3)`) as the int 3, a
     path-like as the one path its `__fspath__` gave the check (an argument read through its own function is passed as
     given: the function only says what to check). `text_lists`: the arguments that are a list of texts (an encoder's
-    `texts`), each checked by `checked_texts` and passed on as the list checked. `unchecked`: the arguments that are
-    no option (vectors, a progress bar); the decorated method records them (`checked_options`, `text_lists`,
-    `unchecked`, `config_class`) and its check alone (`check`, which returns the arguments as the method gets them)."""
+    `texts`), each checked by `checked_texts` and passed on as the list checked. `checks`: the arguments that are the
+    method's own data (query ids, vectors, scores), each checked after the options, given or not, by its function
+    `check(argument, value, arguments)` (`arguments`: the method's, as bound and checked so far, self included),
+    which refuses in one line naming the argument or returns the value the method gets. `unchecked`: the arguments
+    that are nothing to check (a progress bar); the decorated method records them (`checked_options`, `text_lists`,
+    `checks`, `unchecked`, `config_class`) and its check alone (`check`, which returns the arguments as the method
+    gets them)."""
     def decorate(function: Callable) -> Callable:
         signature = inspect.signature(function)
         fields = {field.name: field for field in dataclasses.fields(config_cls)}
@@ -904,6 +909,9 @@ def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_li
                     none_ok = signature.parameters[argument].default is None
                     bound.arguments[argument] = _checked_argument(config_cls, fields, argument, spec, none_ok,
                                                                   bound.arguments[argument])
+            for argument, own in (checks or {}).items():
+                given = bound.arguments.get(argument, signature.parameters[argument].default)
+                bound.arguments[argument] = own(argument, given, bound.arguments)
             return bound
 
         @functools.wraps(function)
@@ -912,7 +920,7 @@ def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_li
             return function(*bound.args, **bound.kwargs)
 
         checked.checked_options, checked.unchecked, checked.check = dict(options), tuple(unchecked), check
-        checked.text_lists, checked.config_class = tuple(text_lists), config_cls
+        checked.text_lists, checked.checks, checked.config_class = tuple(text_lists), dict(checks or {}), config_cls
         return checked
 
     return decorate
