@@ -112,7 +112,7 @@ def _query_vectors(argument: str, vectors: Any, arguments: Mapping[str, Any]) ->
     enough that its products with the index's vectors stay finite (`models.finite.check_vectors`, `VECTOR_LIMIT`)."""
     import numpy as np  # only when vectors are searched, so `retromae.Searcher` imports light
 
-    from retromae.models.finite import VECTOR_LIMIT, check_vectors
+    from retromae.models.finite import VECTOR_LIMIT, check_vectors  # torch: only when vectors are searched
 
     if not isinstance(vectors, np.ndarray) or vectors.dtype.kind != "f":
         kind = f"an array of {vectors.dtype}" if isinstance(vectors, np.ndarray) else f"a {type(vectors).__name__}"

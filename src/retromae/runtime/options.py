@@ -897,21 +897,10 @@ def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_li
     gets them)."""
     def decorate(function: Callable) -> Callable:
         signature = inspect.signature(function)
-        fields = {field.name: field for field in dataclasses.fields(config_cls)}
 
         def check(*args: Any, **kwargs: Any) -> inspect.BoundArguments:
             bound = signature.bind(*args, **kwargs)
-            for argument in text_lists:
-                if argument in bound.arguments:
-                    bound.arguments[argument] = checked_texts(argument, bound.arguments[argument])
-            for argument, spec in options.items():
-                if argument in bound.arguments:
-                    none_ok = signature.parameters[argument].default is None
-                    bound.arguments[argument] = _checked_argument(config_cls, fields, argument, spec, none_ok,
-                                                                  bound.arguments[argument])
-            for argument, own in (checks or {}).items():
-                given = bound.arguments.get(argument, signature.parameters[argument].default)
-                bound.arguments[argument] = own(argument, given, bound.arguments)
+            _check_bound(bound, config_cls, text_lists, options, checks or {})
             return bound
 
         @functools.wraps(function)
@@ -924,6 +913,26 @@ def checked_arguments(config_cls: type, unchecked: tuple[str, ...] = (), text_li
         return checked
 
     return decorate
+
+
+def _check_bound(bound: inspect.BoundArguments, config_cls: type, text_lists: tuple[str, ...],
+                 options: Mapping[str, str | tuple[str, Callable[[Any], Any]]],
+                 checks: Mapping[str, Callable[[str, Any, Mapping[str, Any]], Any]]) -> None:
+    """`checked_arguments`' check of one call, in place: the text lists, then the options given, then the method's own
+    data arguments (given or not), each replaced by the value the method gets."""
+    fields = {field.name: field for field in dataclasses.fields(config_cls)}
+    parameters = bound.signature.parameters
+    for argument in text_lists:
+        if argument in bound.arguments:
+            bound.arguments[argument] = checked_texts(argument, bound.arguments[argument])
+    for argument, spec in options.items():
+        if argument in bound.arguments:
+            none_ok = parameters[argument].default is None
+            bound.arguments[argument] = _checked_argument(config_cls, fields, argument, spec, none_ok,
+                                                          bound.arguments[argument])
+    for argument, own in checks.items():
+        given = bound.arguments.get(argument, parameters[argument].default)
+        bound.arguments[argument] = own(argument, given, bound.arguments)
 
 
 def _checked_argument(config_cls: type, fields: dict[str, dataclasses.Field], argument: str,
