@@ -120,9 +120,11 @@ def test_index_factory_errors(tmp_path, beir, tiny_model_dir, capsys):
     assert "--factory" in capsys.readouterr().err
     assert cli("index", "--embeddings", tmp_path / "e", "--output", tmp_path / "i", "--factory", "HNSW8",
                "--params", "efSearch=16") == 0
-    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r",
+    assert cli("encode", "--model", tiny_model_dir, "--queries", beir / "queries.jsonl", "--output", tmp_path / "q",
+               "--no-progress") == 0
+    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "q", "--output", tmp_path / "r",
                "--top-k", 3) == 0
-    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "e", "--output", tmp_path / "r2",
+    assert cli("search", "--index", tmp_path / "i", "--queries", tmp_path / "q", "--output", tmp_path / "r2",
                "--params", "nprobe=3") == 2
     assert "--params" in capsys.readouterr().err
 

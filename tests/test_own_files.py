@@ -44,8 +44,8 @@ CLAIMS["evaluate-folder"] = "evaluate --model M --data B --bm25 --output OUT"
 # The claims of a folder, each leaving a run marker in it.
 MARKED = [name for name, line in CLAIMS.items() if " OUT " in f"{line} "]
 # Every reader of an index or embeddings folder (`retrieval.index.reading`), with the letter of the folder it reads.
-READERS = {"search --index": ("search --index I --queries E --output OUT.trec", "I"),
-           "search --queries": ("search --index I --queries E --output OUT.trec", "E"),
+READERS = {"search --index": ("search --index I --queries R --output OUT.trec", "I"),
+           "search --queries": ("search --index I --queries R --output OUT.trec", "R"),
            "index --embeddings": ("index --embeddings E --output OUT", "E"),
            "index --recall-queries": ("index --embeddings E --recall-queries R --factory binary --output OUT", "R")}
 CHECKPOINT_FILES = ("state.json", "rng-0.json", "model.safetensors", "optimizer.safetensors", MARKER)
@@ -55,12 +55,13 @@ PRETRAIN = "pretrain --model M --corpus C --max-steps 2 --batch-size 4 --max-len
 
 @pytest.fixture(scope="module")
 def inputs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
-    """A model folder, a BEIR folder, its encoding and index, a training file, and a 2-step pre-training run with a
-    checkpoint at each step (RUN)."""
+    """A model folder, a BEIR folder, its encoding and index, its queries' encoding (R), a training file, and a
+    2-step pre-training run with a checkpoint at each step (RUN)."""
     base = tmp_path_factory.mktemp("own")
     found = command_inputs(base, tiny_model_dir)
-    found["CACHE"], found["RUN"] = base / "cache", base / "run"
+    found["CACHE"], found["RUN"], found["R"] = base / "cache", base / "run", base / "query-emb"
     assert main(command(PRETRAIN, found)) == 0
+    assert main(command("encode --model M --queries Q --output R --no-progress", found)) == 0
     return found
 
 
@@ -171,9 +172,9 @@ def test_every_folder_claim_refuses_a_run_marker_that_is_not_a_regular_file(clai
 def test_every_reader_of_an_index_or_embeddings_folder_refuses_a_lock_that_is_not_a_regular_file(
         reader, kind, inputs, tmp_path, elsewhere, capsys):
     line, letter = READERS[reader]
-    places = {**inputs, "R": inputs["E"], "OUT": tmp_path / "out", "OUT.trec": tmp_path / "out.trec"}
+    places = {**inputs, "OUT": tmp_path / "out", "OUT.trec": tmp_path / "out.trec"}
     places[letter] = tmp_path / "read"
-    shutil.copytree(inputs["I" if letter == "I" else "E"], places[letter])
+    shutil.copytree(inputs[letter], places[letter])
     plant(kind, places[letter] / LOCK_FILE, elsewhere)
     refused(command(line, places), places[letter] / LOCK_FILE, kind, capsys)
     assert left_alone(kind, places[letter] / LOCK_FILE, elsewhere)

@@ -4,8 +4,9 @@ Owns the embeddings folder layout:
 
     embeddings.npy   float32 (N, D), rows in the order of ids.txt (numpy format, never pickled)
     ids.txt          one id per line
-    encode.json      how the vectors were made: model (its absolute path when local) and its fingerprint, pooling,
-                     normalize, prefix, max_length, count, dim, backend and quantize (what ran the model:
+    encode.json      how the vectors were made: the side encoded (query: `encode --queries`, passage: `--corpus`),
+                     model (its absolute path when local) and its fingerprint, pooling, normalize, prefix,
+                     max_length, count, dim, backend and quantize (what ran the model:
                      `retromae.models.backends`); the input file (absolute path and fingerprint); the
                      generation (a random id of this writing) and the fingerprints of embeddings.npy and ids.txt
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
@@ -67,11 +68,12 @@ def absolute(name: str | Path) -> str:
     return str(Path(name).resolve()) if name and Path(name).exists() else str(name)
 
 
-def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | None) -> dict[str, Any]:
-    """How an encoder turns text into vectors; stored beside embeddings so search can encode queries alike."""
-    return {"model": absolute(name), "model_fingerprint": input_fingerprint(name), "pooling": encoder.pooling,
-            "normalize": encoder.normalize, "prefix": prefix, "max_length": max_length or encoder.max_length,
-            "dim": encoder.dimension, **encoder.inference}
+def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | None, side: str) -> dict[str, Any]:
+    """How an encoder turns text of `side` ("query" or "passage") into vectors; stored beside embeddings so that
+    their readers know which side they hold and search can encode queries alike."""
+    return {"side": side, "model": absolute(name), "model_fingerprint": input_fingerprint(name),
+            "pooling": encoder.pooling, "normalize": encoder.normalize, "prefix": prefix,
+            "max_length": max_length or encoder.max_length, "dim": encoder.dimension, **encoder.inference}
 
 
 def source_info(path: str | Path | None) -> dict[str, Any]:
@@ -170,9 +172,12 @@ def _write_shards(encoder: Encoder, texts: Sequence[str], mine: dict[Path, slice
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                   model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
                   max_length: int | None = None, prefix: str = "", show_progress: bool = True,
-                  overwrite: bool = False, description: str | None = None, source: str | Path | None = None) -> Path:
-    """Encode `texts` into `output_dir` (layout above), resuming finished shards; returns the folder. `source`: the
-    file the texts were read from, recorded (absolute path and fingerprint) so that readers can find them again.
+                  overwrite: bool = False, description: str | None = None, source: str | Path | None = None,
+                  side: str = "passage") -> Path:
+    """Encode `texts` of `side` ("query" or "passage") into `output_dir` (layout above), resuming finished shards;
+    returns the folder. `source`: the file the texts were read from, recorded (absolute path and fingerprint) so that
+    readers can find them again. The side is recorded, not part of the run's identity (the same texts, prefix and
+    length make the same vectors): a finished folder of the other side is encoded again under its own.
 
     `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError). One
     progress bar per process, named `description` (default "encoding N texts"), counts this process's texts;
@@ -182,14 +187,14 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     output_dir = Path(output_dir)
     state = process_state()
     model_name = model_name or encoder.source
-    info = {**encoder_info(encoder, model_name, prefix, max_length), **source_info(source)}
+    info = {**encoder_info(encoder, model_name, prefix, max_length, side), **source_info(source)}
     # the model by its content (model_fingerprint), not its path: a link to it or a copy of it makes the same vectors
-    by_content = {key: value for key, value in info.items() if key not in ("model", *encoder.inference)}
+    by_content = {key: value for key, value in info.items() if key not in ("side", "model", *encoder.inference)}
     by_content.update(beyond_torch(encoder.inference))  # torch's float32 as it was before the backends
     manifest = {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name, source or ""))
-    if _finished(output_dir, manifest):
+    if _finished(output_dir, manifest, side):
         return output_dir
     shards = _checked_shards(output_dir, manifest, len(ids), encoder.dimension, state)
     count = -(-len(ids) // shard_size)
@@ -208,13 +213,15 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     return output_dir
 
 
-def _finished(output_dir: Path, manifest: dict[str, Any]) -> bool:
-    """Whether `output_dir` already holds the merged result of exactly this work."""
+def _finished(output_dir: Path, manifest: dict[str, Any], side: str) -> bool:
+    """Whether `output_dir` already holds the merged result of exactly this work, of `side` (a folder written before
+    sides were recorded is of any)."""
     path = output_dir / INFO_FILE
     if not (path.is_file() and (output_dir / EMBEDDINGS_FILE).is_file()):
         return False
     info = read_json_file(path)
-    return all(info.get(key) == value for key, value in manifest.items() if key != "shard_size")
+    return info.get("side", side) == side and all(info.get(key) == value for key, value in manifest.items()
+                                                   if key != "shard_size")
 
 
 def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], np.ndarray, dict[str, Any]]:
@@ -224,14 +231,20 @@ def load_embeddings(folder: str | Path, mmap: bool = True) -> tuple[list[str], n
         if not (folder / name).exists():
             raise DataError(f"{folder}: not an embeddings folder (no {name}); create one with `retromae encode`")
         check_regular_file(folder / name)
-    info_path = folder / INFO_FILE
-    info = check_encoding_record(read_json_file(info_path), str(info_path)) if info_path.exists() else {}
+    info, info_path = read_record(folder), folder / INFO_FILE
     ids = read_id_lines(folder / IDS_FILE)
     check_recorded_count(info, info_path, folder / IDS_FILE, ids)
     vectors = read_vectors(folder / EMBEDDINGS_FILE, len(ids), info.get("dim"), ids=ids, mmap=mmap,
                            remedy=f" as {INFO_FILE} and {IDS_FILE} record; encode the folder again")
     _check_generation(folder, info)
     return ids, vectors, info
+
+
+def read_record(folder: str | Path) -> dict[str, Any]:
+    """The record of an embeddings folder (encode.json), its fields checked (`check_encoding_record`); {} for a folder
+    without one (written before records were kept)."""
+    path = Path(folder) / INFO_FILE
+    return check_encoding_record(read_json_file(path), str(path)) if path.exists() else {}
 
 
 def _check_generation(folder: Path, info: dict[str, Any]) -> None:

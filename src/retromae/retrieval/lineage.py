@@ -13,10 +13,15 @@ Whatever a command derives from, or shows beside, such a record is checked here 
 - `check_model`: the query encoder against the model the documents were encoded with;
 - `check_prompts`: the query prompt a model's folder names, put by default, against the documents' prefix: refused
   where they were encoded without the passage prompt (an index encoded before the prompts were put by default);
-- `check_vector_prompts`: the prefixes query vectors and documents were encoded with, against the prompts the
-  model's folder names: refused where one side has its prompt and the other not;
-- `check_query_vectors`: query vectors against the documents' encoding (model, pooling, normalisation, width, and
-  what ran the model: `check_inference`);
+- `check_side`: the side an embeddings folder holds (encode.json's `side`: queries or documents) against the side
+  its reader takes: `index --embeddings` documents, every reader of query vectors queries. Before, an index was
+  built of query vectors, and recall measured on the documents themselves;
+- `check_alike`: what makes the query vectors (their record, or `search`'s --pooling and --normalize:
+  `check_query_options`) against the documents' encoding (model, pooling, normalisation, width). Before, `search
+  --query --pooling mean` searched an index of cls vectors;
+- `check_query_vectors`: the one check of query vectors against the documents' (`search --queries`, `index
+  --recall-queries`): their side, `check_alike`, the prefixes each side was encoded with against the prompts the
+  model's folder names (refused where one side has its prompt and the other not), and `check_inference`;
 - `check_inference`: what encodes the queries (backend and quantization, `retromae.models.backends`) against what
   encoded the documents: refused where the two differ in quantization or are int8 of different backends (their
   vectors differ by more than the float32 backends', which agree to about 1e-6: docs/performance.md), said in a
@@ -36,11 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from retromae.models.encoder_config import BACKENDS, QUANTIZATIONS, backend_of
+from retromae.retrieval.vector_files import SIDES
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError
 from retromae.runtime.run_folder import input_fingerprint
+
+SIDE_TEXTS = dict(zip(SIDES, ("queries", "documents"), strict=True))  # encode.json's side: what its texts were
+SIDE_OPTIONS = dict(zip(SIDES, ("--queries", "--corpus"), strict=True))  # the option of `encode` that reads them
 
 
 def texts_fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
@@ -85,14 +94,29 @@ def check_prompts(prompts: dict[str, str], given: str | None, record: dict[str, 
                       "queries need ('' for none), or encode the documents again with the model's passage prompt")
 
 
-def check_vector_prompts(query_info: dict[str, Any], recorded: dict[str, Any], prompts: dict[str, str], queries: Path,
-                         index: Path, flag: str = "--queries") -> None:
+def check_side(record: dict[str, Any], side: str, folder: Path, flag: str) -> None:
+    """ConfigError naming `flag` where the record of the embeddings folder `folder` (encode.json) says it holds the
+    vectors of the other side than `side` ("query": `encode --queries`, "passage": `encode --corpus`); a record
+    without a side (written before sides were recorded) is read as it is."""
+    held = record.get("side")
+    if held is None or held == side:
+        return
+    raise ConfigError(f"{flag}: {folder} holds the vectors of {SIDE_TEXTS[held]} ({folder / 'encode.json'} records "
+                      f"side {quoted(held)}: `retromae encode {SIDE_OPTIONS[held]}`), not of {SIDE_TEXTS[side]}; "
+                      f"encode the {SIDE_TEXTS[side]} with `retromae encode {SIDE_OPTIONS[side]}`")
+
+
+def _check_vector_prompts(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path,
+                          flag: str) -> None:
     """ConfigError naming `flag` where query vectors (encode.json of `queries`) and the documents of `index` (their
     record `recorded`) were encoded with prefixes of which one side is the prompt the model's folder names for it
-    (`prompts`: `models.encoder.named_prompts`) and the other not: a query encoded with the query prompt against
-    documents encoded without the passage prompt, or documents encoded with the passage prompt against queries
-    encoded without the query prompt (encoded before the prompts were put by default)."""
+    (`models.encoder.folder_prompts`, of the documents' recorded model) and the other not: a query encoded with the
+    query prompt against documents encoded without the passage prompt, or documents encoded with the passage prompt
+    against queries encoded without the query prompt (encoded before the prompts were put by default)."""
+    from retromae.models.encoder import folder_prompts  # torch: only where vectors are compared
+
     query, documents = query_info.get("prefix"), recorded.get("prefix")
+    prompts = folder_prompts(recorded.get("model"))
     if not (prompts and isinstance(query, str) and isinstance(documents, str)):
         return
     asked, offered = prompts.get("query", ""), prompts.get("passage", "")
@@ -104,18 +128,41 @@ def check_vector_prompts(query_info: dict[str, Any], recorded: dict[str, Any], p
                           "again as the documents were (`retromae encode --queries` puts the model's query prompt)")
 
 
+def check_alike(made: dict[str, Any], recorded: dict[str, Any], said: str, index: Path, remedy: str) -> None:
+    """ConfigError when what makes the query vectors (`made`: their encode.json, or the options given) and the
+    documents' record `recorded` (of `index`) both hold a field that makes vectors, and differ in it: the model (by
+    fingerprint where both hold one, else by path), pooling, normalisation, width. `said` begins the line ("--queries:
+    FOLDER was", "--pooling: the queries would be"); `remedy` ends it."""
+    by_content = recorded.get("model_fingerprint") and made.get("model_fingerprint")
+    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
+    differ = [key for key in keys if key in recorded and key in made and made[key] != recorded[key]]
+    if differ:
+        shown = ", ".join(f"{key} {quoted(made[key])} against {quoted(recorded[key])}" for key in differ)
+        raise ConfigError(f"{said} encoded otherwise than the documents of {index} ({shown}); {remedy}")
+
+
+def check_query_options(given: dict[str, Any], recorded: dict[str, Any], index: Path) -> None:
+    """ConfigError naming the option where `search` (or a `Searcher`) is given an option that makes the query vectors
+    (`given`: pooling, normalize; None where not given, the record's taken) otherwise than the documents of `index`
+    were encoded (`recorded`, its index.json's encoder): `check_alike`, as for query vectors."""
+    for key, value in given.items():
+        if value is not None:
+            flag = f"--{'' if value or key != 'normalize' else 'no-'}{key}"
+            check_alike({key: value}, recorded, f"{flag}: the queries would be", index,
+                        f"drop {flag} to encode them as {index / 'index.json'} records")
+
+
 def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], queries: Path, index: Path,
                         flag: str = "--queries") -> None:
-    """ConfigError naming `flag` when query vectors (encode.json of `queries`) were made otherwise than the
-    documents of `index` (an index or embeddings folder) as `recorded`: another model (by fingerprint, else by path),
-    pooling, normalisation or width."""
-    by_content = recorded.get("model_fingerprint") and query_info.get("model_fingerprint")
-    keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
-    differ = [key for key in keys if key in recorded and query_info.get(key) != recorded[key]]
-    if differ:
-        shown = ", ".join(f"{key} {quoted(query_info.get(key))} against {quoted(recorded[key])}" for key in differ)
-        raise ConfigError(f"{flag}: {queries} was encoded otherwise than the documents of {index} ({shown}); "
-                          "encode the queries with the index's model, or give a queries file")
+    """ConfigError naming `flag` unless the vectors of `queries` (its encode.json `query_info`) may be searched
+    against the documents of `index` (an index or embeddings folder) as `recorded`: the one check of every reader of
+    query vectors (`search --queries`, `index --recall-queries`). They hold queries (`check_side`), encoded as the
+    documents were (`check_alike`: model, pooling, normalisation, width), with the model's prompts on both sides or
+    on neither (`_check_vector_prompts`), by a backend and quantization that may search them (`check_inference`)."""
+    check_side(query_info, "query", queries, flag)
+    check_alike(query_info, recorded, f"{flag}: {queries} was", index,
+                "encode the queries with the index's model, or give a queries file")
+    _check_vector_prompts(query_info, recorded, queries, index, flag)
     record = index / ("index.json" if (index / "index.json").is_file() else "encode.json")
     check_inference(recorded_inference(query_info, queries / "encode.json"),
                     recorded_inference(recorded, record), f"{flag}: {queries} was", index)

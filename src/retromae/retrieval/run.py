@@ -38,7 +38,7 @@ from retromae.retrieval.index import (
     reading,
     save_index,
 )
-from retromae.retrieval.lineage import check_query_vectors, check_texts, check_vector_prompts
+from retromae.retrieval.lineage import check_query_vectors, check_side, check_texts
 from retromae.retrieval.recall import Recall, measure_recall, tune
 from retromae.retrieval.searcher import Hit, QueryEncoding, Run, Searcher
 from retromae.retrieval.texts import corpus_path
@@ -74,7 +74,7 @@ def encode(config: EncodeConfig) -> Path:
                          batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                          show_progress=config.progress, overwrite=config.overwrite,
                          description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
-                         source=read_from(config))
+                         source=read_from(config), side=side)
 
 
 def read_from(config: EncodeConfig) -> Path:
@@ -93,6 +93,7 @@ def index(config: IndexConfig) -> Result:
     from retromae.retrieval.encode import load_embeddings
 
     lexical_files = (f"{LEXICAL_DIR}/{name}" for name in LEXICAL_FILES)  # bm25/ may hold a user's files too
+    check_index_inputs(config)
     claim_folder(config.output, "index", run_identity(config),
                  (FAISS_FILE, NUMPY_FILE, VECTORS_FILE, IDS_FILE, INDEX_INFO, *lexical_files),
                  overwrite=config.overwrite, resumable=False, inputs=input_paths(config),
@@ -101,7 +102,7 @@ def index(config: IndexConfig) -> Result:
         ids, vectors, encoding = load_embeddings(config.embeddings)
         built = build_index(vectors, factory=config.factory, metric=config.metric, params=config.params,
                             seed=config.seed, shortlist=config.shortlist)
-        params, recall = searched_as(config, built, vectors, ids, encoding)
+        params, recall = searched_as(config, built, vectors, ids)
     corpus = corpus_record(config, encoding)
     lexical = lexical_index(config, ids, corpus, encoding) if config.hybrid else None
     info = {"factory": config.factory, "params": params, "encoder": encoding,
@@ -119,18 +120,28 @@ def index(config: IndexConfig) -> Result:
     return Result(Path(config.output), lines)
 
 
-def searched_as(config: IndexConfig, built: Any, vectors: np.ndarray, ids: list[str],
-                encoding: dict[str, Any]) -> tuple[str, Recall | None]:
+def check_index_inputs(config: IndexConfig) -> None:
+    """Before anything is claimed or built: --embeddings holds documents, and --recall-queries query vectors that
+    may be searched against them (`lineage.check_query_vectors`), as their records (encode.json) say."""
+    from retromae.retrieval.encode import read_record  # torch: only when the command runs
+
+    documents = read_record(config.embeddings)
+    check_side(documents, "passage", Path(config.embeddings), "--embeddings")
+    if config.recall_queries is not None:
+        check_query_vectors(read_record(config.recall_queries), documents, Path(config.recall_queries),
+                            Path(config.embeddings), "--recall-queries")
+
+
+def searched_as(config: IndexConfig, built: Any, vectors: np.ndarray, ids: list[str]) -> tuple[str, Recall | None]:
     """The search parameters stored with an index (--params, with the knob `--target-recall` chose) and its recall
-    against exact search on --recall-queries (`retrieval.recall`; None without them)."""
+    against exact search on --recall-queries (`retrieval.recall`; None without them), checked before the claim
+    (`check_index_inputs`)."""
     from retromae.retrieval.encode import load_embeddings  # torch: only when the command runs
 
     if config.recall_queries is None:
         return config.params, None
     with reading(config.recall_queries):
-        _, queries, query_info = load_embeddings(config.recall_queries)
-        check_query_vectors(query_info, encoding, Path(config.recall_queries), Path(config.embeddings),
-                            "--recall-queries")
+        _, queries, _ = load_embeddings(config.recall_queries)
         if config.target_recall is None:
             return config.params, measure_recall(built, vectors, ids, config.metric, queries, config.factory)
         setting, recall = tune(built, vectors, ids, config.metric, queries, config.factory, config.target_recall)
@@ -208,17 +219,16 @@ def queries_run(config: SearchConfig, searcher: Searcher, k: int) -> Run:
 
 
 def query_vectors(config: SearchConfig, searcher: Searcher) -> tuple[list[str], Any, dict[str, str] | None]:
-    """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to come
-    from the index's encoder; the texts from the queries file its encode.json records."""
-    from retromae.models.encoder import folder_prompts  # torch: only when the command runs
-    from retromae.retrieval.encode import INFO_FILE, load_embeddings
+    """Ids, `(Q, D)` vectors and (for a hybrid index) texts of an embeddings folder of queries, checked to be queries
+    encoded as the index's documents were (`lineage.check_query_vectors`); the texts from the queries file its
+    encode.json records."""
+    from retromae.retrieval.encode import INFO_FILE, load_embeddings  # torch: only when the command runs
 
     with reading(config.queries):
         ids, vectors, info = load_embeddings(config.queries)
         vectors = np.asarray(vectors, dtype=np.float32)
     recorded = searcher.info.get("encoder", {})
     check_query_vectors(info, recorded, Path(config.queries), searcher.folder)
-    check_vector_prompts(info, recorded, folder_prompts(recorded.get("model")), Path(config.queries), searcher.folder)
     if not searcher.hybrid:
         return ids, vectors, None
     try:

@@ -23,7 +23,13 @@ from retromae.data.fields import UniqueIds, check_id
 from retromae.data.ranking import Run, ranked
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
-from retromae.retrieval.lineage import check_inference, check_model, check_prompts, recorded_inference
+from retromae.retrieval.lineage import (
+    check_inference,
+    check_model,
+    check_prompts,
+    check_query_options,
+    recorded_inference,
+)
 from retromae.retrieval.texts import document_texts
 from retromae.runtime.errors import DataError, FileSystemError, RetroMAEError
 from retromae.runtime.lines import quoted
@@ -291,8 +297,9 @@ def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fus
 
 def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
     """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
-    index.json and --model), checked to be the model the documents were encoded with (its fingerprint) and, where its
-    query prompt would be put by default, to have encoded them with its passage prompt (`check_prompts`)."""
+    index.json and --model), checked to be the model the documents were encoded with (its fingerprint), its pooling
+    and normalisation given only as the documents' (`check_query_options`) and, where its query prompt would be put
+    by default, to have encoded them with its passage prompt (`check_prompts`)."""
     # torch and transformers: only when queries are encoded here (a BM25 or vector search loads no model)
     from retromae.models.encoder import Encoder
     from retromae.models.masked_lm import check_max_length
@@ -302,6 +309,7 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
     if not model:
         raise ConfigError(f"--model: {where} records no model; name the one that encoded the corpus")
     check_model(model, recorded, where, given=options.model is not None)
+    check_query_options({"pooling": options.pooling, "normalize": options.normalize}, recorded, folder)
     pooling = options.pooling or recorded.get("pooling")
     normalize = recorded.get("normalize") if options.normalize is None else options.normalize
     documents = recorded_inference(recorded, where)

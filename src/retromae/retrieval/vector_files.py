@@ -31,6 +31,7 @@ MAX_LENGTH = 1 << 20  # the longest input a record may claim (config.json's max_
 # this type and, for numbers, this domain where present
 TEXT_FIELDS = ("model", "model_fingerprint", "prefix", "fingerprint", "generation", "backend", "quantize")
 NUMBER_FIELDS = {"dim": between(1, MAX_DIM), "count": Domain(0), "max_length": between(1, MAX_LENGTH)}
+SIDES = ("query", "passage")  # encode.json's side: the texts of `encode --queries`, or of `encode --corpus`
 
 
 def read_array(path: Path, mmap: bool = False) -> np.ndarray:
@@ -82,6 +83,8 @@ def check_encoding_record(record: Any, where: str) -> dict[str, Any]:
             whole_number_field(record, name, where, domain)
     if "pooling" in record and record["pooling"] not in POOLINGS:
         raise DataError(f"{where}: field 'pooling' is {quoted(record['pooling'])}, not one of {', '.join(POOLINGS)}")
+    if "side" in record and record["side"] not in SIDES:
+        raise DataError(f"{where}: field 'side' is {quoted(record['side'])}, not one of {', '.join(SIDES)}")
     if "normalize" in record and not isinstance(record["normalize"], bool):
         raise DataError(f"{where}: field 'normalize' is {quoted(record['normalize'])}, not true or false")
     for name in ("source", "files"):
