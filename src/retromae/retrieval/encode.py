@@ -169,6 +169,16 @@ def _write_shards(encoder: Encoder, texts: Sequence[str], mine: dict[Path, slice
             _save_array(encoder.encode(texts[rows], bar=bar, **encoding), path)
 
 
+def _assigned_shards(shards: Path, total: int, shard_size: int, state: Any, dim: int
+                     ) -> tuple[dict[Path, slice], dict[Path, slice]]:
+    """The shards this process writes (every `num_processes`-th, from its index), each with its rows, and those of
+    them not finished by an earlier run."""
+    count = -(-total // shard_size)
+    mine = {shards / f"shard-{index:05d}.npy": slice(index * shard_size, min((index + 1) * shard_size, total))
+            for index in range(count) if index % state.num_processes == state.process_index}
+    return mine, {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start, dim)}
+
+
 def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                   model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
                   max_length: int | None = None, prefix: str = "", show_progress: bool = True,
@@ -198,9 +208,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
         return output_dir
     shards = _checked_shards(output_dir, manifest, len(ids), encoder.dimension, state)
     count = -(-len(ids) // shard_size)
-    mine = {shards / f"shard-{index:05d}.npy": slice(index * shard_size, min((index + 1) * shard_size, len(ids)))
-            for index in range(count) if index % state.num_processes == state.process_index}
-    todo = {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start, info["dim"])}
+    mine, todo = _assigned_shards(shards, len(ids), shard_size, state, info["dim"])
     name = description or f"encoding {len(ids):,} texts"
     if state.num_processes > 1:
         name += f" (process {state.process_index})"
