@@ -444,17 +444,19 @@ def test_resume_accepts_the_same_inputs_named_from_another_directory(tiny_model_
 
 def _identity_cases() -> list[tuple[str, type, str]]:
     """(command, its config class, one of its free-text options) of every command: each option typed text that
-    reads nothing (`path_options`)."""
+    reads nothing (`path_options`), but the precisions, which the identity records resolved on --device
+    (`runtime.precision.resolved_precision`, tests/test_round_ten_precision.py)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
     from test_option_domains import commands
 
     from retromae.runtime.options import _field_specs, path_options
+    from retromae.runtime.precision import PRECISION_FIELDS
 
     return [(command.name, command.config_cls, name) for command in commands()
             for name, spec in _field_specs(command.config_cls).items()
-            if spec.scalar is str and name not in path_options(command.config_cls)]
+            if spec.scalar is str and name not in (*path_options(command.config_cls), *PRECISION_FIELDS, "device")]
 
 
 def _unchecked_config(config_cls: type, **values: object) -> object:

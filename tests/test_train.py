@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+import retromae.runtime.precision
 import retromae.training.divergence
 import retromae.training.loop
 import retromae.training.metrics_log
@@ -202,7 +203,7 @@ def test_on_a_cpu_fp16_is_refused_and_bf16_follows_the_cpu(monkeypatch):
         resolve_mixed_precision("fp16")
     assert resolve_mixed_precision("bf16") == "bf16" and resolve_mixed_precision("no") == "no"
     for pays, expected in ((True, "bf16"), (False, "no")):
-        monkeypatch.setattr(retromae.training.setup, "auto_bf16", lambda pays=pays: pays)
+        monkeypatch.setattr(retromae.runtime.precision, "auto_bf16", lambda pays=pays: pays)
         assert resolve_mixed_precision("auto") == expected
 
 

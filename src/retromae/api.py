@@ -86,7 +86,7 @@ def encode(config: EncodeConfig | None = None, /, **options: Any) -> Path:
     (`retrieval.encode` describes its layout)."""
     from retromae.retrieval.run import encode as run  # torch: only on call
 
-    return run(config)
+    return run(config).folder
 
 
 @_entry_point(IndexConfig)

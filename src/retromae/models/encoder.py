@@ -34,7 +34,6 @@ from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 from retromae.data.long_texts import clip_texts
 from retromae.models.backends import Backend
 from retromae.models.encoder_config import (
-    DTYPE_NAMES,
     POOLINGS,
     QUANTIZED_BACKENDS,
     WITH_QUANTIZED_BACKEND,
@@ -59,15 +58,14 @@ from retromae.models.model_source import (
 from retromae.models.onednn import PackedLinears
 from retromae.models.pretrained import load_model, load_tokenizer
 from retromae.runtime.console import notice, progress
-from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.errors import ModelLoadError, tokenizer_panics
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import checked_arguments, require
+from retromae.runtime.precision import dtype_label, resolve_dtype
 from retromae.runtime.run_folder import Naming, claim_folder, mark_started, quiet_entry_point
 
-DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 AUTOCAST_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}  # how a progress bar names the autocast dtype
 DEFAULT_MAX_LENGTH = 512
 TOKENIZE_CHUNK = 10_000  # texts `Encoder.token_table` tokenises at once
@@ -382,21 +380,6 @@ def folder_prompts(source: Any) -> dict[str, str]:
     return describe_folder(source).prompts if isinstance(source, str) and os.path.isdir(source) else {}
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype: None means full float32; "auto" is bf16 (or fp16) on CUDA, bf16 on a CPU where it was
-    measured to pay (`retromae.runtime.cpu_features.auto_bf16`: AMX), float32 elsewhere."""
-    if isinstance(dtype, torch.dtype):
-        return None if dtype == torch.float32 else dtype
-    if dtype in (None, "auto"):
-        if device.type == "cpu":
-            return torch.bfloat16 if auto_bf16() else None
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    require(dtype in DTYPES, "dtype", f"must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
-    return None if dtype == "float32" else DTYPES[dtype]
-
-
 def _check_declared_length(declared: Any, tokenizer: PreTrainedTokenizerBase, source: str) -> None:
     """ModelLoadError when a folder's metadata declares a max length that is no whole number of tokens above its
     tokenizer's special tokens (a tokenizer ignores a truncation below them and would read whole texts)."""
@@ -472,6 +455,12 @@ class Encoder:
         """What runs the forward pass of `encode` and in what: recorded beside the vectors (encode.json, index.json)."""
         backend = self.backend
         return {"backend": backend.name if backend else "torch", "quantize": backend.quantize if backend else "none"}
+
+    @property
+    def precision(self) -> str:
+        """What `encode` computes in, as --dtype names it (`runtime.precision.dtype_label`: the resolved `auto`; the
+        backends other than torch compute in float32): recorded beside the vectors (encode.json, index.json)."""
+        return dtype_label(self.amp_dtype)
 
     @property
     def dimension(self) -> int:

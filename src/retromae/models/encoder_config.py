@@ -1,7 +1,7 @@
 """How text becomes vectors, declared apart from `retromae.models.encoder` so that parsing these options imports no
 torch.
 
-Owns: `PoolingConfig` (the pooling and whether to normalise), the names of the poolings and compute precisions,
+Owns: `PoolingConfig` (the pooling and whether to normalise), the names of the poolings,
 `BackendOptions` (`--backend`, `--quantize`: what runs the transformer of every command that encodes texts, `adapt`
 included, and the check that its libraries are installed, before torch is imported) and `EncoderOptions` (the
 options of every command that loads an encoder). `retromae.models.encoder` runs them and
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from retromae.runtime.devices import check_device_name
 from retromae.runtime.options import POSITIVE, Acts, Options, option, require
+from retromae.runtime.precision import DTYPE_NAMES
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from retromae.models.encoder import Encoder
 
 POOLINGS = ("cls", "mean")
-DTYPE_NAMES = ("float32", "float16", "bfloat16")
 BACKENDS = ("torch", "onnx", "openvino")
 QUANTIZATIONS = ("none", "int8")
 # The backends offering int8 (offered only within 0.005 NDCG@10 of float32): with all-MiniLM-L6-v2 on SciFact, ONNX
@@ -60,9 +60,10 @@ def backend_of(backend: str | None, quantize: str | None) -> tuple[str, str]:
 
 
 def beyond_torch(inference: dict[str, str]) -> dict[str, str]:
-    """The entries of a record's `backend` and `quantize` (`Encoder.inference`) that differ from torch in float32:
-    what an identity made of them holds, so that one made before the backends existed (torch's) is unchanged."""
-    defaults = {"backend": BACKENDS[0], "quantize": QUANTIZATIONS[0]}
+    """The entries of a record's `backend`, `quantize` (`Encoder.inference`) and `dtype` (`Encoder.precision`) that
+    differ from torch in float32: what an identity made of them holds, so that one made before the backends and the
+    precision were recorded (torch's float32) is unchanged."""
+    defaults = {"backend": BACKENDS[0], "quantize": QUANTIZATIONS[0], "dtype": DTYPE_NAMES[0]}
     return {key: value for key, value in inference.items() if defaults.get(key) != value}
 
 

@@ -6,15 +6,16 @@ Owns the embeddings folder layout:
     ids.txt          one id per line
     encode.json      how the vectors were made: the side encoded (query: `encode --queries`, passage: `--corpus`),
                      model (its absolute path when local) and its fingerprint, pooling, normalize, prefix,
-                     max_length, count, dim, backend and quantize (what ran the model:
-                     `retromae.models.backends`); the input file (absolute path and fingerprint); the
-                     generation (a random id of this writing) and the fingerprints of embeddings.npy and ids.txt
+                     max_length, count, dim, backend and quantize (what ran the model: `retromae.models.backends`),
+                     dtype (what it computed in: `Encoder.precision`); the input file (absolute path and
+                     fingerprint); the generation (a random id of this writing) and the fingerprints of
+                     embeddings.npy and ids.txt
     shards/          shard-00000.npy ... while a run is in progress; removed once merged
 
 The folder belongs to one encoding (`retromae.runtime.run_folder`): its marker records the manifest (model and a
-fingerprint of its weights, pooling, prefix, max_length, a fingerprint of ids and texts, shard size). Started again
-with the same manifest, a run continues (or, finished, is left as it is); with another, it is refused unless
-`overwrite`, which deletes the files listed above first.
+fingerprint of its weights, pooling, prefix, max_length, precision, a fingerprint of ids and texts, shard size).
+Started again with the same manifest, a run continues (or, finished, is left as it is); with another, it is refused
+unless `overwrite`, which deletes the files listed above first.
 
 A reader (`load_embeddings`) refuses embeddings.npy or ids.txt that are not the files of encode.json's generation
 (one replaced by another command writing into the folder), an encode.json whose fields are not of their type and
@@ -32,6 +33,7 @@ Does not own reading input files (`retromae.data.retrieval_sets`) or the model (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import uuid
@@ -73,7 +75,8 @@ def encoder_info(encoder: Encoder, name: str, prefix: str, max_length: int | Non
     their readers know which side they hold and search can encode queries alike."""
     return {"side": side, "model": absolute(name), "model_fingerprint": input_fingerprint(name),
             "pooling": encoder.pooling, "normalize": encoder.normalize, "prefix": prefix,
-            "max_length": max_length or encoder.max_length, "dim": encoder.dimension, **encoder.inference}
+            "max_length": max_length or encoder.max_length, "dim": encoder.dimension, **encoder.inference,
+            "dtype": encoder.precision}
 
 
 def source_info(path: str | Path | None) -> dict[str, Any]:
@@ -146,16 +149,15 @@ def _check_ids(ids: Sequence[str], texts: Sequence[str]) -> None:
             seen.add(doc_id, f"row {row} of the ids")
 
 
-def _checked_shards(output_dir: Path, manifest: dict[str, Any], count: int, dimension: int, state: Any) -> Path:
-    """The shards folder, once the disk has room for what is left (the shards, then embeddings.npy beside them: twice
-    the vectors, checked on every process) and the main process has checked that its shards are this encoding's."""
+def _check_shards(output_dir: Path, manifest: dict[str, Any], count: int, dimension: int, state: Any) -> None:
+    """Return once the disk has room for what is left (the shards, then embeddings.npy beside them: twice the vectors,
+    checked on every process) and the main process has checked that the shards folder's are this encoding's."""
     shards = output_dir / SHARDS_DIR
     done = sum(path.stat().st_size for path in shards.glob("shard-*.npy"))  # a resumed encoding's finished shards
     check_free_space(output_dir, 2 * count * dimension * 4 - done, f"encoding {count:,} texts")
     if state.is_main_process:
         _check_manifest(shards, manifest)
     state.wait_for_everyone()
-    return shards
 
 
 def _write_shards(encoder: Encoder, texts: Sequence[str], mine: dict[Path, slice], todo: dict[Path, slice], *,
@@ -169,25 +171,32 @@ def _write_shards(encoder: Encoder, texts: Sequence[str], mine: dict[Path, slice
             _save_array(encoder.encode(texts[rows], bar=bar, **encoding), path)
 
 
-def _assigned_shards(shards: Path, total: int, shard_size: int, state: Any, dim: int
-                     ) -> tuple[dict[Path, slice], dict[Path, slice]]:
-    """The shards this process writes (every `num_processes`-th, from its index), each with its rows, and those of
-    them not finished by an earlier run."""
-    count = -(-total // shard_size)
-    mine = {shards / f"shard-{index:05d}.npy": slice(index * shard_size, min((index + 1) * shard_size, total))
-            for index in range(count) if index % state.num_processes == state.process_index}
-    return mine, {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start, dim)}
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """What `encode_into` did: the embeddings `folder`, its `count` texts, and of them those whose vectors an
+    earlier run had made (`earlier`: the finished shards of one resumed, or all where the folder was finished)."""
+
+    folder: Path
+    count: int
+    earlier: int
 
 
-def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
-                  model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
-                  max_length: int | None = None, prefix: str = "", show_progress: bool = True,
-                  overwrite: bool = False, description: str | None = None, source: str | Path | None = None,
-                  side: str = "passage") -> Path:
+def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path,
+                  **options: Any) -> Path:
+    """Encode `texts` into `output_dir` as `encode_into` does (its options); returns the folder."""
+    return encode_into(encoder, ids, texts, output_dir, **options).folder
+
+
+def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
+                model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
+                max_length: int | None = None, prefix: str = "", show_progress: bool = True,
+                overwrite: bool = False, description: str | None = None, source: str | Path | None = None,
+                side: str = "passage") -> Encoded:
     """Encode `texts` of `side` ("query" or "passage") into `output_dir` (layout above), resuming finished shards;
-    returns the folder. `source`: the file the texts were read from, recorded (absolute path and fingerprint) so that
-    readers can find them again. The side is recorded, not part of the run's identity (the same texts, prefix and
-    length make the same vectors): a finished folder of the other side is encoded again under its own.
+    returns the folder and how many texts an earlier run had encoded. `source`: the file the texts were read from,
+    recorded (absolute path and fingerprint) so that readers can find them again. The side is recorded, not part of
+    the run's identity (the same texts, prefix and length make the same vectors): a finished folder of the other side
+    is encoded again under its own.
 
     `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError). One
     progress bar per process, named `description` (default "encoding N texts"), counts this process's texts;
@@ -199,16 +208,22 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     model_name = model_name or encoder.source
     info = {**encoder_info(encoder, model_name, prefix, max_length, side), **source_info(source)}
     # the model by its content (model_fingerprint), not its path: a link to it or a copy of it makes the same vectors
-    by_content = {key: value for key, value in info.items() if key not in ("side", "model", *encoder.inference)}
-    by_content.update(beyond_torch(encoder.inference))  # torch's float32 as it was before the backends
+    inference = {**encoder.inference, "dtype": encoder.precision}
+    by_content = {key: value for key, value in info.items() if key not in ("side", "model", *inference)}
+    by_content.update(beyond_torch(inference))  # torch's float32 as it was before backends and precision were recorded
     manifest = {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name, source or ""))
     if _finished(output_dir, manifest, side):
-        return output_dir
-    shards = _checked_shards(output_dir, manifest, len(ids), encoder.dimension, state)
+        return Encoded(output_dir, len(ids), len(ids))
     count = -(-len(ids) // shard_size)
-    mine, todo = _assigned_shards(shards, len(ids), shard_size, state, info["dim"])
+    every = {output_dir / SHARDS_DIR / f"shard-{index:05d}.npy":
+             slice(index * shard_size, min((index + 1) * shard_size, len(ids))) for index in range(count)}
+    earlier = sum(rows.stop - rows.start for path, rows in every.items() if path.is_file())  # before any is written
+    _check_shards(output_dir, manifest, len(ids), encoder.dimension, state)
+    mine = {path: rows for index, (path, rows) in enumerate(every.items())
+            if index % state.num_processes == state.process_index}
+    todo = {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start, info["dim"])}
     name = description or f"encoding {len(ids):,} texts"
     if state.num_processes > 1:
         name += f" (process {state.process_index})"
@@ -218,7 +233,7 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     if state.is_main_process:
         _merge(output_dir, ids, count, shard_size, {**info, "fingerprint": manifest["fingerprint"]})
     state.wait_for_everyone()
-    return output_dir
+    return Encoded(output_dir, len(ids), earlier)
 
 
 def _finished(output_dir: Path, manifest: dict[str, Any], side: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from retromae.runtime.options import ConfigError
 from retromae.runtime.processes import process_state
 from retromae.runtime.run_folder import claim_file, claim_folder, input_paths, mark_started, run_identity
 
+if TYPE_CHECKING:
+    from retromae.retrieval.encode import Encoded
+
 
 def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
     """Ids and texts of the corpus (title and text joined) or of the queries file."""
@@ -60,21 +63,21 @@ def read_texts(config: EncodeConfig) -> tuple[list[str], list[str]]:
     return list(corpus), [passage.joined() for passage in corpus.values()]
 
 
-def encode(config: EncodeConfig) -> Path:
+def encode(config: EncodeConfig) -> Encoded:
     """Encode a corpus or queries file into an embeddings folder as `config` says; returns the folder
-    (`retrieval.encode` describes its layout)."""
+    (`retrieval.encode` describes its layout) and how many of the texts an earlier run had encoded."""
     from retromae.models.encoder import side_prefix  # torch: only when the command runs
-    from retromae.retrieval.encode import encode_to_dir
+    from retromae.retrieval.encode import encode_into
 
     ids, texts = read_texts(config)
     side, given, max_length = config.text_options
     encoder = config.load_encoder(process_state().device)
     prefix = side_prefix(encoder, side, given)
-    return encode_to_dir(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
-                         batch_size=config.batch_size, max_length=max_length, prefix=prefix,
-                         show_progress=config.progress, overwrite=config.overwrite,
-                         description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
-                         source=read_from(config), side=side)
+    return encode_into(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
+                       batch_size=config.batch_size, max_length=max_length, prefix=prefix,
+                       show_progress=config.progress, overwrite=config.overwrite,
+                       description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
+                       source=read_from(config), side=side)
 
 
 def read_from(config: EncodeConfig) -> Path:

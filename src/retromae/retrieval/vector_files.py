@@ -23,6 +23,7 @@ from retromae.models.finite import VECTOR_LIMIT, check_vectors
 from retromae.runtime.errors import DataError
 from retromae.runtime.lines import check_regular_file, quoted
 from retromae.runtime.options import Domain, between
+from retromae.runtime.precision import DTYPE_NAMES
 
 VECTOR_DTYPE = np.dtype("<f4")  # what every writer of vectors writes: little-endian float32
 MAX_DIM = 1 << 16  # the widest vectors a model makes (config.json's hidden_size is bounded alike)
@@ -81,10 +82,9 @@ def check_encoding_record(record: Any, where: str) -> dict[str, Any]:
     for name, domain in NUMBER_FIELDS.items():
         if name in record:
             whole_number_field(record, name, where, domain)
-    if "pooling" in record and record["pooling"] not in POOLINGS:
-        raise DataError(f"{where}: field 'pooling' is {quoted(record['pooling'])}, not one of {', '.join(POOLINGS)}")
-    if "side" in record and record["side"] not in SIDES:
-        raise DataError(f"{where}: field 'side' is {quoted(record['side'])}, not one of {', '.join(SIDES)}")
+    for name, names in (("pooling", POOLINGS), ("side", SIDES), ("dtype", DTYPE_NAMES)):
+        if name in record and record[name] not in names:
+            raise DataError(f"{where}: field {name!r} is {quoted(record[name])}, not one of {', '.join(names)}")
     if "normalize" in record and not isinstance(record["normalize"], bool):
         raise DataError(f"{where}: field 'normalize' is {quoted(record['normalize'])}, not true or false")
     for name in ("source", "files"):

@@ -4,7 +4,7 @@ rule for training and encoding).
 
 Owns reading the processor's description and that rule. Does not own what is done with them: the vocabulary loss
 measured per CPU model (`retromae.losses.vocabulary_choice`), the precision a training run or an encoder resolves
-(`retromae.training.setup`, `retromae.models.encoder`), the benchmarks' headers.
+(`retromae.runtime.precision`), the benchmarks' headers.
 """
 
 from __future__ import annotations

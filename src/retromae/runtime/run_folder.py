@@ -47,6 +47,7 @@ from retromae.runtime.io import (
 )
 from retromae.runtime.lines import check_own_file, loads_finite, open_own_file, quoted
 from retromae.runtime.options import ConfigError, Options, config_to_dict, option, path_options, reading_options
+from retromae.runtime.precision import note_unresolved, precision_change, resolved_precision, unresolved
 
 MARKER = "retromae-run.json"
 # The commands whose runs leave a marker (`claim_folder`, `training.setup.claim_output`), `retromae.Encoder.save` and a
@@ -148,11 +149,13 @@ def fingerprinted(relative: PurePath) -> bool:
 
 
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
-    """The options of `config` that define its result, plus `NAME content` fingerprints of its input options (those
-    whose field declares what it reads, `runtime.options.reading_options`)."""
+    """The options of `config` that define its result, its precision options as they resolve on this machine
+    (`runtime.precision.resolved_precision`: what ran, never `auto`), plus `NAME content` fingerprints of its input
+    options (those whose field declares what it reads, `runtime.options.reading_options`)."""
     paths = path_options(config)
     values = {key: resolved_paths(value, key) if key in paths else value
               for key, value in config_to_dict(config).items() if key not in set(neutral)}
+    values.update({key: value for key, value in resolved_precision(config).items() if key in values})
     for name in reading_options(config):
         given = values.get(name)
         if given:
@@ -178,8 +181,17 @@ def resolved_paths(value: Any, name: str) -> Any:
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """The option names whose values differ between two identities."""
-    return sorted(key for key in set(saved) | set(current) if saved.get(key) != current.get(key))
+    """The option names whose values differ between two identities (a precision `saved` recorded as `auto` before
+    precision was resolved matches any: `runtime.precision.unresolved`)."""
+    return sorted(key for key in set(saved) | set(current)
+                  if saved.get(key) != current.get(key) and not unresolved(key, saved.get(key)))
+
+
+def differ(changed: list[str], saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """" (a, b differ)" for the options `changed` between identities `saved` and `current`, with what a precision
+    among them ran in and would now (`runtime.precision.precision_change`)."""
+    detail = precision_change(saved, current)
+    return f" ({', '.join(changed)} differ{': ' + detail if detail else ''})" if changed else ""
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
@@ -338,8 +350,8 @@ def check_same_run(where: Path, command: str, saved: Mapping[str, Any] | None, i
                           f"{shown_command(command)}: {instead}")
     changed = differences(saved.get("identity", {}), identity)
     if changed:
-        raise ConfigError(f"{where}: belongs to another run ({', '.join(changed)} differ); give the same options, "
-                          f"or use {naming.overwrite} to replace it, or another {naming.output}")
+        raise ConfigError(f"{where}: belongs to another run{differ(changed, saved.get('identity', {}), identity)}; "
+                          f"give the same options, or use {naming.overwrite} to replace it, or another {naming.output}")
 
 
 def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], ours: Iterable[str], *,
@@ -371,6 +383,8 @@ def claim_folder(folder: str | Path, command: str, identity: Mapping[str, Any], 
     if processes is not None:
         processes.wait_for_everyone()
     if processes is None or processes.is_main_process:
+        if continued:
+            note_unresolved(Path(folder), (read_marker(Path(folder)) or {}).get("identity", {}), identity)
         _remove(stale)
         for name in (*ours, MARKER):
             clear_leftovers(Path(folder) / name)
@@ -446,7 +460,7 @@ def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours:
     # --resume is named only where it would work: the same command with the same options.
     ways = f"{naming.overwrite} replaces it"
     ways = f"{naming.resume} continues it, {ways}" if resumable and not changed else ways
-    which = f" ({', '.join(changed)} differ)" if changed else ""
+    which = differ(changed, marker.get("identity", {}), identity)
     raise ConfigError(f"{folder}: holds the outputs of another run of {shown_command(command)}{which}; {ways}, or "
                       f"choose another {naming.output}")
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from retromae.runtime.console import given, say
 from retromae.runtime.io import check_free_space
-from retromae.runtime.run_folder import MARKER, check_same_run, read_marker, write_marker
+from retromae.runtime.run_folder import MARKER, check_same_run, differences, read_marker, write_marker
 from retromae.training.checkpoint_state import (
     check_complete,
     check_shared_folder,
@@ -57,16 +57,21 @@ def checkpoint_identity(checkpoint: Path) -> dict | None:
     return None if marker is None else marker.get("identity")
 
 
+def same_run(saved: dict | None, identity: dict) -> bool:
+    """Whether a checkpoint's identity (`checkpoint_identity`) is the run's `identity` (`run_folder.differences`)."""
+    return saved is not None and not differences(saved, identity)
+
+
 def prune_checkpoints(output: Path, keep: int, identity: dict) -> None:
     """Delete all but the `keep` highest-step checkpoints of the run with `identity`; any other is left alone."""
-    ours = [path for _, path in checkpoints_by_step(output) if checkpoint_identity(path) == identity]
+    ours = [path for _, path in checkpoints_by_step(output) if same_run(checkpoint_identity(path), identity)]
     for old in ours[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
 def last_good(output: Path, identity: dict) -> str:
     """The words naming this run's newest checkpoint, for a run stopped before it diverged further."""
-    ours = [(step, path) for step, path in checkpoints_by_step(output) if checkpoint_identity(path) == identity]
+    ours = [(step, path) for step, path in checkpoints_by_step(output) if same_run(checkpoint_identity(path), identity)]
     return f"the last good checkpoint is {ours[-1][1]} (step {ours[-1][0]})" if ours else "no checkpoint written"
 
 

@@ -25,8 +25,9 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from retromae.runtime.console import say
-from retromae.runtime.cpu_features import AUTO_BF16_VARIABLE, auto_bf16
+from retromae.runtime.cpu_features import AUTO_BF16_VARIABLE
 from retromae.runtime.options import ConfigError
+from retromae.runtime.precision import resolve_mixed_precision
 from retromae.runtime.processes import check_process_count, without_gpus
 from retromae.runtime.run_folder import claim_folder, input_paths, run_identity
 from retromae.training.checkpoint_state import put_master_weights
@@ -169,24 +170,6 @@ def whole_model(accelerator: Accelerator, model: nn.Module, build: Callable[[], 
 
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # Accelerate's names → the dtype autocast uses
-
-CPU_FP16 = ("--mixed-precision fp16: not on a CPU, where Accelerate would train in float32 without a word (it has "
-            "no fp16 autocast there); use bf16 (autocast, on AMX or AVX-512 bf16 where the CPU has them) or no")
-
-
-def resolve_mixed_precision(requested: str) -> str:
-    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it and on a CPU where
-    bf16 autocast was measured to pay (`retromae.runtime.cpu_features.auto_bf16`: AMX), else "no" (fp32); fp16
-    without a GPU is refused (ConfigError), where Accelerate would quietly run float32."""
-    cuda = torch.cuda.is_available() and not without_gpus()
-    if requested == "fp16" and not (cuda or torch.backends.mps.is_available()):
-        raise ConfigError(CPU_FP16)
-    if requested != "auto":
-        return requested
-    if cuda:
-        return "bf16" if torch.cuda.is_bf16_supported() else "no"
-    return "bf16" if not torch.backends.mps.is_available() and auto_bf16() else "no"
-
 
 def _precision_notice(resolved: str, device: torch.device) -> str:
     if device.type == "cpu":
