@@ -187,6 +187,16 @@ def encode_to_dir(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], ou
     return encode_into(encoder, ids, texts, output_dir, **options).folder
 
 
+def _manifest(encoder: Encoder, info: dict[str, Any], ids: Sequence[str], texts: Sequence[str],
+              shard_size: int) -> dict[str, Any]:
+    """What makes an encoding the same work: the record but its side and the model's path (the model by its content,
+    `model_fingerprint`: a link to it or a copy of it makes the same vectors), the texts and the shards' size."""
+    inference = {**encoder.inference, "dtype": encoder.precision}
+    by_content = {key: value for key, value in info.items() if key not in ("side", "model", *inference)}
+    by_content.update(beyond_torch(inference))  # torch's float32 as it was before backends and precision were recorded
+    return {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
+
+
 def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], output_dir: str | Path, *,
                 model_name: str = "", shard_size: int = 10_000, batch_size: int = 64,
                 max_length: int | None = None, prefix: str = "", show_progress: bool = True,
@@ -207,11 +217,7 @@ def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], outp
     state = process_state()
     model_name = model_name or encoder.source
     info = {**encoder_info(encoder, model_name, prefix, max_length, side), **source_info(source)}
-    # the model by its content (model_fingerprint), not its path: a link to it or a copy of it makes the same vectors
-    inference = {**encoder.inference, "dtype": encoder.precision}
-    by_content = {key: value for key, value in info.items() if key not in ("side", "model", *inference)}
-    by_content.update(beyond_torch(inference))  # torch's float32 as it was before backends and precision were recorded
-    manifest = {**by_content, "fingerprint": texts_fingerprint(ids, texts), "count": len(ids), "shard_size": shard_size}
+    manifest = _manifest(encoder, info, ids, texts, shard_size)
     claim_folder(output_dir, "encode", {**manifest, "model content": input_fingerprint(model_name)}, OUTPUTS,
                  resume=True, overwrite=overwrite, resumable=False, processes=state, inputs=(model_name, source or ""))
     if _finished(output_dir, manifest, side):
