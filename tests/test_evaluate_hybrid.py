@@ -58,7 +58,7 @@ def test_the_hybrid_row_is_fuse_of_the_model_and_bm25_runs(tmp_path, data, tiny_
                                 output=tmp_path / "report")
     config = EvaluateConfig(model=str(tiny_model_dir), data=[data], pooling="mean", normalize=True, batch_size=8)
     retrieval_set = load_retrieval_set(data, "test")
-    dense = model_run(config, config.load_encoder(), retrieval_set, 100)
+    dense = model_run(config, config.load_model(config.models[0]), retrieval_set, 100)
     lexical = bm25_search(retrieval_set.corpus_texts(), retrieval_set.queries, 100)
     expected = evaluate_run(retrieval_set.qrels, fuse(dense, lexical, fusion, weight, k=100), [10, 100])
     name = tiny_model_dir.name
@@ -103,7 +103,7 @@ def test_two_systems_are_compared_query_by_query(tmp_path, data, tiny_model_dir,
     for path in (tiny_model_dir, other_model_dir):
         config = EvaluateConfig(model=str(path), data=[data], pooling="mean", normalize=True, batch_size=8)
         retrieval_set = load_retrieval_set(data, "test")
-        run = model_run(config, config.load_encoder(), retrieval_set, 100)
+        run = model_run(config, config.load_model(config.models[0]), retrieval_set, 100)
         per_query[str(path)] = evaluate_run(retrieval_set.qrels, run, [10, 100], per_query=True)[1]
     expected = paired_comparison(*({q: s["ndcg@10"] for q, s in per_query[str(p)].items()}
                                    for p in (tiny_model_dir, other_model_dir)))

@@ -22,7 +22,7 @@ from retromae.evaluation.config import EvaluateConfig
 from retromae.evaluation.run import prefixes_put
 from retromae.finetuning.batches import GroupCollator
 from retromae.models import encoder as encoder_module
-from retromae.models.encoder import Encoder
+from retromae.models.encoder import Encoder, Towers
 from retromae.retrieval import mining
 
 SIDES = {"query": "query: ", "passage": "passage: "}
@@ -161,7 +161,8 @@ def test_a_table_s_run_identity_records_the_prefix_put(given, prompted, expected
     without prompts keeps the identity it had (None, as given)."""
     model = world["model"] if prompted else tiny_model_dir
     config = EvaluateConfig(model=[str(model)], data=[world["beir"]], **given)
-    assert prefixes_put(config, {"m": Encoder.load(model, device="cpu")}) == expected
+    encoder = Encoder.load(model, device="cpu")
+    assert prefixes_put(config, {"m": Towers(encoder, encoder)}) == expected
 
 
 @pytest.fixture(scope="module")

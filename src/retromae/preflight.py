@@ -39,7 +39,14 @@ from urllib.parse import urlsplit
 from retromae.data.held_out import check_held_out
 from retromae.data.inputs import check_format, declared_formats
 from retromae.models.encoder_config import BACKENDS
-from retromae.models.model_source import ModelSource, looks_local, ours_to_write, resolve_model, resolve_tokenizer
+from retromae.models.model_source import (
+    ANY_SIDE,
+    ModelSource,
+    looks_local,
+    ours_to_write,
+    resolve_model,
+    resolve_tokenizer,
+)
 from retromae.runtime.errors import UNSHOWABLE, ConfigError, DataError, FileSystemError, ModelLoadError
 from retromae.runtime.io import check_cache_setting, path_variable
 from retromae.runtime.lines import quoted
@@ -72,7 +79,7 @@ def check_arguments(args: argparse.Namespace, options_class: type | None) -> Non
     for option, kind in reading_options(options_class, MODEL_READS).items():
         for name in _values(getattr(args, option, None)):
             if looks_local(os.path.expanduser(name)):
-                resolver(kind)(name, f"--{option.replace('_', '-')}")
+                resolver(kind)(name, f"--{option.replace('_', '-')}", ANY_SIDE)
 
 
 def check_paths(options: object, options_class: type | None = None) -> None:
@@ -129,7 +136,7 @@ def writes_cache(config: object) -> bool:
     token_store = getattr(config, "makes_token_store", lambda: False)() and not getattr(config, "cache_dir", None)
     backend, models = inference_of(config)
     exports = backend not in (None, "torch") and any(
-        not (looks_local(os.path.expanduser(name)) and ours_to_write(resolve_model(name).transformer))
+        not (looks_local(os.path.expanduser(name)) and ours_to_write(resolve_model(name, side=ANY_SIDE).transformer))
         for name in models)
     return token_store or exports
 
@@ -158,7 +165,7 @@ def check_inputs(config: object) -> None:
                          getattr(config, "qrels_format", "auto"))
 
 
-def resolver(kind: str) -> Callable[[str, str], ModelSource]:
+def resolver(kind: str) -> Callable[[str, str, str], ModelSource]:
     """What reads a model option's folder, by what it reads: a tokenizer may be a folder holding a tokenizer alone."""
     return resolve_tokenizer if kind == "tokenizer" else resolve_model
 
@@ -169,11 +176,12 @@ def _values(value: object) -> list[str]:
             if isinstance(item, (str, os.PathLike)) and str(item)]
 
 
-def check_model(name: str, option: str = "--model", resolve: Callable[[str, str], ModelSource] = resolve_model) -> None:
+def check_model(name: str, option: str = "--model",
+                resolve: Callable[[str, str, str], ModelSource] = resolve_model) -> None:
     """A local path must be a model folder (`resolve`, `resolve_model` by default, says what it holds otherwise); a
     hub name must be cached or the hub reachable: with no network, a cached model switches the process to offline
     mode."""
-    source = resolve(name, option)
+    source = resolve(name, option, ANY_SIDE)
     if source.kind != "hub":
         return
     if offline():

@@ -46,7 +46,7 @@ from retromae.runtime.run_folder import OutputOptions
 if TYPE_CHECKING:
     import torch
 
-    from retromae.models.encoder import Encoder
+    from retromae.models.encoder import Encoder, Towers
 
 TASKS = ("auto", "retrieval", "sts")
 QRELS_FORMATS = ("auto", "beir", "trec")  # as `data.retrieval_sets.load_qrels` reads them (no numpy import here)
@@ -166,15 +166,18 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         """What is evaluated, as the header names it: the models' names, or the run file."""
         return ", ".join(self.model_names()) or str(self.run)
 
-    def load_model(self, name: str, device: str | torch.device | None = None) -> Encoder:
-        """The encoder of one of the models, with the encoding options shared by all."""
+    def load_model(self, name: str, device: str | torch.device | None = None) -> Towers:
+        """The encoder of each side of one of the models (`EncoderOptions.load_towers`: an untied fine-tune's
+        towers), with the encoding options shared by all."""
         one = copy.copy(self)
         one.model = name
-        return EncoderOptions.load_encoder(one, device)
+        return EncoderOptions.load_towers(one, device)
 
     def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
-        """The encoder of the (first) model."""
-        return self.load_model(self.models[0], device)
+        """The encoder of the (first) model, one for texts of both sides (STS pairs)."""
+        one = copy.copy(self)
+        one.model = self.models[0]
+        return EncoderOptions.load_encoder(one, device)
 
     def check_sts_options(self) -> None:
         """ConfigError naming the first option of a query or passage side (its prefix or max length) given for STS

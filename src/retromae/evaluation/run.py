@@ -49,7 +49,7 @@ from retromae.runtime.run_folder import (
 )
 
 if TYPE_CHECKING:
-    from retromae.models.encoder import Encoder
+    from retromae.models.encoder import Encoder, Towers
     from retromae.retrieval.search import Run
 
 EMBEDDINGS_DIR = "embeddings"
@@ -117,7 +117,7 @@ def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, fl
         run = read_trec_run(config.run)
         check_run_documents(run, data.corpus, config.run, "the corpus of " + path.name)
     else:
-        run = model_run(config, config.load_encoder(), data, config.top_k or max(config.k_values))
+        run = model_run(config, config.load_model(config.models[0]), data, config.top_k or max(config.k_values))
     empty = EmptyResults()
     empty.count(config.source(), path.name, data.qrels, run)
     empty.warn()
@@ -146,18 +146,19 @@ def warn_shallow_run(config: EvaluateConfig, run: Run, documents: int) -> None:
                f"only the documents retrieved, as @{deepest} would; evaluate a run {max(beyond)} deep to measure them")
 
 
-def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: int, cache: Path | None = None,
+def model_run(config: EvaluateConfig, towers: Towers, data: RetrievalSet, k: int, cache: Path | None = None,
               name: str = "corpus", model: str | None = None) -> Run:
-    """The model's (`model`, default the first) top-k run on `data`; its corpus vectors kept in (or read from)
-    `cache` when given."""
+    """The model's (`model`, default the first) top-k run on `data`, each side encoded by its tower (`towers`); its
+    corpus vectors kept in (or read from) `cache` when given."""
     # torch and faiss: only when a model is evaluated, so `evaluate --run` stays torch-free
     from retromae.models.encoder import side_prefix
     from retromae.retrieval.encode import encode_cached
     from retromae.retrieval.search import TextOptions, encode_texts, vector_search
 
     doc_ids, texts = list(data.corpus), [passage.joined() for passage in data.corpus.values()]
+    encoder = towers.passage
     passages = TextOptions(side_prefix(encoder, "passage", config.passage_prefix), config.passage_max_length)
-    questions = TextOptions(side_prefix(encoder, "query", config.query_prefix), config.query_max_length)
+    questions = TextOptions(side_prefix(towers.query, "query", config.query_prefix), config.query_max_length)
     description = f"encoding {name} ({len(doc_ids):,} texts)"
     if cache is None:
         doc_vectors = encode_texts(encoder, texts, passages, config.batch_size, description=description)  # (N, D)
@@ -166,7 +167,7 @@ def model_run(config: EvaluateConfig, encoder: Encoder, data: RetrievalSet, k: i
                                     batch_size=config.batch_size, max_length=passages.max_length,
                                     prefix=passages.prefix, description=description)  # (N, D)
     query_ids = list(data.queries)
-    query_vectors = encode_texts(encoder, [data.queries[i] for i in query_ids], questions, config.batch_size,
+    query_vectors = encode_texts(towers.query, [data.queries[i] for i in query_ids], questions, config.batch_size,
                                  description=f"encoding queries ({len(query_ids):,} texts)")  # (Q, D)
     return vector_search(doc_ids, doc_vectors, query_ids, query_vectors, k, factory=config.factory,
                          params=config.params, shortlist=config.shortlist)
@@ -188,7 +189,7 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
         claim_folder(folder, "evaluate", identity, (*REPORT_FILES, EMBEDDINGS_DIR), resume=True,
                      overwrite=config.overwrite, resumable=False, inputs=input_paths(config))
     root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
-    caches = {name: root / cache_key(config, path, encoders[name]) if root is not None else None
+    caches = {name: root / cache_key(config, path, encoders[name].passage) if root is not None else None
               for name, path in systems.models.items()}
     stages, empty = Stages(len(sets)), EmptyResults()
     rows = []
@@ -208,7 +209,7 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
     return table
 
 
-def prefixes_put(config: EvaluateConfig, encoders: dict[str, Encoder]) -> dict[str, Any]:
+def prefixes_put(config: EvaluateConfig, encoders: dict[str, Towers]) -> dict[str, Any]:
     """The prefix options as a table's run identity records them: as put (`side_prefix`) where a side is not given
     and a model names a prompt for it (the text, or a list of each model's where they differ); else as given, so that
     the records of models without prompts are those they were."""
@@ -216,8 +217,9 @@ def prefixes_put(config: EvaluateConfig, encoders: dict[str, Encoder]) -> dict[s
 
     put: dict[str, Any] = {}
     for side in ("query", "passage"):
-        if getattr(config, f"{side}_prefix") is None and any(side in e.prompts for e in encoders.values()):
-            values = [side_prefix(encoder, side, None) for encoder in encoders.values()]
+        sides = [getattr(towers, side) for towers in encoders.values()]
+        if getattr(config, f"{side}_prefix") is None and any(side in encoder.prompts for encoder in sides):
+            values = [side_prefix(encoder, side, None) for encoder in sides]
             put[f"{side}_prefix"] = values[0] if len(set(values)) == 1 else values
     return put
 
@@ -269,7 +271,7 @@ def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:
                        "depth": candidate_depth(config.top_k or max(config.table_ks()))}}
 
 
-def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Encoder], name: str, path: Path,
+def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Towers], name: str, path: Path,
               caches: dict[str, Path | None], stages: Stages, empty: EmptyResults) -> tuple[SetRow, dict[str, Run]]:
     """One data set's row (each system's metrics at the table's cut-offs, and per query) and each system's run."""
     data = load_retrieval_set(path, config.split, config.qrels_format)
@@ -278,10 +280,10 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Enco
     k = config.top_k or max(ks)
     depth = candidate_depth(k) if systems.hybrids else k  # a hybrid fuses each side's best `depth`, as `search` does
     runs: dict[str, Run] = {}
-    for model, encoder in encoders.items():
+    for model, towers in encoders.items():
         cache = caches[model]
         folder = cache / name.replace("/", "--") if cache is not None else None
-        runs[model] = model_run(config, encoder, data, depth, folder, f"{name} corpus", systems.models[model])
+        runs[model] = model_run(config, towers, data, depth, folder, f"{name} corpus", systems.models[model])
     if systems.bm25:
         runs[BM25] = bm25_search(data.corpus_texts(), data.queries, depth, warn_empty=False)  # EmptyResults says it
     for model, hybrid in systems.hybrids.items():

@@ -36,11 +36,12 @@ OUTPUTS = ("encoder", "sentence-transformer", "query-encoder", "query-sentence-t
 
 
 def _load_encoders(config: FinetuneConfig, device) -> tuple[Encoder, Encoder]:
-    """(passage encoder, query encoder): the same object unless --untie."""
-    passage = Encoder.load(config.model, config.pooling, config.normalize, device=device)
-    query = Encoder.load(config.model, config.pooling, config.normalize, device=device) \
-        if config.untie else passage
-    return passage, query
+    """(passage encoder, query encoder): the same object unless --untie, where each tower of an untied fine-tune
+    given as the base continues its own side (`model_source.resolve_model`)."""
+    sides = ("passage", "query") if config.untie else (None,)
+    towers = [Encoder.load(config.model, config.pooling, config.normalize, device=device, side=side)
+              for side in sides]
+    return towers[0], towers[-1]
 
 
 def _check_data(config: FinetuneConfig, data: TrainingSet, source: str) -> None:
@@ -194,15 +195,17 @@ def training_prefixes(config: Any, passage: Encoder, query: Encoder) -> dict[str
 
 def export_towers(model: DualEncoder, encoder: Encoder, output: Path, max_length: int | None = None,
                   prefixes: dict[str, str] | None = None) -> None:
-    """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied.
+    """encoder/ + sentence-transformer/ of the passage tower; query-* folders too when the towers are untied, each
+    encoder folder then recording its side (`tower`: `model_source.tower_side`).
     They keep the starting model's pooling and `max_length` (the length it declares, else the one it was loaded
     with), and name the `prefixes` (side → text) put in training as the prompts of their sides."""
-    towers = {"": model.passage_model}
-    if model.untied_passage_model is not None:
-        towers["query-"] = model.query_model
-    for prefix, tower in towers.items():
+    untied = model.untied_passage_model is not None
+    towers = {"": ("passage" if untied else "", model.passage_model)}
+    if untied:
+        towers["query-"] = ("query", model.query_model)
+    for prefix, (side, tower) in towers.items():
         export_encoder(tower, encoder.tokenizer, output / f"{prefix}encoder", encoder.pooling, encoder.normalize,
-                       max_length, prefixes)
+                       max_length, prefixes, side)
         export_sentence_transformer(output / f"{prefix}encoder", output / f"{prefix}sentence-transformer",
                                     encoder.pooling, encoder.normalize)
 

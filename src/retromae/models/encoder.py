@@ -110,6 +110,15 @@ class FolderSpec:
     prompts: dict[str, str] = dataclasses.field(default_factory=dict)  # side → its named prompt (`named_prompts`)
 
 
+@dataclasses.dataclass(frozen=True)
+class Towers:
+    """The encoder of each side: an untied fine-tune's query and passage towers, else one encoder for both
+    (`EncoderOptions.load_towers`)."""
+
+    query: Encoder
+    passage: Encoder
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, config: PoolingConfig) -> torch.Tensor:
     """Pool token states `(B, L, D)` under `attention_mask` `(B, L)` into `(B, D)` text vectors."""
     hidden = hidden.float()  # pool in float32 even under autocast
@@ -470,14 +479,18 @@ class Encoder:
     @quiet_entry_point
     @checked_arguments(EncoderArguments, name_or_path="model", pooling="pooling", normalize="normalize",
                        device=("device", device_name), dtype=("dtype", dtype_name), max_length="max_length",
-                       backend="backend", quantize="quantize")
+                       backend="backend", quantize="quantize", side="side")
     def load(cls, name_or_path: str | Path, pooling: str | None = None, normalize: bool | None = None,
              device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
-             max_length: int | None = None, backend: str | None = None, quantize: str | None = None) -> Encoder:
+             max_length: int | None = None, backend: str | None = None, quantize: str | None = None,
+             side: str | None = None) -> Encoder:
         """Load our export, a sentence-transformers folder, or any HF model; explicit arguments win. `backend` and
         `quantize` choose what runs its forward pass in `encode` (`retromae.models.backends`; default torch, none),
-        its export made or found here."""
-        resolved = resolve_model(name_or_path)
+        its export made or found here.
+        `side` ("query", "passage"): the texts it will encode, which picks an untied fine-tune's tower from its run
+        folder and refuses the other side's tower (`model_source.resolve_model`); None: both, refused for the run
+        folder of an untied fine-tune."""
+        resolved = resolve_model(name_or_path, side=side)
         source = resolved.folder
         spec = describe_folder(source)
         config = PoolingConfig(pooling or spec.pooling.pooling,

@@ -21,11 +21,12 @@ from retromae.runtime.precision import DTYPE_NAMES
 if TYPE_CHECKING:
     import torch
 
-    from retromae.models.encoder import Encoder
+    from retromae.models.encoder import Encoder, Towers
 
 POOLINGS = ("cls", "mean")
 BACKENDS = ("torch", "onnx", "openvino")
 QUANTIZATIONS = ("none", "int8")
+SIDES = ("query", "passage")  # the texts an encoder encodes (one tower of an untied fine-tune encodes one)
 # The backends offering int8 (offered only within 0.005 NDCG@10 of float32): with all-MiniLM-L6-v2 on SciFact, ONNX
 # Runtime's lost 0.0020, OpenVINO's (the same int8 ONNX model) 0.0069, torch's dynamic int8 (`torch.ao`) 0.0155
 # (docs/performance.md, "Inference backends").
@@ -112,17 +113,29 @@ class EncoderOptions(BackendOptions):
                                 check=check_device_name)
     batch_size: int = option(64, "texts per forward pass", POSITIVE)
 
-    def load_encoder(self, device: str | torch.device | None = None) -> Encoder:
-        """The encoder these options name, on `--device`, else on `device`, else on the default device; the
-        command's length options (`--query-max-length`, `--passage-max-length`) checked against it."""
+    def load_encoder(self, device: str | torch.device | None = None, side: str | None = None) -> Encoder:
+        """The encoder these options name for the texts of `side` (None: both; `Encoder.load`), on `--device`, else
+        on `device`, else on the default device; the command's length options (`--query-max-length`,
+        `--passage-max-length`) checked against it."""
         # torch: EncoderOptions is parsed by --help
         from retromae.models.encoder import Encoder
 
         encoder = Encoder.load(self.model, pooling=self.pooling, normalize=self.normalize,
                                device=self.device or device, dtype=self.dtype, backend=self.backend,
-                               quantize=self.quantize)
+                               quantize=self.quantize, side=side)
         encoder.check_lengths(self)
         return encoder
+
+    def load_towers(self, device: str | torch.device | None = None) -> Towers:
+        """The encoder of each side: an untied fine-tune's two towers where `--model` names one
+        (`model_source.tower_folder`), else one encoder for both."""
+        from retromae.models.encoder import Towers
+        from retromae.models.model_source import tower_folder
+
+        if tower_folder(self.model, "query") is None:
+            encoder = EncoderOptions.load_encoder(self, device)
+            return Towers(encoder, encoder)
+        return Towers(*(EncoderOptions.load_encoder(self, device, side) for side in SIDES))
 
 
 def encoder_acts(acts: Acts, *names: str) -> dict[str, Acts]:
@@ -141,6 +154,8 @@ class EncoderArguments(EncoderOptions):
     max_length: int | None = option(None, "max tokens per text; default: the model's own", POSITIVE)
     prefix: str = option("", "text put before every text")
     overwrite: bool = option(False, "replace the files of an earlier save at the path (`Encoder.save`)")
+    side: str | None = option(None, "the texts the encoder encodes, query or passage (an untied fine-tune's tower); "
+                                    "default both", choices=SIDES)
 
 
 def dtype_name(dtype: Any) -> Any:

@@ -34,26 +34,29 @@ SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.jso
 
 def export_encoder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path,
                    pooling: str = "cls", normalize: bool = False, max_length: int | None = None,
-                   prompts: dict[str, str] | None = None) -> None:
+                   prompts: dict[str, str] | None = None, tower: str = "") -> None:
     """Save the base encoder (no MLM head) with its tokenizer, pooling and max length, loadable by `AutoModel` and,
     pooling and truncating the same way, by `SentenceTransformer`. `max_length` is the source model's declared
     input length (`declared_max_length`); without one, the length `Encoder.load` gives the model. `prompts` (side →
     text, as `Encoder.prompts`) are named in the folder, so that retromae and sentence-transformers' `encode_query`
-    / `encode_document` put them (`st_prompts`)."""
+    / `encode_document` put them (`st_prompts`). `tower`: the side it encodes as a tower of an untied fine-tune
+    ("" for both: `write_encoding_files`)."""
     check_weights(model.base_model, f"{path}: not exported")
     with atomic_directory(Path(path)) as staging:
         model.base_model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         write_encoding_files(staging, pooling, normalize, max_length or default_max_length(model, tokenizer, None),
-                             prompts)
+                             prompts, tower)
 
 
 def write_encoding_files(folder: Path, pooling: str, normalize: bool, max_length: int,
-                         prompts: dict[str, str] | None = None) -> None:
+                         prompts: dict[str, str] | None = None, tower: str = "") -> None:
     """How the model in `folder` turns text into a vector, in every file that a reader of the folder looks at:
-    `retromae_encoder.json` (ours), the sentence-transformers modules with `max_seq_length` and the named `prompts`,
+    `retromae_encoder.json` (ours, with the side it encodes as a `tower` of an untied fine-tune, which
+    `model_source.tower_side` reads), the sentence-transformers modules with `max_seq_length` and the named `prompts`,
     and the tokenizer's `model_max_length` (where sentence-transformers 6 and a plain `AutoTokenizer` read it)."""
-    metadata = {"pooling": pooling, "normalize": normalize, "max_length": max_length}
+    metadata = {"pooling": pooling, "normalize": normalize, "max_length": max_length} | (
+        {"tower": tower} if tower else {})
     write_text_atomic(folder / ENCODER_METADATA, json.dumps(metadata, indent=2) + "\n")
     _add_sentence_transformers_modules(folder, pooling, normalize, max_length, prompts)
     _record_max_length(folder, max_length)

@@ -1,16 +1,17 @@
 """What a `--model` argument names: the one resolver every command uses before loading a model.
 
-Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finetune`/`train-reranker` output folder
-(which stands for its `encoder/` or `reranker/`), our exported encoder folder (`retromae_encoder.json`), a
-sentence-transformers folder (the transformer in the folder itself or in a module folder such as `0_Transformer/`),
-a plain Hugging Face model folder, or a hub name — and the one-line error naming what a folder holds and what to
-pass instead; that a sentence-transformers module's path names a folder inside the model folder, covered by its
-fingerprint (`module_path`); and the sanity checks of a loaded tokenizer (a vocabulary of special tokens only, more
-tokens than the model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`: ids beyond the
-model's embeddings, a special token that is a word's id too, a sample text it cannot read, and first a normalizer or
-pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`; `check_needed_tokens`: a special
-token a command needs) and of a tokenizer.json before the tokenizers library reads it (`check_tokenizer_file`); that
-every file of a model folder is a regular file (`check_model_files`: a FIFO would hang its reader); and that a
+Owns: telling apart the sources a user may pass — a `retromae pretrain`/`finetune`/`train-reranker` output folder (which
+stands for its `encoder/` or `reranker/`; an untied fine-tune's for the tower of the side a caller encodes, its
+`query-encoder/` or `encoder/`, each recording its side: `tower_side`, `tower_folder`), our exported encoder folder
+(`retromae_encoder.json`), a sentence-transformers folder (the transformer in the folder itself or in a module folder
+such as `0_Transformer/`), a plain Hugging Face model folder, or a hub name — and the one-line error naming what a
+folder holds and what to pass instead; that a sentence-transformers module's path names a folder inside the model
+folder, covered by its fingerprint (`module_path`); and the sanity checks of a loaded tokenizer (a vocabulary of special
+tokens only, more tokens than the model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`:
+ids beyond the model's embeddings, a special token that is a word's id too, a sample text it cannot read, and first a
+normalizer or pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`; `check_needed_tokens`: a
+special token a command needs) and of a tokenizer.json before the tokenizers library reads it (`check_tokenizer_file`);
+that every file of a model folder is a regular file (`check_model_files`: a FIFO would hang its reader); and that a
 folder's safetensors files are whole and their headers true (`check_safetensors`: a truncated file, a header whose
 offsets, shapes or types lie, an integer weight are named before a library fails on them without their name, or reads
 them as other numbers). Does not own loading weights (`retromae.models.encoder`, `retromae.models.masked_lm`) nor a
@@ -52,6 +53,8 @@ SAVED_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json
                "chat_template.jinja", "vocab.txt", "vocab.json", "merges.txt", "spm.model", "spiece.model",
                "sentencepiece.bpe.model", "tokenizer.model")
 RUN_MODELS = ("encoder", "reranker")  # the model folder a run leaves, in the order looked for
+TOWERS = {"query": "query-encoder", "passage": "encoder"}  # an untied fine-tune's towers, by the side each encodes
+ANY_SIDE = "any"  # `resolve_model`'s side for a caller that encodes no text (a check of what a folder is)
 MAX_UNKNOWN_SHARE = 0.5  # a corpus read as more [UNK] than this is another language or a missing vocabulary
 # A Hugging Face Hub model id: `name` or `owner/name`, each part letters, digits, '-', '_' and '.', at most 96 long,
 # not starting or ending with '-' or '.', without '--' or '..' (the hub's own rules).
@@ -128,8 +131,12 @@ def looks_local(name: str) -> bool:
     return bool(rest) and os.path.isdir(owner)
 
 
-def resolve_model(name: str | Path, option: str = "--model") -> ModelSource:
-    """Say what `name` is, or raise ModelLoadError naming what was found there and what to pass."""
+def resolve_model(name: str | Path, option: str = "--model", side: str | None = None) -> ModelSource:
+    """Say what `name` is, or raise ModelLoadError naming what was found there and what to pass. `side`: the texts
+    the caller encodes with the model, "query" or "passage" (an untied fine-tune's run folder stands for the tower
+    of that side, and a tower's own folder may not encode the other side: `_check_side`), None for both (such a run
+    folder refused: `_tower`), or `ANY_SIDE` for a caller that encodes nothing (the run folder stands for its
+    passage tower)."""
     given = str(name)
     path = os.path.expanduser(given)
     if not looks_local(path):
@@ -137,20 +144,82 @@ def resolve_model(name: str | Path, option: str = "--model") -> ModelSource:
     folder = Path(path)
     if not folder.is_dir():
         raise ModelLoadError(f"{option} {given}: no such folder; {PASS}")
+    if holds_towers(folder):
+        tower = _tower(given, folder, option, side)
+        return _model_folder(str(tower), tower, option, kind="run")
     inner = next((folder / sub for sub in RUN_MODELS if os.path.lexists(folder / sub / "config.json")), None)
     if inner is not None:
         return _model_folder(given, inner, option, kind="run")
+    _check_side(given, folder, option, side)
     return _model_folder(given, folder, option)
 
 
-def resolve_tokenizer(name: str | Path, option: str = "--tokenizer") -> ModelSource:
-    """Like `resolve_model`, but a folder holding only a tokenizer (tokenizer.json, tokenizer_config.json) is one."""
+def holds_towers(folder: Path) -> bool:
+    """Whether `folder` holds the two towers of an untied fine-tune (`finetune --untie`: a model folder of each name
+    of `TOWERS`)."""
+    return all(os.path.lexists(folder / name / "config.json") for name in TOWERS.values())
+
+
+def _tower(given: str, folder: Path, option: str, side: str | None) -> Path:
+    """The tower of `side` in the untied fine-tune `folder` holds (its passage tower for `ANY_SIDE`); ModelLoadError
+    for None: one model would encode both sides."""
+    if side is None:
+        raise ModelLoadError(f"{option} {given}: holds the two towers of an untied fine-tune ({TOWERS['query']}/ "
+                             f"encodes queries, {TOWERS['passage']}/ passages), and one model is read here for both "
+                             "sides; name one tower's folder, or give the run folder where each side is encoded by "
+                             "its own tower (evaluate, mine, encode, search)")
+    return folder / TOWERS.get(side, TOWERS["passage"])
+
+
+def _check_side(given: str, folder: Path, option: str, side: str | None) -> None:
+    """ModelLoadError where `folder` is the tower of an untied fine-tune that encodes the side other than `side`."""
+    own = tower_side(folder) if side in TOWERS else ""
+    if own and own != side:
+        texts = {"query": "queries", "passage": "passages"}
+        raise ModelLoadError(f"{option} {given}: is the {own} tower of an untied fine-tune, which encodes "
+                             f"{texts[own]}; its {texts[side]} are encoded by its {side} tower "
+                             f"{folder.parent / TOWERS[side]}: name that, or the run folder {folder.parent} (each "
+                             "side encoded by its own tower)")
+
+
+def tower_side(folder: str | Path) -> str:
+    """The side ("query" or "passage") that the model folder `folder` encodes as a tower of an untied fine-tune, ""
+    for any other model: the `tower` its retromae_encoder.json records (written by `finetune --untie`), else, for a
+    run written before that record, the side its name has beside its twin (`holds_towers`); ModelLoadError naming
+    the file for a `tower` of another value."""
+    path = Path(os.path.expanduser(str(folder)))
+    record = read_json(path / ENCODER_FILE, dict) if path.is_dir() else None
+    if record is None:
+        return ""
+    side = record.get("tower")
+    if side is None:
+        return next((side for side, name in TOWERS.items() if path.name == name and holds_towers(path.parent)), "")
+    if side not in TOWERS:
+        raise ModelLoadError(f"{path / ENCODER_FILE}: tower is {quoted(side)}; it must be query or passage")
+    return side
+
+
+def tower_folder(name: str | Path, side: str) -> Path | None:
+    """The folder of the tower that encodes `side` in the untied fine-tune `name` names (its run folder, or either
+    tower's folder, whose twin lies beside it), or None where `name` names no such model."""
+    path = Path(os.path.expanduser(str(name)))
+    if path.is_dir() and holds_towers(path):
+        return path / TOWERS[side]
+    own = tower_side(path)
+    if not own:
+        return None
+    return path if own == side else path.parent / TOWERS[side]
+
+
+def resolve_tokenizer(name: str | Path, option: str = "--tokenizer", side: str = ANY_SIDE) -> ModelSource:
+    """Like `resolve_model`, but a folder holding only a tokenizer (tokenizer.json, tokenizer_config.json) is one;
+    an untied fine-tune's towers share theirs (`side`: any, a tokenizer encodes no side)."""
     folder = Path(os.path.expanduser(str(name)))
     if folder.is_dir():
         check_model_files(folder)
     if any((folder / file).is_file() for file in TOKENIZER_FILES) and not (folder / "config.json").is_file():
         return ModelSource(str(name), str(folder), "", "tokenizer")
-    return resolve_model(name, option)
+    return resolve_model(name, option, side)
 
 
 def _model_folder(given: str, folder: Path, option: str, kind: str | None = None) -> ModelSource:

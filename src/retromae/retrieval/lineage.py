@@ -10,7 +10,8 @@ Whatever a command derives from, or shows beside, such a record is checked here 
   recorded corpus). (The query texts BM25 searches for an embeddings folder of queries come from the file its
   encode.json records, unchanged by `file_change`.) Before, `index --hybrid --corpus other.jsonl` (same ids,
   other texts) built a BM25 side over texts the vectors never saw;
-- `check_model`: the query encoder against the model the documents were encoded with;
+- `check_model`: the query encoder against the model the documents were encoded with (`same_model`: an untied
+  fine-tune's query tower is the model of the documents its passage tower encoded);
 - `check_prompts`: the query prompt a model's folder names, put by default, against the documents' prefix: refused
   where they were encoded without the passage prompt (an index encoded before the prompts were put by default);
 - `check_side`: the side an embeddings folder holds (encode.json's `side`: queries or documents) against the side
@@ -21,7 +22,8 @@ Whatever a command derives from, or shows beside, such a record is checked here 
   --query --pooling mean` searched an index of cls vectors;
 - `check_query_vectors`: the one check of query vectors against the documents' (`search --queries`, `index
   --recall-queries`): their side, `check_alike`, the prefixes each side was encoded with against the prompts the
-  model's folder names (refused where one side has its prompt and the other not), and `check_inference`;
+  model's folder names (refused where one side has its prompt and the other not), and `check_inference`; those of
+  an untied fine-tune's query tower are taken against its passage tower's documents;
 - `check_inference`: what encodes the queries (backend and quantization, `retromae.models.backends`) against what
   encoded the documents: refused where the two differ in quantization or are int8 of different backends (their
   vectors differ by more than the float32 backends', which agree to about 1e-6: docs/performance.md), said in a
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from retromae.models.encoder_config import BACKENDS, QUANTIZATIONS, backend_of
+from retromae.models.model_source import tower_folder, tower_side
 from retromae.retrieval.vector_files import SIDES
 from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
@@ -70,11 +73,22 @@ def check_texts(ids: Sequence[str], texts: Sequence[str], record: dict[str, Any]
                         f"(the fingerprint of ids and texts recorded in {where} differs); {remedy}")
 
 
+def same_model(model: str, fingerprint: str) -> bool:
+    """Whether `model` is the model whose files `fingerprint` fingerprinted, or the query tower (or run folder) of
+    the untied fine-tune whose passage tower's they were (`model_source.tower_folder`): the two towers are one model,
+    the query tower encoding the queries of the documents its twin encoded."""
+    if input_fingerprint(model) == fingerprint:
+        return True
+    passage = tower_folder(model, "passage")
+    return passage is not None and input_fingerprint(passage) == fingerprint
+
+
 def check_model(model: str, record: dict[str, Any], where: Path, given: bool) -> None:
-    """ConfigError when `model` is not the model whose files the record at `where` fingerprinted; `given`: named
-    by --model (else the record's own path)."""
+    """ConfigError when `model` is not the model whose files the record at `where` fingerprinted (`same_model`: an
+    untied fine-tune's query tower is its passage tower's model); `given`: named by --model (else the record's own
+    path)."""
     recorded = record.get("model_fingerprint")
-    if recorded and input_fingerprint(model) != recorded:
+    if recorded and not same_model(model, recorded):
         said = "--model" if given else f"the model recorded in {where}"
         raise ConfigError(f"{said} ({model}) is not the model the index was encoded with (its files differ from "
                           f"those fingerprinted in {where}); --model names the model to use")
@@ -131,11 +145,13 @@ def _check_vector_prompts(query_info: dict[str, Any], recorded: dict[str, Any], 
 def check_alike(made: dict[str, Any], recorded: dict[str, Any], said: str, index: Path, remedy: str) -> None:
     """ConfigError when what makes the query vectors (`made`: their encode.json, or the options given) and the
     documents' record `recorded` (of `index`) both hold a field that makes vectors, and differ in it: the model (by
-    fingerprint where both hold one, else by path), pooling, normalisation, width. `said` begins the line ("--queries:
+    fingerprint where both hold one, else by path; an untied fine-tune's query tower is its passage tower's model),
+    pooling, normalisation, width. `said` begins the line ("--queries:
     FOLDER was", "--pooling: the queries would be"); `remedy` ends it."""
     by_content = recorded.get("model_fingerprint") and made.get("model_fingerprint")
     keys = ("model_fingerprint" if by_content else "model", "pooling", "normalize", "dim")
-    differ = [key for key in keys if key in recorded and key in made and made[key] != recorded[key]]
+    differ = [key for key in keys if key in recorded and key in made and made[key] != recorded[key]
+              and not (key == "model_fingerprint" and _query_tower_of(made, recorded[key]))]
     if differ:
         shown = ", ".join(f"{key} {quoted(made[key])} against {quoted(recorded[key])}" for key in differ)
         raise ConfigError(f"{said} encoded otherwise than the documents of {index} ({shown}); {remedy}")
@@ -166,6 +182,15 @@ def check_query_vectors(query_info: dict[str, Any], recorded: dict[str, Any], qu
     record = index / ("index.json" if (index / "index.json").is_file() else "encode.json")
     check_inference(recorded_inference(query_info, queries / "encode.json"),
                     recorded_inference(recorded, record), f"{flag}: {queries} was", index)
+
+
+def _query_tower_of(query_info: dict[str, Any], fingerprint: str) -> bool:
+    """Whether query vectors (their encode.json `query_info`) were encoded by the query tower of the untied
+    fine-tune whose passage tower's files `fingerprint` fingerprinted (`same_model`): the folder they record is such a
+    tower (`model_source.tower_side`) and holds the files they were encoded with."""
+    model = query_info.get("model")
+    return isinstance(model, str) and bool(model) and tower_side(model) == "query" and \
+        input_fingerprint(model) == query_info.get("model_fingerprint") and same_model(model, fingerprint)
 
 
 def recorded_inference(record: dict[str, Any], where: Path) -> tuple[str, str]:

@@ -71,9 +71,9 @@ def encode(config: EncodeConfig) -> Encoded:
 
     ids, texts = read_texts(config)
     side, given, max_length = config.text_options
-    encoder = config.load_encoder(process_state().device)
+    encoder = config.load_encoder(process_state().device, side)
     prefix = side_prefix(encoder, side, given)
-    return encode_into(encoder, ids, texts, config.output, model_name=config.model, shard_size=config.shard_size,
+    return encode_into(encoder, ids, texts, config.output, model_name=encoder.source, shard_size=config.shard_size,
                        batch_size=config.batch_size, max_length=max_length, prefix=prefix,
                        show_progress=config.progress, overwrite=config.overwrite,
                        description=f"encoding {Path(config.corpus or config.queries).name} ({len(ids):,} texts)",
@@ -304,8 +304,9 @@ def mine(config: MineConfig) -> Result:
     if config.negatives == "bm25":
         rankings = bm25_rankings(data, config.rank_end)
     else:
-        rankings = dense_rankings(config.load_encoder(), data, config.rank_end, config.batch_size,
-                                  config.query_max_length, config.passage_max_length,
+        towers = config.load_towers()
+        rankings = dense_rankings(towers.passage, data, config.rank_end, config.batch_size, config.query_max_length,
+                                  config.passage_max_length, query_encoder=towers.query,
                                   query_prefix=config.query_prefix, passage_prefix=config.passage_prefix)
     for example, negatives in zip(data.examples, choose_negatives(data, rankings, config, config.seed), strict=True):
         example.negatives = negatives

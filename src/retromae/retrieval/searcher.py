@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from retromae.data.fields import UniqueIds, check_id
 from retromae.data.ranking import Run, ranked
+from retromae.models.model_source import tower_folder, tower_side
 from retromae.retrieval.config import SearchConfig
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS, candidate_depth, check_fusion, fuse
 from retromae.retrieval.lineage import (
@@ -295,17 +296,26 @@ def fusion_of(method: str | None, weight: float | None, dense_only: bool) -> Fus
         raise ConfigError(f"--hybrid-weight: {error}") from None
 
 
+def query_tower(model: Any) -> Any:
+    """The model that encodes the queries of documents a record says `model` encoded: its query tower where it is
+    an untied fine-tune's passage tower (`model_source.tower_side`), else itself (a run folder stands for its
+    query tower when loaded for the queries)."""
+    passage = isinstance(model, str) and bool(model) and tower_side(model) == "passage"
+    return str(tower_folder(model, "query")) if passage else model
+
+
 def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder: Path) -> Encoder:
-    """The encoder of the queries: `options.model`, else the model index.json records (errors about it name
-    index.json and --model), checked to be the model the documents were encoded with (its fingerprint), its pooling
-    and normalisation given only as the documents' (`check_query_options`) and, where its query prompt would be put
-    by default, to have encoded them with its passage prompt (`check_prompts`)."""
+    """The encoder of the queries: `options.model`, else the model index.json records (its query tower:
+    `query_tower`; errors about it name index.json and --model), loaded for the queries (an untied fine-tune's query
+    tower: `Encoder.load`'s `side`), checked to be the model the documents were encoded with (its fingerprint:
+    `lineage.check_model`), its pooling and normalisation given only as the documents' (`check_query_options`) and,
+    where its query prompt would be put by default, to have encoded them with its passage prompt (`check_prompts`)."""
     # torch and transformers: only when queries are encoded here (a BM25 or vector search loads no model)
     from retromae.models.encoder import Encoder
     from retromae.models.masked_lm import check_max_length
 
     where = folder / "index.json"
-    model = options.model or recorded.get("model")
+    model = options.model or query_tower(recorded.get("model"))
     if not model:
         raise ConfigError(f"--model: {where} records no model; name the one that encoded the corpus")
     check_model(model, recorded, where, given=options.model is not None)
@@ -317,7 +327,7 @@ def load_query_encoder(options: QueryEncoding, recorded: dict[str, Any], folder:
     check_inference(inference, documents, "--backend: the queries would be", folder)
     try:
         encoder = Encoder.load(model, pooling=pooling, normalize=normalize, device=options.device,
-                               dtype=options.dtype, backend=inference[0], quantize=inference[1])
+                               dtype=options.dtype, backend=inference[0], quantize=inference[1], side="query")
     except RetroMAEError as error:
         if options.model or isinstance(error, FileSystemError):  # the file system's (a cache), not the record's
             raise
