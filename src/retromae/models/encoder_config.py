@@ -129,6 +129,7 @@ class EncoderOptions(BackendOptions):
     def load_towers(self, device: str | torch.device | None = None) -> Towers:
         """The encoder of each side: an untied fine-tune's two towers where `--model` names one
         (`model_source.tower_folder`), else one encoder for both."""
+        # torch (encoder) and the model's files (model_source): EncoderOptions is parsed by --help
         from retromae.models.encoder import Towers
         from retromae.models.model_source import tower_folder
 

@@ -205,8 +205,7 @@ def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], outp
     """Encode `texts` of `side` ("query" or "passage") into `output_dir` (layout above), resuming finished shards;
     returns the folder and how many texts an earlier run had encoded. `source`: the file the texts were read from,
     recorded (absolute path and fingerprint) so that readers can find them again. The side is recorded, not part of
-    the run's identity (the same texts, prefix and length make the same vectors): a finished folder of the other side
-    is encoded again under its own.
+    the run's identity (the same texts make the same vectors): a finished folder of the other side is encoded again.
 
     `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError). One
     progress bar per process, named `description` (default "encoding N texts"), counts this process's texts;
@@ -230,9 +229,8 @@ def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], outp
     mine = {path: rows for index, (path, rows) in enumerate(every.items())
             if index % state.num_processes == state.process_index}
     todo = {path: rows for path, rows in mine.items() if not _shard_done(path, rows.stop - rows.start, info["dim"])}
-    name = description or f"encoding {len(ids):,} texts"
-    if state.num_processes > 1:
-        name += f" (process {state.process_index})"
+    name = (description or f"encoding {len(ids):,} texts") + (
+        f" (process {state.process_index})" if state.num_processes > 1 else "")
     _write_shards(encoder, texts, mine, todo, progress_name=name, show_progress=show_progress, batch_size=batch_size,
                   max_length=max_length, prefix=prefix)
     state.wait_for_everyone()
