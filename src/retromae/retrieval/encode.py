@@ -207,9 +207,8 @@ def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], outp
     recorded (absolute path and fingerprint) so that readers can find them again. The side is recorded, not part of
     the run's identity (the same texts make the same vectors): a finished folder of the other side is encoded again.
 
-    `overwrite` replaces the outputs of another encoding there; without it they are refused (ConfigError). One
-    progress bar per process, named `description` (default "encoding N texts"), counts this process's texts;
-    shards finished by an earlier run count as done from the start."""
+    `overwrite` replaces another encoding's outputs there (refused without it). One progress bar per process, named
+    `description` (default "encoding N texts"), counts its texts, an earlier run's finished shards done from the start."""
     require(shard_size > 0, "shard_size", "must be positive")
     _check_ids(ids, texts)
     output_dir = Path(output_dir)
