@@ -208,7 +208,7 @@ def encode_into(encoder: Encoder, ids: Sequence[str], texts: Sequence[str], outp
     the run's identity (the same texts make the same vectors): a finished folder of the other side is encoded again.
 
     `overwrite` replaces another encoding's outputs there (refused without it). One progress bar per process, named
-    `description` (default "encoding N texts"), counts its texts, an earlier run's finished shards done from the start."""
+    `description` (default "encoding N texts"), counts its texts (an earlier run's finished shards done at start)."""
     require(shard_size > 0, "shard_size", "must be positive")
     _check_ids(ids, texts)
     output_dir = Path(output_dir)
