@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from retromae.retrieval.faiss_options import (
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import check_folder_option
+from retromae.runtime.lines import quoted
 from retromae.runtime.options import (
     POSITIVE,
     PROBABILITY,
@@ -302,3 +304,8 @@ class ReportConfig(OutputOptions):
 
     def __post_init__(self) -> None:
         require(len(self.variants) > 0, "variants", "give at least one variant folder")
+        folders = [os.path.realpath(folder) for folder in self.variants]
+        for given, folder in zip(self.variants, folders, strict=True):
+            if folders.count(folder) > 1:
+                raise ConfigError(f"--variants: names the folder {quoted(str(given))} twice (a row each time); give "
+                                  "it once")

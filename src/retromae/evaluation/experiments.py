@@ -6,14 +6,20 @@ Owns: reading a variant folder laid out by the recipes and turning a list of the
 
     pretrain/        a `retromae pretrain` output (config.json, metrics.jsonl, with probe scores if any)
     finetune/        a `retromae finetune` output (config.json, metrics.jsonl)
-    eval/NAME.json   `retromae evaluate --output` files; NAME prefixes the metric columns (the metric registry's
-                     reported keys: ndcg@10, recall@100, spearman)
+    eval/NAME.json   `retromae evaluate --output` files (.json in any case); NAME prefixes the metric columns (the
+                     metric registry's reported keys: ndcg@10, recall@100, spearman)
+    eval/NAME/       an `evaluate --output` folder: its results.json's model (NAME, or NAME/SET with several sets),
+                     BM25 and hybrid beside it ("NAME BM25", "NAME hybrid"); one model a table
     times.txt        one "STAGE SECONDS" line per timed stage
 
 or is a `retromae adapt` output folder (guard.json, training/ as pretrain/ above): its pre-training column names the
 training stage and the candidate the guard chose, its columns `guard base METRIC` and `guard chosen METRIC` (the
 validation scores of the base and of what was exported; `guard finetuned METRIC` with `adapt --train`), beside its
 eval/*.json if any.
+
+A column compares one data set and split, as the evaluation files record them (`comparable_columns`: columns of
+their own where they differ, with a warning). A row is named by its folder, with as many parent folders as tell it
+from the others (`names.distinct_names`), and report.json keeps its folder's path.
 
 `report(config)` is `retromae report` itself: the output folder claimed, the report written and printed. Does not
 own running experiments, nor computing metrics, nor what `adapt` writes (`retromae.adaptation.run`).
@@ -22,6 +28,7 @@ own running experiments, nor computing metrics, nor what `adapt` writes (`retrom
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.curves import PROBE_PREFIX, ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
+from retromae.evaluation.names import distinct_names
+from retromae.evaluation.systems import BM25
 from retromae.objectives import OBJECTIVES
 from retromae.objectives.summary import describe_pretraining
-from retromae.runtime.console import Result, given
+from retromae.runtime.console import Result, given, notice
 from retromae.runtime.errors import DataError, RetroMAEError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import (
@@ -49,6 +58,7 @@ if TYPE_CHECKING:
     from retromae.evaluation.config import ReportConfig
 
 REPORT_FILES = ("report.md", "report.json", "pretrain-loss.png", "metrics.png")
+TABLE_FILE = "results.json"  # what `retromae evaluate --output FOLDER` writes its table's scores into
 GUARD_FILE = "guard.json"  # what `retromae adapt` writes (adapt.run.GUARD_FILE; not imported: it loads torch)
 WHOLE_FIELDS = ("step", "tokens")  # the fields of a metrics.jsonl record read as whole numbers
 LOSS_FIELDS = ("loss", "encoder_mlm")  # and as numbers, beside the probe scores (`curves.PROBE_PREFIX`)
@@ -56,15 +66,38 @@ LOSS_FIELDS = ("loss", "encoder_mlm")  # and as numbers, beside the probe scores
 
 @dataclass
 class Variant:
-    """What one variant folder recorded."""
+    """What one variant folder recorded; `path`: the folder's absolute path (links not followed), what tells two
+    rows apart; `measured`: each column NAME's file and what it measured (`Cell.about`)."""
 
     name: str
+    path: str
     pretraining: str
     pretrain_losses: list[tuple[int, float]]
     encoder_mlm_losses: list[tuple[int, float]] = field(default_factory=list)  # comparable across objectives
     scores: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     probes: list[ProbePoint] = field(default_factory=list)
+    measured: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One score of an evaluation file: its column's NAME (the part before the metric) and metric, the data set and
+    split the file records it was measured on (None where the file records none), and the file."""
+
+    name: str
+    metric: str
+    data: str | None
+    split: str | None
+    value: float
+    path: Path
+
+    @property
+    def column(self) -> str:
+        return f"{self.name} {self.metric}"
+
+    def about(self) -> dict[str, str | None]:
+        return {"file": str(self.path), "data": self.data, "split": self.split}
 
 
 def metric_columns(variants: list[Variant]) -> list[str]:
@@ -132,8 +165,9 @@ def read_times(path: Path) -> dict[str, float]:
     return times
 
 
-def read_variant(folder: Path) -> Variant:
-    """Everything a variant folder holds; a folder with none of the parts is an error."""
+def read_variant(folder: Path, name: str | None = None) -> Variant:
+    """Everything a variant folder holds, its row named `name` (the folder's name by default); a folder with none of
+    the parts is an error."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: no such variant folder")
@@ -141,21 +175,123 @@ def read_variant(folder: Path) -> Variant:
     pretrain = folder / ("training" if adapted else "pretrain")
     records = read_metrics(pretrain / "metrics.jsonl") if (pretrain / "metrics.jsonl").exists() else []
     variant = Variant(
-        name=folder.name,
+        name=name or folder.name, path=os.path.abspath(folder),
         pretraining=_pretraining_cell(pretrain),
         pretrain_losses=losses(records), encoder_mlm_losses=losses(records, "encoder_mlm"),
         probes=probe_points(records))
-    for path in sorted((folder / "eval").glob("*.json")):
-        results = read_json_file(path)
-        variant.scores.update({f"{path.stem} {metric}": _score(path, metric, results[metric])
-                               for metric in reported_keys() if metric in results})
+    for cell in variant_cells(folder):
+        variant.scores[cell.column] = cell.value
+        variant.measured[cell.name] = cell.about()
     if adapted:
         read_guard(folder / GUARD_FILE, variant)
     if (folder / "times.txt").exists():
         variant.seconds = read_times(folder / "times.txt")
     if not (variant.scores or variant.pretrain_losses or variant.seconds):
-        raise DataError(f"{folder}: holds no pretrain/, eval/*.json or times.txt")
+        raise DataError(f"{folder}: holds no pretrain/, eval/*.json, eval/*/{TABLE_FILE} or times.txt")
     return variant
+
+
+def eval_files(folder: Path) -> list[tuple[str, Path]]:
+    """A variant's evaluations, (NAME, file): `evaluate --output` files, eval/NAME.json (.JSON or any case alike),
+    and `evaluate --output` folders, eval/NAME/results.json."""
+    found = []
+    for path in sorted((folder / "eval").iterdir()) if (folder / "eval").is_dir() else []:
+        if path.suffix.lower() == ".json" and path.is_file():
+            found.append((path.stem, path))
+        elif (path / TABLE_FILE).is_file():
+            found.append((path.name, path / TABLE_FILE))
+    return found
+
+
+def variant_cells(folder: Path) -> list[Cell]:
+    """Every score of a variant's evaluations (`eval_files`); DataError where two files give one column."""
+    cells: dict[str, Cell] = {}
+    for name, path in eval_files(folder):
+        for cell in eval_cells(path, name):
+            if cell.column in cells:
+                raise DataError(f"{path}: gives column {quoted(cell.column)}, as {cells[cell.column].path} does; "
+                                "keep one of them")
+            cells[cell.column] = cell
+    return list(cells.values())
+
+
+def eval_cells(path: Path, name: str) -> list[Cell]:
+    """The reported scores of one `retromae evaluate --output` result, of either layout: a file's (the metrics at the
+    top level, beside "data" and "split") or a table folder's results.json (`_table_cells`); DataError for a JSON of
+    neither, naming the file."""
+    results = read_json_file(path)
+    keys = reported_keys()
+    if isinstance(results, dict) and "sets" in results:
+        return _table_cells(path, name, results)
+    if not isinstance(results, dict) or not any(key in results for key in keys):
+        raise DataError(f"{path}: not a result of `retromae evaluate --output` (no 'sets', and none of "
+                        f"{', '.join(keys)})")
+    data, split = (_recorded(path, results, field) for field in ("data", "split"))
+    return [Cell(name, key, data, split, _score(path, key, results[key]), path) for key in keys if key in results]
+
+
+def _table_cells(path: Path, name: str, results: dict) -> list[Cell]:
+    """The reported scores of a table folder's results.json: each set's (column NAME, or NAME/SET with several sets)
+    of its model, and of BM25 and the hybrid beside it ("NAME BM25 METRIC", "NAME hybrid METRIC"); DataError naming
+    the file for a table of several models (a row is one variant's) or not of this layout."""
+    try:
+        models, sets, split = list(results["models"]), results["sets"], _recorded(path, results, "split")
+        if len(models) != 1:
+            raise DataError(f"{path}: compares {len(models)} models ({', '.join(map(quoted, models))}); a report row "
+                            "is one variant's: evaluate its model alone")
+        cells = []
+        for set_name, row in sets.items():
+            column = name if len(sets) == 1 else f"{name}/{set_name}"
+            data = _recorded(path, results["data"], set_name)
+            for system in results["systems"]:
+                role = "" if system == models[0] else " BM25" if system == BM25 else " hybrid"
+                cells += [Cell(f"{column}{role}", key, data, split, _score(path, key, row[system][key]), path)
+                          for key in reported_keys() if key in row[system]]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise DataError(f"{path}: not the {TABLE_FILE} of `retromae evaluate --output FOLDER` (at {error})") from None
+    return cells
+
+
+def _recorded(path: Path, results: dict, field: str) -> str | None:
+    """What an evaluation file records it measured (its "data" or "split"): text, or None where not recorded;
+    DataError naming the file and field for anything else."""
+    value = results.get(field)
+    if value is not None and not isinstance(value, str):
+        raise DataError(f"{path}: field {quoted(field)} is {quoted(value)}, not a path or split name")
+    return value
+
+
+def comparable_columns(variants: list[Variant]) -> None:
+    """Owns what a metric column compares: one data set and split, as each cell's evaluation file records them. Where
+    the variants' files of one NAME measured different ones, each (data, split) gets columns of its own, named by
+    them ("sf ('d7/missq', split 'train') ndcg@10"), and a warning names the variants and what each measured."""
+    for name in dict.fromkeys(name for variant in variants for name in variant.measured):
+        measured = {v.name: _measured_on(v.measured[name]) for v in variants if name in v.measured}
+        if len(set(measured.values())) < 2:
+            continue
+        shown = "; ".join(f"{variant}: {on}" for variant, on in measured.items())
+        notice(f"retromae: warning: the {quoted(name)} columns were measured on different data ({shown}); each is "
+               "shown in columns of its own")
+        for variant in variants:
+            if name in variant.measured:
+                _rename(variant, name, f"{name} ({measured[variant.name]})")
+
+
+def _measured_on(about: dict[str, str | None]) -> str:
+    """A column's data set and split as a column's name and a warning show them."""
+    data, split = about["data"], about["split"]
+    return ", ".join([quoted(data) if data is not None else "data not recorded",
+                      f"split {quoted(split)}" if split is not None else "split not recorded"])
+
+
+def _rename(variant: Variant, name: str, new: str) -> None:
+    """A variant's columns of one NAME renamed, in their place."""
+    renamed = {}
+    for column, value in variant.scores.items():
+        owner, metric = column.rsplit(" ", 1)
+        renamed[f"{new} {metric}" if owner == name else column] = value
+    variant.scores = renamed
+    variant.measured[new] = variant.measured.pop(name)
 
 
 def read_guard(path: Path, variant: Variant) -> None:
@@ -270,9 +406,18 @@ def metric_bars(axis: Any, names: list[str], values: list[float], title: str) ->
     axis.set(title=title)
 
 
+def read_variants(folders: list[Path]) -> list[Variant]:
+    """The variant folders read, each row named by the shortest path that tells it from the others
+    (`names.distinct_names`), their columns made comparable (`comparable_columns`)."""
+    names = distinct_names([list(Path(os.path.abspath(folder)).parts) for folder in folders])
+    variants = [read_variant(folder, name) for folder, name in zip(folders, names, strict=True)]
+    comparable_columns(variants)
+    return variants
+
+
 def write_report(folders: list[Path], output: Path, title: str) -> str:
     """Read the variant folders, write the table (Markdown, JSON) and plots into `output`; returns the table."""
-    variants = [read_variant(folder) for folder in folders]
+    variants = read_variants(folders)
     output.mkdir(parents=True, exist_ok=True)
     table = report_table(variants)
     curves = {variant.name: variant.probes for variant in variants if variant.probes}

