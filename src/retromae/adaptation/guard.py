@@ -27,7 +27,7 @@ import torch
 from retromae.data.ranking import Run
 from retromae.data.retrieval_sets import RetrievalSet
 from retromae.evaluation.metric_registry import parse_key, primary_key
-from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.metrics import evaluate_run, retrieval_depth, scored_run
 from retromae.models.encoder import Encoder
 from retromae.retrieval.bm25 import bm25_search
 from retromae.retrieval.fusion import candidate_depth, fuse
@@ -87,11 +87,19 @@ def score_candidate(candidate: Candidate, encoder: Encoder, validation: Retrieva
 
 
 def search_validation(encoder: Encoder, validation: RetrievalSet, batch_size: int, prefixes: dict[str, str]) -> Run:
-    """The encoder's best documents per validation query, as deep as a hybrid fuses (no progress display); the
-    queries and passages with `prefixes` (side → text: `finetuning.run.training_prefixes`)."""
-    return dense_search(encoder, validation.corpus_texts(), validation.queries, k=candidate_depth(CUTOFF),
-                        passages=TextOptions(prefixes["passage"]), questions=TextOptions(prefixes["query"]),
-                        batch_size=batch_size, show_progress=False)
+    """The encoder's best documents per validation query (`validation_depth`), without the query itself (`scored_run`;
+    no progress display); the queries and passages with `prefixes` (side → text: `finetuning.run.training_prefixes`)."""
+    run = dense_search(encoder, validation.corpus_texts(), validation.queries, k=validation_depth(validation),
+                       passages=TextOptions(prefixes["passage"]), questions=TextOptions(prefixes["query"]),
+                       batch_size=batch_size, show_progress=False)
+    return scored_run(run, validation.qrels)
+
+
+def validation_depth(validation: RetrievalSet) -> int:
+    """How many documents the guard retrieves per validation query: as many as a hybrid fuses, one more where a query
+    is also a document under its own id (`retrieval_depth`), as `retromae evaluate --hybrid` retrieves them, so that
+    it gives the guard's figures."""
+    return retrieval_depth(candidate_depth(CUTOFF), validation)
 
 
 def metric_of(validation: RetrievalSet, run: Run) -> tuple[float, dict[str, float]]:
@@ -104,8 +112,8 @@ def systems(validation: RetrievalSet, base: Candidate, chosen: Candidate) -> dic
     """`METRIC` on the validation set of what a user can run next, by name (base, bm25, base+bm25, adapted,
     adapted+bm25): BM25 over the validation corpus, the base and, when a candidate was chosen, the adapted model, each
     alone and in a hybrid with BM25 (`retrieval.fusion`'s default, as `retromae index --hybrid` and `search` fuse)."""
-    lexical = bm25_search(validation.corpus_texts(), validation.queries, k=candidate_depth(CUTOFF),
-                          show_progress=False, warn_empty=False)
+    lexical = scored_run(bm25_search(validation.corpus_texts(), validation.queries, k=validation_depth(validation),
+                                     show_progress=False, warn_empty=False), validation.qrels)
     runs = {"base": base.run, "bm25": lexical, "base+bm25": fuse(base.run, lexical, k=CUTOFF)}
     if chosen is not base:
         runs |= {"adapted": chosen.run, "adapted+bm25": fuse(chosen.run, lexical, k=CUTOFF)}

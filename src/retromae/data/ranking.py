@@ -5,8 +5,9 @@ run equals theirs on the run file written from it. Every place that cuts a ranki
 module: faiss and numpy top-k, BM25 (both through `retrieval.top_k`, on arrays: `ranked_rows`), fusion, the hits
 of `Searcher`, TREC run files, the metrics, mining and `adapt`'s teacher lists. With one fixed rule a document's
 rank does not depend on how many results were kept (`evaluate --metrics ndcg@10` equals the default run's NDCG@10)
-nor on a backend's order of equal scores. Does not own producing scores (`retromae.retrieval`) nor reading or
-writing run files (`data.retrieval_sets`).
+nor on a backend's order of equal scores. Also owns which hit is the query itself (`is_the_query`), the one the
+metrics and mining leave out. Does not own producing scores (`retromae.retrieval`) nor reading or writing run files
+(`data.retrieval_sets`).
 """
 
 from __future__ import annotations
@@ -60,3 +61,13 @@ def _id_places(rows: np.ndarray, ids: Sequence[str]) -> np.ndarray:
 def cut_run(run: Mapping[str, Mapping[str, float]], k: int) -> dict[str, dict[str, float]]:
     """Each query's best `k` documents of `run`, by `ranked`'s order."""
     return {query_id: {doc_id: hits[doc_id] for doc_id in ranked(hits, k)} for query_id, hits in run.items()}
+
+
+def is_the_query(query_id: str, doc_id: str, judged: Mapping[str, int] | None = None) -> bool:
+    """Whether the hit `doc_id` of query `query_id` is the query itself, found in the corpus rather than answering it:
+    its id is the query's (ArguAna, Quora and CQADupStack hold each query as a document under its own id), unless the
+    query's judgments `judged` grade it relevant (a set where a query and its answer share an id, as debian's
+    package descriptions do). BEIR's EvaluateRetrieval leaves out every hit under its query's id (ignore_identical_ids,
+    its default), a relevant one too, which would score such a set 0; the metrics (`evaluation.metrics.scored_run`)
+    and mining (`retrieval.mining.choose_negatives`) leave out these."""
+    return doc_id == query_id and not (judged is not None and judged.get(doc_id, 0) > 0)

@@ -49,6 +49,7 @@ class TrainingSet:
     ids: list[str]
     examples: list[TrainingExample]
     source: str = ""
+    corpus_ids: bool = False  # `ids` are a data set's document ids (a folder's), not row numbers
 
     @property
     def has_scores(self) -> bool:
@@ -188,7 +189,8 @@ def load_training_folder(folder: str | Path, split: str = "train") -> TrainingSe
             examples.append(TrainingExample(text, positives, query_id=query_id))
     if not examples:
         raise DataError(f"{folder}: split {split!r} has no query with a relevant document")
-    return TrainingSet([data.corpus[doc_id].joined() for doc_id in ids], ids, examples, f"{folder} ({split})")
+    return TrainingSet([data.corpus[doc_id].joined() for doc_id in ids], ids, examples, f"{folder} ({split})",
+                       corpus_ids=True)
 
 
 def load_training_data(data: str | Path, split: str = "train") -> TrainingSet:

@@ -108,6 +108,10 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     top_k: int | None = option(None, "documents retrieved per query; default: the largest k needed", TOP_K)
     per_query: bool = option(False, "also report every query's scores (in the --output JSON file; a table "
                                           "writes them to its --output folder's per-query.json)")
+    keep_identical_ids: bool = option(False, "score a query's own document (a document under the query's id it is "
+                                             "not judged relevant to: ArguAna, Quora, CQADupStack hold their queries "
+                                             "so) as a hit that is not relevant, where BEIR's EvaluateRetrieval "
+                                             "leaves it out of the query's ranking")
     output: Path | None = option(None, "a .json file for one data set's results; or a folder for the table of "
                                        "several: results.md, .csv, .json, .png, per-query.json, runs/ (every "
                                        "system's run), and embeddings/ caching each data set's corpus vectors (the "
@@ -182,9 +186,12 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
         return EncoderOptions.load_encoder(one, device)
 
     def check_sts_options(self) -> None:
-        """ConfigError naming the first option of a query or passage side (its prefix or max length) given for STS
-        pairs, which are neither: each sentence is encoded as it is, as sentence-transformers'
-        EmbeddingSimilarityEvaluator encodes it (`encode`, no prompt, at the model's own length)."""
+        """ConfigError naming --keep-identical-ids (STS pairs are not ranked) or the first option of a query or
+        passage side (its prefix or max length) given for STS pairs, which are neither: each sentence is encoded as it
+        is, as sentence-transformers' EmbeddingSimilarityEvaluator encodes it (`encode`, no prompt, at the model's own
+        length)."""
+        require(not self.keep_identical_ids, "keep_identical_ids",
+                "acts on retrieval sets, whose rankings may hold a query's own document; STS pairs are not ranked")
         for name in SIDE_OPTIONS:
             require(getattr(self, name) is None, name,
                     "does not act on STS pairs: their sentences are neither queries nor passages, and each is encoded "

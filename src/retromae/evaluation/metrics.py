@@ -3,7 +3,8 @@
 Owns: ranking a run's documents and averaging every registered ranking metric (`evaluation.metric_registry`:
 NDCG@k, MRR@k, Recall@k, MAP@k, P@k with trec_eval's definitions) over the queries, and refusing a metric value that
 is not a finite number (never a NaN in results): every metric path (evaluate, the pre-training probe, adapt's guard
-and validation, quickstart) computes through `evaluate_run`. Ties in score are broken as
+and validation, quickstart) computes through `evaluate_run`, which scores a query's ranking without the query itself
+(`scored_run`, as BEIR does) unless asked to keep it. Ties in score are broken as
 trec_eval does, by `data.ranking`'s one rule: the larger document id (in code-point order) ranks first.
 Does not own the metrics' definitions (`evaluation.metric_registry`), models, torch, reading files (see
 `retromae.data.retrieval_sets`).
@@ -15,8 +16,8 @@ import math
 import numbers
 from collections.abc import Sequence
 
-from retromae.data.ranking import ranked
-from retromae.data.retrieval_sets import MAX_GRADE
+from retromae.data.ranking import Run, is_the_query, ranked
+from retromae.data.retrieval_sets import MAX_GRADE, RetrievalSet
 from retromae.evaluation.metric_registry import RANKING, JudgedRanking, metrics
 from retromae.runtime.errors import DataError, NonFiniteError
 from retromae.runtime.lines import quoted
@@ -39,9 +40,11 @@ def evaluate_run(
     k_values: Sequence[int] = (10, 100),
     per_query: bool = False,
     source: str = "the qrels",
+    keep_identical_ids: bool = False,
 ) -> dict[str, float] | tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Mean of every metric at every k over the queries of `qrels`; a query absent from `run` (or with no results)
-    scores 0 and counts in the mean (BEIR's `EvaluateRetrieval` drops such queries: its means are then higher).
+    scores 0 and counts in the mean (BEIR's `EvaluateRetrieval` drops such queries: its means are then higher). A
+    query's own document is left out of its ranking (`scored_run`), unless `keep_identical_ids`.
 
     Keys: `NAME@k` for every registered ranking metric, in registration order (`ndcg@k`, `mrr@k`, `recall@k`,
     `map@k`, `p@k`). With `per_query`, also returns qid → those keys. A value that is not finite is refused
@@ -53,6 +56,7 @@ def evaluate_run(
     if not qrels:
         raise ValueError("qrels hold no queries")
     check_judgments(qrels, run, source)
+    run = scored_run(run, qrels, keep_identical_ids)
     scores = {
         qid: query_metrics(judged, rank_documents(run.get(qid, {}), max(k_values)), k_values)
         for qid, judged in qrels.items()
@@ -61,6 +65,29 @@ def evaluate_run(
     keys = next(iter(scores.values()))  # every query has the same keys, in the registry's order
     means = {key: math.fsum(query[key] for query in scores.values()) / len(scores) for key in keys}
     return (means, scores) if per_query else means
+
+
+def scored_run(run: Run, qrels: dict[str, dict[str, int]], keep_identical_ids: bool = False) -> Run:
+    """`run` as the metrics score it: each query's ranking without the query itself (`data.ranking.is_the_query`: a
+    document under the query's id it is not judged relevant to), as BEIR's EvaluateRetrieval scores a run
+    (ignore_identical_ids); `run` as it is with `keep_identical_ids`, each such hit then a hit not relevant."""
+    if keep_identical_ids:
+        return run
+    return {qid: {doc_id: score for doc_id, score in hits.items() if not is_the_query(qid, doc_id, qrels.get(qid))}
+            for qid, hits in run.items()}
+
+
+def found_themselves(run: Run, qrels: dict[str, dict[str, int]]) -> set[str]:
+    """The queries of `qrels` whose ranking in `run` holds the query itself (`scored_run` leaves it out)."""
+    return {qid for qid in qrels if any(is_the_query(qid, doc_id, qrels[qid]) for doc_id in run.get(qid, {}))}
+
+
+def retrieval_depth(k: int, data: RetrievalSet, keep_identical_ids: bool = False) -> int:
+    """How many documents to retrieve per query of `data` for metrics at `k`: one more where some query is also a
+    document under its own id, which `scored_run` leaves out, so that k remain (BEIR's searches fetch k + 1 alike);
+    `k` where there is none or it is kept."""
+    return k + (not keep_identical_ids and any(is_the_query(qid, qid, data.qrels[qid]) for qid in data.queries
+                                               if qid in data.corpus))
 
 
 def check_judgments(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], source: str) -> None:

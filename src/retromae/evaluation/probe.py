@@ -25,7 +25,7 @@ import torch
 from retromae.data.retrieval_sets import RetrievalSet, load_retrieval_set, load_sts_pairs
 from retromae.evaluation.experiments import read_metrics
 from retromae.evaluation.metric_registry import CORRELATION, RANKING, cutoffs
-from retromae.evaluation.metrics import evaluate_run
+from retromae.evaluation.metrics import evaluate_run, retrieval_depth
 from retromae.evaluation.probe_options import BEST_PROBE_DIR, ProbeOptions, probe_metrics
 from retromae.evaluation.sts import check_gold, sts_correlations
 from retromae.models.encoder import Encoder, PoolingConfig
@@ -118,8 +118,8 @@ class Probe:
         if self.retrieval is not None:
             probed = probe_metrics(RANKING)
             ks = cutoffs(list(probed.values()))
-            run = dense_search(encoder, self.corpus, self.retrieval.queries, k=max(ks), passages=TextOptions(),
-                               questions=TextOptions(), batch_size=batch, show_progress=False)
+            run = dense_search(encoder, self.corpus, self.retrieval.queries, k=retrieval_depth(max(ks), self.retrieval),
+                               passages=TextOptions(), questions=TextOptions(), batch_size=batch, show_progress=False)
             results = evaluate_run(self.retrieval.qrels, run, ks, source=self.options.probe)
             scores.update({f"probe_{name}": results[key] for name, key in probed.items()})
         if self.sts is not None:

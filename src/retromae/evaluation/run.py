@@ -29,7 +29,7 @@ from retromae.data.retrieval_sets import (
     write_trec_run,
 )
 from retromae.evaluation.config import EvaluateConfig, check_not_retrieval_file, cut_offs_beyond
-from retromae.evaluation.metrics import empty_queries, evaluate_run
+from retromae.evaluation.metrics import empty_queries, evaluate_run, found_themselves, retrieval_depth, scored_run
 from retromae.evaluation.names import file_name, model_path
 from retromae.evaluation.report import save_results
 from retromae.evaluation.systems import BM25, Systems
@@ -113,18 +113,25 @@ def evaluate_sts(config: EvaluateConfig, path: Path) -> dict[str, Any]:
 
 def evaluate_retrieval(config: EvaluateConfig, path: Path) -> tuple[dict[str, float], dict[str, Any] | None]:
     data = load_retrieval_set(path, config.split, config.qrels_format)
+    themselves = FoundThemselves(config.keep_identical_ids)
     if config.run is not None:
         run = read_trec_run(config.run)
         check_run_documents(run, data.corpus, config.run, "the corpus of " + path.name)
+        scored = themselves.scored(path.name, data.qrels, run)
     else:
-        run = model_run(config, config.load_model(config.models[0]), data, config.top_k or max(config.k_values))
+        k = config.top_k or max(config.k_values)
+        depth = retrieval_depth(k, data, config.keep_identical_ids)
+        found = model_run(config, config.load_model(config.models[0]), data, depth)
+        run = scored = cut_run(themselves.scored(path.name, data.qrels, found), k)
     empty = EmptyResults()
-    empty.count(config.source(), path.name, data.qrels, run)
+    empty.count(config.source(), path.name, data.qrels, scored)
     empty.warn()
+    themselves.say()
+    options = {"source": str(path), "keep_identical_ids": config.keep_identical_ids}
     if config.per_query:
-        results = evaluate_run(data.qrels, run, config.k_values, per_query=True, source=str(path))
+        results = evaluate_run(data.qrels, run, config.k_values, per_query=True, **options)
     else:
-        results = evaluate_run(data.qrels, run, config.k_values, source=str(path)), None
+        results = evaluate_run(data.qrels, run, config.k_values, **options), None
     if config.run is not None:  # once the metrics are checked: a refused evaluation says only why
         warn_shallow_run(config, run, len(data.corpus))
     if config.save_run is not None:  # after the metrics are checked: a refused evaluation writes nothing
@@ -191,14 +198,15 @@ def evaluate_table(config: EvaluateConfig, sets: dict[str, Path]) -> Table:
     root = config.cache_dir or (folder / EMBEDDINGS_DIR if folder is not None else None)
     caches = {name: root / cache_key(config, path, encoders[name].passage) if root is not None else None
               for name, path in systems.models.items()}
-    stages, empty = Stages(len(sets)), EmptyResults()
+    stages, empty, themselves = Stages(len(sets)), EmptyResults(), FoundThemselves(config.keep_identical_ids)
     rows = []
     for name, path in sets.items():
-        row, runs = table_row(config, systems, encoders, name, path, caches, stages, empty)
+        row, runs = table_row(config, systems, encoders, name, path, caches, stages, empty, themselves)
         if folder is not None:
             write_runs(folder, name, runs)
         rows.append(row)
     empty.warn()
+    themselves.say()
     table = Table(systems.names(), list(config.metrics), rows, labels=systems.labels())
     pair = systems.compared(config.compare)
     if pair is not None:
@@ -262,6 +270,35 @@ class EmptyResults:
                f"EvaluateRetrieval leaves them out, so its means are higher)")
 
 
+class FoundThemselves:
+    """Queries whose ranking held the query itself (`data.ranking.is_the_query`), per data set, said in one note on
+    stderr: left out of the metrics, as BEIR's EvaluateRetrieval leaves them out, or kept (--keep-identical-ids)."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.found: dict[str, set[str]] = {}
+        self.queries: dict[str, int] = {}
+
+    def scored(self, data_set: str, qrels: dict[str, dict[str, int]], run: Run) -> Run:
+        """`run` as the metrics score it (`evaluation.metrics.scored_run`), its queries that found themselves
+        counted."""
+        self.queries[data_set] = len(qrels)
+        self.found.setdefault(data_set, set()).update(found_themselves(run, qrels))
+        return scored_run(run, qrels, self.keep)
+
+    def say(self) -> None:
+        counts = {name: len(found) for name, found in self.found.items() if found}
+        if not counts:
+            return
+        where = "; ".join(f"{name}: {count:,} of {self.queries[name]:,}" for name, count in counts.items())
+        how = ("scored as hits that are not relevant (--keep-identical-ids; BEIR's EvaluateRetrieval leaves them out, "
+               "so its figures are higher)" if self.keep else "left out of their rankings before the metrics, as "
+               "BEIR's EvaluateRetrieval leaves them (ignore_identical_ids); --keep-identical-ids scores them as hits "
+               "that are not relevant")
+        notice(f"retromae: note: queries retrieved themselves ({where}), documents under their own ids as ArguAna, "
+               f"Quora and CQADupStack hold their queries: {how}")
+
+
 def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:
     """How the hybrid was fused, for results.json (nothing without --hybrid)."""
     if not config.hybrid:
@@ -272,13 +309,16 @@ def hybrid_about(config: EvaluateConfig) -> dict[str, Any]:
 
 
 def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Towers], name: str, path: Path,
-              caches: dict[str, Path | None], stages: Stages, empty: EmptyResults) -> tuple[SetRow, dict[str, Run]]:
-    """One data set's row (each system's metrics at the table's cut-offs, and per query) and each system's run."""
+              caches: dict[str, Path | None], stages: Stages, empty: EmptyResults,
+              themselves: FoundThemselves) -> tuple[SetRow, dict[str, Run]]:
+    """One data set's row (each system's metrics at the table's cut-offs, and per query) and each system's run, each
+    model's and BM25's without the query itself (`FoundThemselves.scored`) before a hybrid fuses them."""
     data = load_retrieval_set(path, config.split, config.qrels_format)
     stages.start(f"{name}: {len(data.queries):,} queries over {len(data.corpus):,} documents")
     ks = config.table_ks()
     k = config.top_k or max(ks)
     depth = candidate_depth(k) if systems.hybrids else k  # a hybrid fuses each side's best `depth`, as `search` does
+    depth = retrieval_depth(depth, data, config.keep_identical_ids)
     runs: dict[str, Run] = {}
     for model, towers in encoders.items():
         cache = caches[model]
@@ -286,13 +326,15 @@ def table_row(config: EvaluateConfig, systems: Systems, encoders: dict[str, Towe
         runs[model] = model_run(config, towers, data, depth, folder, f"{name} corpus", systems.models[model])
     if systems.bm25:
         runs[BM25] = bm25_search(data.corpus_texts(), data.queries, depth, warn_empty=False)  # EmptyResults says it
+    runs = {system: themselves.scored(name, data.qrels, run) for system, run in runs.items()}
     for model, hybrid in systems.hybrids.items():
         runs[hybrid] = fuse(runs[model], runs[BM25], config.fusion, config.hybrid_weight, k=k)
     runs = {system: cut_run(run, k) if depth > k else run for system, run in runs.items()}
     row = SetRow(name, len(data.queries), len(data.corpus))
     for system in systems.names():
         empty.count(system, name, data.qrels, runs[system])
-        row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True, source=name)
+        row.scores[system], per_query = evaluate_run(data.qrels, runs[system], ks, per_query=True, source=name,
+                                                     keep_identical_ids=config.keep_identical_ids)
         row.per_query[system] = per_query
     return row, runs
 

@@ -1,9 +1,10 @@
 """Hard-negative mining: rank a training set's passages for each of its queries, keep negatives from a rank window.
 
 Owns ranking with BM25 (`bm25_rankings`) or with a dense encoder (`dense_rankings`), and choosing negatives from
-rankings (`choose_negatives`): never a positive, never a passage whose text is the query's own text, sampled without
-replacement from the window. Used by `retromae mine`, by `retromae finetune --negatives bm25|model` and by the
-ANCE-style refresh during training. Does not own its options (`retrieval.mining_options`), reading or writing
+rankings (`choose_negatives`): never a positive, never the query itself (a passage whose text is the query's own text,
+or, from a data set's folder, whose id is the query's: `data.ranking.is_the_query`), sampled without replacement from
+the window. Used by `retromae mine`, by `retromae finetune --negatives bm25|model` and by the ANCE-style refresh
+during training. Does not own its options (`retrieval.mining_options`), reading or writing
 training files (`data.training_groups`) or the index (`retrieval.index`).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from retromae.data.ranking import ranked
+from retromae.data.ranking import is_the_query, ranked
 from retromae.data.training_groups import TrainingSet
 from retromae.models.encoder import Encoder, side_prefix
 from retromae.retrieval.bm25 import BM25
@@ -27,14 +28,17 @@ def _normalised(text: str) -> str:
 def choose_negatives(data: TrainingSet, rankings: list[list[int]], options: MiningOptions,
                      seed: int = 0) -> list[list[int]]:
     """Per example, up to `negatives_per_query` passage rows drawn from ranks [rank_start, rank_end] of its
-    ranking (best first), after removing its positives and passages equal to its query text; kept in rank order."""
+    ranking (best first), after removing its positives and the query itself: a passage equal to its query text, or,
+    where the ids are a corpus's (`TrainingSet.corpus_ids`), under its query's id (`data.ranking.is_the_query`); kept
+    in rank order."""
     rng = np.random.default_rng(seed)
     chosen = []
     for example, ranking in zip(data.examples, rankings, strict=True):
         excluded = set(example.positives)
         query = _normalised(example.query)
         window = [row for row in ranking[options.rank_start - 1:options.rank_end]
-                  if row not in excluded and _normalised(data.texts[row]) != query]
+                  if row not in excluded and _normalised(data.texts[row]) != query
+                  and not (data.corpus_ids and is_the_query(example.query_id, data.ids[row]))]
         if len(window) > options.negatives_per_query:
             keep = np.sort(rng.choice(len(window), options.negatives_per_query, replace=False))
             window = [window[i] for i in keep]

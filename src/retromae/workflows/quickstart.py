@@ -28,10 +28,10 @@ from retromae.data.held_out import check_held_out
 from retromae.data.retrieval_sets import load_retrieval_set
 from retromae.data.stdlib_docs import build_stdlib_retrieval_set
 from retromae.data.training_groups import load_training_data
-from retromae.evaluation import evaluate_run
 from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.experiments import pyplot, read_metrics
 from retromae.evaluation.metric_registry import cutoffs, long_title, primary_key
+from retromae.evaluation.metrics import evaluate_run, retrieval_depth
 from retromae.finetuning.batches import GroupBatchSampler
 from retromae.finetuning.run import FinetuneConfig, finetune
 from retromae.models.encoder import Encoder
@@ -187,15 +187,16 @@ def evaluate_dense(model: Path, data_dir: Path, budget: Budget) -> dict[str, flo
     also on a CPU where `auto` would encode in bf16, so its figures do not depend on AMX)."""
     data = load_retrieval_set(data_dir, "test")
     dtype = "float32" if budget.mixed_precision == "no" else "auto"
-    run = dense_search(Encoder.load(str(model), dtype=dtype), data.corpus_texts(), data.queries, k=max(CUTOFFS),
-                       passages=TextOptions(), questions=TextOptions())
+    run = dense_search(Encoder.load(str(model), dtype=dtype), data.corpus_texts(), data.queries,
+                       k=retrieval_depth(max(CUTOFFS), data), passages=TextOptions(), questions=TextOptions())
     return evaluate_run(data.qrels, run, CUTOFFS, source=str(data_dir))
 
 
 def evaluate_bm25(data_dir: Path) -> dict[str, float]:
     """BM25's metrics on the test split."""
     data = load_retrieval_set(data_dir, "test")
-    return evaluate_run(data.qrels, bm25_search(data.corpus_texts(), data.queries, k=max(CUTOFFS)), CUTOFFS,
+    run = bm25_search(data.corpus_texts(), data.queries, k=retrieval_depth(max(CUTOFFS), data))
+    return evaluate_run(data.qrels, run, CUTOFFS,
                         source=str(data_dir))
 
 
