@@ -292,7 +292,7 @@ def test_a_qrels_file_given_as_data_is_named_with_what_data_takes(tiny_beir, tin
 
 def test_training_file_shares_passages_by_text(tmp_path):
     path = tmp_path / "train.jsonl"
-    records = [{"query": "q1", "pos": ["a"], "neg": ["b", "a", "c"], "pos_scores": [3], "neg_scores": [1, 3, 0]},
+    records = [{"query": "q1", "pos": ["a"], "neg": ["b", "c", "b"], "pos_scores": [3], "neg_scores": [1, 0, 1]},
                {"query": "q2", "pos": ["b"], "neg": ["c"], "pos_scores": [2], "neg_scores": [0.5]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     data = load_training_file(path)

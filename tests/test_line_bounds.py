@@ -223,7 +223,7 @@ ID_READERS: dict[str, tuple[str, Callable[[str], str], Callable[[Path], object]]
     "ids.txt": ("ids.txt", lambda v: f"a\n{v}\n", read_id_lines),
     "training file query_id": ("train.jsonl", lambda v: '{"query": "q", "pos": ["p"]}\n'
                                f'{{"query_id": "{v}", "query": "q", "pos": ["p"]}}\n', load_training_file),
-    "training file pos_ids": ("train.jsonl", lambda v: '{"query": "q", "pos": ["p"]}\n'
+    "training file pos_ids": ("train.jsonl", lambda v: '{"query": "q", "pos": ["p"], "pos_ids": ["p1"]}\n'
                               f'{{"query": "q", "pos": ["p"], "pos_ids": ["{v}"]}}\n', load_training_file),
     "pre-training corpus": ("c.jsonl", lambda v: f'{{"text": "t"}}\n{{"id": "{v}", "text": "t"}}\n',
                             lambda p: list(iter_documents(p))),

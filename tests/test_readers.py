@@ -66,8 +66,8 @@ JSON_READERS: dict[str, tuple[str, Callable[[object], dict], Callable[[Path], ob
                                  load_training_file),
     "training file `pos_ids`": ("train.jsonl", lambda v: {"query": "q", "pos": ["p"], "pos_ids": [v]},
                                 load_training_file),
-    "training file `neg_ids`": ("train.jsonl", lambda v: {"query": "q", "pos": ["p"], "neg": ["n"], "neg_ids": [v]},
-                                load_training_file),
+    "training file `neg_ids`": ("train.jsonl", lambda v: {"query": "q", "pos": ["p"], "pos_ids": ["p-id"], "neg": ["n"],
+                                                          "neg_ids": [v]}, load_training_file),
 }
 GOOD_LINE = {"BEIR corpus `_id`": {"_id": "ok", "text": "t"}, "BEIR queries `_id`": {"_id": "ok", "text": "q"}}
 
@@ -114,8 +114,8 @@ def test_every_json_reader_takes_every_good_id_as_it_is(tmp_path, reader):
         assert [document.doc_id for document in result] == GOOD_IDS
     elif reader.endswith("`query_id`"):
         assert [example.query_id for example in result.examples] == GOOD_IDS
-    else:  # pos_ids / neg_ids: checked, kept in the file, not used by the passage table
-        assert len(result.examples) == len(GOOD_IDS)
+    else:  # pos_ids / neg_ids: the passages' ids
+        assert set(GOOD_IDS) <= set(result.ids) and len(result.examples) == len(GOOD_IDS)
 
 
 def test_a_number_id_is_refused_with_its_string_spelling_suggested(tmp_path):

@@ -233,7 +233,8 @@ def test_max_length_beyond_the_position_embeddings_is_refused(tiny_model_dir, ti
 
 def test_finetune_lengths_beyond_the_model_are_refused(tiny_model_dir, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"query": t[:20], "pos": [t], "neg": [TEXTS[0]]}) + "\n" for t in TEXTS))
+    data.write_text("".join(json.dumps({"query": t[:20], "pos": [t], "neg": [TEXTS[i - 1]]}) + "\n"
+                            for i, t in enumerate(TEXTS)))
     args = ["finetune", "--model", str(tiny_model_dir), "--data", str(data), "--output", str(tmp_path / "ft"),
             "--passage-max-length", "4096", "--max-steps", "1", "--batch-size", "2"]
     assert main(args) == 2

@@ -44,7 +44,7 @@ class AdaptConfig(TrainingConfig, BackendOptions):
     is torch's."""
     # The format each input option is read in (`retromae.data.inputs`).
     INPUT_FORMATS = {"corpus": "documents", "validation": ("retrieval set", "validation_split"),
-                     "train": ("retrieval set", "train_split")}
+                     "train": ("training data", "train_split")}
 
     model: str = option(help="the embedder to adapt: a sentence-transformers folder, our exported encoder, or a "
                              "Hugging Face encoder (folder or hub name); its pooling and similarity are kept",

@@ -29,8 +29,8 @@ def choose_negatives(data: TrainingSet, rankings: list[list[int]], options: Mini
                      seed: int = 0) -> list[list[int]]:
     """Per example, up to `negatives_per_query` passage rows drawn from ranks [rank_start, rank_end] of its
     ranking (best first), after removing its positives and the query itself: a passage equal to its query text, or,
-    where the ids are a corpus's (`TrainingSet.corpus_ids`), under its query's id (`data.ranking.is_the_query`); kept
-    in rank order."""
+    where the ids are the passages' own (`TrainingSet.ids_given`: a folder's, a file's), under its query's id
+    (`data.ranking.is_the_query`); kept in rank order."""
     rng = np.random.default_rng(seed)
     chosen = []
     for example, ranking in zip(data.examples, rankings, strict=True):
@@ -38,7 +38,7 @@ def choose_negatives(data: TrainingSet, rankings: list[list[int]], options: Mini
         query = _normalised(example.query)
         window = [row for row in ranking[options.rank_start - 1:options.rank_end]
                   if row not in excluded and _normalised(data.texts[row]) != query
-                  and not (data.corpus_ids and is_the_query(example.query_id, data.ids[row]))]
+                  and not (data.ids_given and is_the_query(example.query_id, data.ids[row]))]
         if len(window) > options.negatives_per_query:
             keep = np.sort(rng.choice(len(window), options.negatives_per_query, replace=False))
             window = [window[i] for i in keep]
