@@ -190,5 +190,5 @@ def test_mining_never_takes_the_query_itself_by_id_from_a_folder_and_rows_are_no
     options = MiningOptions(negatives_per_query=3, rank_start=1, rank_end=11)
     for example, negatives in zip(data.examples, choose_negatives(data, rankings, options), strict=True):
         assert own[example.query_id] not in negatives and len(negatives) == 3
-    rows = TrainingSet(["x", "y", "z"], ["0", "1", "2"], [TrainingExample("query", [2], query_id="1")])
+    rows = TrainingSet(["x", "y", "z"], ["0", "1", "2"], [TrainingExample("query", [2], query_id="1")], ids_given=False)
     assert choose_negatives(rows, [[0, 1, 2]], options) == [[0, 1]]  # ids of rows are not a corpus's

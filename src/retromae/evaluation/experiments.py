@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 from retromae.evaluation.axes import clamp_axis
 from retromae.evaluation.curves import PROBE_PREFIX, ProbePoint, plot_probe_curves, probe_points, probe_section
 from retromae.evaluation.metric_registry import reported_keys, show
-from retromae.evaluation.names import distinct_names
-from retromae.evaluation.systems import BM25
+from retromae.evaluation.names import BM25, distinct_names
 from retromae.objectives import OBJECTIVES
 from retromae.objectives.summary import describe_pretraining
 from retromae.runtime.console import Result, given, notice

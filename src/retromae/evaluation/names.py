@@ -23,7 +23,8 @@ from retromae.runtime.options import ConfigError
 # Folder names that say what a folder holds, not which model it is: a model is named by its parent folder instead.
 GENERIC_NAMES = ("model", "encoder", "sentence-transformer", "best-probe")
 NAME_PATTERN = re.compile(r"[\w][\w.-]*")  # a name: a table column, a file name of its run (no '+', '/', spaces)
-RESERVED = ("BM25",)  # the names of the other systems of a table
+BM25 = "BM25"  # the name of BM25's system in a table
+RESERVED = (BM25,)  # the names of the other systems of a table
 
 
 def check_names(names: list[str], models: list[str]) -> None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from retromae.evaluation.config import EvaluateConfig
+from retromae.evaluation.names import BM25
 from retromae.runtime.options import ConfigError
-
-BM25 = "BM25"
 
 
 @dataclass
