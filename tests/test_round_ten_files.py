@@ -23,6 +23,7 @@ from test_output_paths import CASES
 
 from retromae.cli import main
 from retromae.data.corpus import corpus_files, iter_corpus, iter_corpus_pieces
+from retromae.data.inputs import check_format
 from retromae.data.retrieval_sets import load_corpus
 from retromae.data.token_store import source_fingerprint
 from retromae.evaluation.config import EvaluateConfig
@@ -127,6 +128,13 @@ def test_one_file_reached_by_two_arguments_is_refused_naming_both(command, way, 
     assert error_line(capsys) == (f"retromae: error: 'c/a.jsonl' and '{second}'{by} name one corpus file, "
                                   f"'{folder}/a.jsonl': give each once")
     assert sorted(os.listdir(tmp_path)) == ["c", "link.jsonl"]
+
+
+def test_the_check_before_the_work_refuses_it_beside_a_hub_data_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("a.jsonl").write_text('{"text": "one"}\n')
+    with pytest.raises(DataError, match=r"^'a.jsonl' and './a.jsonl' name one corpus file"):
+        check_format("documents", ["hf:some/hub-set", "a.jsonl", "./a.jsonl"])
 
 
 def test_evaluate_data_shares_the_rule_through_a_link(tmp_path):

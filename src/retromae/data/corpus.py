@@ -2,11 +2,12 @@
 
 Owns: the corpus formats (.txt, JSON lines, .tsv, .parquet, a folder, a Hugging Face dataset) and their errors,
 each naming the file and line (or row); the one rule of what a corpus argument may name, for every command
-(`corpus_files`: a file, or a folder holding one corpus file by name, `CORPUS_NAMES`, or else corpus files), read
-alike by the retrieval readers (`retrieval_sets.load_corpus`); the rule by which a folder stands for the file of a
-role by its name, one file per role (`named_file`: a corpus folder's corpus file, a retrieval set's queries and
-qrels); and the refusal of a corpus without a document (`empty_corpus`). Does not own tokenisation (see
-`token_store`) and never imports torch.
+(`corpus_files`: a file, or a folder holding one corpus file by name, `CORPUS_NAMES`, or else corpus files: those
+a file named alone is read as, hidden ones skipped, `folder_files`), read alike by the retrieval readers
+(`retrieval_sets.load_corpus`); that several corpus arguments never reach one file twice (`corpus_sources`); the
+rule by which a folder stands for the file of a role by its name, one file per role (`named_file`: a corpus
+folder's corpus file, a retrieval set's queries and qrels); and the refusal of a corpus without a document
+(`empty_corpus`). Does not own tokenisation (see `token_store`) and never imports torch.
 Every reader streams: memory does not grow with the size of the file. `iter_corpus_pieces` gives the same
 documents as text pieces of a bounded size, and reads a `.txt` file of one document per line in pieces too, so
 that memory does not grow with the length of one document either (the token store reads through it).
@@ -103,8 +104,9 @@ def corpus_format(path: Path) -> str:
 def corpus_files(source: str | Path) -> list[Path]:
     """The files a corpus argument names, by one rule for every command: a file is itself; a folder holding a
     retrieval set's corpus file (`CORPUS_NAMES`, or its .gz) stands for that file, and must hold only one; any other
-    folder stands for its corpus files (`CORPUS_SUFFIXES`, in name order), unless it holds a retrieval set's other
-    files (then its corpus file is missing). What is not a regular file is named, never skipped or opened."""
+    folder stands for its corpus files (`folder_files`: each read as it would be named alone, hidden ones skipped, in
+    name order), unless it holds a retrieval set's other files (then its corpus file is missing). What is not a
+    regular file is named, never skipped or opened."""
     path = Path(source)
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")
