@@ -2,11 +2,12 @@
 
 Owns: the corpus formats (.txt, JSON lines, .tsv, .parquet, a folder, a Hugging Face dataset) and their errors,
 each naming the file and line (or row); the one rule of what a corpus argument may name, for every command
-(`corpus_files`: a file, or a folder holding one corpus file by name, `CORPUS_NAMES`, or else corpus files), read
-alike by the retrieval readers (`retrieval_sets.load_corpus`); the rule by which a folder stands for the file of a
-role by its name, one file per role (`named_file`: a corpus folder's corpus file, a retrieval set's queries and
-qrels); and the refusal of a corpus without a document (`empty_corpus`). Does not own tokenisation (see
-`token_store`) and never imports torch.
+(`corpus_files`: a file, or a folder holding one corpus file by name, `CORPUS_NAMES`, or else corpus files: those
+a file named alone is read as, hidden ones skipped, `folder_files`), read alike by the retrieval readers
+(`retrieval_sets.load_corpus`); that several corpus arguments never reach one file twice (`corpus_sources`); the
+rule by which a folder stands for the file of a role by its name, one file per role (`named_file`: a corpus
+folder's corpus file, a retrieval set's queries and qrels); and the refusal of a corpus without a document
+(`empty_corpus`). Does not own tokenisation (see `token_store`) and never imports torch.
 Every reader streams: memory does not grow with the size of the file. `iter_corpus_pieces` gives the same
 documents as text pieces of a bounded size, and reads a `.txt` file of one document per line in pieces too, so
 that memory does not grow with the length of one document either (the token store reads through it).
@@ -22,13 +23,17 @@ from typing import Any
 
 from retromae.data.fields import document_fields, tsv_columns, tsv_fields
 from retromae.data.long_texts import last_cut
+from retromae.runtime.console import notice
 from retromae.runtime.errors import DataError
+from retromae.runtime.input_files import HF_PREFIX, hidden, parse_hf_source, read_once
 from retromae.runtime.lines import check_regular_file, clean_text, numbered_line_pieces, numbered_lines, parse_json_line
 from retromae.runtime.options import check_listed_name
 
-HF_PREFIX = "hf:"
 JSON_SUFFIXES = (".jsonl", ".json")
 CORPUS_SUFFIXES = (".txt", *JSON_SUFFIXES, ".tsv", ".parquet")
+# What wraps a corpus file whole (`a.jsonl.gz`, `a.jsonl.zst`): in a folder, such a file is a corpus file, read as it
+# would be named alone or refused (`folder_files`), never skipped
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4", ".lzma", ".br", ".zip", ".7z")
 # The corpus file of a retrieval set's folder (BEIR; MS MARCO; a .tsv one of ours), each also gzip-compressed: a
 # folder holding one of them stands for it (its queries and qrels are never read as documents).
 CORPUS_NAMES = ("corpus.jsonl", "collection.tsv", "corpus.tsv")
@@ -49,18 +54,33 @@ class Document:
 
 
 def iter_corpus(sources: Sequence[str | Path]) -> Iterator[Document]:
-    """The documents of several sources, one source after the other, in order; `empty_corpus` when none has text."""
-    if isinstance(sources, (str, Path)):
-        sources = [sources]
-    if not sources:
-        raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+    """The documents of several sources, one source after the other, in order (`corpus_sources`); `empty_corpus`
+    when none has text."""
     found = False
-    for source in sources:
-        for document in iter_documents(source):
+    for source, files in corpus_sources(sources):
+        for document in _read_hf(source) if files is None else _read_files(files):
             found = found or bool(document.text.strip())
             yield document
     if not found:
         raise empty_corpus(sources)
+
+
+def corpus_sources(sources: Sequence[str | Path] | str | Path) -> list[tuple[str | Path, list[Path] | None]]:
+    """Each corpus argument with the files it reads (`corpus_files`; None for `hf:NAME`), all resolved before one
+    is read: the one resolution of every reader of several sources. A file reached by two of them (named twice,
+    through `./` or a link, or beside its own folder) is refused naming both (`runtime.input_files.read_once`):
+    it would be read, and trained on, twice."""
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    if not sources:
+        raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
+    resolved = [(source, None if _hub(source) else corpus_files(source)) for source in sources]
+    read_once(((str(source), file) for source, files in resolved for file in files or ()), "corpus file")
+    return resolved
+
+
+def _hub(source: str | Path) -> bool:
+    return isinstance(source, str) and source.startswith(HF_PREFIX)
 
 
 def empty_corpus(sources: Sequence[str | Path] | str | Path) -> DataError:
@@ -84,8 +104,9 @@ def corpus_format(path: Path) -> str:
 def corpus_files(source: str | Path) -> list[Path]:
     """The files a corpus argument names, by one rule for every command: a file is itself; a folder holding a
     retrieval set's corpus file (`CORPUS_NAMES`, or its .gz) stands for that file, and must hold only one; any other
-    folder stands for its corpus files (`CORPUS_SUFFIXES`, in name order), unless it holds a retrieval set's other
-    files (then its corpus file is missing). What is not a regular file is named, never skipped or opened."""
+    folder stands for its corpus files (`folder_files`: each read as it would be named alone, hidden ones skipped, in
+    name order), unless it holds a retrieval set's other files (then its corpus file is missing). What is not a
+    regular file is named, never skipped or opened."""
     path = Path(source)
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")
@@ -120,15 +141,15 @@ def named_file(folder: Path, names: Sequence[str], role: str, rule: str, remedy:
 
 
 def iter_documents(source: str | Path) -> Iterator[Document]:
-    """The documents of one source: a file (.txt, .jsonl/.json, .tsv, .parquet), a folder (`corpus_files`), or
-    `hf:NAME[:CONFIG]`."""
-    if isinstance(source, str) and source.startswith(HF_PREFIX):
-        return _read_hf(source)
-    files = corpus_files(source)
-    if len(files) > 1 or files[0] != Path(source):
-        return itertools.chain.from_iterable(iter_documents(file) for file in files)
+    """The documents of one source: a file (.txt, .jsonl/.json, .tsv, .parquet, the two text ones also .gz), a
+    folder (`corpus_files`), or `hf:NAME[:CONFIG]`."""
+    return _read_hf(str(source)) if _hub(source) else _read_files(corpus_files(source))
+
+
+def _read_files(files: Iterable[Path]) -> Iterator[Document]:
+    """The documents of corpus files, one after the other, each read by its format's reader (`corpus_format`)."""
     readers = {"txt": _read_txt, "jsonl": _read_jsonl, "tsv": _read_tsv, "parquet": _read_parquet}
-    return readers[corpus_format(files[0])](files[0])
+    return itertools.chain.from_iterable(readers[corpus_format(file)](file) for file in files)
 
 
 class CorpusTexts:
@@ -147,14 +168,9 @@ def iter_corpus_pieces(sources: Sequence[str | Path], size: int, splits: str) ->
     (those the tokenizer always splits words at, `retromae.data.long_texts.split_characters`; at `size` characters in a
     run without any; `cut_pieces`). A `.txt` file of one document per line is read a piece of a line at a time, so
     a long line is never held whole."""
-    if isinstance(sources, (str, Path)):
-        sources = [sources]
-    if not sources:
-        raise DataError("no corpus given: pass at least one file, folder or hf:NAME")
     found = False
-    for source in sources:
-        files = [source] if isinstance(source, str) and source.startswith(HF_PREFIX) else corpus_files(source)
-        for file in files:
+    for source, files in corpus_sources(sources):
+        for file in [source] if files is None else files:
             if isinstance(file, Path) and file.suffix.lower() == ".txt" and file.is_file() \
                     and not _has_paragraph_break(file):
                 fragments = _txt_line_fragments(file)
@@ -207,29 +223,46 @@ def _txt_line_fragments(path: Path) -> Iterator[tuple[str, bool]]:
             started, held = False, ""
 
 
-def parse_hf_source(source: str) -> tuple[str, str | None]:
-    """Split `hf:NAME` or `hf:NAME:CONFIG` into (NAME, CONFIG); a NAME that is an existing path is kept whole."""
-    rest = source[len(HF_PREFIX):]
-    if not rest:
-        raise DataError(f"{source!r}: give a dataset name or folder after 'hf:'")
-    if Path(rest).exists() or ":" not in rest:
-        return rest, None
-    name, config = rest.rsplit(":", 1)
-    return name, config or None
-
-
 def folder_files(folder: Path) -> list[Path]:
-    """The corpus files of a folder without a retrieval set's corpus file (`corpus_files`): every
-    .txt/.jsonl/.json/.tsv/.parquet in it; one of these names that is not a regular file (a FIFO, a device) or not
-    UTF-8 text (`check_listed_name`) is an error naming it, never skipped in silence."""
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in CORPUS_SUFFIXES and not p.is_dir())
+    """The corpus files of a folder without a retrieval set's corpus file (`corpus_files`), in name order: each file
+    a corpus suffix (`CORPUS_SUFFIXES`) names, also under a compression suffix (`COMPRESSED_SUFFIXES`), read as it
+    would be named alone (`corpus_format`: .jsonl.gz and .tsv.gz read, a .jsonl.zst refused naming it, never skipped:
+    a shard left out would be a corpus cut short without a word); one not a regular file (a FIFO, a device), not
+    UTF-8 text (`check_listed_name`) or reaching a file listed before (a link, `read_once`) is an error naming it.
+    Hidden files (`runtime.input_files.hidden`: '.notes.jsonl', macOS's '._a.jsonl') are no corpus, as a shell's
+    `*` leaves them out: skipped, with a note saying how many (`_note_hidden`)."""
+    listed = sorted(p for p in folder.iterdir() if _corpus_name(p.name) and not p.is_dir())
+    files = [file for file in listed if not hidden(file.name)]
     for file in files:
         check_listed_name(file)
         check_regular_file(file, "corpus file")
+        corpus_format(file)
+    read_once(((str(folder), file) for file in files), "corpus file")
     if not files:
         raise DataError(f"{folder}: no corpus file: a corpus folder holds one of {', '.join(CORPUS_NAMES)} (a "
-                        f"retrieval set's), or corpus files ({', '.join(CORPUS_SUFFIXES)})")
+                        f"retrieval set's), or corpus files ({', '.join(CORPUS_SUFFIXES)}; .jsonl and .tsv also .gz)")
+    _note_hidden(folder, len(listed) - len(files))
     return files
+
+
+def _corpus_name(name: str) -> bool:
+    """Whether a file named `name` in a corpus folder is a corpus file: a corpus suffix, or one under a compression
+    suffix (`folder_files`)."""
+    name = name.lower()
+    stem = next((name[:-len(suffix)] for suffix in COMPRESSED_SUFFIXES if name.endswith(suffix)), name)
+    return stem.endswith(CORPUS_SUFFIXES)
+
+
+_NOTED: set[Path] = set()  # corpus folders whose hidden files were noted in this process
+
+
+def _note_hidden(folder: Path, count: int) -> None:
+    """Say once per folder and process that `count` hidden corpus files in it were skipped (a folder is listed
+    again to fingerprint and to read it)."""
+    if count and folder.resolve() not in _NOTED:
+        _NOTED.add(folder.resolve())
+        notice(f"retromae: note: {folder}: {count} hidden file{'s' if count > 1 else ''} (names starting with '.') "
+               "skipped: hidden files are no corpus")
 
 
 def _join(title: str, text: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from retromae.data.corpus import CORPUS_NAMES, HF_PREFIX, iter_corpus, iter_documents
+from retromae.data.corpus import CORPUS_NAMES, HF_PREFIX, corpus_sources, iter_corpus, iter_documents
 from retromae.data.pairs import iter_pairs
 from retromae.data.retrieval_sets import (
     check_retrieval_set,
@@ -60,7 +60,7 @@ def _documents(sources: Any, split: str, qrels_format: str) -> None:
     if local and len(local) == len(sources):
         _drain(itertools.islice(iter_corpus(local), HEAD_LINES + 1))  # a corpus shorter than that: wholly read
         return
-    for source in local:
+    for source, _ in corpus_sources(local) if local else ():  # a file reached twice refused before the hub's
         _drain(itertools.islice(iter_documents(source), HEAD_LINES))
 
 

@@ -52,6 +52,7 @@ from retromae.data.long_texts import split_characters
 from retromae.runtime.cache_entries import cached_folder
 from retromae.runtime.console import progress
 from retromae.runtime.errors import DataError, FileSystemError
+from retromae.runtime.input_files import folder_inputs, hf_folder
 from retromae.runtime.io import CACHE_ENV, cache_folder, write_text_atomic
 from retromae.runtime.lines import check_own_file, check_regular_file, quoted, read_json_file
 from retromae.runtime.options import POSITIVE, require
@@ -117,12 +118,13 @@ def id_limit(tokenizer: PreTrainedTokenizerFast) -> int:
 
 def source_fingerprint(source: str | Path) -> list[Any]:
     """What identifies a source's content: resolved path and content fingerprint (size and a hash of every byte,
-    `retromae.runtime.run_folder.file_fingerprint`) of each file, or the hf: name."""
+    `retromae.runtime.run_folder.file_fingerprint`) of each file it reads (`corpus_files`; a local `hf:` folder's
+    by `runtime.input_files.folder_inputs`), or the hf: name."""
+    local = hf_folder(source)
+    if local is not None:
+        return [HF_PREFIX, local[1], *_files_fingerprint(folder_inputs(local[0]))]
     if isinstance(source, str) and source.startswith(HF_PREFIX):
-        name, config = parse_hf_source(source)
-        if not Path(name).exists():
-            return [HF_PREFIX + name, config]
-        return [HF_PREFIX, config, *_files_fingerprint(sorted(p for p in Path(name).rglob("*") if p.is_file()))]
+        return [HF_PREFIX + parse_hf_source(source)[0], parse_hf_source(source)[1]]
     path = Path(source)
     if not path.exists():
         raise DataError(f"{path}: corpus file or folder not found")

@@ -30,6 +30,7 @@ from retromae.retrieval.faiss_options import (
 )
 from retromae.retrieval.fusion import DEFAULT_METHOD, DEFAULT_WEIGHT, METHODS
 from retromae.runtime.errors import DataError
+from retromae.runtime.input_files import read_once
 from retromae.runtime.io import check_folder_option
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import (
@@ -226,12 +227,13 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     def data_sets(self) -> dict[str, Path]:
         """Name → folder of every retrieval set --data names (a folder of sets gives each of its sets, sorted); a
         name is the folder's, with its parent's prepended where two would clash. STS pairs: the one path given."""
-        found = [path for given in self.data for path in _sets_in(given, self.split)]
-        names = [path.name for path in found]
+        reached = [(str(given), path) for given in self.data for path in _sets_in(given, self.split)]
+        read_once(reached, "data set", "--data")
+        names = [path.name for _, path in reached]
         named = {(f"{path.parent.name}/{path.name}" if names.count(path.name) > 1 else path.name): path
-                 for path in found}
-        if len(named) != len(found):
-            raise ConfigError("--data: names a data set twice")
+                 for _, path in reached}
+        if len(named) != len(reached):
+            raise ConfigError("--data: gives two data sets one name (the folder's and its parent's); rename one")
         return named
 
     def table_reason(self, sets: dict[str, Path]) -> str:

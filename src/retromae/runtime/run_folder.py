@@ -37,6 +37,7 @@ from typing import Any
 
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import DataError, FileSystemError, tokenizer_panics
+from retromae.runtime.input_files import HF_PREFIX, folder_inputs, hf_folder, hidden
 from retromae.runtime.io import (
     clear_leftovers,
     named_os_errors,
@@ -123,29 +124,31 @@ def file_fingerprint(path: Path) -> str:
 
 
 def input_fingerprint(source: str | Path) -> str:
-    """A file's fingerprint, a folder's over its files (hidden ones and `DERIVED_FOLDERS` skipped; each relative name
-    hashed as the bytes the system gives, so that any name, UTF-8 or not, is fingerprinted), or the name itself for
-    what is not on disk (a hub model, `hf:DATASET`)."""
+    """A file's fingerprint, a folder's over the files its readers may reach (`runtime.input_files.folder_inputs`:
+    linked folders entered, hidden names and `DERIVED_FOLDERS` left out; each relative name hashed as the bytes the
+    system gives, so that any name, UTF-8 or not, is fingerprinted), an `hf:` local folder's as that folder's with
+    its config, or the name itself for what is not on disk (a hub model, `hf:DATASET`)."""
     if not source:
         return ""
+    local = hf_folder(source)
+    if local is not None:
+        return f"{HF_PREFIX}{local[1] or ''}:{input_fingerprint(local[0])}"
     path = Path(source)
     if path.is_file():
         return file_fingerprint(path)
     if not path.is_dir():
         return str(source)
     digest = hashlib.sha1()
-    for file in sorted(path.rglob("*")):
-        relative = file.relative_to(path)
-        if file.is_file() and fingerprinted(relative):
-            digest.update(os.fsencode(relative) + f"={file_fingerprint(file)}\n".encode())
+    for file in folder_inputs(path, DERIVED_FOLDERS):
+        digest.update(os.fsencode(file.relative_to(path)) + f"={file_fingerprint(file)}\n".encode())
     return digest.hexdigest()[:16]
 
 
 def fingerprinted(relative: PurePath) -> bool:
     """Whether a folder's fingerprint (`input_fingerprint`) covers what lies at `relative` in it: not what is hidden
-    (a name starting with '.', `..` too) nor what is in `DERIVED_FOLDERS`. Whatever a reader of the folder reads
+    (`runtime.input_files.hidden`, `..` too) nor what is in `DERIVED_FOLDERS`. Whatever a reader of the folder reads
     must be covered (a model's modules: `models.model_source.module_path`)."""
-    return not any(part.startswith(".") or part in DERIVED_FOLDERS for part in relative.parts)
+    return not any(hidden(part) or part in DERIVED_FOLDERS for part in relative.parts)
 
 
 def run_identity(config: Any, neutral: Iterable[str] = RUN_NEUTRAL) -> dict[str, Any]:
