@@ -229,7 +229,8 @@ def test_adapt_scores_the_base_and_a_candidate_with_the_run_s_prefixes(world, mo
     monkeypatch.setattr(guard, "dense_search", dense_search)
     monkeypatch.setattr(guard, "metric_of", lambda validation, run: (0.0, {}))
     encoder = Encoder.load(world["model"], device="cpu")
-    validation = type("Validation", (), {"corpus_texts": lambda self: {}, "queries": {"q": "x"}})()
+    validation = type("Validation", (), {"corpus_texts": lambda self: {}, "queries": {"q": "x"}, "corpus": {},
+                                         "qrels": {}})()
     sides = {"query": "query: ", "passage": "passage: "}
     for step in (0, 1):
         guard.score_candidate(guard.Candidate(step, 1.0), encoder, validation, 8, sides)

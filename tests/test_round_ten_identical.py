@@ -101,8 +101,10 @@ def figures(sets, model, tmp_path_factory) -> dict[str, dict[str, float]]:
     single(sets["themselves"], model, root / "raw.json", "--keep-identical-ids", "--top-k", "4", "--save-run",
            str(root / "raw.trec"))
     lines = (root / "raw.trec").read_text().splitlines(keepends=True)
-    (root / "beir.trec").write_text("".join(line for line in lines if line.split()[0] != line.split()[2]))
-    found = {"strict": single(sets["themselves"], model, root / "strict.json", "--keep-identical-ids")}
+    kept = [line for line in lines if line.split()[0] != line.split()[2]]
+    (root / "beir.trec").write_text("".join(kept))
+    found = {"strict": single(sets["themselves"], model, root / "strict.json", "--keep-identical-ids"),
+             "struck": {"lines": len(lines) - len(kept)}}
     for name, run, extra in (("beir", "beir.trec", ["--keep-identical-ids"]), ("run", "raw.trec", [])):
         assert main(["evaluate", "--run", str(root / run), "--data", str(sets["themselves"]), *KS, "--output",
                      str(root / f"{name}.json"), *extra]) == 0
@@ -112,7 +114,8 @@ def figures(sets, model, tmp_path_factory) -> dict[str, dict[str, float]]:
 
 
 def test_evaluate_run_scores_a_run_file_as_beir_does(figures):
-    assert figures["run"] == figures["beir"] != figures["strict"]
+    assert figures["struck"]["lines"] > 0  # the run holds queries that found themselves (a tiny model's figures may
+    assert figures["run"] == figures["beir"]  # all be 0, kept or not, so the figures alone cannot show it)
     assert all(figures["strict"][key] <= figures["beir"][key] for key in figures["beir"])
 
 
