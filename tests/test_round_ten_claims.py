@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import command_inputs, error_line
+from safetensors.torch import load_file, save_file
 from test_os_failures import read_only  # noqa: F401  (a fixture: a read-only mount as root, else mode 0555)
 from test_round_nine_small import command_line, config_of, installed  # noqa: F401  (installed: a fixture)
 
@@ -86,12 +87,13 @@ ERAS = {"07c1548 to 7ef76e7": lambda folder: None, "b6b061b to 07c1548": without
         "faeab30 to b6b061b": seed_only}
 
 
-def later(relative: str, seconds: int = 3600):
-    """The file at `relative` in a folder changed `seconds` after its random-init.json was written."""
-    def change(folder: Path) -> None:
-        written = os.stat(folder / RANDOM_INIT_MARKER).st_mtime_ns + seconds * 10**9
-        os.utime(folder / relative, ns=(written, written))
-    return change
+def trained(folder: Path) -> None:
+    """Weights changed in place, as a trainer saving into the folder changes them, the file's time kept."""
+    path = folder / "model.safetensors"
+    written = os.stat(path).st_mtime_ns
+    save_file({name: tensor + 0.5 for name, tensor in load_file(str(path)).items()}, str(path),
+              metadata={"format": "pt"})
+    os.utime(path, ns=(written, written))
 
 
 def rewritten(name: str, text: str, folder: Path) -> None:
@@ -105,10 +107,10 @@ def flag(text: str):
     return functools.partial(rewritten, RANDOM_INIT_MARKER, text)
 
 
-def masked_lm_config(kinds: list[str]):
+def config_with(**fields):
     def change(folder: Path) -> None:
         config = json.loads((folder / "config.json").read_text())
-        rewritten("config.json", json.dumps({**config, "architectures": kinds}), folder)
+        rewritten("config.json", json.dumps({**config, **fields}), folder)
     return change
 
 
@@ -126,18 +128,16 @@ def linked_flag(folder: Path) -> None:
 NOT_OURS = {
     "before faeab30 (no random-init.json: a trained model looks the same)":
         lambda folder: (seed_only(folder), (folder / RANDOM_INIT_MARKER).unlink()),
-    "weights trained in place": later("model.safetensors"),
-    "config.json edited since": later("config.json"),
-    "a tokenizer file replaced since": later("tokenizer.json", 60),
-    "a pooling file edited since": later("1_Pooling/config.json"),
+    "weights trained in place": trained,
+    "config.json of another initialisation": config_with(initializer_range=0.5),
     "random-init.json with a key of someone else": flag('{"seed": 42, "by": "me"}'),
     "random-init.json with a seed as text": flag('{"seed": "42"}'),
     "random-init.json with a seed true": flag('{"seed": true}'),
     "random-init.json of an architecture never built": flag('{"seed": 42, "architecture": "gpt2"}'),
     "random-init.json no JSON object": flag('[42]'),
     "random-init.json a link": linked_flag,
-    "config.json of an encoder, not a masked LM": masked_lm_config(["BertModel"]),
-    "config.json of two architectures": masked_lm_config(["BertForMaskedLM", "BertModel"]),
+    "config.json of an encoder, not a masked LM": config_with(architectures=["BertModel"]),
+    "config.json of two architectures": config_with(architectures=["BertForMaskedLM", "BertModel"]),
     "inside another run's folder (a quickstart's initial model)": in_a_run,
     "beside a marker that is none of ours": lambda folder: (folder / MARKER).write_text("{}\n"),
 }

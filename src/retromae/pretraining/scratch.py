@@ -4,8 +4,9 @@ Owns: saving a randomly initialised masked LM of an architecture (one that a fam
 builds) and a chosen size beside a tokenizer (one trained on text by `retromae.models.tokenizer_training`, or any
 existing one, such as BERT's uncased vocabulary), as a folder that `retromae pretrain --model` and `retromae finetune
 --model` load like a hub checkpoint; and telling such a folder apart, also one an init-model made before its runs
-were recorded (`unrecorded_init_model`). Does not own training, tokenizer training, or any family's config (its
-adapter builds it) or facts (its entry in the family table).
+were recorded, by what its files hold (`unrecorded_init_model`: its weights rebuilt from its seed). Does not own
+training, tokenizer training, or any family's config (its adapter builds it) or facts (its entry in the family
+table).
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForMaskedLM, PretrainedConfig, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+import torch
+from safetensors import safe_open
+from transformers import (
+    AutoModelForMaskedLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from retromae.backbones.families import architecture_names, family_building
 from retromae.backbones.registry import architecture_adapter
@@ -27,15 +36,21 @@ from retromae.models.export import ENCODER_METADATA, SENTENCE_TRANSFORMERS_FILES
 from retromae.models.masked_lm import position_limit
 from retromae.models.model_source import (
     RANDOM_INIT_MARKER,
-    SAVED_FILES,
     check_tokenizer,
     resolve_tokenizer,
     saved_files,
 )
-from retromae.models.pretrained import config_number_problem, load_tokenizer
+from retromae.models.pretrained import (
+    LIBRARY_ERRORS,
+    PICKLE_WEIGHTS,
+    config_number_problem,
+    load_config,
+    load_tokenizer,
+)
 from retromae.models.tokenizer_training import train_tokenizer
 from retromae.pretraining.config import InitModelConfig, check_model_fits
 from retromae.runtime.console import Result, given
+from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import loads_finite
 from retromae.runtime.options import ConfigError, require
@@ -52,9 +67,12 @@ from retromae.training.setup import seed_everything
 
 # What `save_random_model` writes beside the model and its tokenizer (`model_source.saved_files`): init-model's outputs.
 INIT_FILES = (RANDOM_INIT_MARKER, ENCODER_METADATA, *SENTENCE_TRANSFORMERS_FILES, "1_Pooling")
-# An init-model of before its runs were recorded wrote random-init.json after the weights and the tokenizer, and its
-# encoding files right after: none of its outputs changed later than this (in nanoseconds) in a folder as it left it.
-UNRECORDED_GRACE_NS = 10 * 10**9
+# Weights other than one model.safetensors: none in a folder init-model left at the sizes it is rebuilt at
+OTHER_WEIGHTS = (*PICKLE_WEIGHTS, "pytorch_model-*.bin", "model.safetensors.index.json",
+                 "model-?????-of-?????.safetensors")
+# The largest model.safetensors an unrecorded init-model's is rebuilt to be compared with (BERT-large's: 1.3 GB);
+# a larger one is refused rather than rebuilt
+MAX_REBUILT_BYTES = 2 << 30
 SMALL_RECORD_BYTES = 1 << 16  # random-init.json and config.json of a masked LM are far smaller
 
 
@@ -102,8 +120,7 @@ def write_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, config:
     """A masked LM of `config` (`random_model_config`) initialised with `seed`, saved with `tokenizer` and with the
     length and pooling it encodes text with (`export.write_encoding_files`): `max_length`, by default all its
     positions (at most its tokenizer's limit), and [CLS] pooling."""
-    seed_everything(seed)
-    model = AutoModelForMaskedLM.from_config(config)
+    model = random_masked_lm(config, seed)
     folder = Path(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -111,6 +128,13 @@ def write_random_model(tokenizer: PreTrainedTokenizerBase, folder: Path, config:
     write_encoding_files(folder, "cls", False,
                          max_length or default_max_length(model, tokenizer, position_limit(model.config)))
     return folder
+
+
+def random_masked_lm(config: PretrainedConfig, seed: int) -> PreTrainedModel:
+    """The masked LM of `config` initialised with `seed`: what init-model saves (`write_random_model`), and what
+    an init-model folder of before its runs were recorded is compared with (`unrecorded_init_model`)."""
+    seed_everything(seed)
+    return AutoModelForMaskedLM.from_config(config)
 
 
 def init_model(config: InitModelConfig) -> Result:
@@ -151,12 +175,12 @@ def existing_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 def unrecorded_init_model(folder: Path) -> bool:
     """Whether `folder`, which holds no run marker (`run_folder.claim_folder` asks only then), is as an init-model of
-    before its runs were recorded (commit 7ef76e7) left it: no run marker above it either (the quickstart's initial
-    model lies in its run's folder), `random-init.json` (written since commit
-    faeab30) a small regular file holding its seed and, since b6b061b, an architecture this version builds, nothing
-    else, `config.json` a masked LM's, and none of init-model's outputs there changed more than UNRECORDED_GRACE_NS
-    after `random-init.json` was written (a model trained in place, a file edited since, is newer). What an
-    init-model wrote before faeab30 holds nothing that tells it from a trained model: not recognised."""
+    before its runs were recorded (commit 7ef76e7) left it, judged by what its files hold (never by their times, which
+    copies and clocks set): no run marker above it either (the quickstart's initial model lies in its run's folder),
+    `random-init.json` (written since commit faeab30) a small regular file holding its seed and, since b6b061b, an
+    architecture this version builds, nothing else, `config.json` a masked LM's, and its weights untouched
+    (`untouched_weights`: a model trained in place, or its weights edited, is not one). What an init-model wrote
+    before faeab30 holds nothing that tells it from a trained model: not recognised."""
     folder = Path(folder)
     flag, model = _small_json(folder / RANDOM_INIT_MARKER), _small_json(folder / "config.json")
     if any((place / MARKER).exists() for place in folder.resolve().parents) or not isinstance(flag, dict):
@@ -167,10 +191,40 @@ def unrecorded_init_model(folder: Path) -> bool:
     kinds = model.get("architectures") if isinstance(model, dict) else None
     if not (isinstance(kinds, list) and len(kinds) == 1 and str(kinds[0]).endswith("ForMaskedLM")):
         return False
-    latest = os.lstat(folder / RANDOM_INIT_MARKER).st_mtime_ns + UNRECORDED_GRACE_NS
-    written = outputs_in(folder, (*SAVED_FILES, *INIT_FILES))
-    files = [file for path in written for file in (path, *(path.rglob("*") if path.is_dir() else ()))]
-    return all(os.lstat(file).st_mtime_ns <= latest for file in files)
+    return untouched_weights(folder, seed)
+
+
+def untouched_weights(folder: Path, seed: int) -> bool:
+    """Whether `folder`'s only weights are a model.safetensors (a regular file of at most MAX_REBUILT_BYTES: a larger
+    one is not rebuilt) holding, bit for bit, the tensors init-model saved: those of the masked LM its config.json
+    describes initialised with `seed`, rebuilt by the code init-model runs (`random_masked_lm`). Where this version
+    of torch or transformers initialises otherwise than the one that wrote the folder, they differ: not untouched."""
+    weights = folder / "model.safetensors"
+    try:
+        status = os.lstat(weights)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_REBUILT_BYTES or outputs_in(folder, OTHER_WEIGHTS):
+            return False
+        rebuilt = random_masked_lm(load_config(str(folder)), seed).state_dict()
+        with safe_open(str(weights), framework="pt", device="cpu") as saved:
+            return _saved_as(rebuilt, set(saved.keys()), saved.get_tensor)
+    except (ModelLoadError, *LIBRARY_ERRORS):
+        return False
+
+
+def _saved_as(state: dict[str, torch.Tensor], names: set[str], tensor: Any) -> bool:
+    """Whether the tensors `names` (each read by `tensor(name)`) are what `save_pretrained` keeps of `state`: every
+    one of its tensors but those tied to one kept, each of the same dtype, shape and bytes."""
+    kept = {state[name].data_ptr() for name in names & state.keys()}
+    if not names <= state.keys() or any(value.data_ptr() not in kept for value in state.values()):
+        return False
+    return all(_same_bytes(tensor(name), state[name]) for name in names)
+
+
+def _same_bytes(one: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether two tensors are of one dtype and shape and hold the same bytes (a NaN equal to itself, 0.0 not -0.0)."""
+    if one.dtype != other.dtype or one.shape != other.shape:
+        return False
+    return torch.equal(one.reshape(-1).view(torch.uint8), other.detach().reshape(-1).view(torch.uint8))
 
 
 def _small_json(path: Path) -> Any:
