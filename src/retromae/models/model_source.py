@@ -8,14 +8,16 @@ such as `0_Transformer/`), a plain Hugging Face model folder, or a hub name — 
 folder holds and what to pass instead; that a sentence-transformers module's path names a folder inside the model
 folder, covered by its fingerprint (`module_path`); and the sanity checks of a loaded tokenizer (a vocabulary of special
 tokens only, more tokens than the model embeds, a corpus read as mostly `[UNK]`; at load time, `check_tokenizer_reads`:
-ids beyond the model's embeddings, a special token that is a word's id too, a sample text it cannot read, and first a
-normalizer or pre-tokenizer that would make a text many times longer, `check_tokenizer_growth`; `check_needed_tokens`: a
-special token a command needs) and of a tokenizer.json before the tokenizers library reads it (`check_tokenizer_file`);
-that every file of a model folder is a regular file (`check_model_files`: a FIFO would hang its reader); and that a
-folder's safetensors files are whole and their headers true (`check_safetensors`: a truncated file, a header whose
-offsets, shapes or types lie, an integer weight are named before a library fails on them without their name, or reads
-them as other numbers). Does not own loading weights (`retromae.models.encoder`, `retromae.models.masked_lm`) nor a
-folder's pooling (`retromae.models.encoder.describe_folder`).
+ids beyond the model's embeddings (naming the file that brought a token tokenizer.json lacks), a special token that is a
+word's id too, a sample text it cannot read, a special token tokenizer.json does not mark special (named in the file
+that declares it, `check_special_tokens`), and first a normalizer or pre-tokenizer that would make a text many times
+longer, `check_tokenizer_growth`; `check_needed_tokens`: a special token a command needs) and of a tokenizer.json before
+the tokenizers library reads it (`check_tokenizer_file`); that every file of a model folder is a regular file
+(`check_model_files`: a FIFO would hang its reader); and that a folder's safetensors files are whole and their headers
+true (`check_safetensors`: a truncated file, a header whose offsets, shapes or types lie, an integer weight are named
+before a library fails on them without their name, or reads them as other numbers). Does not own loading weights
+(`retromae.models.encoder`, `retromae.models.masked_lm`) nor a folder's pooling
+(`retromae.models.encoder.describe_folder`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ PROBE = "A sample of text to read."  # what every tokenizer must read into ordin
 # The special tokens a command may need of a tokenizer (`check_needed_tokens`), each with what it is needed for
 NEEDED_TOKENS = {"pad": "every command pads a batch of texts of different lengths with",
                  "mask": "pre-training masks tokens with"}
+# The special tokens a tokenizer names by role, which commands read by name (`check_special_tokens`)
+SPECIAL_ROLES = ("mask", "pad", "cls", "bos", "sep", "eos", "unk")
+# The files beside tokenizer.json that may name a tokenizer's tokens, as transformers reads them (`declared_by`)
+DECLARING_FILES = ("special_tokens_map.json", "tokenizer_config.json", "added_tokens.json")
+SHOWN_SPECIAL = 6  # of a tokenizer's special tokens named in an error
 # What a tokenizer's normalizer and pre-tokenizer may make of a text, which the tokenizers library reads whole before it
 # cuts it to its tokens (audit 8, section 6: a normalizer's Replace of "e" by 4,000 characters made 50 short documents
 # cost 27 s and 2.9 GB). Run on GROWTH_PROBE, real tokenizers make 0.85 (BERT uncased) to 1.47 (byte-level BPE:
@@ -350,10 +357,12 @@ def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) 
                              f"model embeds only {vocab_size}; use the tokenizer the model was made with")
 
 
-def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) -> None:
+def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None, folder: Path | None = None) -> None:
     """ModelLoadError naming `where` (a tokenizer's tokenizer.json, folder or hub name) unless the tokenizer reads
-    text into ids a model of `vocab_size` embeddings (None: not known) can look up: every id of its vocabulary and
-    added tokens below `vocab_size`; no special token with the id of a word (the model could not tell them apart);
+    text into ids a model of `vocab_size` embeddings (None: not known) can look up: its special tokens those its
+    tokenizer.json marks so (`check_special_tokens`, where the tokenizer was read from a `folder`); every id of its
+    vocabulary and added tokens below `vocab_size` (naming the file that added a token tokenizer.json lacks,
+    `declared_by`); no special token with the id of a word (the model could not tell them apart);
     and `PROBE` read as at least one token besides its special ones ([UNK] counts: the text was read), framed by
     special tokens below `vocab_size` only (the post-processor's [CLS] and [SEP]). Each failure loads, but ends
     mid-run (an index beyond the embeddings) or reads every text alike (a normalizer that erases all); a panic while
@@ -361,13 +370,15 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) ->
     (`check_tokenizer_growth`): the sample is read only then."""
     with tokenizer_panics():
         check_tokenizer_growth(tokenizer, where)
+    if folder is not None:
+        check_special_tokens(tokenizer, folder, where)
     vocab = tokenizer.get_vocab()
     special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
     largest, token = max(((index, token) for token, index in vocab.items()), default=(-1, ""))
     if vocab_size is not None and largest >= vocab_size:
-        raise ModelLoadError(f"{where}: the token {_shown(token)} has the id {largest}, but the model embeds only "
-                             f"{vocab_size} tokens (ids 0 to {vocab_size - 1}); use the tokenizer the model was made "
-                             "with")
+        raise ModelLoadError(f"{introduced_by(folder, token, where)}: the token {_shown(token)} has the id {largest}, "
+                             f"but the model embeds only {vocab_size} tokens (ids 0 to {vocab_size - 1}); use the "
+                             "tokenizer the model was made with")
     names = set(tokenizer.all_special_tokens)
     word = next(((word, index) for word, index in vocab.items() if index in special and word not in names), None)
     if word is not None:
@@ -389,6 +400,98 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None) ->
             raise ModelLoadError(f"{where}: its post-processor adds the id {index} "
                                  f"({_shown(tokenizer.convert_ids_to_tokens(index))}) around every text, the id of "
                                  "no special token; use the tokenizer the model was made with")
+
+
+def check_special_tokens(tokenizer: Any, folder: Path, where: str) -> None:
+    """The one rule of which tokens may be special: ModelLoadError unless each special token of the tokenizer (those it
+    names by role, `SPECIAL_ROLES`: the mask pre-training masks with, the pad, the cls/bos and sep/eos that frame a
+    text, the unk; and any other it holds special) is one its `folder`'s tokenizer.json marks special
+    (`tokenizer_file_tokens`; their ids are `check_tokenizer_reads`'s). Named is the file that declares it
+    (`declared_by`; else `where`): a tokenizer_config.json or special_tokens_map.json naming an ordinary token as a
+    special one makes transformers read that word as the special token (pre-training would mask with the word, and
+    neither mask nor predict it where a text holds it); naming a token tokenizer.json lacks (or a tokenizer_class
+    bringing its own) gives it an id the model was not made with. A folder without tokenizer.json is not checked (a
+    vocab.txt marks no token special)."""
+    held = tokenizer_file_tokens(folder)
+    if held is None:
+        return
+    tokens, own = held
+    for token, index in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=True):
+        if token in own:
+            continue
+        role = next((f"its {name} token" for name in SPECIAL_ROLES if getattr(tokenizer, f"{name}_token") == token),
+                    "a special token")
+        source, declaration = declared_by(folder, token) or (where, f"the tokenizer makes {quoted(token)} special")
+        if token in tokens:
+            marked = [quoted(name) for name in own][:SHOWN_SPECIAL] + ["..."] * (len(own) > SHOWN_SPECIAL)
+            raise ModelLoadError(f"{source}: {declaration}, an ordinary token of tokenizer.json (id "
+                                 f"{tokens[token]}), not one of the special tokens it marks "
+                                 f"({', '.join(marked) or 'none'}): the model would read that token as {role}; name "
+                                 "one of those")
+        raise ModelLoadError(f"{source}: {declaration}, which tokenizer.json does not hold: transformers adds it as "
+                             f"{role} with the id {index}, which the model was not made with; use the tokenizer the "
+                             "model was made with")
+
+
+def tokenizer_file_tokens(folder: Path) -> tuple[dict[str, int], dict[str, int]] | None:
+    """The ids of the tokens a folder's tokenizer.json holds (its vocabulary and added tokens) and of those it marks
+    special (added tokens with `special`, and its model's unknown token); None without a tokenizer.json (the file was
+    checked when the folder was: `check_tokenizer_file`)."""
+    data = read_json(folder / "tokenizer.json", dict)
+    if data is None:
+        return None
+    model, vocab = data.get("model") or {}, (data.get("model") or {}).get("vocab") or {}
+    if isinstance(vocab, list):  # a Unigram's [piece, score] pairs
+        tokens = {entry[0]: index for index, entry in enumerate(vocab)
+                  if isinstance(entry, list) and entry and isinstance(entry[0], str)}
+        unknown = next((token for token, index in tokens.items() if index == model.get("unk_id")), None)
+    else:
+        tokens, unknown = dict(vocab), model.get("unk_token")
+    added = [(entry.get("content"), entry.get("id"), entry.get("special"))
+             for entry in data.get("added_tokens") or [] if isinstance(entry, dict)]
+    own = {unknown: tokens[unknown]} if unknown in tokens else {}
+    own |= {content: index for content, index, special in added if special is True}
+    return tokens | {content: index for content, index, _ in added}, own
+
+
+def declared_by(folder: Path, token: str) -> tuple[str, str] | None:
+    """The file of `folder` beside tokenizer.json that brings `token` to its tokenizer, and how, as a message says it:
+    a key of special_tokens_map.json or tokenizer_config.json whose value is or holds it (`_named_tokens`),
+    added_tokens.json adding it, else tokenizer_config.json's tokenizer_class (a class brings its own special tokens);
+    None where none does."""
+    for name in DECLARING_FILES:
+        settings = read_json(folder / name, dict) or {}
+        if name == "added_tokens.json" and token in settings:
+            return str(folder / name), f"adds the token {quoted(token)}"
+        key = next((key for key, value in settings.items() if token in _named_tokens(key, value)), None)
+        if key is not None:
+            return str(folder / name), f"its {key} names {quoted(token)}"
+    settings = read_json(folder / "tokenizer_config.json", dict) or {}
+    if "tokenizer_class" in settings:
+        return (str(folder / "tokenizer_config.json"),
+                f"its tokenizer_class {quoted(settings['tokenizer_class'])} brings {quoted(token)}")
+    return None
+
+
+def introduced_by(folder: Path | None, token: str, where: str) -> str:
+    """The file at fault for a token of a tokenizer read from `folder` (None: a hub name): `where` (its tokenizer.json)
+    where tokenizer.json holds it, else the file that brings it (`declared_by`)."""
+    held = tokenizer_file_tokens(folder) if folder is not None else None
+    if held is None or token in held[0]:
+        return where
+    return (declared_by(folder, token) or (where,))[0]
+
+
+def _named_tokens(key: str, value: Any) -> set[str]:
+    """The tokens a key of special_tokens_map.json or tokenizer_config.json names (a `*_token`, a list of
+    `*_tokens`, `added_tokens_decoder`'s entries): a text, or an entry's `content`, at any depth."""
+    if not key.endswith(("_token", "_tokens", "added_tokens_decoder")):
+        return set()
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return {value["content"]} if isinstance(value.get("content"), str) else _named_tokens(key, [*value.values()])
+    return set().union(*(_named_tokens(key, item) for item in value)) if isinstance(value, list) else set()
 
 
 def check_needed_tokens(tokenizer: Any, where: str, needs: Sequence[str] = ()) -> None:

@@ -103,7 +103,7 @@ def load_tokenizer(folder: str, subfolder: str = "", what: str = "", needs: tupl
                              "it)")
     where = _tokenizer_source(path, what or folder)
     tokenizer_read(where)
-    check_tokenizer_reads(tokenizer, where, config.get("vocab_size"))
+    check_tokenizer_reads(tokenizer, where, config.get("vocab_size"), path if path.is_dir() else None)
     check_needed_tokens(tokenizer, str(settings), needs)
     read_from_the_start(tokenizer, path, where)
     return tokenizer
