@@ -105,7 +105,7 @@ def test_a_pretraining_run_takes_the_cached_choice_and_says_so(tiny_tokenizer, t
     cache.write_text(json.dumps({cache_key(width, vocab, 2 * 16, torch.float32): {"unfused": 1.0,
                                                                                    "chunked-torch": 0.5}}))
     accelerator = type("Accelerator", (), {"device": torch.device("cpu"), "mixed_precision": "no",
-                                           "is_main_process": True})()
+                                           "is_main_process": True, "num_processes": 1})()
     config = type("Config", (), {"vocabulary_loss": "auto", "batch_size": 2, "max_length": 16})()
     choose_vocabulary_loss(objective, config, accelerator)
     assert objective.vocabulary.kind == "chunked-torch" and not objective.vocabulary.use_onednn

@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from accelerate.utils import broadcast_object_list
-
 from retromae.data.training_groups import TrainingSet, load_training_data
 from retromae.finetuning.batches import GroupBatchSampler, GroupCollator, GroupDataset, count_tokens
 from retromae.finetuning.config import FinetuneConfig
@@ -25,6 +23,7 @@ from retromae.models.encoder import Encoder, side_prefix
 from retromae.models.export import export_encoder, export_sentence_transformer
 from retromae.models.model_card import write_model_cards
 from retromae.models.model_source import check_unknown_share
+from retromae.runtime.broadcast import from_main
 from retromae.runtime.console import say
 from retromae.runtime.options import ConfigError
 from retromae.training.checkpoints import latest_checkpoint
@@ -162,19 +161,18 @@ def _plan(config: FinetuneConfig, model: DualEncoder, first: dict, pad_id: int, 
           group_size: int) -> None:
     """Plan memory and time on the main process and print the plan line: the gradient-caching chunk size is
     --chunk-size, else the one `plan_memory` chooses for the memory this process may use; every process trains with
-    the main process's."""
-    chunk = [config.chunk_size or 0]
+    the main process's (`from_main`)."""
+    chunk = ""
     if accelerator.is_main_process:
         with accelerator.autocast():
             memory = measure_step_memory(model, first, config.query_max_length, config.passage_max_length, pad_id)
             plan = plan_memory(memory, config.batch_size, config.batch_size * group_size,
                                memory_budget(accelerator.device), accelerator.device.type, config.chunk_size)
-            model.options.chunk_size = chunk[0] = plan.chunk_size
+            model.options.chunk_size = plan.chunk_size
+            chunk = str(plan.chunk_size)
             per_step = estimated_step_seconds(model, first)
         say(plan_line(config, queries, group_size, per_step, plan.describe()))
-    if accelerator.num_processes > 1:
-        broadcast_object_list(chunk)
-    model.options.chunk_size = chunk[0]
+    model.options.chunk_size = int(from_main(chunk, accelerator))
 
 
 def describe(config: FinetuneConfig, negatives: str) -> str:

@@ -39,6 +39,7 @@ from retromae.models.model_source import check_unknown_share, unfinished_run
 from retromae.objectives import OBJECTIVES, PretrainingObjective, build_objective
 from retromae.objectives.summary import describe_pretraining
 from retromae.pretraining.config import PretrainConfig as PretrainConfig  # re-exported: `retromae pretrain`'s options
+from retromae.runtime.broadcast import from_main
 from retromae.runtime.console import say
 from retromae.runtime.errors import ModelLoadError
 from retromae.runtime.lines import loads_finite, quoted, read_json_file
@@ -62,8 +63,7 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
     check_max_length(encoder.config, config.max_length, "max_length", tokenizer)
     claim_output(config, "pretrain", OUTPUTS, accelerator)
     objective = build_objective(config.objective, encoder, tokenizer, config)
-    with accelerator.main_process_first():  # one process measures; the others read its cache
-        choose_vocabulary_loss(objective, config, accelerator)
+    choose_vocabulary_loss(objective, config, accelerator)
     if config.init_from:
         init_head(objective, config)
     with accelerator.main_process_first():  # one process tokenises; the others load its cache
@@ -87,18 +87,19 @@ def pretrain(config: PretrainConfig | None = None, /, **options: Any) -> Path:
 
 
 def choose_vocabulary_loss(objective: PretrainingObjective, config: PretrainConfig, accelerator) -> None:
-    """On the CPU, `--vocabulary-loss auto` becomes the kernel measured fastest at the run's shapes on this CPU
-    (`retromae.losses.vocabulary_choice`), and the run's log says which; elsewhere, and for any other choice, as
-    given."""
+    """On the CPU, `--vocabulary-loss auto` becomes the kernel measured fastest at the run's shapes on the main
+    process's CPU (`retromae.losses.vocabulary_choice`), which every process runs (`from_main`), and the run's log
+    says which; elsewhere, and for any other choice, as given."""
     if config.vocabulary_loss != "auto" or accelerator.device.type != "cpu":
         return
-
-    projection = objective.vocabulary.projection.weight  # (V, E)
-    dtype = AUTOCAST_DTYPES.get(accelerator.mixed_precision, torch.float32)
-    kind, timings, fresh = auto_kind(projection.shape[1], projection.shape[0], config.batch_size * config.max_length,
-                                     dtype)
-    objective.use_vocabulary_loss(kind)
-    say(describe_choice(kind, timings, fresh), accelerator.is_main_process)
+    kind = ""
+    if accelerator.is_main_process:
+        projection = objective.vocabulary.projection.weight  # (V, E)
+        dtype = AUTOCAST_DTYPES.get(accelerator.mixed_precision, torch.float32)
+        kind, timings, fresh = auto_kind(projection.shape[1], projection.shape[0],
+                                         config.batch_size * config.max_length, dtype)
+        say(describe_choice(kind, timings, fresh))
+    objective.use_vocabulary_loss(from_main(kind, accelerator))
 
 
 def make_probe(config: PretrainConfig, tokenizer: PreTrainedTokenizerFast, main_process: bool):

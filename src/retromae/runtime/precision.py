@@ -1,8 +1,11 @@
-"""The precision a run computes in: what `auto` (--mixed-precision, --dtype) resolves to on this machine, and that
-resolved value as every record of a run holds it, so that a record says what ran.
+"""The precision a run computes in: what `auto` (--mixed-precision, --dtype) resolves to on this machine (in a launch
+of several processes, on the main process's, for every process), and that resolved value as every record of a run
+holds it, so that a record says what ran.
 
 Owns `resolve_mixed_precision` (a training run's, in Accelerate's names), `resolve_dtype` (an encoder's autocast
-dtype) and `dtype_label` (that dtype as --dtype names it: what encode.json, and index.json's copy of it, record);
+dtype), the one answer both take `auto` from (`bf16_under_auto`: this machine's, `machine_bf16`, or in a launch of
+several processes the main process's, which every process takes where their state is made, `agree_on_auto`) and
+`dtype_label` (that dtype as --dtype names it: what encode.json, and index.json's copy of it, record);
 `resolved_precision` (the precision options of a command's config as they resolve here: what
 `run_folder.run_identity` records, so that a training run's marker and checkpoints and evaluate's report folder say
 what ran, and a resume where `auto` resolves otherwise is refused as an explicit change of precision is, the refusal
@@ -18,54 +21,84 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from retromae.runtime.broadcast import from_main
 from retromae.runtime.console import notice
 from retromae.runtime.cpu_features import auto_bf16
 from retromae.runtime.devices import resolve_device
 from retromae.runtime.lines import quoted
 from retromae.runtime.options import ConfigError, require
-from retromae.runtime.processes import without_gpus
 
 AUTO = "auto"
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 # A record's precision field and the value its absence means (encode.json before precision was recorded: float32,
 # as its backend was torch's before backends were recorded); a training identity always holds mixed_precision.
 PRECISION_FIELDS = {"mixed_precision": None, "dtype": "float32"}
+_LAUNCH_ANSWERS: dict[str, bool] = {}  # device type -> the main process's `machine_bf16` (`agree_on_auto`)
 CPU_FP16 = ("--mixed-precision fp16: not on a CPU, where Accelerate would train in float32 without a word (it has "
             "no fp16 autocast there); use bf16 (autocast, on AMX or AVX-512 bf16 where the CPU has them) or no")
 
 
 def resolve_mixed_precision(requested: str) -> str:
-    """--mixed-precision as Accelerate takes it: "auto" is bf16 on a CUDA GPU that supports it and on a CPU where
-    bf16 autocast was measured to pay (`retromae.runtime.cpu_features.auto_bf16`: AMX), else "no" (fp32); fp16
-    without a GPU is refused (ConfigError), where Accelerate would quietly run float32."""
+    """--mixed-precision as Accelerate takes it: "auto" is bf16 on the run's device where `bf16_under_auto` says so
+    (a CUDA GPU that supports it, a CPU with AMX), else "no" (fp32); fp16 without a GPU is refused (ConfigError),
+    where Accelerate would quietly run float32."""
     import torch  # torch: only when a run resolves its precision
 
-    cuda = torch.cuda.is_available() and not without_gpus()
-    if requested == "fp16" and not (cuda or torch.backends.mps.is_available()):
+    cuda = torch.cuda.is_available()
+    mps = torch.backends.mps.is_available()
+    if requested == "fp16" and not (cuda or mps):
         raise ConfigError(CPU_FP16)
     if requested != AUTO:
         return requested
-    if cuda:
-        return "bf16" if torch.cuda.is_bf16_supported() else "no"
-    return "bf16" if not torch.backends.mps.is_available() and auto_bf16() else "no"
+    return "bf16" if bf16_under_auto("cuda" if cuda else "mps" if mps else "cpu") else "no"
 
 
 def resolve_dtype(dtype: Any, device: Any) -> Any:
     """The autocast dtype (a torch dtype) of `dtype` (a --dtype name or a torch dtype) on the torch `device`: None
-    means full float32; "auto" is bf16 (or fp16) on CUDA, bf16 on a CPU where it was measured to pay
-    (`retromae.runtime.cpu_features.auto_bf16`: AMX), float32 elsewhere."""
+    means full float32; "auto" is bf16 where `bf16_under_auto` says so, else fp16 on CUDA and float32 elsewhere."""
     import torch  # torch: only when an encoder is loaded
 
     if isinstance(dtype, torch.dtype):
         return None if dtype == torch.float32 else dtype
     if dtype in (None, AUTO):
-        if device.type == "cpu":
-            return torch.bfloat16 if auto_bf16() else None
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if bf16_under_auto(device.type):
+            return torch.bfloat16
+        return torch.float16 if device.type == "cuda" else None
     require(dtype in DTYPE_NAMES, "dtype", f"must be auto or one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
     return None if dtype == "float32" else getattr(torch, dtype)
+
+
+def bf16_under_auto(device_type: str) -> bool:
+    """Whether `auto` (--mixed-precision, --dtype) computes in bf16 autocast on a `device_type` device: in a launch of
+    several processes, the main process's answer (`agree_on_auto`); else this machine's (`machine_bf16`)."""
+    agreed = _LAUNCH_ANSWERS.get(device_type)
+    return machine_bf16(device_type) if agreed is None else agreed
+
+
+def machine_bf16(device_type: str) -> bool:
+    """This machine's answer to `bf16_under_auto`: on a CUDA GPU that supports bf16, on a CPU where bf16 autocast was
+    measured to pay (`retromae.runtime.cpu_features.auto_bf16`: AMX), on no other device (MPS)."""
+    import torch  # torch: only when a run resolves its precision
+
+    if device_type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device_type == "cpu" and auto_bf16()
+
+
+def agree_on_auto(processes: Any) -> None:
+    """Every process of `processes` (a launch of several; a collective: each calls it) takes the main process's answer
+    to `bf16_under_auto` on the CPU and on the launch's device (`from_main`), so that `auto` computes in one precision
+    on every process and what the main process records is what each ran: a node with AMX beside one without, or an
+    A100 beside a V100, would otherwise each resolve its own. A process whose machine alone would answer otherwise
+    says so in a note. Called where the processes' state is made (`runtime.processes.process_state`)."""
+    own = {kind: machine_bf16(kind) for kind in dict.fromkeys(("cpu", processes.device.type))}
+    said = from_main(" ".join(f"{kind}={int(answer)}" for kind, answer in own.items()), processes)
+    _LAUNCH_ANSWERS.update({kind: answer == "1" for kind, answer in (pair.split("=") for pair in said.split())})
+    for kind, answer in own.items():
+        if _LAUNCH_ANSWERS[kind] != answer:
+            notice(f"retromae: note: process {processes.process_index}: auto precision "
+                   f"{'uses' if _LAUNCH_ANSWERS[kind] else 'leaves out'} bf16 autocast on {kind} as the main process "
+                   "does, which this machine alone would not (--mixed-precision and --dtype choose)")
 
 
 def dtype_label(dtype: Any) -> str:

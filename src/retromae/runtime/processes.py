@@ -20,6 +20,7 @@ from typing import Any
 
 from retromae.runtime.errors import RetroMAEError
 from retromae.runtime.lines import quoted
+from retromae.runtime.precision import agree_on_auto
 
 WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 # The launcher's whole-number variables (torchrun's and Accelerate's, and mpirun's that Accelerate reads): name →
@@ -134,14 +135,22 @@ def check_process_count(num_processes: int) -> None:
                           f"the whole work alone; use {WORKING_FORMS}")
 
 
-def process_state() -> Any:
-    """Accelerate's `PartialState` of this process (gloo on a machine without CUDA), checked against the launch."""
-    # accelerate: processes is read by --help (retromae.cli.check_launch)
+def process_state(**init: Any) -> Any:
+    """Accelerate's `PartialState` of this process (gloo on a machine without CUDA; the CPU where `accelerate launch
+    --cpu` asked for it, as Accelerate's own state takes it), checked against the launch. The call that makes it
+    (`init`: its process group's options, e.g. timeout) is where every process of a launch meets (the group's
+    rendezvous), and there they agree on what `auto` precision computes in (`precision.agree_on_auto`)."""
+    # torch and accelerate: processes is read by --help (retromae.cli.check_launch)
+    import torch
     from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
 
     check_environment()  # the Python API's runs too: Accelerate reads it with bare int()s
-    state = PartialState(cpu=without_gpus())
+    forming = not torch.distributed.is_initialized()
+    state = PartialState(cpu=without_gpus() or parse_flag_from_env("ACCELERATE_USE_CPU"), **init)
     check_process_count(state.num_processes)
+    if forming and state.num_processes > 1:
+        agree_on_auto(state)
     return state
 
 

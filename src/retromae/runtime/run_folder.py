@@ -35,6 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
+from retromae.runtime.broadcast import from_main
 from retromae.runtime.console import quiet_by_default
 from retromae.runtime.errors import DataError, FileSystemError, tokenizer_panics
 from retromae.runtime.input_files import HF_PREFIX, folder_inputs, hf_folder, hidden
@@ -60,7 +61,6 @@ _HASHED: dict[tuple, str] = {}  # (path, size, mtime, ctime, inode) -> fingerpri
 LOCK_FILE = ".retromae.lock"
 _HELD: dict[Path, tuple[int, int]] = {}  # lock file -> (descriptor, pid of the process that took it)
 _CLAIMED: dict[Path, tuple[tuple[str, ...], bool]] = {}  # folder claimed here -> (names it writes, made by the claim)
-REFUSAL_BYTES = 4096  # the longest refusal message the main process sends the others
 # Options that say how long, how verbosely or where a training runs, not what it computes: a resumed run may change
 # them (a larger --max-steps trains longer; the learning-rate schedule then follows the new length). The probes'
 # sample and metric stay part of a run, so that its probe scores (and its best probe) compare across a resume.
@@ -619,17 +619,9 @@ def quiet_entry_point(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _from_main(refusal: Exception | None, processes: Any) -> Exception | None:
-    """The main process's refusal, on every process of `processes` (a collective: all call it), so that none waits
-    for a main process that stopped. Sent as the bytes of its message in a tensor (no pickle between processes)."""
-    # torch and accelerate: run_folder is read by every command's --help (OutputOptions)
-    import torch
-    from accelerate.utils import broadcast
-
-    text = "" if refusal is None else f"{type(refusal).__name__}\t{refusal}"
-    data = torch.zeros(REFUSAL_BYTES, dtype=torch.uint8, device=processes.device)
-    encoded = text.encode("utf-8")[:REFUSAL_BYTES]
-    data[:len(encoded)] = torch.frombuffer(bytearray(encoded), dtype=torch.uint8) if encoded else data[:0]
-    received = bytes(broadcast(data, from_process=0).cpu().tolist()).rstrip(b"\0").decode("utf-8", "replace")
+    """The main process's refusal, on every process of `processes` (a collective: all call it, `from_main`), so that
+    none waits for a main process that stopped."""
+    received = from_main("" if refusal is None else f"{type(refusal).__name__}\t{refusal}", processes)
     if not received:
         return None
     kind, message = received.split("\t", 1)

@@ -28,7 +28,7 @@ from retromae.runtime.console import say
 from retromae.runtime.cpu_features import AUTO_BF16_VARIABLE
 from retromae.runtime.options import ConfigError
 from retromae.runtime.precision import resolve_mixed_precision
-from retromae.runtime.processes import check_process_count, without_gpus
+from retromae.runtime.processes import process_state, without_gpus
 from retromae.runtime.run_folder import claim_folder, input_paths, run_identity
 from retromae.training.checkpoint_state import put_master_weights
 from retromae.training.config import TrainingConfig
@@ -62,14 +62,16 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     """The run's Accelerator; create it before any distributed work (e.g. building a data cache on rank 0 first).
 
     Accelerate keeps one process-wide state; it is reset (the distributed set-up kept) so that one process can run
-    several trainings with different precision, as the quickstart and the tests do. Processes wait for each other
-    up to --distributed-timeout minutes (rank 0 probes and mines negatives while the others wait in a collective).
+    several trainings with different precision, as the quickstart and the tests do. The distributed set-up is made
+    first (`processes.process_state`), where the processes of a launch agree on what `auto` precision is, so that
+    every process trains in the main process's. Processes wait for each other up to --distributed-timeout minutes
+    (rank 0 probes and mines negatives while the others wait in a collective).
     """
     AcceleratorState._reset_state(reset_partial_state=False)
     waiting = InitProcessGroupKwargs(timeout=timedelta(minutes=config.distributed_timeout))
+    process_state(**waiting.to_kwargs())  # the processes agree on what `auto` is before it is resolved
     accelerator = Accelerator(mixed_precision=resolve_mixed_precision(config.mixed_precision),
                               cpu=without_gpus(), kwargs_handlers=[waiting])
-    check_process_count(accelerator.num_processes)
     _configure_deepspeed(accelerator, config)
     use_tensor_cores(accelerator.device)
     if config.mixed_precision == "auto" and (accelerator.device.type == "cuda" or accelerator.mixed_precision != "no"):
