@@ -357,6 +357,26 @@ def check_tokenizer(tokenizer: Any, source: str, vocab_size: int | None = None) 
                              f"model embeds only {vocab_size}; use the tokenizer the model was made with")
 
 
+def _check_token_ids(tokenizer: Any, where: str, vocab_size: int | None, folder: Path | None) -> dict[int, str]:
+    """`check_tokenizer_reads`' check of the ids: every id of the vocabulary and added tokens below `vocab_size`
+    (naming the file that added a token tokenizer.json lacks), no special token with a word's id; returns the special
+    tokens by id."""
+    vocab = tokenizer.get_vocab()
+    special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
+    largest, token = max(((index, token) for token, index in vocab.items()), default=(-1, ""))
+    if vocab_size is not None and largest >= vocab_size:
+        raise ModelLoadError(f"{introduced_by(folder, token, where)}: the token {_shown(token)} has the id {largest}, "
+                             f"but the model embeds only {vocab_size} tokens (ids 0 to {vocab_size - 1}); use the "
+                             "tokenizer the model was made with")
+    names = set(tokenizer.all_special_tokens)
+    word = next(((word, index) for word, index in vocab.items() if index in special and word not in names), None)
+    if word is not None:
+        raise ModelLoadError(f"{where}: its special token {_shown(special[word[1]])} has the id {word[1]} of the word "
+                             f"{_shown(word[0])}; the model could not tell the word from the special token: give "
+                             "each its own id")
+    return special
+
+
 def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None, folder: Path | None = None) -> None:
     """ModelLoadError naming `where` (a tokenizer's tokenizer.json, folder or hub name) unless the tokenizer reads
     text into ids a model of `vocab_size` embeddings (None: not known) can look up: its special tokens those its
@@ -372,19 +392,7 @@ def check_tokenizer_reads(tokenizer: Any, where: str, vocab_size: int | None, fo
         check_tokenizer_growth(tokenizer, where)
     if folder is not None:
         check_special_tokens(tokenizer, folder, where)
-    vocab = tokenizer.get_vocab()
-    special = dict(zip(tokenizer.all_special_ids, tokenizer.all_special_tokens, strict=True))
-    largest, token = max(((index, token) for token, index in vocab.items()), default=(-1, ""))
-    if vocab_size is not None and largest >= vocab_size:
-        raise ModelLoadError(f"{introduced_by(folder, token, where)}: the token {_shown(token)} has the id {largest}, "
-                             f"but the model embeds only {vocab_size} tokens (ids 0 to {vocab_size - 1}); use the "
-                             "tokenizer the model was made with")
-    names = set(tokenizer.all_special_tokens)
-    word = next(((word, index) for word, index in vocab.items() if index in special and word not in names), None)
-    if word is not None:
-        raise ModelLoadError(f"{where}: its special token {_shown(special[word[1]])} has the id {word[1]} of the word "
-                             f"{_shown(word[0])}; the model could not tell the word from the special token: give "
-                             "each its own id")
+    special = _check_token_ids(tokenizer, where, vocab_size, folder)
     with tokenizer_panics():
         plain = tokenizer(PROBE, add_special_tokens=False)["input_ids"]
         framed = tokenizer(PROBE)["input_ids"]
