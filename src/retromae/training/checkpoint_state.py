@@ -6,21 +6,25 @@ Owns the files of `checkpoints/step-N/` beside the run marker:
                            other names listed in the header's metadata (`aliases`)
     optimizer.safetensors  the optimiser's tensors, `NAME/KEY` (e.g. `encoder.weight/exp_avg`)
     state.json             the loop's counters, the learning-rate schedule, the fp16 gradient scaler, the
-                           optimiser's groups and its non-tensor values, the number of processes that wrote it
+                           optimiser's groups and its non-tensor values, the number of processes that wrote it,
+                           the sha256 of the two tensor files (written after them: it binds them to this step)
     rng-R.json             process R's random generators (Python, NumPy, torch CPU and CUDA)
 
 Tensors are read by safetensors, everything else as JSON whose numbers must be finite; a file that is neither, or does
 not fit the model, is refused in one line naming it, and so is anything but a regular file at one of these names
-(`runtime.lines.check_own_file`: a symbolic link is not followed, a FIFO not opened) and a recorded step other than the
-checkpoint's own (its folder's name, its schedule's) or beyond --max-steps. A checkpoint in Accelerate's layout
-(`save_state`: pickles such as `custom_checkpoint_0.pkl`, `random_states_0.pkl`, `optimizer.bin`, which Accelerate reads
-with `weights_only=False`) is refused unopened. The optimiser's state is keyed by parameter name, so one layout serves
-one process, DDP, FSDP and DeepSpeed; under FSDP the full state dicts are gathered to process 0 to be written and every
-process reads them (`torch.distributed.checkpoint.state_dict`); under DeepSpeed (ZeRO 1, 2 or 3) the same is done with
-DeepSpeed's own accessors: the model's float32 master weights and each parameter's optimiser state (`exp_avg`, ...)
-gathered whole, by parameter name, and written back into the engine's partitions on resume. DeepSpeed's own checkpoint
-files (pickles its engine reads with `weights_only=False`) are never written nor read. A checkpoint is thus the same
-files whatever wrote it. Under DeepSpeed's fp16 the dynamic loss scale is not kept (it starts again).
+(`runtime.lines.check_own_file`: a symbolic link is not followed, a FIFO not opened), a recorded step other than the
+checkpoint's own (its folder's name, its schedule's) or beyond --max-steps, a field that restates the run otherwise than
+the run's options do (`restated`: the data position, the schedule's base rates, the optimiser's settings) and a tensor
+file other than the one saved with it (its sha256; a checkpoint written before they were recorded is read without that
+check). A checkpoint in Accelerate's layout (`save_state`: pickles such as `custom_checkpoint_0.pkl`,
+`random_states_0.pkl`, `optimizer.bin`, which Accelerate reads with `weights_only=False`) is refused unopened. The
+optimiser's state is keyed by parameter name, so one layout serves one process, DDP, FSDP and DeepSpeed; under FSDP the
+full state dicts are gathered to process 0 to be written and every process reads them
+(`torch.distributed.checkpoint.state_dict`); under DeepSpeed (ZeRO 1, 2 or 3) the same is done with DeepSpeed's own
+accessors: the model's float32 master weights and each parameter's optimiser state (`exp_avg`, ...) gathered whole, by
+parameter name, and written back into the engine's partitions on resume. DeepSpeed's own checkpoint files (pickles its
+engine reads with `weights_only=False`) are never written nor read. A checkpoint is thus the same files whatever wrote
+it. Under DeepSpeed's fp16 the dynamic loss scale is not kept (it starts again).
 
 Does not own where checkpoints live, their names, staging, pruning (`retromae.training.checkpoints`) or run markers
 (`retromae.runtime.run_folder`).
@@ -28,6 +32,7 @@ Does not own where checkpoints live, their names, staging, pruning (`retromae.tr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -46,7 +51,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from retromae.runtime.io import share_as_umask_allows
-from retromae.runtime.lines import check_own_file, loads_finite
+from retromae.runtime.lines import check_own_file, loads_finite, quoted
 from retromae.runtime.options import ConfigError
 
 FORMAT = 1
@@ -57,6 +62,13 @@ STATE_FILE = "state.json"
 LEGACY_PATTERNS = ("custom_checkpoint_*.pkl", "random_states_*.pkl", "optimizer*.bin", "scheduler*.bin",
                    "pytorch_model*.bin", "sampler*.bin", "dl_state_dict*.bin", "scaler.pt", "pytorch_model_fsdp_*",
                    "optimizer_*", "pytorch_model")
+# The settings of an optimiser group the run's options give (`training.optimizer.build_optimizer`, AdamW's defaults,
+# the schedule's `initial_lr`), which a checkpoint's groups must repeat; a group's `lr` is the rate of the checkpoint's
+# own schedule (`optimizer.follow_schedule` replaces it), its other keys (`fused`, ...) how this machine runs AdamW.
+GROUP_SETTINGS = ("initial_lr", "body", "weight_decay", "betas", "eps", "amsgrad", "maximize", "decoupled_weight_decay")
+SCALER_SETTINGS = ("growth_factor", "backoff_factor", "growth_interval")
+DIGEST_FILES = (MODEL_FILE, OPTIMIZER_FILE)
+_MISSING = object()
 # Errors a hostile or damaged file can raise while it is parsed or applied.
 _READ_ERRORS = (OSError, ValueError, TypeError, KeyError, IndexError, RuntimeError, SafetensorError, OverflowError)
 
@@ -118,7 +130,8 @@ def save_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.O
         _write_json(folder / STATE_FILE, {
             "format": FORMAT, "processes": accelerator.num_processes, "counters": dict(counters),
             "scheduler": {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"},
-            "scaler": scaler, "optimizer": {"param_groups": optimizer_state["param_groups"], "values": values}})
+            "scaler": scaler, "optimizer": {"param_groups": optimizer_state["param_groups"], "values": values},
+            "sha256": {name: _sha256(folder / name) for name in DIGEST_FILES}})
     _write_json(folder / rng_file(accelerator.process_index), _rng_states())
 
 
@@ -260,6 +273,11 @@ def _save_tensors(path: Path, tensors: Mapping[str, torch.Tensor]) -> None:
               metadata={"aliases": json.dumps(aliases)})
 
 
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 def _write_json(path: Path, value: Any) -> None:
     # Inside the staging folder a checkpoint becomes visible only whole (`Trainer.save_checkpoint`'s rename).
     path.write_text(json.dumps(value, allow_nan=False) + "\n", encoding="utf-8")
@@ -277,12 +295,14 @@ def _rng_states() -> dict[str, Any]:
 
 
 def load_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-                        accelerator: Accelerator, *, step: int, max_steps: int) -> dict[str, int]:
+                        accelerator: Accelerator, *, step: int, max_steps: int, accumulation: int) -> dict[str, int]:
     """Restore what `save_training_state` wrote into `folder`, the checkpoint of step `step` (its name's) of a run
-    of `max_steps` steps (every process calls it); returns the counters.
+    of `max_steps` steps and `accumulation` micro-batches a step into the run's fresh `optimizer` and `scheduler`
+    (every process calls it); returns the counters.
 
-    ConfigError naming the file for a checkpoint in the old pickle layout, or a file that is damaged, hostile, or
-    of another model; naming state.json for a step other than `step` or beyond `max_steps` (`_check_step`)."""
+    ConfigError naming the file for a checkpoint in the old pickle layout, or a file that is damaged, hostile, of
+    another model or not the one saved with it (`_check_digest`); naming state.json for a step other than `step` or
+    beyond `max_steps` (`_check_step`), or a field that restates the run otherwise (`_check_restated`)."""
     state_path = folder / STATE_FILE
     if not os.path.lexists(state_path):
         raise ConfigError(_not_this_format(folder))
@@ -295,13 +315,15 @@ def load_training_state(folder: Path, model: nn.Module, optimizer: torch.optim.O
         if type(processes) is not int or processes < 1:
             raise ValueError(f"processes must be a positive integer, not {processes!r}")
         groups, values = _optimizer_structure(state["optimizer"])
+        _check_restated(state_path, state, restated(scheduler, optimizer, accelerator.scaler, step, accumulation))
+        digests = _digests(state)
         _load_scheduler(scheduler, state["scheduler"])
         if accelerator.scaler is not None:
             accelerator.scaler.load_state_dict(state["scaler"])
-    weights = _read_tensors(folder / MODEL_FILE)
+    weights = _read_tensors(folder / MODEL_FILE, digests)
     with _reading(folder / MODEL_FILE):
         _load_model(model, weights, accelerator)
-    tensors = _read_tensors(folder / OPTIMIZER_FILE)
+    tensors = _read_tensors(folder / OPTIMIZER_FILE, digests)
     with _reading(folder / OPTIMIZER_FILE):
         _load_optimizer(model, optimizer, _join_optimizer(tensors, values, groups, optimizer), accelerator)
     _load_rng(folder, accelerator.process_index, processes)
@@ -337,13 +359,21 @@ def _read_json(path: Path) -> Any:
 
 
 def read_model_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """A checkpoint's model tensors by name (`MODEL_FILE`), checked as a resume checks them; for reading one
-    checkpoint's weights without its training state (`retromae adapt`'s guard)."""
-    return _read_tensors(path)
+    """A checkpoint's model tensors by name (`MODEL_FILE`), checked as a resume checks them (its sha256 against the
+    one its state.json records, where a state.json is beside it: not beside adapt's distilled student); for reading
+    one checkpoint's weights without its training state (`retromae adapt`'s guard)."""
+    state_path = path.parent / STATE_FILE
+    if not os.path.lexists(state_path):
+        return _read_tensors(path, None)
+    state = _read_json(state_path)
+    with _reading(state_path):
+        digests = _digests(state)
+    return _read_tensors(path, digests)
 
 
-def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file, the aliases of its metadata restored; each floating tensor finite."""
+def _read_tensors(path: Path, digests: Mapping[str, str] | None) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, the aliases of its metadata restored; each floating tensor finite; the
+    file the one whose sha256 `digests` records under its name (`_check_digest`)."""
     check_own_file(path)
     with _reading(path):
         with safe_open(str(path), framework="pt", device="cpu") as handle:
@@ -353,7 +383,28 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"tensor {name} holds non-finite values")
         tensors.update({alias: tensors[original] for alias, original in dict(aliases).items()})
-        return tensors
+    _check_digest(path, digests)
+    return tensors
+
+
+def _digests(state: Mapping[str, Any]) -> dict[str, str] | None:
+    """The sha256 of each tensor file that state.json records (`DIGEST_FILES`); None for a checkpoint written before
+    they were recorded."""
+    if "sha256" not in state:
+        return None
+    digests = state["sha256"]
+    if not (isinstance(digests, dict) and sorted(digests) == sorted(DIGEST_FILES)
+            and all(isinstance(value, str) for value in digests.values())):
+        raise ValueError(f"sha256 must name the digests of {' and '.join(DIGEST_FILES)}")
+    return digests
+
+
+def _check_digest(path: Path, digests: Mapping[str, str] | None) -> None:
+    """ConfigError naming `path` when its sha256 is not the one its checkpoint's state.json records (`digests`): the
+    model and optimiser files of another step (or run) would resume as this step's, training its steps again."""
+    if digests is not None and _sha256(path) != digests[path.name]:
+        raise ConfigError(f"{path}: not the file saved with this checkpoint (its sha256 is not the one {STATE_FILE} "
+                          f"records); {path.parent} is damaged (delete it to resume from another)")
 
 
 def _counters(saved: Any) -> dict[str, int]:
@@ -373,6 +424,51 @@ def _check_step(path: Path, recorded: int, scheduled: Any, step: int, max_steps:
     if step > max_steps:
         raise ConfigError(f"{path}: the checkpoint of step {step}, beyond --max-steps {max_steps}; give --max-steps "
                           f"{step} or more to resume it")
+
+
+def restated(scheduler: Any, optimizer: torch.optim.Optimizer, scaler: Any, step: int,
+             accumulation: int) -> dict[str, Any]:
+    """The fields of the state.json of step `step` that the run determines, by their place in it (as
+    `optimizer.param_groups.0.betas`), with the values this run gives: the data position (each process consumed
+    `accumulation` micro-batches a step), the fresh schedule's base rates and counts, each fresh optimiser group's
+    settings (`GROUP_SETTINGS`) and the gradient scaler's. Not the step (`_check_step` owns it), nor the rates of the
+    checkpoint's schedule (`_last_lr`, each group's `lr`): a run resumed with a longer --max-steps follows its own
+    (`optimizer.follow_schedule`)."""
+    fields: dict[str, Any] = {"counters.micro_batches": step * accumulation}
+    schedule = {key: value for key, value in scheduler.state_dict().items()
+                if key not in ("lr_lambdas", "_last_lr", "last_epoch")}
+    fields.update({f"scheduler.{key}": value for key, value in {**schedule, "_step_count": step + 1}.items()})
+    groups = getattr(optimizer, "optimizer", optimizer).param_groups
+    fields.update({f"optimizer.param_groups.{index}.{key}": group[key] for index, group in enumerate(groups)
+                   for key in GROUP_SETTINGS if key in group})
+    if scaler is not None:
+        fields.update({f"scaler.{key}": value for key, value in scaler.state_dict().items() if key in SCALER_SETTINGS})
+    return json.loads(json.dumps(fields))  # as state.json holds them (a tuple as a list)
+
+
+def _check_restated(path: Path, state: Any, run: Mapping[str, Any]) -> None:
+    """ConfigError naming state.json (`path`) and the first field of `run` (`restated`) it records otherwise: the
+    checkpoint, not the run's options, would set the learning rate, AdamW's settings or the data the run reads next.
+    A field it does not hold is left to the loaders (each takes the run's, or refuses)."""
+    step = state["counters"]["step"]
+    for field, expected in run.items():
+        saved = _at(state, field)
+        if saved is not _MISSING and saved != expected:
+            raise ConfigError(f"{path}: {field}: the checkpoint of step {step} says {quoted(saved)}, the run's "
+                              f"options make {expected!r}; {path.parent} is damaged (delete it to resume from another)")
+
+
+def _at(value: Any, field: str) -> Any:
+    """The value at the dotted place `field` of a JSON value (`optimizer.param_groups.0.betas`); `_MISSING` where
+    it holds none."""
+    for key in field.split("."):
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return _MISSING
+    return value
 
 
 def _optimizer_structure(saved: Any) -> tuple[list[dict], dict[str, dict[str, Any]]]:
@@ -456,7 +552,8 @@ def _load_deepspeed_optimizer(model: nn.Module, zero: Any, saved: dict[str, Any]
 
 def _join_optimizer(tensors: dict[str, torch.Tensor], values: dict[str, dict[str, Any]], groups: list[dict],
                     optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimiser state dict keyed by parameter name, tuples (e.g. AdamW's betas) back where JSON made lists."""
+    """The optimiser state dict keyed by parameter name, each group with the run's settings (`_check_restated`
+    compared them), its parameters and the rate of its checkpoint's schedule (`lr`, a number)."""
     state: dict[str, dict[str, Any]] = {name: dict(entries) for name, entries in values.items()}
     for key, tensor in tensors.items():
         name, _, field = key.rpartition("/")
@@ -464,8 +561,10 @@ def _join_optimizer(tensors: dict[str, torch.Tensor], values: dict[str, dict[str
     current = getattr(optimizer, "optimizer", optimizer).param_groups
     if len(groups) != len(current):
         raise ValueError(f"{len(groups)} parameter groups, the model's optimiser has {len(current)}")
-    restored = [{key: tuple(value) if isinstance(now.get(key), tuple) else value for key, value in group.items()}
-                for group, now in zip(groups, current, strict=True)]
+    if not all(type(group.get("lr")) in (int, float) for group in groups):
+        raise ValueError("each parameter group's lr must be a number")
+    restored = [{**{key: value for key, value in now.items() if key != "params"}, "lr": group["lr"],
+                 "params": group["params"]} for group, now in zip(groups, current, strict=True)]
     return {"state": state, "param_groups": restored}
 
 

@@ -113,8 +113,9 @@ def resume_from(config: TrainingConfig, identity: dict, model: nn.Module, optimi
                 scheduler: Any, accelerator: Accelerator) -> dict[str, int] | None:
     """With --resume, the loop's counters of this run's newest checkpoint, its model, optimiser and scheduler loaded
     into these; None for a fresh start. A newest checkpoint that cannot be resumed (damaged, another run's, its step
-    not its name's or beyond --max-steps) is refused naming its file, never passed over for an older one. Several
-    processes first check that they share the output folder."""
+    not its name's or beyond --max-steps, a field restating the run otherwise, a file of another step) is refused
+    naming its file, never passed over for an older one. Several processes first check that they share the output
+    folder."""
     output = Path(config.output)
     if accelerator.num_processes > 1 and (config.save_every or config.resume):
         check_shared_folder(output, MARKER, accelerator)
@@ -127,6 +128,6 @@ def resume_from(config: TrainingConfig, identity: dict, model: nn.Module, optimi
     step, checkpoint = found[-1]
     check_same_run(checkpoint, "checkpoint", read_marker(checkpoint), identity)
     state = load_training_state(checkpoint, model, optimizer, scheduler, accelerator, step=step,
-                                max_steps=config.max_steps)
+                                max_steps=config.max_steps, accumulation=config.gradient_accumulation_steps)
     say(f"resumed from {given(checkpoint)} at step {state['step']}", accelerator.is_main_process)
     return state
