@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import make_sentences, tiny_beir, tiny_bert_config
+from conftest import make_sentences, quick_onnx_export, tiny_beir, tiny_bert_config
 
 from retromae.cli import main
 from retromae.models import backends
@@ -45,10 +45,13 @@ OTHER = [(backend, quantize) for backend in BACKENDS[1:] for quantize in QUANTIZ
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, tiny_model_dir) -> Path:
-    """A copy of the tiny model (its exports are written beside it), declaring mean pooling and normalisation."""
+    """A copy of the tiny model (its exports are written beside it), declaring mean pooling and normalisation, with
+    its ONNX file made by the product's own exporter, whichever test runs first (some make theirs the quick way)."""
     folder = tmp_path_factory.mktemp("backends") / "model"
     shutil.copytree(tiny_model_dir, folder)
     (folder / "retromae_encoder.json").write_text(json.dumps({"pooling": "mean", "normalize": True}))
+    if importlib.util.find_spec("onnxruntime"):
+        vectors(folder, "onnx", "none")
     return folder
 
 
@@ -97,7 +100,8 @@ def test_the_exports_leave_the_models_fingerprint_alone(model):
 
 
 @pytest.mark.slow  # 4 s: two exports; an export's fingerprint checks stay in the default run
-def test_other_weights_are_exported_again(tmp_path, model, capfd):
+def test_other_weights_are_exported_again(tmp_path, model, capfd, monkeypatch):
+    monkeypatch.setattr(backends, "export_onnx", quick_onnx_export)
     vectors(model, "onnx", "none")  # the old weights' export, whichever tests ran before
     changed = tmp_path / "changed"
     encoder = Encoder.load(model)
@@ -110,9 +114,10 @@ def test_other_weights_are_exported_again(tmp_path, model, capfd):
     assert np.abs(got - vectors(changed)).max() <= 1e-4
 
 
-def test_weights_changed_in_memory_are_run_as_they_now_are(model):
+def test_weights_changed_in_memory_are_run_as_they_now_are(model, monkeypatch):
     """The guard of `adapt` loads each candidate into one encoder: the backend follows the weights, however written
     (through `.data`, or by a fused AdamW step, neither of which moves the tensors' version counters)."""
+    monkeypatch.setattr(backends, "export_onnx", quick_onnx_export)
     encoder = Encoder.load(model, backend="onnx")
     before = encoder.encode(TEXTS, show_progress=False)
     torch_encoder = Encoder.load(model, dtype="float32")
@@ -138,8 +143,9 @@ def test_a_damaged_export_is_made_again(tmp_path, model, capfd):
     assert "not valid JSON" in capfd.readouterr().err
 
 
-def test_a_file_we_did_not_make_is_left_alone(tmp_path, model):
+def test_a_file_we_did_not_make_is_left_alone(tmp_path, model, monkeypatch):
     """A model folder shipping its own onnx/model.onnx (no record of ours): the export goes to the cache folder."""
+    monkeypatch.setattr(backends, "export_onnx", quick_onnx_export)
     shipped = tmp_path / "shipped"
     shutil.copytree(model, shipped, ignore=shutil.ignore_patterns("onnx", "openvino"))
     (shipped / "onnx").mkdir()
@@ -307,8 +313,10 @@ def planted(model, tmp_path_factory) -> dict[str, Path]:
     encoder.tokenizer.save_pretrained(wide)
     found = {"model": model, "other": other, "wide": wide}
     if all(importlib.util.find_spec(name) for name in LIBRARIES["openvino"]):
-        for folder in found.values():
-            vectors(folder, "openvino", "none")  # the ONNX file first, then OpenVINO's
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(backends, "export_onnx", quick_onnx_export)
+            for folder in found.values():
+                vectors(folder, "openvino", "none")  # the ONNX file first, then OpenVINO's
     return found
 
 
@@ -390,6 +398,7 @@ def test_an_export_that_is_not_these_weights_is_refused_in_one_line(tmp_path, mo
 def test_an_export_found_is_probed_once_per_process(tmp_path, model, monkeypatch):
     """The probe runs when an export is found on disk, once per process and export; not for one just made."""
     pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(backends, "export_onnx", quick_onnx_export)
     fresh = tmp_path / "fresh"
     shutil.copytree(model, fresh, ignore=shutil.ignore_patterns("onnx", "openvino"))
     probed = []

@@ -14,19 +14,17 @@ import os
 import re
 import subprocess
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from conftest import command_inputs, error_line
+from conftest import command_inputs, error_line, quick_onnx_export
 
 import retromae
 from retromae.cli import main
 from retromae.models import backends
-from retromae.models.backends import EXPORT_FILES, INPUTS, _HiddenStates
+from retromae.models.backends import EXPORT_FILES
 from retromae.models.encoder import Encoder
 from retromae.retrieval.searcher import Searcher
 from retromae.runtime.errors import FileSystemError, ModelLoadError
@@ -100,17 +98,6 @@ def listing(folder: Path) -> list[tuple[str, int]]:
     return sorted((str(path), path.stat().st_size) for path in folder.rglob("*"))
 
 
-def quick_export(model: torch.nn.Module, path: Path) -> None:
-    """`backends.export_onnx` by torch's TorchScript exporter: the same graph in 0.7 s, where the dynamo exporter takes
-    3 s (what is tested here is how the cache's files are served, not how they were made)."""
-    ids = torch.arange(16).reshape(2, 8)  # (2, 8)
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUTS}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(_HiddenStates(model.eval()), (ids, torch.ones_like(ids)), str(path), input_names=list(INPUTS),
-                          output_names=["last_hidden_state"], dynamo=False, dynamic_axes=axes)
-
-
 @pytest.fixture(scope="module")
 def served(inputs, tmp_path_factory) -> Iterator[tuple[Path, dict[str, np.ndarray]]]:
     """A read-only cache holding the model's three exports, made before it was sealed, and their vectors."""
@@ -120,7 +107,7 @@ def served(inputs, tmp_path_factory) -> Iterator[tuple[Path, dict[str, np.ndarra
     def fill() -> None:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("RETROMAE_CACHE", str(cache))
-            patch.setattr(backends, "export_onnx", quick_export)
+            patch.setattr(backends, "export_onnx", quick_onnx_export)
             for name in ("Encoder onnx", "Encoder onnx int8", "Encoder openvino"):
                 made[name] = PATHS[name][0](inputs, cache)
 
