@@ -152,7 +152,9 @@ def test_a_model_writer_replaces_its_earlier_run_only_with_overwrite(writer, pla
     before = contents(earlier)
     err = write(writer, earlier, tiny_model_dir, encoder, capsys)
     words = WORDS[command]
-    assert err.startswith(f"{earlier}: holds the outputs of another run of {words['command']}") and \
+    assert err.startswith((f"{earlier}: holds the outputs of another run of {words['command']}",
+                           f"{earlier}: holds the outputs of an earlier run of {words['command']} with these options, "
+                           "which does not resume")) and \
         f"{words['overwrite']} replaces it, or choose another {words['output']}" in err, err
     assert contents(earlier) == before
     assert write(writer, earlier, tiny_model_dir, encoder, capsys, overwrite=True) == ""

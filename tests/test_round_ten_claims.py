@@ -39,7 +39,16 @@ from retromae.pretraining.scratch import unrecorded_init_model
 from retromae.retrieval import searcher
 from retromae.runtime.errors import FileSystemError
 from retromae.runtime.options import ConfigError
-from retromae.runtime.run_folder import MARKER, check_apart, claim_file, outputs_in, read_marker, write_marker
+from retromae.runtime.run_folder import (
+    MARKER,
+    check_apart,
+    claim_file,
+    claim_folder,
+    mark_started,
+    outputs_in,
+    read_marker,
+    write_marker,
+)
 
 SIZE = ["--hidden-size", "64", "--layers", "1", "--max-positions", "64"]
 RECORDED = "made before its runs were recorded; --overwrite replaces them, or choose another --output"
@@ -406,3 +415,16 @@ def test_search_refuses_a_cache_that_takes_no_file_before_it_loads_the_index(wri
         with pytest.raises(FileSystemError, match=f"^{said.replace('$', '[$]')}"):
             retromae.search(index=str(index), **options)
     assert not os.path.lexists(out) and os.listdir(read_only) == []
+
+
+def test_a_run_of_the_same_options_that_does_not_resume_is_called_an_earlier_one(tmp_path, capsys):
+    """A command that does not resume, started again with the options of the run whose outputs are there: the refusal
+    says that run was this one's earlier run, not another's (audit 12: a killed `quickstart` started again)."""
+    folder = tmp_path / "out"
+    claim_folder(folder, "index", {"factory": "Flat"}, ("index.faiss",), resumable=False)
+    (folder / "index.faiss").write_bytes(b"x")
+    mark_started(folder)
+    with pytest.raises(ConfigError) as caught:
+        claim_folder(folder, "index", {"factory": "Flat"}, ("index.faiss",), resumable=False)
+    assert str(caught.value) == (f"{folder}: holds the outputs of an earlier run of `retromae index` with these "
+                                 "options, which does not resume; --overwrite replaces it, or choose another --output")

@@ -463,9 +463,10 @@ def _check_folder(folder: Path, command: str, identity: Mapping[str, Any], ours:
     # --resume is named only where it would work: the same command with the same options.
     ways = f"{naming.overwrite} replaces it"
     ways = f"{naming.resume} continues it, {ways}" if resumable and not changed else ways
-    which = differ(changed, marker.get("identity", {}), identity)
-    raise ConfigError(f"{folder}: holds the outputs of another run of {shown_command(command)}{which}; {ways}, or "
-                      f"choose another {naming.output}")
+    which = differ(changed, marker.get("identity", {}), identity) if changed else \
+        " with these options" + ("" if resumable else ", which does not resume")
+    raise ConfigError(f"{folder}: holds the outputs of {'another' if changed else 'an earlier'} run of "
+                      f"{shown_command(command)}{which}; {ways}, or choose another {naming.output}")
 
 
 def _unrecorded_outputs(folder: Path, command: str, present: list[Path], overwrite: bool, naming: Naming,
