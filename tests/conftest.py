@@ -239,3 +239,14 @@ def quick_onnx_export(model: Any, path: Path) -> None:
         warnings.simplefilter("ignore")
         torch.onnx.export(_HiddenStates(model.eval()), (ids, torch.ones_like(ids)), str(path), input_names=list(INPUTS),
                           output_names=["last_hidden_state"], dynamo=False, dynamic_axes=axes)
+
+
+@pytest.fixture(scope="module")
+def init_model_folder(tiny_model_dir, tmp_path_factory) -> Path:
+    """A folder of today's `retromae init-model` (hidden size 128, one layer, 64 positions; MiniLM's tokenizer)."""
+    from retromae.cli import main
+
+    folder = tmp_path_factory.mktemp("init-model") / "model"
+    assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(folder), "--hidden-size", "128",
+                 "--layers", "1", "--max-positions", "64"]) == 0
+    return folder

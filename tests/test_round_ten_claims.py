@@ -63,15 +63,6 @@ def contents(folder: Path) -> dict[str, str]:
             for path in sorted(folder.rglob("*"))}
 
 
-@pytest.fixture(scope="module")
-def made(tiny_model_dir, tmp_path_factory) -> Path:
-    """A folder of today's init-model (hidden size 128: another run than SIZE's)."""
-    folder = tmp_path_factory.mktemp("made") / "model"
-    assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(folder), "--hidden-size", "128",
-                 "--layers", "1", "--max-positions", "64"]) == 0
-    return folder
-
-
 def unmarked(made: Path, folder: Path) -> Path:
     """`made` as an init-model between commits 07c1548 and 7ef76e7 left it: all but the marker (times kept)."""
     shutil.copytree(made, folder)
@@ -153,23 +144,24 @@ NOT_OURS = {
 
 
 @pytest.mark.parametrize("era", ERAS)
-def test_an_init_model_of_before_its_runs_were_recorded_is_recognised(era, made, tmp_path):
-    folder = unmarked(made, tmp_path / "old")
+def test_an_init_model_of_before_its_runs_were_recorded_is_recognised(era, init_model_folder, tmp_path):
+    folder = unmarked(init_model_folder, tmp_path / "old")
     ERAS[era](folder)
     assert unrecorded_init_model(folder)
 
 
 @pytest.mark.parametrize("case", [case for case in NOT_OURS if "marker" not in case])  # that one: `claim_folder`'s
-def test_a_folder_no_old_init_model_left_as_it_is_is_not_taken_for_one(case, made, tmp_path):
-    folder = unmarked(made, tmp_path / "run" / "old")
+def test_a_folder_no_old_init_model_left_as_it_is_is_not_taken_for_one(case, init_model_folder, tmp_path):
+    folder = unmarked(init_model_folder, tmp_path / "run" / "old")
     NOT_OURS[case](folder)
     assert not unrecorded_init_model(folder)
 
 
 @pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize("writer", ["init-model", "retromae.init_model"])
-def test_overwrite_replaces_an_old_init_model_and_only_overwrite(writer, era, made, tiny_model_dir, tmp_path, capsys):
-    folder = unmarked(made, tmp_path / "old")
+def test_overwrite_replaces_an_old_init_model_and_only_overwrite(writer, era, init_model_folder, tiny_model_dir,
+                                                                  tmp_path, capsys):
+    folder = unmarked(init_model_folder, tmp_path / "old")
     ERAS[era](folder)
     (folder / "notes.txt").write_text("mine\n")
     before = contents(folder)
@@ -192,9 +184,10 @@ def test_overwrite_replaces_an_old_init_model_and_only_overwrite(writer, era, ma
 
 
 @pytest.mark.parametrize("case", NOT_OURS)
-def test_init_model_keeps_refusing_what_it_does_not_recognise_even_with_overwrite(case, made, tiny_model_dir,
+def test_init_model_keeps_refusing_what_it_does_not_recognise_even_with_overwrite(case, init_model_folder,
+                                                                                  tiny_model_dir,
                                                                                  tmp_path, capsys):
-    folder = unmarked(made, tmp_path / "run" / "old")
+    folder = unmarked(init_model_folder, tmp_path / "run" / "old")
     NOT_OURS[case](folder)
     before = contents(tmp_path)
     assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(folder), *SIZE,
@@ -226,14 +219,15 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("output", ["a new folder", "an earlier init-model, with --overwrite"])
 @pytest.mark.parametrize("source", ["--tokenizer", "--corpus"])
 @pytest.mark.parametrize("writer", ["init-model", "retromae.init_model"])
-def test_a_size_the_tokenizer_makes_too_large_is_refused_before_the_claim(writer, source, output, made, corpus,
+def test_a_size_the_tokenizer_makes_too_large_is_refused_before_the_claim(writer, source, output, init_model_folder,
+                                                                          corpus,
                                                                           tiny_model_dir, tmp_path, monkeypatch,
                                                                           capsys):
     architecture, vocab = ("bert", 0) if source == "--tokenizer" else ("roberta", 100)
     tight_memory(monkeypatch, architecture, vocab)
     folder = tmp_path / "model"
     if output != "a new folder":
-        shutil.copytree(made, folder)
+        shutil.copytree(init_model_folder, folder)
     before = contents(tmp_path)
     given = {"--tokenizer": dict(tokenizer=str(tiny_model_dir)), "--corpus": dict(corpus=str(corpus),
                                                                                    vocab_size="100")}[source]
@@ -254,12 +248,13 @@ def test_a_size_the_tokenizer_makes_too_large_is_refused_before_the_claim(writer
     assert contents(tmp_path) == before
 
 
-def test_a_folder_init_model_may_not_take_is_refused_before_a_tokenizer_is_trained(made, corpus, tmp_path,
+def test_a_folder_init_model_may_not_take_is_refused_before_a_tokenizer_is_trained(init_model_folder, corpus, tmp_path,
                                                                                  monkeypatch, capsys):
     from retromae.pretraining import scratch
 
     monkeypatch.setattr(scratch, "trained_tokenizer", lambda config: pytest.fail("trained before the claim's check"))
-    assert main(["init-model", "--corpus", str(corpus), "--vocab-size", "100", "--output", str(made), *SIZE]) == 2
+    assert main(["init-model", "--corpus", str(corpus), "--vocab-size", "100", "--output", str(init_model_folder),
+                 *SIZE]) == 2
     assert "holds the outputs of another run of `retromae init-model`" in error_line(capsys)
 
 

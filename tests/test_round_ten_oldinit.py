@@ -28,15 +28,6 @@ from retromae.pretraining.scratch import family_tokenizer, save_random_model, un
 HOUR = 3600 * 10**9
 
 
-@pytest.fixture(scope="module")
-def initial(tiny_model_dir, tmp_path_factory) -> Path:
-    """A folder of today's init-model (hidden size 128: another run than SIZE's)."""
-    folder = tmp_path_factory.mktemp("initial") / "model"
-    assert main(["init-model", "--tokenizer", str(tiny_model_dir), "--output", str(folder), "--hidden-size", "128",
-                 "--layers", "1", "--max-positions", "64"]) == 0
-    return folder
-
-
 def dated(relative: str, hours: int):
     """The file at `relative` in a folder dated `hours` from random-init.json's time."""
     def change(folder: Path) -> None:
@@ -90,8 +81,8 @@ CHANGED = {"one bit of one tensor": weights(one_bit),
 
 @pytest.mark.parametrize("times", TIMES)
 @pytest.mark.parametrize("held", ["untouched", "trained"])
-def test_an_old_init_model_is_told_by_its_weights_never_by_its_times(held, times, initial, tmp_path):
-    folder = unmarked(initial, tmp_path / "old")
+def test_an_old_init_model_is_told_by_its_weights_never_by_its_times(held, times, init_model_folder, tmp_path):
+    folder = unmarked(init_model_folder, tmp_path / "old")
     if held == "trained":
         trained(folder)
     TIMES[times](folder)
@@ -99,24 +90,25 @@ def test_an_old_init_model_is_told_by_its_weights_never_by_its_times(held, times
 
 
 @pytest.mark.parametrize("case", CHANGED)
-def test_weights_other_than_the_rebuilt_init_are_not_taken_for_one(case, initial, tmp_path):
-    folder = unmarked(initial, tmp_path / "old")
+def test_weights_other_than_the_rebuilt_init_are_not_taken_for_one(case, init_model_folder, tmp_path):
+    folder = unmarked(init_model_folder, tmp_path / "old")
     CHANGED[case](folder)
     assert not unrecorded_init_model(folder)
 
 
-def test_weights_larger_than_rebuilt_are_not_taken_for_an_init(initial, tmp_path, monkeypatch):
-    folder = unmarked(initial, tmp_path / "old")
+def test_weights_larger_than_rebuilt_are_not_taken_for_an_init(init_model_folder, tmp_path, monkeypatch):
+    folder = unmarked(init_model_folder, tmp_path / "old")
     monkeypatch.setattr(scratch, "MAX_REBUILT_BYTES", (folder / "model.safetensors").stat().st_size - 1)
     monkeypatch.setattr(scratch, "random_masked_lm", lambda config, seed: pytest.fail("rebuilt"))
     assert not unrecorded_init_model(folder)
 
 
 @pytest.mark.parametrize("held", ["untouched", "trained"])
-def test_overwrite_of_a_copied_old_init_model_replaces_only_an_untouched_one(held, initial, tiny_model_dir, tmp_path,
+def test_overwrite_of_a_copied_old_init_model_replaces_only_an_untouched_one(held, init_model_folder, tiny_model_dir,
+                                                                            tmp_path,
                                                                             capsys):
     """The audit's case: a copy (`cp -r`) of a folder whose weights were trained in place."""
-    folder = unmarked(initial, tmp_path / "old")
+    folder = unmarked(init_model_folder, tmp_path / "old")
     if held == "trained":
         trained(folder)
     copied(folder)
