@@ -127,7 +127,10 @@ def test_the_vocabulary_loss_is_measured_on_the_main_process_alone(monkeypatch):
 @pytest.mark.slow
 def test_two_processes_whose_machines_differ_compute_in_the_main_process_precision():
     """Two gloo processes, rank 1's CPU without bf16 under auto (RETROMAE_CPU_BF16=0), rank 0's with it: both train
-    and encode in bf16 (the Accelerator's precision, an encoder's dtype), and a text the main process sends arrives
-    whole."""
-    said = sorted(re.findall(r"rank \d: [^\n]*?✓'", run_two_processes("dist_auto_precision.py")))
+    and encode in bf16 (the Accelerator's precision, an encoder's dtype), and a text and rows (mined negatives) the
+    main process sends arrive whole."""
+    output = run_two_processes("dist_auto_precision.py")
+    said = sorted(re.findall(r"rank \d: [^\n]*?✓'", output))
     assert said == [f"rank {rank}: bf16 bfloat16 'données\\tà·✓'" for rank in (0, 1)]
+    assert sorted(re.findall(r"rank \d rows: [^\n]*\]\]", output)) == [
+        f"rank {rank} rows: [[3, 1, 4], [], [15, 9]]" for rank in (0, 1)]

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list
 
 from retromae.data.training_groups import TrainingSet
 from retromae.models.encoder import Encoder
 from retromae.retrieval.mining import MiningOptions, bm25_rankings, choose_negatives, dense_rankings
+from retromae.runtime.broadcast import rows_from_main
 from retromae.runtime.errors import DataError
 from retromae.runtime.io import write_text_atomic
 from retromae.runtime.lines import read_json_file
@@ -88,12 +88,11 @@ class Miner:
         """Replace every example's negatives with freshly mined ones (mined on process 0, sent to the others), the
         rank window first checked against the passages on every process (`MiningOptions.check_window`)."""
         self.options.check_window(len(self.data.texts), self.data.source)
-        negatives = [None]
+        negatives = None
         if accelerator.is_main_process:
-            negatives = [choose_negatives(self.data, self.rankings(method, show_progress), self.options, seed)]
-        if accelerator.num_processes > 1:
-            broadcast_object_list(negatives)
-        for example, rows in zip(self.data.examples, negatives[0], strict=True):
+            negatives = choose_negatives(self.data, self.rankings(method, show_progress), self.options, seed)
+        negatives = rows_from_main(negatives, len(self.data.examples), self.options.negatives_per_query, accelerator)
+        for example, rows in zip(self.data.examples, negatives, strict=True):
             example.negatives = rows
 
 
