@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from retromae.data.held_out import HeldOut, Queries
 from retromae.data.retrieval_sets import check_split
-from retromae.models.encoder_config import POOLINGS, BackendOptions
+from retromae.models.encoder_config import POOLINGS, BackendOptions, prefix_option
 from retromae.runtime.io import check_folder_option
 from retromae.runtime.options import (
     FRACTION,
@@ -128,16 +128,13 @@ class AdaptConfig(TrainingConfig, BackendOptions):
     mix: list[float] = option([0.5], "weights of the adapted encoder in its average with the base "
                                      "(1: the adapted one as is; 0.5: half and half, WiSE-FT's); the guard scores "
                                      "each candidate checkpoint at each weight", Domain(0, 1, low_open=True))
-    query_prefix: str | None = option(None, "text put before every query the run encodes: the pseudo-queries the "
-                                            "distillation's teacher scores and its student trains on, the guard's "
-                                            "validation queries, --train's, and named the export's query prompt "
-                                            "('' for none); default: the query prompt of the model's "
-                                            "config_sentence_transformers.json, if any")
-    passage_prefix: str | None = option(None, "text put before every passage the run encodes as one (the "
-                                              "distillation's candidates, the guard's documents, --train's), and "
-                                              "named the export's document prompt ('' for none; the pre-training "
-                                              "objectives' blocks get none); default: the document prompt of the "
-                                              "model's config_sentence_transformers.json, if any")
+    query_prefix: str | None = prefix_option(
+        "query", "text put before every query the run encodes: the pseudo-queries the distillation's teacher scores "
+        "and its student trains on, the guard's validation queries, --train's, and named the export's query prompt")
+    passage_prefix: str | None = prefix_option(
+        "passage", "text put before every passage the run encodes as one (the distillation's candidates, the guard's "
+        "documents, --train's), and named the export's document prompt",
+        "; the pre-training objectives' blocks get none")
     train: str | None = option(None, "few labels: after adapting, fine-tune the exported encoder on this BEIR (or "
                                      "MS MARCO) folder's --train-split qrels, or a training file, with `retromae "
                                      "finetune`'s defaults, into OUTPUT/finetuned/", reads="path")

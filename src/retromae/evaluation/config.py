@@ -19,7 +19,7 @@ from retromae.data.retrieval_sets import check_split
 from retromae.evaluation.metric_registry import RANKING, metrics
 from retromae.evaluation.names import check_names, model_names
 from retromae.evaluation.table import DEFAULT_METRICS, metric_k, ranking_key
-from retromae.models.encoder_config import EncoderOptions, encoder_acts
+from retromae.models.encoder_config import EncoderOptions, encoder_acts, prefix_option
 from retromae.retrieval.faiss_options import (
     NOT_BINARY,
     SHORTLIST,
@@ -124,11 +124,8 @@ class EvaluateConfig(OutputOptions, EncoderOptions):
     save_run: Path | None = option(None, "also write the model's run as a TREC run file (one data set alone; a "
                                          "table writes every system's run into its --output folder: runs/SET/"
                                          "SYSTEM.trec)")
-    query_prefix: str | None = option(None, "text put before every query, e.g. 'query: ' ('' for none); default: "
-                                            "the query prompt of the model's config_sentence_transformers.json, if any")
-    passage_prefix: str | None = option(None, "text put before every passage, e.g. 'passage: ' ('' for none); "
-                                              "default: the document prompt of the model's "
-                                              "config_sentence_transformers.json, if any")
+    query_prefix: str | None = prefix_option("query", "text put before every query, e.g. 'query: '")
+    passage_prefix: str | None = prefix_option("passage", "text put before every passage, e.g. 'passage: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
     factory: str = option("Flat", "faiss index factory string for the dense search, or int8 or binary (compressed "

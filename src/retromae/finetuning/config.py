@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retromae.data.retrieval_sets import check_split
-from retromae.models.encoder_config import POOLINGS
+from retromae.models.encoder_config import POOLINGS, prefix_option
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.options import (
     NON_NEGATIVE,
@@ -67,13 +67,10 @@ class FinetuneConfig(MiningOptions, TrainingConfig):
     passage_max_length: int | None = option(None, "max tokens per passage; default: the 95th percentile of the "
                                                   "training passages' lengths, at most 256 and the model's limit",
                                                   at_least(4))
-    query_prefix: str | None = option(None, "text put before every query trained (and mined) on, and named the "
-                                            "export's query prompt, e.g. 'query: ' ('' for none); default: the query "
-                                            "prompt of the model's config_sentence_transformers.json, if any")
-    passage_prefix: str | None = option(None, "text put before every passage trained (and mined) on, and named the "
-                                              "export's document prompt, e.g. 'passage: ' ('' for none); default: "
-                                              "the document prompt of the model's config_sentence_transformers.json, "
-                                              "if any")
+    query_prefix: str | None = prefix_option("query", "text put before every query trained (and mined) on, and "
+                                                      "named the export's query prompt, e.g. 'query: '")
+    passage_prefix: str | None = prefix_option("passage", "text put before every passage trained (and mined) on, and "
+                                                          "named the export's document prompt, e.g. 'passage: '")
     chunk_size: int | None = option(None, "gradient caching: encode a batch this many texts at a time and "
                                           "backpropagate through cached embeddings, so the batch size is bounded by "
                                           "time, not memory (0: off); default: off when a step fits the memory the "

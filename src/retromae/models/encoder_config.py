@@ -27,6 +27,7 @@ POOLINGS = ("cls", "mean")
 BACKENDS = ("torch", "onnx", "openvino")
 QUANTIZATIONS = ("none", "int8")
 SIDES = ("query", "passage")  # the texts an encoder encodes (one tower of an untied fine-tune encodes one)
+PROMPT_NAMES = {"query": "query", "passage": "document"}  # a side's named prompt in config_sentence_transformers.json
 # The backends offering int8 (offered only within 0.005 NDCG@10 of float32): with all-MiniLM-L6-v2 on SciFact, ONNX
 # Runtime's lost 0.0020, OpenVINO's (the same int8 ONNX model) 0.0069, torch's dynamic int8 (`torch.ao`) 0.0155
 # (docs/performance.md, "Inference backends").
@@ -35,6 +36,14 @@ QUANTIZED_BACKENDS = ("onnx",)
 # through torch's ONNX exporter (onnx, onnxscript) and int8 through onnxruntime's quantizer for both.
 BACKEND_PACKAGES = {"onnx": ("onnxruntime", "onnx", "onnxscript"),
                     "openvino": ("openvino", "onnxruntime", "onnx", "onnxscript")}
+
+
+def prefix_option(side: str, before: str, aside: str = "") -> Any:
+    """The option of the text put before every text of `side` (--query-prefix, --passage-prefix) of a command:
+    `before` says what it is put before (`'' for none` and `aside` follow it), and not given it is the side's named
+    prompt of the model's folder (`models.encoder.side_prefix`), as every such option says."""
+    return option(None, f"{before} ('' for none{aside}); default: the {PROMPT_NAMES[side]} prompt of the model's "
+                        "config_sentence_transformers.json, if any")
 
 
 @dataclasses.dataclass

@@ -10,11 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retromae.data.retrieval_sets import check_split
+from retromae.models.encoder_config import prefix_option
 from retromae.retrieval.mining_options import MiningOptions
 from retromae.runtime.devices import check_device_name
 from retromae.runtime.options import POSITIVE, Acts, acts_with, acts_with_folder, at_least, option
 from retromae.runtime.run_folder import OutputOptions
 from retromae.training.config import HeadTrainingConfig
+
+PAIRS_WITHOUT = "; the reranker reads its pairs without"  # what a mining prefix is not put before
 
 
 @dataclass(kw_only=True)
@@ -40,14 +43,10 @@ class RerankerConfig(MiningOptions, HeadTrainingConfig):
     negatives: str = option("auto", "negatives: file (the training file's), bm25 or model (mined with --model as a "
                                     "bi-encoder); auto: file for a training file, bm25 for a folder",
                             choices=("auto", "file", "bm25", "model"))
-    query_prefix: str | None = option(None, "--negatives model: text put before every query the model ranks for, "
-                                            "e.g. 'query: ' ('' for none; the reranker reads its pairs without); "
-                                            "default: the query prompt of the model's "
-                                            "config_sentence_transformers.json, if any")
-    passage_prefix: str | None = option(None, "--negatives model: text put before every passage the model ranks, "
-                                              "e.g. 'passage: ' ('' for none; the reranker reads its pairs "
-                                              "without); default: the document prompt of the model's "
-                                              "config_sentence_transformers.json, if any")
+    query_prefix: str | None = prefix_option("query", "--negatives model: text put before every query the model "
+                                                      "ranks for, e.g. 'query: '", PAIRS_WITHOUT)
+    passage_prefix: str | None = prefix_option("passage", "--negatives model: text put before every passage the "
+                                                          "model ranks, e.g. 'passage: '", PAIRS_WITHOUT)
     group_size: int = option(8, "passages per query: the positive and group_size - 1 negatives", at_least(2))
     max_length: int | None = option(None, "max tokens of a (query, passage) pair; default 256, at most what the "
                                                   "model reads", at_least(8))

@@ -14,7 +14,7 @@ from typing import Any
 
 from retromae.data.fields import id_problem
 from retromae.data.retrieval_sets import check_split
-from retromae.models.encoder_config import EncoderOptions, encoder_acts
+from retromae.models.encoder_config import EncoderOptions, encoder_acts, prefix_option
 from retromae.retrieval.faiss_options import (
     APPROXIMATE,
     NOT_BINARY,
@@ -81,12 +81,8 @@ class EncodeConfig(OutputOptions, EncoderOptions):
                                   required_unless="--corpus", reads="path")
     output: Path = option(help="output folder: embeddings.npy, ids.txt, encode.json; a killed run started again "
                                "with the same model and input continues")
-    passage_prefix: str | None = option(None, "text put before every passage of --corpus, e.g. 'passage: ' ('' for "
-                                              "none); default: the document prompt of the model's "
-                                              "config_sentence_transformers.json, if any")
-    query_prefix: str | None = option(None, "text put before every query of --queries, e.g. 'query: ' ('' for "
-                                            "none); default: the query prompt of the model's "
-                                            "config_sentence_transformers.json, if any")
+    passage_prefix: str | None = prefix_option("passage", "text put before every passage of --corpus, e.g. 'passage: '")
+    query_prefix: str | None = prefix_option("query", "text put before every query of --queries, e.g. 'query: '")
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own (256 for MiniLM)",
                                             POSITIVE)
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
@@ -249,9 +245,7 @@ class SearchConfig(OutputOptions, EncoderOptions):
     shortlist: int | None = option(None, "an index of --factory binary: rows rescored per query, as a multiple of k; "
                                          "default: the one saved in the index (refused on another index)",
                                    SHORTLIST_RANGE)
-    query_prefix: str | None = option(None, "text put before every query when encoding, e.g. 'query: ' ('' for "
-                                            "none); default: the query prompt of the model's "
-                                            "config_sentence_transformers.json, if any")
+    query_prefix: str | None = prefix_option("query", "text put before every query when encoding, e.g. 'query: '")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     tag: str = option("retromae", "run tag written in the last column (no whitespace)", check=check_run_tag)
 
@@ -314,12 +308,9 @@ class MineConfig(OutputOptions, MiningOptions, EncoderOptions):
     output: Path = option(help="training file to write (JSON lines: query_id, query, pos, neg, pos_ids, neg_ids)")
     query_max_length: int | None = option(None, "max tokens per query; default: the model's own", POSITIVE)
     passage_max_length: int | None = option(None, "max tokens per passage; default: the model's own", POSITIVE)
-    query_prefix: str | None = option(None, "text put before every query the model ranks for, e.g. 'query: ' ('' "
-                                            "for none); default: the query prompt of the model's "
-                                            "config_sentence_transformers.json, if any")
-    passage_prefix: str | None = option(None, "text put before every passage the model ranks, e.g. 'passage: ' "
-                                              "('' for none); default: the document prompt of the model's "
-                                              "config_sentence_transformers.json, if any")
+    query_prefix: str | None = prefix_option("query", "text put before every query the model ranks for, e.g. 'query: '")
+    passage_prefix: str | None = prefix_option("passage", "text put before every passage the model ranks, e.g. "
+                                                          "'passage: '")
     seed: int = option(0, "seed of the sampling inside the rank window", SEED)
 
     def __post_init__(self) -> None:
