@@ -198,17 +198,30 @@ def untouched_weights(folder: Path, seed: int) -> bool:
     """Whether `folder`'s only weights are a model.safetensors (a regular file of at most MAX_REBUILT_BYTES: a larger
     one is not rebuilt) holding, bit for bit, the tensors init-model saved: those of the masked LM its config.json
     describes initialised with `seed`, rebuilt by the code init-model runs (`random_masked_lm`). Where this version
-    of torch or transformers initialises otherwise than the one that wrote the folder, they differ: not untouched."""
+    of torch or transformers initialises otherwise than the one that wrote the folder, they differ: not untouched.
+    Judged once per process while the two files stay as they were (a claim checks, then takes: `_VERDICTS`)."""
     weights = folder / "model.safetensors"
     try:
         status = os.lstat(weights)
         if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_REBUILT_BYTES or outputs_in(folder, OTHER_WEIGHTS):
             return False
-        rebuilt = random_masked_lm(load_config(str(folder)), seed).state_dict()
-        with safe_open(str(weights), framework="pt", device="cpu") as saved:
-            return _saved_as(rebuilt, set(saved.keys()), saved.get_tensor)
+        key = (str(weights.resolve()), seed, *map(_unchanged, (status, os.lstat(folder / "config.json"))))
+        if key not in _VERDICTS:
+            rebuilt = random_masked_lm(load_config(str(folder)), seed).state_dict()
+            with safe_open(str(weights), framework="pt", device="cpu") as saved:
+                _VERDICTS[key] = _saved_as(rebuilt, set(saved.keys()), saved.get_tensor)
+        return _VERDICTS[key]
     except (ModelLoadError, *LIBRARY_ERRORS):
         return False
+
+
+_VERDICTS: dict[tuple, bool] = {}  # untouched_weights' answers, by the files' identity and times
+
+
+def _unchanged(status: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is written: its size, modification and change times (the change time cannot be set
+    back), its inode (as `run_folder.file_fingerprint` keys its memo)."""
+    return status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino
 
 
 def _saved_as(state: dict[str, torch.Tensor], names: set[str], tensor: Any) -> bool:
